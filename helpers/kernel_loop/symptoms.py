@@ -1,0 +1,171 @@
+"""The one controlled vocabulary of bottleneck classes and symptom tags.
+
+The profiler's classifier (``classify.py``) fires these tags from measured
+ncu metrics; the knowledge base (``kbs``) keys its pages by the same tags.
+Nothing else may invent a tag: ``kbs check`` rejects pages whose ``symptoms``
+use a name that is not listed here.
+
+Thresholds follow the stock Nsight Compute rules where one exists (marked
+"ncu rule"); the others are heuristics, marked as such, that a later profile
+must confirm.  Metric keys are the short names of ``metrics.py``.
+"""
+
+from __future__ import annotations
+
+# Bottleneck classes, decided from speed-of-light throughput (see classify.py).
+BOTTLENECK_CLASSES: dict[str, str] = {
+    "memory-bound": "Memory throughput is the highest unit and at or above 60% of peak, "
+    "clearly ahead of compute.",
+    "compute-bound": "SM (compute) throughput is the highest unit and at or above 60% of peak, "
+    "clearly ahead of memory.",
+    "latency-bound": "Both compute and memory throughput are below 60% of peak: the machine "
+    "waits on latency, not on a unit's bandwidth.",
+    "balanced": "Compute and memory throughput are within 10 points of each other and at "
+    "least one is at or above 60% of peak.",
+}
+
+# Symptom tags.  ``rule`` says where the threshold comes from.
+SYMPTOMS: dict[str, dict[str, str]] = {
+    "uncoalesced-global": {
+        "summary": "Global loads or stores touch more 32-byte sectors per request than a "
+        "coalesced warp access needs.",
+        "fires_when": "sectors_per_request_ld > 4.5 or sectors_per_request_st > 4.5 "
+        "(4 sectors is ideal for 32 lanes x 4 bytes), or ncu's UncoalescedGlobalAccess "
+        "rule fires",
+        "rule": "heuristic on ncu's ideal of 4 sectors/request; ncu rule UncoalescedGlobalAccess",
+    },
+    "smem-bank-conflicts": {
+        "summary": "Shared-memory accesses serialize on bank conflicts.",
+        "fires_when": "bank conflicts >= 10% of shared-memory wavefronts (loads or stores)",
+        "rule": "ncu rule SharedMemoryConflicts",
+    },
+    "register-spills": {
+        "summary": "The compiler spilled registers to local memory.",
+        "fires_when": "local_spill_requests > 0",
+        "rule": "ncu rule (RegisterSpilling); any spill is reported",
+    },
+    "occupancy-limited-registers": {
+        "summary": "Registers per thread cap the warps an SM can hold.",
+        "fires_when": "theoretical_occupancy_pct < 80 and the register limit is the smallest "
+        "block limit",
+        "rule": "ncu rule TheoreticalOccupancy",
+    },
+    "occupancy-limited-smem": {
+        "summary": "Shared memory per block caps the blocks an SM can hold.",
+        "fires_when": "theoretical_occupancy_pct < 80 and the shared-memory limit is the "
+        "smallest block limit",
+        "rule": "ncu rule TheoreticalOccupancy",
+    },
+    "occupancy-limited-blocksize": {
+        "summary": "Block size or the blocks-per-SM limit caps occupancy.",
+        "fires_when": "theoretical_occupancy_pct < 80 and the warps or blocks limit is the "
+        "smallest block limit",
+        "rule": "ncu rule TheoreticalOccupancy",
+    },
+    "achieved-occupancy-gap": {
+        "summary": "Achieved occupancy is well below theoretical: imbalance or tail.",
+        "fires_when": "theoretical_occupancy_pct - achieved_occupancy_pct > 10",
+        "rule": "ncu rule AchievedOccupancy",
+    },
+    "long-scoreboard-stalls": {
+        "summary": "Warps wait on global/local memory results (L1TEX long scoreboard).",
+        "fires_when": "stall_long_scoreboard is the top stall and > 30% of cycles between "
+        "issues, with issue_active < 0.8",
+        "rule": "ncu rule CPIStall",
+    },
+    "short-scoreboard-stalls": {
+        "summary": "Warps wait on shared memory or special-function results.",
+        "fires_when": "stall_short_scoreboard > 30% of cycles between issues, issue_active < 0.8",
+        "rule": "ncu rule CPIStall",
+    },
+    "barrier-stalls": {
+        "summary": "Warps wait at __syncthreads / block barriers.",
+        "fires_when": "stall_barrier > 30% of cycles between issues, issue_active < 0.8",
+        "rule": "ncu rule CPIStall",
+    },
+    "mio-throttle-stalls": {
+        "summary": "The memory-input/output queue (shared memory, special math) is full.",
+        "fires_when": "stall_mio_throttle > 30% of cycles between issues, issue_active < 0.8",
+        "rule": "ncu rule CPIStall",
+    },
+    "lg-throttle-stalls": {
+        "summary": "The local/global memory queue is full: too many narrow memory instructions.",
+        "fires_when": "stall_lg_throttle > 30% of cycles between issues, issue_active < 0.8",
+        "rule": "ncu rule CPIStall",
+    },
+    "math-pipe-throttle": {
+        "summary": "Warps wait for a busy math pipe.",
+        "fires_when": "stall_math_pipe_throttle > 30% of cycles between issues",
+        "rule": "ncu rule CPIStall",
+    },
+    "low-issue-efficiency": {
+        "summary": "Schedulers issue an instruction on few cycles: too few eligible warps.",
+        "fires_when": "issue_active < 0.6 per cycle",
+        "rule": "ncu rule IssueSlotUtilization",
+    },
+    "tail-effect": {
+        "summary": "A partial last wave of blocks leaves SMs idle at the end.",
+        "fires_when": "waves_per_sm >= 1 with a fractional part, and the partial wave costs "
+        ">= 20% (1 / (1 + full waves) >= 0.2)",
+        "rule": "ncu rule LaunchStats (tail effect)",
+    },
+    "small-grid": {
+        "summary": "The grid has fewer blocks than SMs, or less than one wave.",
+        "fires_when": "waves_per_sm < 1 or grid_size < sm_count",
+        "rule": "ncu rule LaunchStats (small grid)",
+    },
+    "block-size-not-multiple-32": {
+        "summary": "Block size is not a multiple of the warp size, wasting lanes.",
+        "fires_when": "block_size % 32 != 0",
+        "rule": "ncu rule LaunchStats",
+    },
+    "tensor-cores-unused": {
+        "summary": "A matrix-shaped kernel runs its math on CUDA cores, not tensor cores.",
+        "fires_when": "tensor_pipe_pct < 5 while fma_pipe_pct > 30 (heuristic)",
+        "rule": "heuristic",
+    },
+    "wgmma-unused": {
+        "summary": "On sm90 the tensor pipe is busy but no wgmma (GMMA) instructions run.",
+        "fires_when": "architecture sm90, tensor_pipe_pct >= 5 and gmma_pct == 0 (heuristic)",
+        "rule": "heuristic",
+    },
+    "low-l2-hit-rate": {
+        "summary": "Most L2 accesses miss, so data is fetched from DRAM repeatedly.",
+        "fires_when": "l2_hit_rate_pct < 50 and dram_throughput_pct >= 40 (heuristic)",
+        "rule": "heuristic",
+    },
+    "warp-divergence": {
+        "summary": "Threads of a warp take different branches.",
+        "fires_when": "thread_inst_per_inst < 28 (32 = no divergence) (heuristic)",
+        "rule": "heuristic",
+    },
+    "dram-near-peak": {
+        "summary": "DRAM bandwidth is close to its peak: only fewer bytes can make it faster.",
+        "fires_when": "dram_throughput_pct >= 80",
+        "rule": "ncu rule SOLBottleneck (High Throughput)",
+    },
+    "compute-near-peak": {
+        "summary": "An SM unit is close to its peak: only less or cheaper work helps.",
+        "fires_when": "sm_throughput_pct >= 80",
+        "rule": "ncu rule SOLBottleneck (High Throughput)",
+    },
+    "launch-overhead": {
+        "summary": "Kernels are so short that launch cost and gaps matter.",
+        "fires_when": "duration_us < 10 per kernel (heuristic)",
+        "rule": "heuristic",
+    },
+    "multi-kernel": {
+        "summary": "The solution launches several kernels: fusion may remove round trips.",
+        "fires_when": "more than one kernel profiled for one solution call",
+        "rule": "heuristic",
+    },
+}
+
+
+def all_tags() -> set[str]:
+    """Every name a KBS page may list under ``symptoms``."""
+    return set(SYMPTOMS) | set(BOTTLENECK_CLASSES)
+
+
+def is_known(tag: str) -> bool:
+    return tag in SYMPTOMS or tag in BOTTLENECK_CLASSES
