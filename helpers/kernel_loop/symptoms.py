@@ -29,14 +29,17 @@ SYMPTOMS: dict[str, dict[str, str]] = {
     "uncoalesced-global": {
         "summary": "Global loads or stores touch more 32-byte sectors per request than a "
         "coalesced warp access needs.",
-        "fires_when": "sectors_per_request_ld > 4.5 or sectors_per_request_st > 4.5 "
-        "(4 sectors is ideal for 32 lanes x 4 bytes), or ncu's UncoalescedGlobalAccess "
-        "rule fires",
+        "fires_when": "global_excess_sectors_pct >= 20 (global L2 sectors beyond the ideal for "
+        "the bytes accessed), or sectors_per_request_ld/st > 16.5 (16 is a coalesced warp access "
+        "of 16 bytes per lane; 4 sectors of 4 bytes per lane), or ncu's UncoalescedGlobalAccess "
+        "rule fires (OPT/WRN)",
         "rule": "heuristic on ncu's ideal of 4 sectors/request; ncu rule UncoalescedGlobalAccess",
     },
     "smem-bank-conflicts": {
         "summary": "Shared-memory accesses serialize on bank conflicts.",
-        "fires_when": "bank conflicts >= 10% of shared-memory wavefronts (loads or stores)",
+        "fires_when": "smem_bank_conflicts_pct >= 10 (extra shared-memory wavefronts, loads and "
+        "stores, as % of all), or ncu's SharedMemoryConflicts or UncoalescedSharedAccess rule "
+        "fires (OPT/WRN)",
         "rule": "ncu rule SharedMemoryConflicts",
     },
     "register-spills": {

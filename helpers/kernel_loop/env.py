@@ -1,0 +1,334 @@
+"""``env``: check the GPU, toolchain and profiler; measure roofline peaks.
+
+The pure parts (version parsing, the counter-permission check, requirement evaluation and
+rendering) take plain data so they are testable without a GPU; ``gather`` collects the facts.
+Required: torch with a visible CUDA GPU; nvcc for .cu kernels; triton / nvidia-cutlass-dsl /
+CUTLASS headers for their implementations.  ncu and counter access are needed by ``profile``
+and are reported as missing (with the fix) without failing ``env``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import build
+from .common import UsageError, atomic_write_text, now_iso, progress, step, write_json
+from .rundir import IMPL_SUFFIX, IMPLS, RunDir
+from .templating import render
+
+CTRPERM_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
+CTRPERM_FIX = ("run the profiler as root/admin, or allow profiling for all users: add "
+               "`options nvidia NVreg_RestrictProfilingToAdminUsers=0` to a file in /etc/modprobe.d/ "
+               f"and reload the nvidia module (or reboot); see {CTRPERM_URL}")
+PACKAGES = {  # shown name -> distribution names tried in order, import name
+    "torch": (("torch",), "torch"),
+    "triton": (("triton",), "triton"),
+    "cuda-python": (("cuda-python", "cuda-bindings"), "cuda"),
+    "nvidia-cutlass-dsl": (("nvidia-cutlass-dsl",), "cutlass"),
+    "flashinfer": (("flashinfer-python", "flashinfer"), "flashinfer"),
+}
+_PROBE = ("import torch; d = torch.device('cuda:{gpu}'); x = torch.ones(4096, device=d); "
+          "y = (x * 2).sum(); torch.cuda.synchronize(d)")
+
+
+# --- pure parts -------------------------------------------------------------------------
+def parse_nvcc_version(text: str) -> str | None:
+    m = re.search(r"release (\d+\.\d+)(?:, V([\d.]+))?", text or "")
+    return (m.group(2) or m.group(1)) if m else None
+
+
+def parse_ncu_version(text: str) -> str | None:
+    m = re.search(r"Version\s+([\d][\w.\-]*)", text or "")
+    return m.group(1) if m else None
+
+
+def counters_from_probe(output: str, returncode: int | None) -> dict[str, Any]:
+    """Interpret the tiny ncu run: ok, denied (ERR_NVGPUCTRPERM) or unknown."""
+    text = output or ""
+    if "ERR_NVGPUCTRPERM" in text:
+        return {"status": "denied", "detail": "ncu cannot read GPU performance counters (ERR_NVGPUCTRPERM)",
+                "fix": CTRPERM_FIX}
+    if re.search(r"gpu__time_duration\.sum\s+\S+\s+[\d.,]+", text):
+        return {"status": "ok", "detail": "ncu read gpu__time_duration.sum", "fix": None}
+    tail = "\n".join(text.strip().splitlines()[-6:])
+    return {"status": "unknown", "detail": f"ncu test run gave no metric (exit {returncode}): {tail}",
+            "fix": "run `ncu --metrics gpu__time_duration.sum python -c '...'` by hand to see why"}
+
+
+def _check(item: str, ok: bool, level: str, detail: str, fix: str | None = None) -> dict[str, Any]:
+    return {"item": item, "status": "ok" if ok else "missing", "level": level, "detail": detail,
+            "fix": None if ok else fix}
+
+
+def evaluate(facts: dict[str, Any], impl: str | None) -> list[dict[str, Any]]:
+    """Requirement checks; level 'required' failures make env exit 2."""
+    checks = []
+    v = facts.get("versions", {})
+    checks.append(_check("torch", bool(v.get("torch")), "required", f"torch {v.get('torch') or 'not installed'}",
+                         "pip install torch (a CUDA build: https://pytorch.org/get-started/locally/)"))
+    if v.get("torch"):
+        gpu = facts.get("gpu")
+        if not facts.get("cuda_available"):
+            detail = (f"no CUDA GPU visible: torch.cuda.is_available() is False (torch {v.get('torch')}, "
+                      f"built with CUDA {facts.get('torch_cuda') or 'none'})")
+            fix = ("check `nvidia-smi`, the NVIDIA driver and CUDA_VISIBLE_DEVICES; install a CUDA build of "
+                   "torch if torch.version.cuda is None")
+            checks.append(_check("CUDA GPU", False, "required", detail, fix))
+        elif gpu is None:
+            checks.append(_check("CUDA GPU", False, "required",
+                                 f"GPU index {facts.get('gpu_index')} does not exist "
+                                 f"({facts.get('device_count')} visible)", "pass --gpu with a visible index"))
+        else:
+            checks.append(_check("CUDA GPU", True, "required",
+                                 f"{gpu['name']} (sm_{gpu['cc'].replace('.', '')}, {gpu['sm_count']} SMs)"))
+    cu = impl is not None and IMPL_SUFFIX.get(impl) == ".cu"
+    tools = facts.get("tools", {})
+    nvcc = tools.get("nvcc") or {}
+    checks.append(_check("nvcc", bool(nvcc.get("path")), "required" if cu else "optional",
+                         f"nvcc {nvcc.get('version')} at {nvcc.get('path')}" if nvcc.get("path")
+                         else "nvcc not found" + ("" if cu else " (needed only for .cu kernels)"),
+                         "install the CUDA toolkit and put its bin/ on PATH (or set CUDA_HOME)"))
+    if impl == "triton":
+        checks.append(_check("triton", bool(v.get("triton")), "required", f"triton {v.get('triton')}",
+                             "pip install triton"))
+    if impl == "cute-dsl":
+        checks.append(_check("nvidia-cutlass-dsl", bool(v.get("nvidia-cutlass-dsl")), "required",
+                             f"nvidia-cutlass-dsl {v.get('nvidia-cutlass-dsl')}", "pip install nvidia-cutlass-dsl"))
+    if impl == "cutlass":
+        heads = facts.get("cute_headers")
+        checks.append(_check("CUTLASS headers", bool(heads), "required",
+                             f"cute/tensor.hpp in {heads}" if heads else "cute/tensor.hpp not found",
+                             "set CUTLASS_PATH to a CUTLASS checkout (git clone https://github.com/NVIDIA/cutlass) "
+                             "or pass --include-dir"))
+    ncu = tools.get("ncu") or {}
+    checks.append(_check("ncu", bool(ncu.get("path")), "profile",
+                         f"ncu {ncu.get('version')} at {ncu.get('path')}" if ncu.get("path") else "ncu not found",
+                         "install Nsight Compute (it ships with the CUDA toolkit; or apt install nsight-compute-<ver>) "
+                         "and put ncu on PATH"))
+    ctr = facts.get("counters")
+    if ctr:
+        c = _check("ncu counter access", ctr["status"] == "ok", "profile", ctr["detail"], ctr.get("fix"))
+        if ctr["status"] == "unknown":
+            c["status"] = "unknown"
+        checks.append(c)
+    san = tools.get("compute-sanitizer") or {}
+    checks.append(_check("compute-sanitizer", bool(san.get("path")), "optional",
+                         san.get("path") or "not found (needed only for correctness --sanitize)",
+                         "install the CUDA toolkit's compute-sanitizer"))
+    for name in ("cuda-python", "flashinfer"):
+        checks.append(_check(name, bool(v.get(name)), "optional", f"{name} {v.get(name) or 'not installed'}",
+                             f"pip install {'flashinfer-python' if name == 'flashinfer' else name} (optional)"))
+    return checks
+
+
+def required_failures(checks: list[dict]) -> list[dict]:
+    return [c for c in checks if c["level"] == "required" and c["status"] != "ok"]
+
+
+def make_report(facts: dict, impl: str | None, gpu_index: int) -> dict[str, Any]:
+    checks = evaluate(facts, impl)
+    return {"schema": 1, "skipped": False, "time": now_iso(), "gpu_index": gpu_index, "impl": impl,
+            "ok": not required_failures(checks), **facts, "checks": checks}
+
+
+def render_markdown(report: dict) -> str:
+    return render("env_check.md.j2", r=report)
+
+
+def write_skipped(out: Path) -> None:
+    report = {"schema": 1, "skipped": True, "time": now_iso(), "ok": None, "gpu": None, "peaks": None,
+              "checks": []}
+    write_json(Path(out) / "env.json", report)
+    atomic_write_text(Path(out) / "env_check.md", render_markdown(report))
+
+
+# --- gathering facts ----------------------------------------------------------------------
+def package_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for shown, (dists, mod) in PACKAGES.items():
+        ver = None
+        for d in dists:
+            try:
+                ver = importlib.metadata.version(d)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        if ver is None and importlib.util.find_spec(mod) is not None:
+            ver = "installed (version unknown)"
+        out[shown] = ver
+    return out
+
+
+def _run(cmd: list[str], timeout: float) -> tuple[int | None, str]:
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        return p.returncode, p.stdout + p.stderr
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, str(exc)
+
+
+def tool_facts() -> dict[str, dict]:
+    tools = {}
+    for name, parse in (("nvcc", parse_nvcc_version), ("ncu", parse_ncu_version), ("compute-sanitizer", None)):
+        path = build.find_cuda_tool(name)
+        ver = None
+        if path and parse:
+            ver = parse(_run([path, "--version"], 60)[1])
+        tools[name] = {"path": path, "version": ver}
+    return tools
+
+
+def _driver_version() -> str | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            v = pynvml.nvmlSystemGetDriverVersion()
+            return v.decode() if isinstance(v, bytes) else v
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        rc, out = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], 30)
+        return out.strip().splitlines()[0] if rc == 0 and out.strip() else None
+
+
+def _cute_headers(cfg_dirs: list[str] | None) -> str | None:
+    for d in build.include_dirs(cfg_dirs):
+        if (Path(d) / "cute" / "tensor.hpp").is_file():
+            return d
+    return None
+
+
+def measure_peaks(gpu: int) -> dict[str, Any]:
+    """Device copy bandwidth and bf16/fp32 matmul throughput (median of CUDA-event timings)."""
+    import torch
+
+    dev = torch.device(f"cuda:{gpu}")
+
+    def median_ms(fn, warmup: int, reps: int) -> float:
+        for _ in range(warmup):
+            fn()
+        times = []
+        for _ in range(reps):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e))
+        return sorted(times)[len(times) // 2]
+
+    with torch.cuda.device(dev):
+        n = 1 << 27  # 512 MiB of float32 per buffer
+        bufs = [torch.randn(n, device=dev), torch.empty(n, device=dev)]
+        ms = median_ms(lambda: bufs[1].copy_(bufs[0]), 3, 15)
+        res = {"copy_bandwidth_gbps": round(2 * n * 4 / (ms * 1e-3) / 1e9, 1)}
+        bufs.clear()
+        old_tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            for key, size, dtype in (("bf16_matmul_tflops", 8192, torch.bfloat16),
+                                     ("fp32_matmul_tflops", 4096, torch.float32)):
+                a = torch.randn(size, size, device=dev, dtype=dtype)
+                b = torch.randn(size, size, device=dev, dtype=dtype)
+                ms = median_ms(lambda a=a, b=b: torch.mm(a, b), 3, 10)
+                res[key] = round(2 * size ** 3 / (ms * 1e-3) / 1e12, 1)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = old_tf32
+        torch.cuda.empty_cache()
+    res["method"] = ("median of CUDA-event timings: device-to-device copy of 512 MiB (bytes read + written), "
+                     "torch.mm 8192^3 bf16 and 4096^3 fp32 (TF32 off), random data after warmup")
+    return res
+
+
+def gather(gpu: int, cfg_build: dict | None = None, measure: bool = True) -> dict[str, Any]:
+    facts: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform(),
+                             "versions": package_versions(), "tools": tool_facts(), "gpu_index": gpu,
+                             "gpu": None, "cuda_available": False, "torch_cuda": None, "driver": None,
+                             "counters": None, "peaks": None,
+                             "cute_headers": _cute_headers((cfg_build or {}).get("include_dirs"))}
+    if not facts["versions"]["torch"]:
+        return facts
+    import torch
+
+    facts["torch_cuda"] = torch.version.cuda
+    facts["cuda_available"] = bool(torch.cuda.is_available())
+    if not facts["cuda_available"]:
+        return facts
+    facts["device_count"] = torch.cuda.device_count()
+    if not 0 <= gpu < facts["device_count"]:
+        return facts
+    p = torch.cuda.get_device_properties(gpu)
+    facts["gpu"] = {"name": p.name, "cc": f"{p.major}.{p.minor}", "sm_count": p.multi_processor_count,
+                    "memory_gib": round(p.total_memory / 2**30, 1),
+                    "l2_bytes": getattr(p, "L2_cache_size", None)}
+    facts["driver"] = _driver_version()
+    ncu = facts["tools"]["ncu"]["path"]
+    if ncu:
+        with step("checking that ncu can read performance counters"):
+            rc, out = _run([ncu, "--metrics", "gpu__time_duration.sum", sys.executable, "-c",
+                            _PROBE.format(gpu=gpu)], 300)
+        facts["counters"] = counters_from_probe(out, rc)
+    if measure:
+        with step("measuring copy bandwidth and matmul peaks"):
+            facts["peaks"] = measure_peaks(gpu)
+    return facts
+
+
+def check_and_write(gpu: int, impl: str | None, out: Path | None, cfg_build: dict | None = None,
+                    as_json: bool = False, echo: bool = False) -> dict[str, Any]:
+    """Gather, evaluate, write env.json/env_check.md into ``out``; UsageError on a missing requirement."""
+    report = make_report(gather(gpu, cfg_build), impl, gpu)
+    md = render_markdown(report)
+    if out is not None:
+        write_json(Path(out) / "env.json", report)
+        atomic_write_text(Path(out) / "env_check.md", md)
+        progress(f"wrote {Path(out) / 'env_check.md'}")
+    if echo:
+        print(json.dumps(report, indent=2, default=str) if as_json else md, end="" if not as_json else "\n")
+    for c in report["checks"]:
+        if c["status"] != "ok" and c["level"] == "profile":
+            progress(f"warning: {c['item']}: {c['detail']} -> {c['fix']} (needed by profile)")
+    failed = required_failures(report["checks"])
+    if failed:
+        raise UsageError("; ".join(f"{c['detail']} -> {c['fix']}" for c in failed))
+    return report
+
+
+def run_env(args: argparse.Namespace) -> int:
+    impl, cfg_build, out, gpu = None, None, None, args.gpu
+    if args.out:
+        out = Path(args.out).expanduser()
+        if (out / "run.json").is_file():
+            cfg = RunDir.open(out).config()
+            impl, cfg_build = cfg.get("impl"), cfg.get("build")
+            gpu = cfg.get("gpu", 0) if gpu is None else gpu
+        out.mkdir(parents=True, exist_ok=True)
+    if args.impl:
+        impl = args.impl
+    check_and_write(0 if gpu is None else gpu, impl, out, cfg_build, as_json=args.json, echo=True)
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "env", help="check the GPU, toolchain and profiler; measure roofline peaks",
+        description="Report the GPU, driver, CUDA/nvcc/ncu and Python package versions, whether ncu can read "
+                    "performance counters, and measured peaks (copy bandwidth, bf16/fp32 matmul TFLOP/s).",
+        epilog="Exit codes: 0 every requirement met, 2 something required is missing (the report says what to "
+               "install). Inside a run directory (--out with run.json) the run's impl and GPU are used.")
+    p.add_argument("--gpu", type=int, default=None, help="CUDA device index (default: run.json gpu, else 0)")
+    p.add_argument("--impl", choices=IMPLS, default=None, help="check the requirements of this implementation")
+    p.add_argument("--json", action="store_true", help="print the report as JSON instead of markdown")
+    p.add_argument("--out", default=None, help="folder to write env.json and env_check.md into")
+    p.set_defaults(func=run_env)

@@ -1,0 +1,306 @@
+"""``init``: create a run directory with its fixed configuration (run.json), ref.py and v0.
+
+run.json is written once.  Re-running init with the same configuration is a no-op; a
+different configuration is refused with the differing keys.  ``check_flags_against_run``
+lets later steps accept optional --dims/--seed/--gpu only to confirm they agree with run.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+from pathlib import Path
+from typing import Any
+
+from .common import UsageError, now_iso, progress, sha256_file, write_json
+from .rundir import IMPL_SUFFIX, IMPLS, RunDir, copy_new
+
+KERNEL_TYPES = ("gemm", "attention", "softmax", "norm", "reduction", "scan", "elementwise",
+                "transpose", "conv", "moe", "other")
+# Name fragments -> kernel type, checked in order (first match wins).
+_TYPE_HINTS = [
+    ("attention", ("attn", "attention", "flash", "mha", "gqa", "mla")),
+    ("moe", ("moe", "expert")),
+    ("softmax", ("softmax",)),
+    ("norm", ("norm",)),
+    ("gemm", ("gemm", "matmul", "mm", "linear", "dense")),
+    ("conv", ("conv",)),
+    ("transpose", ("transpose", "permute")),
+    ("scan", ("scan", "cumsum", "prefix")),
+    ("reduction", ("reduce", "reduction", "sum", "argmax", "max", "mean")),
+    ("elementwise", ("add", "mul", "relu", "gelu", "silu", "elementwise", "axpy", "copy", "activation")),
+]
+# Keys that do not define the configuration (compared when re-running init).
+_VOLATILE = ("created",)
+
+
+def parse_dims(text: str, what: str = "--dims") -> dict[str, int]:
+    """``M=4096,N=8192`` -> {"M": 4096, "N": 8192}; positive ints only."""
+    dims: dict[str, int] = {}
+    for part in [p.strip() for p in (text or "").split(",") if p.strip()]:
+        key, sep, val = part.partition("=")
+        key, val = key.strip(), val.strip()
+        if not sep or not key.isidentifier():
+            raise UsageError(f"{what}: '{part}' is not NAME=VALUE (for example {what} M=4096,N=8192)")
+        try:
+            n = int(val)
+        except ValueError:
+            raise UsageError(f"{what}: {key}={val} is not an integer") from None
+        if n <= 0:
+            raise UsageError(f"{what}: {key}={n} must be a positive integer")
+        if key in dims:
+            raise UsageError(f"{what}: {key} is given twice")
+        dims[key] = n
+    if not dims:
+        raise UsageError(f"{what} is empty: give NAME=VALUE pairs such as M=4096,N=8192")
+    return dims
+
+
+def parse_extra_shapes(text: str | None, dims: dict[str, int]) -> list[dict[str, int]]:
+    """``"M=128,N=256;M=1,N=7"``: each set must name the same dims as --dims."""
+    shapes = []
+    for chunk in [c for c in (text or "").split(";") if c.strip()]:
+        s = parse_dims(chunk, "--extra-shapes")
+        if set(s) != set(dims):
+            raise UsageError(f"--extra-shapes: '{chunk.strip()}' must name exactly the dims {', '.join(dims)}")
+        shapes.append(s)
+    return shapes
+
+
+def guess_kernel_type(name: str) -> str:
+    low = name.lower()
+    for ktype, hints in _TYPE_HINTS:
+        if any(h in low for h in hints):
+            return ktype
+    return "other"
+
+
+def inspect_ref(path: Path) -> dict[str, Any]:
+    """Parse ref.py without importing it: what it defines and literal atol/rtol."""
+    if not path.is_file():
+        raise UsageError(f"--ref {path} does not exist")
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except SyntaxError as exc:
+        raise UsageError(f"--ref {path} does not parse: {exc}") from None
+    names: dict[str, ast.AST] = {}
+    consts: dict[str, Any] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names[node.name] = node
+        elif isinstance(node, ast.Assign):
+            targets = node.targets[0]
+            pairs = []
+            if isinstance(targets, ast.Name):
+                pairs = [(targets.id, node.value)]
+            elif isinstance(targets, ast.Tuple) and isinstance(node.value, ast.Tuple):
+                pairs = [(t.id, v) for t, v in zip(targets.elts, node.value.elts, strict=False) if isinstance(t, ast.Name)]
+            for name, value in pairs:
+                try:
+                    consts[name] = ast.literal_eval(value)
+                except ValueError:
+                    consts[name] = None
+    kernelbench = "Model" in names and "get_inputs" in names
+    if "reference" not in names and not kernelbench:
+        raise UsageError(f"--ref {path} defines neither reference(**kwargs) nor a KernelBench Model with "
+                         "get_inputs() (see references/kernel_abi.md)")
+    tol = {k: consts.get(k) for k in ("atol", "rtol")}
+    for k, v in tol.items():
+        if v is not None and not isinstance(v, (int, float)):
+            raise UsageError(f"--ref {path}: {k} must be a number, got {v!r}")
+    return {"kernelbench": kernelbench and "reference" not in names, "has_setup": "setup" in names,
+            "atol": tol["atol"], "rtol": tol["rtol"]}
+
+
+def resolve_run_tolerance(cli_atol, cli_rtol, ref_atol, ref_rtol) -> dict[str, Any]:
+    """run.json tolerance: per field CLI > ref.py; null fields fall back to dtype defaults at check time."""
+    out: dict[str, Any] = {"atol": None, "rtol": None, "by": {"atol": None, "rtol": None}}
+    for field, cli, ref in (("atol", cli_atol, ref_atol), ("rtol", cli_rtol, ref_rtol)):
+        if cli is not None:
+            out[field], out["by"][field] = float(cli), "cli"
+        elif ref is not None:
+            out[field], out["by"][field] = float(ref), "ref.py"
+    by = set(out["by"].values())
+    out["source"] = "cli" if "cli" in by else "ref.py" if "ref.py" in by else "dtype-default"
+    return out
+
+
+def build_config(args: argparse.Namespace, ref_info: dict) -> dict[str, Any]:
+    dims = parse_dims(args.dims)
+    incs = list(args.include_dir or [])
+    return {
+        "schema": 1,
+        "kernel": args.kernel,
+        "kernel_type": args.kernel_type or guess_kernel_type(args.kernel),
+        "impl": args.impl,
+        "dims": dims,
+        "extra_shapes": parse_extra_shapes(args.extra_shapes, dims),
+        "seed": args.seed,
+        "tolerance": resolve_run_tolerance(args.atol, args.rtol, ref_info["atol"], ref_info["rtol"]),
+        "gpu": args.gpu,
+        "iterations": args.iterations,
+        "warmup": args.warmup,
+        "trials": args.trials,
+        "correctness_trials": args.correctness_trials,
+        "ptr_size": args.ptr_size,
+        "timeout_s": args.timeout,
+        "ncu": {
+            "set": args.ncu_set,
+            "sections": list(args.ncu_section or ["WarpStateStats", "SchedulerStats", "SourceCounters"]),
+            "clock_control": args.clock_control,
+            "cache_control": args.cache_control,
+            "extra_args": [],
+        },
+        "build": {"include_dirs": [str(Path(d).expanduser().resolve()) for d in incs],
+                  "nvcc_flags": list(args.nvcc_flag or [])},
+        "baseline": str(Path(args.baseline).expanduser().resolve()),
+        "created": now_iso(),
+    }
+
+
+def _validate(args: argparse.Namespace) -> tuple[Path, Path, dict]:
+    ref = Path(args.ref).expanduser()
+    ref_info = inspect_ref(ref)
+    baseline = Path(args.baseline).expanduser()
+    if not baseline.is_file():
+        raise UsageError(f"--baseline {baseline} does not exist")
+    want = IMPL_SUFFIX[args.impl]
+    if baseline.suffix != want:
+        raise UsageError(f"--impl {args.impl} needs a {want} kernel, but --baseline is {baseline.name}")
+    for name in ("iterations", "warmup", "trials", "correctness_trials", "timeout"):
+        v = getattr(args, name)
+        if v is None or v < (0 if name == "warmup" else 1):
+            raise UsageError(f"--{name.replace('_', '-')} must be {'>= 0' if name == 'warmup' else 'positive'}")
+    if args.ptr_size is not None and args.ptr_size <= 0:
+        raise UsageError("--ptr-size must be positive")
+    if IMPL_SUFFIX[args.impl] == ".cu" and not ref_info["has_setup"] and args.ptr_size is None:
+        raise UsageError("ref.py has no setup(): a .cu kernel then gets flat buffers, so give --ptr-size N")
+    for d in args.include_dir or []:
+        if not Path(d).expanduser().is_dir():
+            raise UsageError(f"--include-dir {d} is not a folder")
+    return ref, baseline, ref_info
+
+
+def _differences(old: dict, new: dict) -> list[str]:
+    keys = sorted((set(old) | set(new)) - set(_VOLATILE))
+    return [k for k in keys if old.get(k) != new.get(k)]
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    return a.is_file() and b.is_file() and sha256_file(a) == sha256_file(b)
+
+
+def run_init(args: argparse.Namespace) -> int:
+    ref, baseline, ref_info = _validate(args)
+    cfg = build_config(args, ref_info)
+    rd = RunDir.open(args.out, must_exist=False)
+    v0_kernel = rd.vdir(0) / f"kernel{IMPL_SUFFIX[args.impl]}"
+    if rd.run_json.exists():
+        old = rd.config()
+        diffs = _differences(old, cfg)
+        if rd.ref_py.exists() and not _same_file(rd.ref_py, ref):
+            diffs.append("ref.py (contents)")
+        if v0_kernel.exists() and not _same_file(v0_kernel, baseline):
+            diffs.append(f"baseline (contents differ from {v0_kernel.relative_to(rd.root)})")
+        if diffs:
+            raise UsageError(f"{rd.root} is already initialised with a different configuration; differing: "
+                             + ", ".join(diffs) + ". run.json is fixed for a run: use a new <out> folder")
+        print(f"{rd.root} is already initialised with this configuration; nothing to do")
+        return 0
+    if rd.vdir(0).is_dir():
+        others = [p for p in rd.vdir(0).iterdir() if p.suffix in (".cu", ".py")]
+        if others and not (len(others) == 1 and others[0] == v0_kernel and _same_file(v0_kernel, baseline)):
+            raise UsageError(f"{rd.vdir(0)} already holds {', '.join(p.name for p in others)}; refusing to "
+                             "overwrite it (use a new <out> folder)")
+    if rd.ref_py.exists() and not _same_file(rd.ref_py, ref):
+        raise UsageError(f"{rd.ref_py} exists and differs from {ref}; refusing to overwrite it")
+    rd.root.mkdir(parents=True, exist_ok=True)
+
+    from . import env as env_mod
+
+    if args.skip_env:
+        env_mod.write_skipped(rd.root)
+    else:
+        env_mod.check_and_write(gpu=args.gpu, impl=args.impl, out=rd.root, cfg_build=cfg["build"])
+    if not rd.ref_py.exists():
+        copy_new(ref, rd.ref_py)
+    if not v0_kernel.exists():
+        copy_new(baseline, v0_kernel)
+    write_json(rd.run_json, cfg)
+    progress(f"run.json written ({cfg['impl']}, dims {', '.join(f'{k}={v}' for k, v in cfg['dims'].items())})")
+    print(f"initialised {rd.root}: v0 = {v0_kernel.relative_to(rd.root)}; next: kernel-loop correctness {args.out}")
+    return 0
+
+
+# --- flags that later steps may repeat only to confirm them ---------------------------
+_CHECKABLE = {"dims": "dims", "seed": "seed", "gpu": "gpu"}
+
+
+def add_check_flags(parser: argparse.ArgumentParser, names=("dims", "seed", "gpu")) -> None:
+    """Optional flags that must agree with run.json (the run configuration is fixed)."""
+    helps = {"dims": "must equal run.json dims (they are fixed for the run)",
+             "seed": "must equal run.json seed", "gpu": "must equal run.json gpu"}
+    for n in names:
+        parser.add_argument(f"--{n}", type=str if n == "dims" else int, default=None, help=helps[n])
+
+
+def check_flags_against_run(cfg: dict, args: argparse.Namespace) -> None:
+    """Refuse (exit 2) flags that contradict the fixed run configuration."""
+    for attr, key in _CHECKABLE.items():
+        given = getattr(args, attr, None)
+        if given is None:
+            continue
+        fixed = cfg.get(key)
+        if key == "dims":
+            want = parse_dims(given)
+            bad = {k: v for k, v in want.items() if fixed.get(k) != v}
+            if bad:
+                shown = ",".join(f"{k}={v}" for k, v in fixed.items())
+                raise UsageError(f"dims are fixed for this run: {shown} (got {given}); "
+                                 "use a new run directory for other dims")
+        elif given != fixed:
+            raise UsageError(f"{key} is fixed for this run: {key}={fixed} (got {given})")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "init", help="create a run directory with its fixed configuration",
+        description="Create <out>/run.json (fixed for the whole run), copy ref.py, check the environment "
+                    "(env_check.md, env.json) and place the baseline as v0/kernel.cu or v0/kernel.py.",
+        epilog="Exit codes: 0 done (or already initialised identically), 2 bad input, a different existing "
+               "configuration, or a missing requirement.")
+    p.add_argument("out", help="run directory to create")
+    p.add_argument("--kernel", required=True, help="kernel name (free text, used in KBS queries)")
+    p.add_argument("--ref", required=True, help="ref.py defining reference(**kwargs) or a KernelBench Model")
+    p.add_argument("--impl", required=True, choices=IMPLS, help="implementation language of the kernel")
+    p.add_argument("--baseline", required=True, help="the v0 kernel (.cu for cuda-cpp/cutlass, .py otherwise)")
+    p.add_argument("--dims", required=True, help="problem size, K=V[,K=V...] (positive integers)")
+    p.add_argument("--kernel-type", choices=KERNEL_TYPES, default=None,
+                   help="kernel family (default: guessed from --kernel, else other)")
+    p.add_argument("--seed", type=int, default=42, help="run seed (default 42)")
+    p.add_argument("--atol", type=float, default=None, help="absolute tolerance (beats ref.py and dtype defaults)")
+    p.add_argument("--rtol", type=float, default=None, help="relative tolerance (beats ref.py and dtype defaults)")
+    p.add_argument("--gpu", type=int, default=0, help="CUDA device index (default 0)")
+    p.add_argument("--iterations", type=int, default=3, help="planned final version N (default 3)")
+    p.add_argument("--warmup", type=int, default=25, help="timing warmups (default 25)")
+    p.add_argument("--trials", type=int, default=100, help="timing trials (default 100)")
+    p.add_argument("--correctness-trials", type=int, default=3, help="fresh-input correctness trials (default 3)")
+    p.add_argument("--ptr-size", type=int, default=None,
+                   help="elements per flat .cu buffer when ref.py has no setup()")
+    p.add_argument("--extra-shapes", default=None,
+                   help='more dims sets correctness also checks: "K=V,K=V;K=V,K=V"')
+    p.add_argument("--timeout", type=int, default=300, help="seconds per child process (default 300)")
+    p.add_argument("--include-dir", action="append", default=None,
+                   help="extra nvcc include folder (repeatable; $CUTLASS_PATH is added automatically)")
+    p.add_argument("--nvcc-flag", action="append", default=None, help="extra nvcc flag (repeatable)")
+    p.add_argument("--ncu-set", default="detailed", help="ncu --set (default detailed)")
+    p.add_argument("--ncu-section", action="append", default=None,
+                   help="ncu --section added to the set (repeatable; default WarpStateStats, "
+                        "SchedulerStats, SourceCounters)")
+    p.add_argument("--clock-control", choices=("base", "none"), default=None,
+                   help="ncu --clock-control (default: ncu's own)")
+    p.add_argument("--cache-control", choices=("all", "none"), default=None,
+                   help="ncu --cache-control (default: ncu's own)")
+    p.add_argument("--skip-env", action="store_true",
+                   help="do not run the environment check (CPU-only tests, dry runs); env_check.md says so")
+    p.set_defaults(func=run_init)

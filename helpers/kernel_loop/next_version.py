@@ -1,0 +1,56 @@
+"""``next <out>``: start v(K+1) from vK's kernel, after the gate has advanced the state.
+
+The gate writes ``v(K+1)`` into current_iteration.txt when vK passes; this step
+then creates v(K+1)/ and copies vK's kernel file in under the same name, so the
+agent edits a copy and makes exactly one change.  It never overwrites anything.
+"""
+
+from __future__ import annotations
+
+from .common import UsageError, progress
+from .hypothesis import load as load_hypothesis
+from .rundir import RunDir, copy_new
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "next",
+        help="create v(K+1) after the gate has advanced the state",
+        description="After the gate has passed vK and advanced current_iteration.txt to v(K+1), create "
+        "v(K+1)/ with a copy of vK's kernel file as the starting point. Refuses when the state has not "
+        "advanced, when v(K+1) already holds files, or past the planned final version.",
+    )
+    p.add_argument("out", help="run directory")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    rd = RunDir.open(args.out)
+    n = int(rd.config().get("iterations", 0))
+    new = rd.recorded_version()
+    if new is None:
+        raise UsageError(f"{rd.state_file} does not exist: run the gate on v0 first "
+                         "(it records the state and advances it when v0 passes)")
+    if new == 0:
+        raise UsageError("the state names v0: the gate has not passed v0 yet, so there is no next version")
+    if new > n:
+        raise UsageError(f"the state names v{new}, beyond the planned final version v{n} (run.json iterations)")
+    prev = new - 1
+    try:
+        src = rd.kernel_file(prev)
+    except UsageError as exc:
+        raise UsageError(f"the state names v{new} but v{prev} has no kernel to start from: {exc}") from None
+    vdir = rd.vdir(new)
+    if vdir.exists() and any(vdir.iterdir()):
+        held = ", ".join(sorted(p.name for p in vdir.iterdir()))
+        raise UsageError(f"{vdir} already holds files ({held}); refusing to touch it")
+    dst = vdir / src.name
+    copy_new(src, dst)
+    print(dst)
+    hyp = load_hypothesis(rd.vdir(prev)) or {}
+    change = hyp.get("single_change") or f"(v{prev}/hypothesis.txt has no Single change line)"
+    progress(f"v{new} starts as a copy of v{prev}/{src.name}. Make exactly one change, the one "
+             f"v{prev}/hypothesis.txt names: {change}")
+    if new == n:
+        progress(f"v{new} is the final version: after correctness and profile, run the gate with --final")
+    return 0

@@ -1,0 +1,408 @@
+"""``profile <out>``: Nsight Compute profile and CUDA-event timing of the current version.
+
+Steps: refuse unless correctness passed for the kernel as it is now; time the solution with
+CUDA events in a child process (no profiler); run the solution in a child under ``ncu`` with
+the measured call inside the NVTX range ``kl_measure`` (warmup and autotuning stay outside);
+export ``vK/profile.ncu-rep``, print its raw and details pages to ``vK/ncu_raw.csv`` and
+``vK/ncu_details.csv``; parse, map to metric KEYs, classify; write ``vK/ncu.json``,
+``vK/ncu_summary.md`` and ``vK/ncu_details.md``; record their hashes in measured.sha256.
+
+``build_profile`` (CSV text -> ncu.json content) and ``write_profile_artifacts`` are pure
+enough to run without a GPU (tests, the KBS fixtures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from . import classify, metrics, ncu_parse, provenance, worker
+from .common import (
+    MeasuredFailure,
+    UsageError,
+    atomic_write_text,
+    read_json,
+    sha256_file,
+    step,
+    warn,
+    write_json,
+)
+from .gpustate import slowdowns
+from .rundir import RunDir
+from .templating import render
+from .worker import ChildOutcome
+
+DEFAULT_SET = "detailed"
+DEFAULT_SECTIONS = ["WarpStateStats", "SchedulerStats", "SourceCounters"]
+NVTX_FILTER = "kl_measure/"  # push/pop ranges need the trailing slash
+CLOCK_CHOICES = ("base", "none")
+CACHE_CHOICES = ("all", "none")
+DEFAULT_TIMEOUT_S = 600
+DIFF_WARN = 0.10
+COVERAGE_WARN = 0.90
+PROTOCOL_FIELDS = ("clock_control", "cache_control", "set", "sections", "gpu")
+TOOL_FIELDS = ("ncu_version", "command", "set", "sections", "clock_control", "cache_control")
+
+
+# --- pure part: CSV -> ncu.json -----------------------------------------------------------------
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _json_safe(raw: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {k: {"value": None if isinstance(e["value"], float) and math.isnan(e["value"]) else e["value"],
+                "unit": e["unit"]} for k, e in raw.items()}
+
+
+def _trust(kernel_name: str, vals: dict[str, Any]) -> None:
+    """Refuse a profile whose key counters are missing, NaN or zero."""
+    for key in ("duration_us", "sm_throughput_pct", "memory_throughput_pct"):
+        v = vals.get(key)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            what = "NaN" if v is not None else "missing"
+            raise MeasuredFailure(
+                f"ncu's {key} for kernel '{kernel_name}' is {what}: the profile cannot be trusted "
+                f"(was the SpeedOfLight section collected? see vK/ncu_raw.csv)")
+    if vals["duration_us"] <= 0:
+        raise MeasuredFailure(f"ncu reports zero duration for kernel '{kernel_name}': the profile cannot be trusted")
+
+
+def protocol(profile: dict[str, Any]) -> dict[str, Any]:
+    tool = profile.get("tool") or {}
+    return {"clock_control": tool.get("clock_control"), "cache_control": tool.get("cache_control"),
+            "set": tool.get("set"), "sections": tool.get("sections"),
+            "gpu": (profile.get("gpu") or {}).get("name")}
+
+
+def protocol_diff(base: dict[str, Any], cur: dict[str, Any]) -> list[str]:
+    return [f"{f} {cur.get(f)!r} vs v0 {base.get(f)!r}" for f in PROTOCOL_FIELDS if base.get(f) != cur.get(f)]
+
+
+def _timing_block(timing: dict[str, Any]) -> dict[str, Any]:
+    out = {k: timing.get(k) for k in ("method", "warmup", "trials", "l2_flush")}
+    for k in ("median", "p20", "p25", "p75", "p80", "mean", "min", "max", "std"):
+        out[f"{k}_us"] = timing.get(k)
+    out["n"] = timing.get("n")
+    out["samples_us"] = timing.get("samples_us")
+    return out
+
+
+def build_profile(raw_csv_text: str | None, details_csv_text: str | None, timing: dict[str, Any] | None,
+                  context: dict[str, Any]) -> dict[str, Any]:
+    """Parse ncu's CSV pages, map metrics, classify, compare with timing -> ncu.json content.
+
+    ``timing`` is time_callable's result (or None).  ``context`` may hold version,
+    kernel_sha256, kernel_file, tool, gpu, gpu_state and baseline_protocol (v0's protocol(),
+    compared with this one).  Raises MeasuredFailure when the profile caught no kernel or its
+    key counters are missing, NaN or zero.
+    """
+    parsed = ncu_parse.parse(raw_csv_text, details_csv_text)
+    if not parsed:
+        raise MeasuredFailure("the profile caught no kernel: nothing ran inside the NVTX range "
+                              f"'{NVTX_FILTER}' (does the solution launch GPU work?)")
+    warnings: list[str] = []
+    kernels = []
+    for k in parsed:
+        vals, sources = metrics.extract(k)
+        _trust(k["name"], vals)
+        for key, v in vals.items():
+            if isinstance(v, float) and math.isnan(v):
+                warnings.append(f"{key} of kernel '{k['name']}' is NaN in ncu's output; shown as null")
+                vals[key] = None
+        fired, not_eval = classify.symptoms(vals, rules=k["rules"], cc=k.get("cc"))
+        kernels.append({"name": k["name"], "id": k["id"], "grid": k["grid"], "block": k["block"], "cc": k.get("cc"),
+                        "metrics": vals, "metric_sources": sources, "bottleneck": classify.bottleneck(vals),
+                        "rules": k["rules"], "symptoms": fired, "not_evaluated": not_eval,
+                        "sections": k["sections"], "raw_metrics": _json_safe(k["raw"])})
+    longest = max(kernels, key=lambda kr: kr["metrics"]["duration_us"])
+    total_us = sum(kr["metrics"]["duration_us"] for kr in kernels)
+    whole = dict(longest["metrics"], duration_us=total_us)
+
+    # Symptoms of the solution: each tag once, from the longest kernel that fired it.
+    symptoms: dict[str, dict[str, Any]] = {}
+    for kr in sorted(kernels, key=lambda kr: -kr["metrics"]["duration_us"]):
+        for s in kr["symptoms"]:
+            symptoms.setdefault(s["tag"], {**s, "kernel": kr["name"]})
+    order = [c.tag for c in classify.CHECKS]
+    sym_list = sorted(symptoms.values(), key=lambda s: order.index(s["tag"]))
+    if len(kernels) > 1:
+        sym_list.append({"tag": "multi-kernel", "metrics": {"duration_us": total_us},
+                         "thresholds": {"kernels profiled": "> 1"}, "source": "metrics", "kernel": None,
+                         "why": f"{len(kernels)} kernels ran for one solution call"})
+
+    timing_out = None
+    if timing:
+        timing_out = _timing_block(timing)
+        ev = timing.get("median")
+        whole["event_median_us"] = ev
+        if _finite(ev) and ev > 0:
+            ratio = total_us / ev
+            if ratio < COVERAGE_WARN:
+                warnings.append(
+                    f"the profiled kernels ({total_us:.2f} us) cover only {100 * ratio:.0f}% of the event-timed "
+                    f"call ({ev:.2f} us): host overhead, gaps between launches, or work outside the NVTX range")
+            elif abs(total_us - ev) / ev > DIFF_WARN:
+                warnings.append(
+                    f"ncu duration {total_us:.2f} us differs from the CUDA-event median {ev:.2f} us by "
+                    f"{100 * (total_us - ev) / ev:+.0f}% (ncu's clock control and cache flushing change "
+                    "the duration; compare versions under one protocol)")
+    else:
+        whole["event_median_us"] = None
+
+    tool = {f: None for f in TOOL_FIELDS} | dict(context.get("tool") or {})
+    gpu = {f: v for f, v in (context.get("gpu") or {}).items() if v is not None}
+    first = parsed[0]["raw"]
+    gpu.setdefault("name", (first.get("device__attribute_display_name") or {}).get("value"))
+    gpu.setdefault("cc", parsed[0].get("cc"))
+    gpu.setdefault("sm_count", whole.get("sm_count"))
+    gpu_state = dict(context.get("gpu_state") or {})
+    gpu_state.setdefault("ncu_clock_control", tool.get("clock_control"))
+    gpu_state["ncu_sm_clock_hz"] = whole.get("sm_clock_hz")
+    slow = slowdowns(gpu_state.get("after"))
+    if slow:
+        warnings.append(f"the GPU reported clock slowdowns during timing: {', '.join(slow)}")
+
+    profile = {
+        "schema": 1,
+        "version": context.get("version"),
+        "kernel_file": context.get("kernel_file"),
+        "kernel_sha256": context.get("kernel_sha256"),
+        "tool": tool,
+        "gpu": gpu,
+        "gpu_state": gpu_state,
+        "kernels": kernels,
+        "metrics": whole,
+        "timing": timing_out,
+        "bottleneck": classify.bottleneck(whole),
+        "bottleneck_why": classify.bottleneck_why(whole, classify.bottleneck(whole)),
+        "symptoms": sym_list,
+        "not_evaluated": longest["not_evaluated"],
+        "warnings": warnings,
+    }
+    base = context.get("baseline_protocol")
+    if base:
+        diff = protocol_diff(base, protocol(profile))
+        if diff:
+            warnings.append("measured under a different protocol than v0: " + "; ".join(diff))
+    return profile
+
+
+def _top_stalls(m: dict[str, Any], n: int = 5) -> list[tuple[str, float]]:
+    stalls = [(k, v) for k, v in m.items() if k.startswith("stall_") and _finite(v)]
+    return sorted(stalls, key=lambda kv: -kv[1])[:n]
+
+
+def _raw_groups(raw: dict[str, dict[str, Any]]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for name, ent in sorted(raw.items()):
+        unit = name.split("__", 1)[0] if "__" in name else "other"
+        groups.setdefault(unit, []).append((name, ent))
+    return groups
+
+
+def render_summary(profile: dict[str, Any]) -> str:
+    cats = metrics.by_category()
+    cats.pop("warp stalls")
+    rule_rows = [(k["name"], r) for k in profile["kernels"] for r in k["rules"]]
+    rule_rows.sort(key=lambda nr: -(nr[1]["est_speedup_pct"] or 0.0))
+    return render("ncu_summary.md.j2", p=profile, cats=cats, keys=metrics.KEYS, rule_rows=rule_rows,
+                  stalls=_top_stalls(profile["metrics"]), warp_latency=profile["metrics"].get("warp_latency_cycles"))
+
+
+def render_details(profile: dict[str, Any]) -> str:
+    return render("ncu_details.md.j2", p=profile, raw_groups=_raw_groups)
+
+
+def write_profile_artifacts(vdir: Path, profile: dict[str, Any]) -> list[Path]:
+    """Write vdir/ncu.json, ncu_summary.md and ncu_details.md; returns their paths."""
+    vdir = Path(vdir)
+    out = [vdir / "ncu_summary.md", vdir / "ncu_details.md", vdir / "ncu.json"]
+    atomic_write_text(out[0], render_summary(profile))
+    atomic_write_text(out[1], render_details(profile))
+    write_json(out[2], profile)
+    return out
+
+
+# --- GPU part: child processes and ncu --------------------------------------------------------
+def _tail(text: str, n: int = 25) -> str:
+    return "\n".join(text.rstrip().splitlines()[-n:])
+
+
+def run_target(mode: str, spec: dict[str, Any], timeout: float, prefix: list[str] | None = None) -> ChildOutcome:
+    """``[prefix] python -m kernel_loop.ncu_target <mode> <spec>`` through worker.run_child (own process
+    group, killed on timeout, output forwarded to stderr)."""
+    return worker.run_child(mode, spec, timeout, module="kernel_loop.ncu_target", prefix=prefix, tail_lines=200)
+
+
+def child_result(outcome: ChildOutcome, what: str) -> dict[str, Any]:
+    why = outcome.failure()
+    if why:
+        raise MeasuredFailure(f"{what} failed: {why}")
+    if outcome.result.get("error"):
+        raise MeasuredFailure(f"{what} failed: {outcome.result['error']}")
+    return outcome.result
+
+
+def find_ncu() -> str:
+    for cand in (os.environ.get("NCU"), shutil.which("ncu"), "/usr/local/cuda/bin/ncu"):
+        if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
+            return cand
+    raise UsageError("Nsight Compute (ncu) was not found: install it (CUDA toolkit) or put it on PATH, "
+                     "or set NCU=/path/to/ncu")
+
+
+def ncu_version(ncu: str) -> str | None:
+    try:
+        out = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"Version\s+(\S+)", out)
+    return m.group(1) if m else (out.strip().splitlines() or [None])[-1]
+
+
+def ncu_command(ncu: str, ncfg: dict[str, Any], report: Path) -> list[str]:
+    """The ncu command line that prefixes the child (``-o`` takes the report path without .ncu-rep)."""
+    cmd = [ncu, "--nvtx", "--nvtx-include", NVTX_FILTER, "--set", ncfg["set"]]
+    for s in ncfg["sections"]:
+        cmd += ["--section", s]
+    if ncfg.get("clock_control"):
+        cmd += ["--clock-control", ncfg["clock_control"]]
+    if ncfg.get("cache_control"):
+        cmd += ["--cache-control", ncfg["cache_control"]]
+    cmd += [str(a) for a in ncfg.get("extra_args") or []]
+    return cmd + ["-o", str(report.with_suffix("")), "-f"]
+
+
+def ncu_import(ncu: str, report: Path, page: str, timeout: float) -> str:
+    cmd = [ncu, "--import", str(report), "--csv", "--page", page, "--print-units", "base"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise MeasuredFailure(f"'{' '.join(cmd)}' did not finish within {timeout:g} s") from None
+    if proc.returncode != 0:
+        raise MeasuredFailure(f"'{' '.join(cmd)}' failed (exit {proc.returncode}):\n{_tail(proc.stderr + proc.stdout)}")
+    return proc.stdout
+
+
+def check_ncu_output(outcome: ChildOutcome) -> None:
+    """Turn ncu's failure modes into clear errors: permission, the child failing, nothing profiled."""
+    out = outcome.output_tail
+    if "ERR_NVGPUCTRPERM" in out:
+        raise UsageError("ncu may not read the GPU performance counters (ERR_NVGPUCTRPERM): the driver "
+                         "allows it only for administrators. Run as root or set the module option "
+                         "NVreg_RestrictProfilingToAdminUsers=0 (https://developer.nvidia.com/ERR_NVGPUCTRPERM)")
+    child_result(outcome, "the kernel run under ncu")
+    if "No kernels were profiled" in out:
+        raise MeasuredFailure("ncu profiled no kernel (\"No kernels were profiled\"): nothing launched inside "
+                              f"the NVTX range '{NVTX_FILTER}'. Check that run_kernel/solve launches GPU work.\n"
+                              + _tail(out))
+    if outcome.returncode != 0:
+        raise MeasuredFailure(f"ncu failed (exit {outcome.returncode}):\n{_tail(out)}")
+
+
+def ncu_settings(cfg: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    n = dict(cfg.get("ncu") or {})
+    n["set"] = n.get("set") or DEFAULT_SET
+    n["sections"] = list(n["sections"]) if n.get("sections") is not None else list(DEFAULT_SECTIONS)
+    for flag in ("clock_control", "cache_control"):
+        n.setdefault(flag, None)
+        given = getattr(args, flag, None)
+        if given is not None and given != n[flag]:
+            raise UsageError(
+                f"--{flag.replace('_', '-')} {given} disagrees with run.json ncu.{flag} ({n[flag]!r}): "
+                "the protocol is fixed at init so that every version is measured the same way")
+    return n
+
+
+def _check_correctness(vdir: Path, kernel: Path) -> None:
+    cpath = vdir / "correctness.json"
+    if not cpath.is_file():
+        raise UsageError(f"{vdir.name} has no correctness.json: run 'kernel-loop correctness' first")
+    corr = read_json(cpath)
+    if corr.get("result") != "PASS":
+        raise UsageError(f"{vdir.name} correctness is {corr.get('result')!r}, not PASS: fix the kernel and "
+                         "re-run correctness before profiling")
+    if not provenance.matches(vdir, kernel.name) or corr.get("kernel_sha256") != sha256_file(kernel):
+        raise UsageError(f"{kernel.name} changed after correctness passed: re-run correctness")
+
+
+def _require_cuda() -> None:
+    try:
+        import torch
+    except ImportError:
+        raise UsageError("profile needs PyTorch with CUDA (pip install torch)") from None
+    if not torch.cuda.is_available():
+        raise UsageError("profile needs a CUDA GPU, and torch.cuda.is_available() is False on this machine")
+
+
+def run(args: argparse.Namespace) -> int:
+    rd = RunDir.open(args.out)
+    cfg = rd.config()
+    k = rd.current_version()
+    vdir = rd.vdir(k)
+    kernel = rd.kernel_file(k)
+    _check_correctness(vdir, kernel)
+    ncfg = ncu_settings(cfg, args)
+    ncu = find_ncu()
+    _require_cuda()
+    timeout = float(cfg.get("timeout_s") or DEFAULT_TIMEOUT_S)
+    spec = {"run_root": str(rd.root), "kernel_path": str(kernel), "dims": cfg["dims"], "seed": cfg.get("seed", 42),
+            "device": f"cuda:{cfg.get('gpu', 0)}", "warmup": int(cfg.get("warmup", 10)),
+            "trials": int(cfg.get("trials", 100))}
+    report = vdir / "profile.ncu-rep"
+    with step(f"{vdir.name}: timing with CUDA events ({spec['warmup']} warmup, {spec['trials']} trials, L2 flush)"):
+        timed = child_result(run_target("time", spec, timeout), "the timing run")
+    prefix = ncu_command(ncu, ncfg, report)
+    report.unlink(missing_ok=True)  # profile's own output: never let a stale report pass for a new one
+    with step(f"{vdir.name}: profiling under ncu (--set {ncfg['set']}, about 10-30 s)"):
+        outcome = run_target("ncu", spec, timeout, prefix=prefix)
+    check_ncu_output(outcome)
+    if not report.is_file():
+        raise MeasuredFailure(f"ncu did not write {report}:\n{_tail(outcome.output_tail)}")
+    pages = {}
+    for page, dest in (("raw", "ncu_raw.csv"), ("details", "ncu_details.csv")):
+        with step(f"{vdir.name}: ncu --import {report.name} --csv --page {page} -> {dest}"):
+            pages[page] = ncu_import(ncu, report, page, timeout)
+        atomic_write_text(vdir / dest, pages[page])
+
+    base = None
+    if k != 0 and (rd.vdir(0) / "ncu.json").is_file():
+        base = protocol(read_json(rd.vdir(0) / "ncu.json"))
+    tool = {"ncu_version": ncu_version(ncu), "command": prefix[:prefix.index("-o")], "set": ncfg["set"],
+            "sections": ncfg["sections"], "clock_control": ncfg["clock_control"],
+            "cache_control": ncfg["cache_control"]}
+    context = {"version": vdir.name, "kernel_file": kernel.name, "kernel_sha256": sha256_file(kernel),
+               "tool": tool, "gpu": timed.get("gpu"), "gpu_state": {**(timed.get("gpu_state") or {}),
+                                                                    **(timed.get("gpu_state") or {}).get("after", {})},
+               "baseline_protocol": base}
+    profile = build_profile(pages["raw"], pages["details"], timed["timing"], context)
+    files = write_profile_artifacts(vdir, profile)
+    provenance.record(vdir, [*files, kernel, rd.run_json])
+    for w in profile["warnings"]:
+        warn(w)
+    m = profile["metrics"]
+    print(f"{vdir.name}: {profile['bottleneck']}; ncu duration {m['duration_us']:.2f} us, event median "
+          f"{m['event_median_us']:.2f} us; tags: {', '.join(s['tag'] for s in profile['symptoms']) or 'none'}")
+    print(f"wrote {', '.join(str(f.relative_to(rd.root)) for f in files)} and {report.relative_to(rd.root)}")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "profile", help="profile the current version with Nsight Compute",
+        description="Profile the current version vK with Nsight Compute (only the measured call, inside the "
+        f"NVTX range '{NVTX_FILTER}') and time it with CUDA events. Needs correctness PASS for the kernel as it "
+        "is now. Writes vK/ncu.json, ncu_summary.md, ncu_details.md, profile.ncu-rep, ncu_raw.csv, ncu_details.csv.",
+        epilog="Exit codes: 0 written, 1 the run or the profile failed, 2 refused (correctness, flags, environment).")
+    p.add_argument("out", help="the run directory")
+    p.add_argument("--clock-control", dest="clock_control", choices=CLOCK_CHOICES,
+                   help="must equal run.json ncu.clock_control (fixed at init)")
+    p.add_argument("--cache-control", dest="cache_control", choices=CACHE_CHOICES,
+                   help="must equal run.json ncu.cache_control (fixed at init)")
+    p.set_defaults(func=run)

@@ -1,0 +1,220 @@
+"""``report <out>``: render final_report.md (and final_report.png) from the sidecars.
+
+Reads run.json, env.json, every vK's correctness.json / ncu.json / hypothesis
+(``hypothesis.load``: the sidecar, or the text's prediction lines) / kbs_queries.jsonl,
+and benchmark.json; the section order is documented in references/report_template.md.
+``N/A`` marks a null metric, ``unknown`` a value the artifacts do not hold.  A filled
+``## Discussion`` section of an existing final_report.md is kept on re-render.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from . import predictions, symptoms
+from .common import UsageError, atomic_write_text, progress, read_json, warn
+from .hypothesis import TODO, markdown_section, query_hits
+from .hypothesis import load as load_hypothesis
+from .rundir import RunDir
+from .templating import MISSING, Missing, dig, fmt, render
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "report",
+        help="render final_report.md from the measured sidecars",
+        description="Render <out>/final_report.md and final_report.png from run.json, env.json, the versions' "
+        "sidecars and benchmark.json (run benchmark first). See references/report_template.md.",
+    )
+    p.add_argument("out", help="run directory")
+    p.set_defaults(func=run)
+
+
+def _opt_json(path: Path) -> Any:
+    return read_json(path) if path.exists() else MISSING
+
+
+def _num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _ratio(a: Any, b: Any) -> Any:
+    if _num(a) and _num(b) and b:
+        return a / b
+    if isinstance(a, Missing) or isinstance(b, Missing):
+        return MISSING
+    return None
+
+
+def _median(ncu: Any) -> Any:
+    if isinstance(ncu, Missing):
+        return MISSING
+    med = dig(ncu, "timing", "median_us")
+    return med if _num(med) else dig(ncu, "metrics", "event_median_us")
+
+
+def kbs_titles(ids: list[str]) -> dict[str, str]:
+    """{id: title} through the kbs module's ``get`` when it can be used; the id otherwise."""
+    get = None
+    try:
+        from . import kbs
+
+        get = getattr(kbs, "get", None)
+    except Exception:  # the knowledge base is optional for the report
+        get = None
+    out = {}
+    for pid in ids:
+        title = None
+        if callable(get):
+            try:
+                page = get(pid)
+                title = page.get("title") if isinstance(page, dict) else getattr(page, "title", None)
+            except Exception:
+                title = None
+        out[pid] = title or pid
+    return out
+
+
+def _dims(d: Any) -> Any:
+    if isinstance(d, dict):
+        return ", ".join(f"{k}={v}" for k, v in d.items())
+    return d
+
+
+def config_rows(cfg: dict[str, Any], env: Any) -> list[tuple[str, Any]]:
+    """(label, value) rows of the environment and fixed-configuration table."""
+    rows: list[tuple[str, Any]] = [("GPU", dig(env, "gpu", "name"))]
+    tools = dig(env, "versions")
+    rows += [(str(tool), ver) for tool, ver in (tools.items() if isinstance(tools, dict) else [])]
+    tol = dig(cfg, "tolerance")
+    extra = dig(cfg, "extra_shapes")
+    rows += [
+        ("Kernel", dig(cfg, "kernel")), ("Kernel type", dig(cfg, "kernel_type")),
+        ("Implementation", dig(cfg, "impl")), ("Dims", _dims(dig(cfg, "dims"))),
+        ("Extra shapes checked", "; ".join(_dims(d) for d in extra) or "none" if isinstance(extra, list) else extra),
+        ("Seed", dig(cfg, "seed")),
+        ("Tolerance", f"atol {fmt(dig(tol, 'atol'), 1)}, rtol {fmt(dig(tol, 'rtol'), 1)} "
+                      f"(source {fmt(dig(tol, 'source'))})"),
+        ("Planned iterations", dig(cfg, "iterations")),
+        ("Loop timing", f"{fmt(dig(cfg, 'warmup'))} warmup, {fmt(dig(cfg, 'trials'))} trials"),
+        ("Nsight Compute set", dig(cfg, "ncu", "set")),
+        ("Nsight Compute clock control", dig(cfg, "ncu", "clock_control") or "ncu default"),
+    ]
+    return rows
+
+
+def collect(rd: RunDir) -> dict[str, Any]:
+    cfg = rd.config()
+    n = int(cfg.get("iterations", 0))
+    bench = read_json(rd.root / "benchmark.json")
+    env = _opt_json(rd.root / "env.json")
+    versions = []
+    for k in range(n + 1):
+        vdir = rd.vdir(k)
+        corr, ncu = _opt_json(vdir / "correctness.json"), _opt_json(vdir / "ncu.json")
+        hyp = load_hypothesis(vdir) if vdir.is_dir() and k < n else None
+        metrics = dig(ncu, "metrics")
+        versions.append({
+            "name": f"v{k}", "exists": vdir.is_dir(), "correctness": dig(corr, "result"),
+            "median_us": _median(ncu), "metrics": metrics if isinstance(metrics, dict) else {},
+            "mem_sol": dig(ncu, "metrics", "memory_throughput_pct"), "sm_sol": dig(ncu, "metrics", "sm_throughput_pct"),
+            "occupancy": dig(ncu, "metrics", "achieved_occupancy_pct"),
+            "registers": dig(ncu, "metrics", "registers_per_thread"), "bottleneck": dig(ncu, "bottleneck"),
+            "hypothesis": hyp, "hits": query_hits(vdir) if vdir.is_dir() else [],
+            "ncu": ncu,
+        })
+    for v in versions:
+        v["speedup_v0"] = _ratio(versions[0]["median_us"], v["median_us"])
+
+    ab = {(e["from"], e["to"]): e for e in bench.get("ab") or []}
+    transitions, cited = [], []
+    for k in range(n):
+        before, after = versions[k], versions[k + 1]
+        hyp = before["hypothesis"] or {}
+        scored = [predictions.score(p, before["metrics"], after["metrics"]) for p in hyp.get("predictions") or []]
+        transitions.append({
+            "from": before["name"], "to": after["name"], "has_hypothesis": bool(before["hypothesis"]),
+            "single_change": hyp.get("single_change"), "decision_rule": hyp.get("decision_rule"),
+            "scorecard": scored, "held": sum(s["status"] == "held" for s in scored),
+            "ab": ab.get((before["name"], after["name"])),
+        })
+        cited += [pid for pid in hyp.get("evidence") or [] if pid not in cited]
+    titles = kbs_titles(cited)
+    evidence = [{"version": v["name"], "pages": [{"id": pid, "title": titles[pid],
+                                                    "returned": pid in v["hits"]}
+                                                   for pid in (v["hypothesis"] or {}).get("evidence") or []]}
+                for v in versions[:n]]
+
+    last = versions[-1]["ncu"]
+    opportunities = [{"tag": s.get("tag"), "summary": symptoms.SYMPTOMS.get(s.get("tag"), {}).get("summary")
+                      or symptoms.BOTTLENECK_CLASSES.get(s.get("tag"), ""), "metrics": s.get("metrics") or {},
+                      "why": s.get("why")} for s in (dig(last, "symptoms") if isinstance(dig(last, "symptoms"), list) else [])]
+    rules = []
+    for kern in dig(last, "kernels") if isinstance(dig(last, "kernels"), list) else []:
+        for r in kern.get("rules") or []:
+            if _num(r.get("est_speedup_pct")):
+                rules.append({"kernel": kern.get("name"), **r})
+    rules.sort(key=lambda r: -r["est_speedup_pct"])
+
+    rows = {r["name"]: r for r in bench.get("rows") or []}
+    return {"cfg": cfg, "env": env, "config_rows": config_rows(cfg, env), "bench": bench, "n": n, "versions": versions, "transitions": transitions,
+            "evidence": evidence, "opportunities": opportunities, "rules": rules,
+            "solution": rows.get("solution"),
+            "baselines": [r for r in bench.get("rows") or [] if not r["name"].startswith("v") and r["name"] != "solution"]}
+
+
+def chart(path: Path, data: dict[str, Any]) -> str | None:
+    """Time per version with the baselines as horizontal lines; returns why it was skipped, or None."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "the chart was skipped because matplotlib is not installed (pip install matplotlib)"
+    rows = {r["name"]: r for r in data["bench"].get("rows") or []}
+    names, times = [], []
+    for v in data["versions"]:
+        med = dig(rows.get(v["name"]) or {}, "stats_us", "median")
+        med = med if _num(med) else v["median_us"]
+        if _num(med):
+            names.append(v["name"])
+            times.append(med)
+    if not times:
+        return "the chart was skipped because no version has a measured time"
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.bar(names, times, color="#4c72b0", label="kernel versions")
+    for i, b in enumerate(data["baselines"]):
+        med = dig(b, "stats_us", "median")
+        if b["available"] and _num(med):
+            ax.axhline(med, linestyle="--", color=f"C{i + 1}", label=f"{b['name']} ({med:.1f} us)")
+    ax.set_ylabel("median time (us, lower is better)")
+    ax.set_title(f"{data['cfg'].get('kernel', 'kernel')}: time per version")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return None
+
+
+def run(args) -> int:
+    rd = RunDir.open(args.out)
+    if not (rd.root / "benchmark.json").exists():
+        raise UsageError(f"{rd.root / 'benchmark.json'} does not exist: run benchmark first (after the final gate)")
+    data = collect(rd)
+    out_md, out_png = rd.root / "final_report.md", rd.root / "final_report.png"
+    discussion = None
+    if out_md.exists():
+        body = markdown_section(out_md.read_text(encoding="utf-8"), "8. Discussion")
+        if body and TODO not in body:
+            discussion = body
+            progress("keeping the filled Discussion section of the existing final_report.md")
+    chart_note = chart(out_png, data)
+    if chart_note:
+        warn(chart_note)
+    text = render("final_report.md.j2", **data, discussion=discussion, chart_note=chart_note,
+                  chart_file=out_png.name, todo=TODO)
+    atomic_write_text(out_md, text)
+    print(out_md)
+    return 0

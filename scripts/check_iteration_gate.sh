@@ -1,0 +1,533 @@
+#!/usr/bin/env bash
+# Usage: check_iteration_gate.sh <out>/vK [--structural] [--verbose]
+#        check_iteration_gate.sh <out>/vN --final [--structural] [--verbose]
+#
+# The iteration gate of kernel-loop: checks that version vK is complete and
+# measured before the loop moves on, and is the only writer of
+# <out>/current_iteration.txt.  Run with --help for the checks and exit codes.
+set -u
+shopt -s nullglob
+
+readonly PROG=check_iteration_gate
+readonly HYP_HEADINGS='Version:|Current evidence:|Decision link:|Single change:|Rationale:|Expected metric movement:|Risk:|Evidence used:|Decision rule:'
+readonly KBS_HEADINGS='# KBS Evidence|## NCU Facts|## Queries|## Selected Evidence|## Rejected / Limits|## Decision Link'
+readonly TODO_MARK='TODO(kernel-loop)'
+
+usage() {
+  cat <<'EOF'
+Usage: check_iteration_gate.sh <out>/vK [--structural] [--verbose]
+       check_iteration_gate.sh <out>/vN --final [--structural] [--verbose]
+       check_iteration_gate.sh --help
+
+The iteration gate of kernel-loop. Transition mode (the default) checks that
+version vK is complete and measured, then advances <out>/current_iteration.txt
+to v(K+1). --final audits every version v0..vN at the end of the run and never
+writes the state. The run directory <out> is the parent of vK; paths may be
+relative or absolute, contain spaces, and end in a slash.
+
+Options:
+  --final       final audit of v0..vN: every version must pass its checks and
+                current_iteration.txt must name vN; nothing is written
+  --structural  run only the structural checks 1-7 (files, headings, kernel,
+                state, drift); skips the content checks 8-12
+  --verbose     also print a [PASS] line for every check that passed
+  -h, --help    print this help and exit 0
+
+Checks (each failure prints one "[FAIL] vK: ..." line saying what to fix):
+  1  correctness.md, ncu_summary.md, ncu_details.md, kbs_evidence.md exist and
+     are non-empty.
+  2  hypothesis.txt exists with these headings in order, each alone on its
+     line: Version:, Current evidence:, Decision link:, Single change:,
+     Rationale:, Expected metric movement:, Risk:, Evidence used:,
+     Decision rule:.  Transition: required for vK. Final: required for
+     v0..vN-1; checked for vN only when present.
+  3  kbs_evidence.md has, in order: a line starting "# KBS Evidence", then
+     "## NCU Facts", "## Queries", "## Selected Evidence",
+     "## Rejected / Limits", "## Decision Link" (lines inside ``` fences are
+     ignored).
+  4  exactly one kernel file: kernel.py or kernel.cu (not both), else the one
+     .py/.cu file other than ref.py; non-empty; for K > 0 its bytes differ
+     from the previous version's kernel.
+  5  state: current_iteration.txt must name vK (transition) or vN (final).
+     The first v0 transition gate creates it with "v0" when it is absent.
+  6  drift: no version beyond the recorded one holds a kernel, correctness,
+     NCU, KBS or hypothesis file.
+  7  transition mode writes v(K+1) only when every check passed; final mode
+     audits v0..vN and never writes.
+  8  correctness.md records a passing result: a "Result" line or table row
+     whose value is PASS or ALL PASS ("| Result | **PASS** |", "Result: PASS").
+     Every Result line present must pass.
+  9  no TODO(kernel-loop) left in kbs_evidence.md or hypothesis.txt; every
+     hypothesis heading and every "##" section of kbs_evidence.md has a
+     non-blank line before the next heading.
+  10 the kernel differs from the previous version beyond whitespace and
+     comments. Approximation: .py drops everything from "#" to the end of the
+     line and all whitespace except indentation; .cu drops "//" to the end of
+     the line, "/* ... */" blocks and all whitespace. Comment markers inside
+     string literals are treated as comments too; docstrings count as code.
+  11 provenance: vK/measured.sha256 (sha256sum format, paths relative to vK)
+     lists the kernel file, correctness.md, ncu_summary.md, ncu_details.md
+     and ../run.json; every listed file still has its recorded hash; the
+     ../run.json hash equals the one v0 recorded (final: for every version).
+  12 vK/kbs_queries.jsonl has a "purpose": "kernel" line and a
+     "purpose": "bottleneck" line.
+  The gate holds flock(1) on <out>/.gate.lock while it checks and writes
+  (wait limit GATE_LOCK_TIMEOUT seconds, default 120) and writes the state
+  through a temporary file in <out> and mv, so concurrent gates are safe.
+
+Re-running a passed gate: when current_iteration.txt already names v(K+1),
+the transition gate re-checks vK (drift is then judged beyond v(K+1)); if
+every check passes it exits 0 with a note and writes nothing, so a resumed
+agent may re-run it safely. Any other mismatch between vK and the state fails.
+
+Output: [FAIL]/[PASS] lines and a one-line summary on stdout, e.g.
+  gate: v1 passed (transition); current_iteration.txt -> v2
+  gate: v1 FAILED: 2 checks
+Usage errors go to stderr.
+
+Exit codes:
+  0  every check passed (transition: the state now names v(K+1))
+  1  at least one check failed: the state is not changed (except that the
+     first v0 gate has created it with v0), or the lock could not be taken
+  2  usage error: no or extra argument, unknown option, a path that is not a
+     directory, a directory name that is not v<number> (v0, v1, ...; no
+     leading zeros), or <out> not writable for the lock file
+EOF
+}
+
+usage_error() {
+  printf '%s: %s\n' "$PROG" "$1" >&2
+  printf "Run '%s --help' for usage.\n" "${0##*/}" >&2
+  exit 2
+}
+
+# --- reporting ------------------------------------------------------------------
+FAILS=0
+VERBOSE=0
+fail() { FAILS=$((FAILS + 1)); printf '[FAIL] %s\n' "$1"; }
+pass() { if ((VERBOSE)); then printf '[PASS] %s\n' "$1"; fi; return 0; }
+
+# --- small helpers ----------------------------------------------------------------
+# sha256 of a file's bytes (read from stdin so odd names are not escaped).
+digest() {
+  local line
+  line=$(sha256sum <"$1") || return 1
+  printf '%s' "${line%% *}"
+}
+
+nonempty() { [[ -f $1 && -s $1 ]]; }
+
+# Sets KERNEL to the basename of vdir's kernel file, or KERNEL_ERR to why not.
+find_kernel() {
+  local d=$1 f cand='' n=0
+  KERNEL='' KERNEL_ERR=''
+  if [[ -f $d/kernel.py && -f $d/kernel.cu ]]; then
+    KERNEL_ERR='holds both kernel.py and kernel.cu: keep exactly one kernel file'
+    return 1
+  fi
+  for f in kernel.py kernel.cu; do
+    if [[ -f $d/$f ]]; then KERNEL=$f; return 0; fi
+  done
+  for f in "$d"/*.py "$d"/*.cu; do
+    [[ -f $f && ${f##*/} != ref.py ]] || continue
+    n=$((n + 1)); cand=${f##*/}
+  done
+  if ((n == 1)); then KERNEL=$cand; return 0; fi
+  KERNEL_ERR="needs exactly one kernel file (kernel.py or kernel.cu); found $n .py/.cu files besides ref.py"
+  return 1
+}
+
+# The kernel text with comments and insignificant whitespace removed (check 10).
+normalise_kernel() {
+  case $1 in
+    *.py)
+      awk '{
+        sub(/\r$/, ""); sub(/#.*/, "")
+        match($0, /^[ \t]*/); lead = substr($0, 1, RLENGTH); rest = substr($0, RLENGTH + 1)
+        gsub(/[ \t]+/, "", rest)
+        if (rest != "") print lead rest
+      }' "$1"
+      ;;
+    *)
+      awk '{ buf = buf $0 "\n" }
+      END {
+        out = ""
+        while (1) {
+          b = index(buf, "/*"); l = index(buf, "//")
+          if (b == 0 && l == 0) { out = out buf; break }
+          if (b != 0 && (l == 0 || b < l)) {
+            out = out substr(buf, 1, b - 1) " "; rest = substr(buf, b + 2); e = index(rest, "*/")
+            buf = (e == 0) ? "" : substr(rest, e + 2)
+          } else {
+            out = out substr(buf, 1, l - 1); rest = substr(buf, l + 2); e = index(rest, "\n")
+            buf = (e == 0) ? "" : substr(rest, e)
+          }
+        }
+        gsub(/[ \t\r\n\f\v]+/, "", out); printf "%s", out
+      }' "$1"
+      ;;
+  esac
+}
+
+# Print the first expected heading that is missing or out of order (empty: all found).
+# $1: headings separated by "|"; $2: 1 for markdown (first heading is a prefix, fences skipped).
+first_missing_heading() {
+  awk -v hs="$1" -v md="$2" '
+    BEGIN { n = split(hs, H, "|"); i = 1 }
+    { sub(/\r$/, ""); t = $0; sub(/[ \t]+$/, "", t)
+      if (md && t ~ /^```/) { fence = !fence; next }
+      if (fence || i > n) next
+      if (t == H[i] || (md && i == 1 && index(t, H[1]) == 1)) i++ }
+    END { if (i <= n) print H[i] }' "$3"
+}
+
+# Print every heading/section whose body has no non-blank line (check 9).
+empty_sections() {
+  awk -v hs="$1" -v md="$2" '
+    BEGIN { n = split(hs, H, "|"); for (j = 1; j <= n; j++) isH[H[j]] = 1 }
+    { sub(/\r$/, ""); t = $0; sub(/[ \t]+$/, "", t)
+      if (md && t ~ /^```/) { fence = !fence; body = 1; next }
+      head = md ? (!fence && t ~ /^##?[ \t]/) : (t in isH)
+      if (head) { if (cur != "" && !body) print cur; cur = (md && t ~ /^# /) ? "" : t; body = 0; next }
+      if (t ~ /[^ \t]/) body = 1 }
+    END { if (cur != "" && !body) print cur }' "$3"
+}
+
+# Parse vdir/measured.sha256 into M_PATH[]/M_HASH[]; M_BAD counts malformed lines.
+parse_manifest() {
+  local line re='^\\?([0-9a-fA-F]{64}) [ *](.+)$' p
+  M_PATH=() M_HASH=() M_BAD=0
+  [[ -f $1/measured.sha256 ]] || return 1
+  while IFS= read -r line || [[ -n $line ]]; do
+    line=${line%$'\r'}
+    [[ -n ${line//[[:space:]]/} ]] || continue
+    if [[ $line =~ $re ]]; then
+      p=${BASH_REMATCH[2]}
+      M_PATH+=("${p#./}"); M_HASH+=("${BASH_REMATCH[1],,}")
+    else
+      M_BAD=$((M_BAD + 1))
+    fi
+  done <"$1/measured.sha256"
+  return 0
+}
+
+# The hash vdir recorded for path $2, or nothing.
+recorded_hash() {
+  local i
+  parse_manifest "$1" || return 1
+  for i in "${!M_PATH[@]}"; do
+    if [[ ${M_PATH[$i]} == "$2" ]]; then printf '%s' "${M_HASH[$i]}"; return 0; fi
+  done
+  return 1
+}
+
+# --- per-version checks (1-4, 8-12) -------------------------------------------------
+# $1: version number; $2: 1 when hypothesis.txt is required.
+check_version() {
+  local k=$1 need_hyp=$2 v="v$1" d="$OUT/v$1" f missing=() rel hits bad prev_kernel
+  local kernel_ok=0 differs=0
+  if [[ ! -d $d ]]; then
+    fail "$v: the folder $v is missing: every version v0..v$N must exist for the final audit"
+    return
+  fi
+
+  # 1. measured and written files
+  for f in correctness.md ncu_summary.md ncu_details.md kbs_evidence.md; do
+    nonempty "$d/$f" || missing+=("$f")
+  done
+  if ((${#missing[@]})); then
+    fail "$v: missing or empty: ${missing[*]} (correctness.md: kernel-loop correctness; ncu_*: kernel-loop profile; kbs_evidence.md: kernel-loop kbs, then fill it in)"
+  else
+    pass "$v: correctness.md, ncu_summary.md, ncu_details.md, kbs_evidence.md present"
+  fi
+
+  # 2. hypothesis headings
+  local hyp="$d/hypothesis.txt" hyp_checked=0
+  if ((need_hyp)) || [[ -e $hyp ]]; then
+    if ! nonempty "$hyp"; then
+      fail "$v: hypothesis.txt is missing or empty: write the single next change (kernel-loop hypothesis drafts it; format in references/hypothesis.md)"
+    else
+      hits=$(first_missing_heading "$HYP_HEADINGS" 0 "$hyp")
+      if [[ -n $hits ]]; then
+        fail "$v: hypothesis.txt lacks the heading '$hits' (missing, out of order, or not alone on its line); headings in order: ${HYP_HEADINGS//|/ }"
+      else
+        pass "$v: hypothesis.txt has every heading in order"; hyp_checked=1
+      fi
+    fi
+  fi
+
+  # 3. kbs_evidence.md headings
+  local kbs="$d/kbs_evidence.md" kbs_checked=0
+  if nonempty "$kbs"; then
+    hits=$(first_missing_heading "$KBS_HEADINGS" 1 "$kbs")
+    if [[ -n $hits ]]; then
+      fail "$v: kbs_evidence.md lacks '$hits' (missing or out of order); sections in order: # KBS Evidence, ## NCU Facts, ## Queries, ## Selected Evidence, ## Rejected / Limits, ## Decision Link"
+    else
+      pass "$v: kbs_evidence.md has every section in order"; kbs_checked=1
+    fi
+  fi
+
+  # 4. exactly one kernel, non-empty, bytes differ from the previous version
+  if ! find_kernel "$d"; then
+    fail "$v: $KERNEL_ERR"
+  elif [[ ! -s $d/$KERNEL ]]; then
+    fail "$v: $KERNEL is empty"
+  elif ((k > 0)); then
+    local kname=$KERNEL
+    if ! find_kernel "$OUT/v$((k - 1))"; then
+      fail "$v: cannot compare with v$((k - 1)): v$((k - 1)) has no single kernel file"
+    else
+      prev_kernel="$OUT/v$((k - 1))/$KERNEL"
+      if [[ $(digest "$d/$kname") == "$(digest "$prev_kernel")" ]]; then
+        fail "$v: $kname is byte-identical to v$((k - 1))/$KERNEL: make the single change from hypothesis.txt of v$((k - 1))"
+      else
+        pass "$v: $kname present and differs from v$((k - 1))/$KERNEL"; differs=1
+      fi
+    fi
+    KERNEL=$kname; kernel_ok=1
+  else
+    pass "$v: $KERNEL present"; kernel_ok=1
+  fi
+
+  ((STRUCTURAL)) && return
+
+  # 8. correctness passed
+  if nonempty "$d/correctness.md"; then
+    bad=$(awk '
+      { line = $0; sub(/\r$/, "", line); gsub(/\*\*|__|`/, "", line)
+        if (line ~ /^[ \t]*\|[ \t]*[Rr]esult[ \t]*\|/) {
+          sub(/^[ \t]*\|[ \t]*[Rr]esult[ \t]*\|[ \t]*/, "", line); sub(/[ \t]*\|.*$/, "", line)
+        } else if (line ~ /^[ \t]*([-*][ \t]+)?[Rr]esult[ \t]*:/) {
+          sub(/^[ \t]*([-*][ \t]+)?[Rr]esult[ \t]*:[ \t]*/, "", line); sub(/[ \t]+$/, "", line)
+        } else next
+        seen = 1
+        if (line != "PASS" && line != "ALL PASS" && bad == "") bad = (line == "" ? "(empty)" : line) }
+      END { if (!seen) print "no Result line"; else if (bad != "") print "Result is " bad }' "$d/correctness.md")
+    if [[ -n $bad ]]; then
+      fail "$v: correctness has not passed ($bad in correctness.md): fix the kernel and re-run kernel-loop correctness"
+    else
+      pass "$v: correctness.md records PASS"
+    fi
+  fi
+
+  # 9. templates filled in
+  for f in kbs_evidence.md hypothesis.txt; do
+    [[ -f $d/$f ]] || continue
+    hits=$(grep -nF -- "$TODO_MARK" "$d/$f" | cut -d: -f1 | tr '\n' ' ')
+    if [[ -n $hits ]]; then
+      fail "$v: $f still has $TODO_MARK on line(s) ${hits% }: replace each with real content"
+    else
+      pass "$v: $f has no $TODO_MARK"
+    fi
+  done
+  if ((hyp_checked)); then
+    hits=$(empty_sections "$HYP_HEADINGS" 0 "$hyp" | tr '\n' ' ')
+    if [[ -n $hits ]]; then fail "$v: hypothesis.txt has empty heading(s): ${hits% } (write at least one line under each)"
+    else pass "$v: every hypothesis.txt heading has content"; fi
+  fi
+  if ((kbs_checked)); then
+    hits=$(empty_sections '' 1 "$kbs" | awk '{ printf "%s\"%s\"", sep, $0; sep = ", " }')
+    if [[ -n $hits ]]; then fail "$v: kbs_evidence.md has empty section(s): $hits (write at least one line under each)"
+    else pass "$v: every kbs_evidence.md section has content"; fi
+  fi
+
+  # 10. change beyond whitespace and comments
+  if ((differs)); then
+    if [[ $(normalise_kernel "$d/$KERNEL" | sha256sum) == "$(normalise_kernel "$prev_kernel" | sha256sum)" ]]; then
+      fail "$v: $KERNEL differs from v$((k - 1)) only in whitespace or comments: make a real code change"
+    else
+      pass "$v: $KERNEL changes code, not only whitespace or comments"
+    fi
+  fi
+
+  # 11. provenance
+  if ! parse_manifest "$d"; then
+    fail "$v: measured.sha256 is missing: run kernel-loop correctness and kernel-loop profile, which record what they measured"
+  else
+    local paths=("${M_PATH[@]}") hashes=("${M_HASH[@]}") i want have prov_fail=0
+    local wanted=(correctness.md ncu_summary.md ncu_details.md ../run.json)
+    ((kernel_ok)) && wanted=("$KERNEL" "${wanted[@]}")
+    ((M_BAD)) && { fail "$v: measured.sha256 has $M_BAD malformed line(s): expected '<sha256>  <path>'"; prov_fail=1; }
+    for want in "${wanted[@]}"; do
+      have=0
+      for rel in "${paths[@]}"; do [[ $rel == "$want" ]] && have=1; done
+      if ((!have)); then
+        fail "$v: measured.sha256 does not list $want: re-run $( [[ $want == ncu_* ]] && printf 'kernel-loop profile' || printf 'kernel-loop correctness and profiling')"
+        prov_fail=1
+      fi
+    done
+    for i in "${!paths[@]}"; do
+      rel=${paths[$i]}
+      if [[ ! -f $d/$rel ]]; then
+        fail "$v: $rel is listed in measured.sha256 but missing: re-run correctness and profiling"; prov_fail=1
+      elif [[ $(digest "$d/$rel") != "${hashes[$i]}" ]]; then
+        if [[ $rel == ../run.json ]]; then
+          fail "$v: run configuration changed during the run: ../run.json changed after $v was measured (restore it or start a new run)"
+        elif [[ $rel == ncu* ]]; then
+          fail "$v: $rel changed after it was measured: re-run profiling"
+        else
+          fail "$v: $rel changed after it was measured: re-run correctness and profiling"
+        fi
+        prov_fail=1
+      fi
+    done
+    if ((k > 0)); then
+      have=''
+      for i in "${!paths[@]}"; do [[ ${paths[$i]} == ../run.json ]] && have=${hashes[$i]}; done
+      want=$(recorded_hash "$OUT/v0" ../run.json)
+      if [[ -z $want ]]; then
+        fail "$v: run configuration cannot be compared: v0/measured.sha256 records no ../run.json"; prov_fail=1
+      elif [[ -n $have && $have != "$want" ]]; then
+        fail "$v: run configuration changed during the run: $v measured a different run.json than v0"; prov_fail=1
+      fi
+    fi
+    ((prov_fail)) || pass "$v: measured.sha256 lists and matches every measured file"
+  fi
+
+  # 12. KBS queries
+  local q="$d/kbs_queries.jsonl" purpose
+  if [[ ! -f $q ]]; then
+    fail "$v: kbs_queries.jsonl is missing: run kernel-loop kbs (it logs a kernel and a bottleneck query)"
+  else
+    for purpose in kernel bottleneck; do
+      if grep -Eq "\"purpose\":[[:space:]]*\"$purpose\"" "$q"; then
+        pass "$v: kbs_queries.jsonl has a $purpose query"
+      else
+        fail "$v: kbs_queries.jsonl has no \"purpose\": \"$purpose\" query: run kernel-loop kbs"
+      fi
+    done
+  fi
+}
+
+# --- run-level checks (5, 6) ----------------------------------------------------------
+# Sets STATE to the recorded version number, "" when absent, "?" when corrupt.
+read_state() {
+  local text=''
+  STATE='' STATE_TEXT=''
+  [[ -e $STATE_FILE ]] || return 0
+  IFS= read -r text <"$STATE_FILE" || true
+  text=${text%$'\r'}; text=${text#"${text%%[![:space:]]*}"}; text=${text%"${text##*[![:space:]]}"}
+  STATE_TEXT=$text
+  if [[ $text =~ ^v(0|[1-9][0-9]{0,8})$ ]]; then STATE=${BASH_REMATCH[1]}; else STATE='?'; fi
+}
+
+# 6. no artifacts beyond version $1
+check_drift() {
+  local limit=$1 dir name j f found
+  for dir in "$OUT"/v*/; do
+    name=${dir%/}; name=${name##*/}
+    [[ $name =~ ^v(0|[1-9][0-9]{0,8})$ ]] || continue
+    j=${BASH_REMATCH[1]}
+    ((j > limit)) || continue
+    found=()
+    for f in "$dir"*.py "$dir"*.cu "$dir"correctness.* "$dir"ncu* "$dir"profile.ncu-rep "$dir"kbs_* "$dir"hypothesis.txt; do
+      [[ -f $f && ${f##*/} != ref.py ]] && found+=("${f##*/}")
+    done
+    if ((${#found[@]})); then
+      fail "state drift: $name holds ${found[*]} but current_iteration.txt is at v$limit: gate the versions in order, or move $name's files aside"
+      return
+    fi
+  done
+  pass "no artifacts beyond v$limit"
+}
+
+write_state() {
+  local tmp
+  tmp=$(mktemp "$OUT/.current_iteration.XXXXXX") || return 1
+  if printf 'v%s\n' "$1" >"$tmp" && mv -f -- "$tmp" "$STATE_FILE"; then return 0; fi
+  rm -f -- "$tmp"
+  return 1
+}
+
+# --- main -------------------------------------------------------------------------------
+main() {
+  local arg target='' final=0 abs note=''
+  STRUCTURAL=0
+  for arg in "$@"; do
+    case $arg in
+      -h | --help) usage; exit 0 ;;
+    esac
+  done
+  for arg in "$@"; do
+    case $arg in
+      --final) final=1 ;;
+      --structural) STRUCTURAL=1 ;;
+      --verbose) VERBOSE=1 ;;
+      -*) usage_error "unknown option '$arg'" ;;
+      *) [[ -z $target ]] || usage_error "one version directory expected, got '$target' and '$arg'"
+         target=$arg ;;
+    esac
+  done
+  [[ -n $target ]] || usage_error "missing the version directory (<out>/vK)"
+  [[ -d $target ]] || usage_error "'$target' is not a directory"
+  abs=$(cd -- "$target" && pwd) || usage_error "cannot enter '$target'"
+  VNAME=${abs##*/}
+  [[ $VNAME =~ ^v(0|[1-9][0-9]{0,8})$ ]] ||
+    usage_error "'$VNAME' is not a version directory name (v0, v1, ...; no leading zeros)"
+  K=${BASH_REMATCH[1]}
+  OUT=${abs%/*}; [[ -n $OUT ]] || OUT=/
+  STATE_FILE="$OUT/current_iteration.txt"
+
+  local lockfd
+  { exec {lockfd}>>"$OUT/.gate.lock"; } 2>/dev/null || usage_error "cannot create the lock file $OUT/.gate.lock"
+  if ! flock -w "${GATE_LOCK_TIMEOUT:-120}" "$lockfd"; then
+    printf '%s: another gate holds %s; gave up after %ss\n' "$PROG" "$OUT/.gate.lock" "${GATE_LOCK_TIMEOUT:-120}" >&2
+    exit 1
+  fi
+
+  read_state
+  local rerun=0 drift_limit=$K
+  N=$K
+  if ((final)); then
+    if [[ $STATE == "$K" ]]; then
+      pass "current_iteration.txt names v$K"
+    elif [[ -z $STATE ]]; then
+      fail "current_iteration.txt is missing: the final audit needs every transition gate v0..v$((K - 1)) passed first"
+    else
+      fail "current_iteration.txt names '$STATE_TEXT', not v$K: the final audit runs on the recorded version"
+    fi
+    check_drift "$K"
+    for ((j = 0; j <= K; j++)); do check_version "$j" $((j < K)); done
+  else
+    if [[ -z $STATE && $K == 0 ]]; then
+      if write_state 0; then note='created current_iteration.txt with v0'; STATE=0
+      else fail "cannot write $STATE_FILE"; fi
+    fi
+    if [[ $STATE == "$K" ]]; then
+      pass "current_iteration.txt names v$K"
+    elif [[ $STATE == "$((K + 1))" ]]; then
+      rerun=1; drift_limit=$((K + 1))
+      pass "current_iteration.txt already names v$((K + 1)); re-checking v$K without writing"
+    elif [[ -z $STATE ]]; then
+      fail "current_iteration.txt is missing: run the gate on v0 first (only the first v0 gate creates it)"
+    elif [[ $STATE == '?' ]]; then
+      fail "current_iteration.txt holds '${STATE_TEXT:0:40}', not a version name: the state is corrupt; write the version being worked on (v0, v1, ...) into it"
+    elif ((STATE < K)); then
+      fail "current_iteration.txt names v$STATE: v$STATE has not passed its gate yet; gate v$STATE first"
+    else
+      fail "current_iteration.txt names v$STATE, so v$K was passed earlier: gate v$STATE instead"
+    fi
+    [[ $STATE == '?' || -z $STATE ]] || ((STATE <= K + 1)) || drift_limit=$STATE
+    check_drift "$drift_limit"
+    check_version "$K" 1
+  fi
+
+  [[ -n $note ]] && printf 'note: %s\n' "$note"
+  if ((FAILS)); then
+    printf 'gate: v%s FAILED: %d check%s\n' "$K" "$FAILS" "$([[ $FAILS == 1 ]] || printf s)"
+    exit 1
+  fi
+  if ((final)); then
+    printf 'gate: v%s passed (final audit of v0..v%s)\n' "$K" "$K"
+  elif ((rerun)); then
+    printf 'gate: v%s passed (transition, already recorded); current_iteration.txt stays v%s\n' "$K" "$((K + 1))"
+  elif write_state $((K + 1)); then
+    printf 'gate: v%s passed (transition); current_iteration.txt -> v%s\n' "$K" "$((K + 1))"
+  else
+    printf '%s: v%s passed but %s could not be written\n' "$PROG" "$K" "$STATE_FILE" >&2
+    exit 1
+  fi
+  exit 0
+}
+
+main "$@"

@@ -1,0 +1,100 @@
+#!/usr/bin/env bats
+# shellcheck shell=bats
+# Check 2 (hypothesis.txt headings) and the hypothesis half of check 9 (filled, no TODO).
+bats_require_minimum_version 1.5.0
+load test_helper
+
+@test "a filled hypothesis passes checks 2 and 9" {
+  make_run
+  run -0 gate "$OUT/v0" --verbose
+  assert_line '[PASS] v0: hypothesis.txt has every heading in order'
+  assert_line '[PASS] v0: every hypothesis.txt heading has content'
+  assert_line '[PASS] v0: hypothesis.txt has no TODO(kernel-loop)'
+}
+
+@test "missing or empty hypothesis.txt fails in transition mode" {
+  make_run
+  rm "$OUT/v0/hypothesis.txt"
+  run gate "$OUT/v0" --structural
+  assert_only_failure 'v0: hypothesis.txt is missing or empty'
+  : >"$OUT/v0/hypothesis.txt"
+  run gate "$OUT/v0" --structural
+  assert_only_failure 'v0: hypothesis.txt is missing or empty'
+}
+
+@test "each missing heading is named" {
+  make_run
+  local h
+  cp "$OUT/v0/hypothesis.txt" "$BATS_TEST_TMPDIR/hyp"
+  for h in 'Version:' 'Current evidence:' 'Decision link:' 'Single change:' 'Rationale:' \
+    'Expected metric movement:' 'Risk:' 'Evidence used:' 'Decision rule:'; do
+    grep -vxF -- "$h" "$BATS_TEST_TMPDIR/hyp" >"$OUT/v0/hypothesis.txt"
+    run gate "$OUT/v0" --structural
+    assert_only_failure "hypothesis.txt lacks the heading '$h'"
+  done
+}
+
+@test "headings out of order fail" {
+  make_run
+  # swap Risk: and Rationale: (with their bodies)
+  awk '/^Rationale:$/ { r = 1 } /^Expected metric movement:$/ { r = 0 }
+       r { held = held $0 "\n"; next }
+       /^Evidence used:$/ { printf "%s", held } { print }' "$OUT/v0/hypothesis.txt" >"$BATS_TEST_TMPDIR/h"
+  mv "$BATS_TEST_TMPDIR/h" "$OUT/v0/hypothesis.txt"
+  run gate "$OUT/v0" --structural
+  assert_only_failure "hypothesis.txt lacks the heading 'Expected metric movement:'"
+}
+
+@test "a heading with its value on the same line fails" {
+  make_run
+  sed -i '1,2c Version: v0' "$OUT/v0/hypothesis.txt"
+  run gate "$OUT/v0" --structural
+  assert_only_failure "hypothesis.txt lacks the heading 'Version:'"
+}
+
+@test "trailing spaces and CRLF line ends after a heading are tolerated" {
+  make_run
+  sed -i 's/^Risk:$/Risk:   /; s/$/\r/' "$OUT/v0/hypothesis.txt"
+  measure 0
+  run -0 gate "$OUT/v0"
+}
+
+@test "an empty heading body fails check 9, not the structural gate" {
+  make_run
+  sed -i '/^Risk:$/{n;d}' "$OUT/v0/hypothesis.txt"
+  run gate "$OUT/v0"
+  assert_only_failure 'v0: hypothesis.txt has empty heading(s): Risk:'
+  run -0 gate "$OUT/v0" --structural
+}
+
+@test "blank lines do not count as a body; the last heading needs one too" {
+  make_run
+  sed -i '/^Keep the change/d' "$OUT/v0/hypothesis.txt"
+  printf '   \n\n' >>"$OUT/v0/hypothesis.txt"
+  run gate "$OUT/v0"
+  assert_only_failure 'empty heading(s): Decision rule:'
+}
+
+@test "a TODO(kernel-loop) marker fails check 9 with its line number" {
+  make_run
+  sed -i 's/^Double BLOCK in kernel.py.$/TODO(kernel-loop)/' "$OUT/v0/hypothesis.txt"
+  run gate "$OUT/v0"
+  assert_only_failure 'v0: hypothesis.txt still has TODO(kernel-loop) on line(s) 9'
+  run -0 gate "$OUT/v0" --structural
+}
+
+@test "final mode: v0..vN-1 need a hypothesis, vN does not" {
+  advance_to 1
+  rm "$OUT/v1/hypothesis.txt"
+  run -0 gate "$OUT/v1" --final
+  rm "$OUT/v0/hypothesis.txt"
+  run gate "$OUT/v1" --final
+  assert_only_failure 'v0: hypothesis.txt is missing or empty'
+}
+
+@test "final mode: a hypothesis present in vN is checked" {
+  advance_to 1
+  sed -i '/^Rationale:$/d' "$OUT/v1/hypothesis.txt"
+  run gate "$OUT/v1" --final
+  assert_only_failure "v1: hypothesis.txt lacks the heading 'Rationale:'"
+}

@@ -1,0 +1,107 @@
+#!/usr/bin/env bats
+# shellcheck shell=bats
+# Check 3 (kbs_evidence.md sections), its half of check 9, and check 12 (kbs_queries.jsonl).
+bats_require_minimum_version 1.5.0
+load test_helper
+
+@test "a filled kbs_evidence.md passes checks 3 and 9" {
+  make_run
+  run -0 gate "$OUT/v0" --verbose
+  assert_line '[PASS] v0: kbs_evidence.md has every section in order'
+  assert_line '[PASS] v0: every kbs_evidence.md section has content'
+  assert_line '[PASS] v0: kbs_evidence.md has no TODO(kernel-loop)'
+}
+
+@test "the title may be bare or carry more text" {
+  make_run
+  sed -i '1s/.*/# KBS Evidence/' "$OUT/v0/kbs_evidence.md"
+  run -0 gate "$OUT/v0" --structural
+  sed -i '1s/.*/# KBS Evidence - v0 (softmax, H200)/' "$OUT/v0/kbs_evidence.md"
+  run -0 gate "$OUT/v0" --structural
+}
+
+@test "a missing title fails" {
+  make_run
+  sed -i '1s/.*/# Evidence/' "$OUT/v0/kbs_evidence.md"
+  run gate "$OUT/v0" --structural
+  assert_only_failure "kbs_evidence.md lacks '# KBS Evidence'"
+}
+
+@test "each missing section is named" {
+  make_run
+  local h
+  cp "$OUT/v0/kbs_evidence.md" "$BATS_TEST_TMPDIR/kbs"
+  for h in '## NCU Facts' '## Queries' '## Selected Evidence' '## Rejected / Limits' '## Decision Link'; do
+    grep -vxF -- "$h" "$BATS_TEST_TMPDIR/kbs" >"$OUT/v0/kbs_evidence.md"
+    run gate "$OUT/v0" --structural
+    assert_only_failure "kbs_evidence.md lacks '$h'"
+  done
+}
+
+@test "sections out of order fail" {
+  make_run
+  sed -i 's/^## Queries$/## TMP/; s/^## Selected Evidence$/## Queries/; s/^## TMP$/## Selected Evidence/' "$OUT/v0/kbs_evidence.md"
+  run gate "$OUT/v0" --structural
+  assert_only_failure "kbs_evidence.md lacks '## Selected Evidence'"
+}
+
+@test "a heading inside a code fence does not count" {
+  make_run
+  local f="$OUT/v0/kbs_evidence.md"
+  grep -vxF '## Decision Link' "$f" >"$BATS_TEST_TMPDIR/k"
+  # shellcheck disable=SC2016  # literal backticks
+  printf '```\n## Decision Link\n```\n' >>"$BATS_TEST_TMPDIR/k"
+  mv "$BATS_TEST_TMPDIR/k" "$f"
+  run gate "$OUT/v0" --structural
+  assert_only_failure "kbs_evidence.md lacks '## Decision Link'"
+}
+
+@test "an empty section fails check 9; extra sections need content too" {
+  make_run
+  local f="$OUT/v0/kbs_evidence.md"
+  sed -i '/^- cuda-async-copy/d' "$f"
+  run gate "$OUT/v0"
+  assert_only_failure 'kbs_evidence.md has empty section(s): "## Rejected / Limits"'
+  run -0 gate "$OUT/v0" --structural
+  make_run
+  printf '\n## Notes\n\n' >>"$f"
+  run gate "$OUT/v0"
+  assert_only_failure 'empty section(s): "## Notes"'
+}
+
+@test "TODO(kernel-loop) in kbs_evidence.md fails check 9" {
+  make_run
+  printf 'TODO(kernel-loop)\n' >>"$OUT/v0/kbs_evidence.md"
+  run gate "$OUT/v0"
+  assert_only_failure 'v0: kbs_evidence.md still has TODO(kernel-loop) on line(s) 19'
+}
+
+@test "kbs_queries.jsonl: missing file fails" {
+  make_run
+  rm "$OUT/v0/kbs_queries.jsonl"
+  run gate "$OUT/v0"
+  assert_only_failure 'v0: kbs_queries.jsonl is missing'
+  run -0 gate "$OUT/v0" --structural
+}
+
+@test "kbs_queries.jsonl: a kernel and a bottleneck query are both required" {
+  make_run
+  local q="$OUT/v0/kbs_queries.jsonl"
+  cp "$q" "$BATS_TEST_TMPDIR/q"
+  grep -v '"bottleneck"' "$BATS_TEST_TMPDIR/q" >"$q"
+  run gate "$OUT/v0"
+  assert_only_failure 'kbs_queries.jsonl has no "purpose": "bottleneck" query'
+  grep -v '"kernel"' "$BATS_TEST_TMPDIR/q" >"$q"
+  run gate "$OUT/v0"
+  assert_only_failure 'kbs_queries.jsonl has no "purpose": "kernel" query'
+  printf '{"purpose": "extra", "query": "kernel bottleneck"}\n' >"$q"
+  run -1 gate "$OUT/v0"
+  assert_line 'gate: v0 FAILED: 2 checks'
+}
+
+@test "kbs_queries.jsonl: compact JSON and extra queries pass" {
+  make_run
+  printf '%s\n' '{"purpose":"bottleneck","query":"x","hits":[]}' '{"purpose": "extra", "query": "y"}' \
+    '{"query":"z","purpose":  "kernel"}' >"$OUT/v0/kbs_queries.jsonl"
+  run -0 gate "$OUT/v0"
+}

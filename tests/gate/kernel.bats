@@ -1,0 +1,122 @@
+#!/usr/bin/env bats
+# shellcheck shell=bats
+# Check 4 (exactly one non-empty kernel, bytes differ) and check 10 (differs beyond
+# whitespace and comments).
+bats_require_minimum_version 1.5.0
+load test_helper
+
+@test "kernel.py passes; v1 with a real change passes checks 4 and 10" {
+  advance_to 1
+  run -0 gate "$OUT/v1" --verbose
+  assert_line '[PASS] v1: kernel.py present and differs from v0/kernel.py'
+  assert_line '[PASS] v1: kernel.py changes code, not only whitespace or comments'
+}
+
+@test "no kernel file fails" {
+  make_run
+  rm "$OUT/v0/kernel.py"
+  run gate "$OUT/v0" --structural
+  assert_only_failure 'v0: needs exactly one kernel file (kernel.py or kernel.cu); found 0'
+}
+
+@test "kernel.py and kernel.cu together fail" {
+  make_run
+  printf '__global__ void k() {}\n' >"$OUT/v0/kernel.cu"
+  run gate "$OUT/v0" --structural
+  assert_only_failure 'holds both kernel.py and kernel.cu'
+}
+
+@test "kernel.py next to other .py files is fine; ref.py never counts" {
+  make_run
+  printf 'X = 1\n' >"$OUT/v0/launch_helpers.py"
+  cp "$OUT/ref.py" "$OUT/v0/ref.py"
+  run -0 gate "$OUT/v0" --structural
+}
+
+@test "one other-named kernel file is accepted, two are not" {
+  make_run
+  mv "$OUT/v0/kernel.py" "$OUT/v0/softmax.py"
+  cp "$OUT/ref.py" "$OUT/v0/ref.py"
+  measure 0
+  run -0 gate "$OUT/v0"
+  rm "$OUT/current_iteration.txt"
+  printf '__global__ void k() {}\n' >"$OUT/v0/softmax.cu"
+  run gate "$OUT/v0" --structural
+  assert_only_failure 'found 2 .py/.cu files besides ref.py'
+}
+
+@test "an empty kernel fails" {
+  make_run
+  : >"$OUT/v0/kernel.py"
+  run gate "$OUT/v0" --structural
+  assert_only_failure 'v0: kernel.py is empty'
+}
+
+@test "v1 byte-identical to v0 fails" {
+  advance_to 1
+  cp "$OUT/v0/kernel.py" "$OUT/v1/kernel.py"
+  measure 1
+  run gate "$OUT/v1" --structural
+  assert_only_failure 'v1: kernel.py is byte-identical to v0/kernel.py'
+}
+
+@test ".py: a change only in comments and whitespace fails check 10" {
+  advance_to 1
+  { sed 's/  # version 0/   # tuned later/; s/^    offs = /    offs  =  /' "$OUT/v0/kernel.py"
+    printf '\n# trailing note\n\n'; } >"$OUT/v1/kernel.py"
+  measure 1
+  run gate "$OUT/v1"
+  assert_only_failure 'v1: kernel.py differs from v0 only in whitespace or comments'
+  run -0 gate "$OUT/v1" --structural
+}
+
+@test ".py: a change in indentation counts as code" {
+  advance_to 1
+  sed 's/^    e = tl.exp/        e = tl.exp/' "$OUT/v0/kernel.py" >"$OUT/v1/kernel.py"
+  measure 1
+  run -0 gate "$OUT/v1"
+}
+
+write_cu() {
+  cat >"$1" <<'CU'
+// vector add
+__global__ void vadd(const float* a, const float* b, float* c, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;  /* global index */
+  if (i < n) c[i] = a[i] + b[i];
+}
+CU
+}
+
+cu_run() {
+  make_run
+  rm "$OUT/v0/kernel.py"
+  write_cu "$OUT/v0/kernel.cu"
+  measure 0
+  "$GATE" "$OUT/v0" >/dev/null
+  make_version 1
+  rm "$OUT/v1/kernel.py"
+}
+
+@test ".cu: // and /* */ comment and whitespace changes fail check 10" {
+  cu_run
+  { printf '/* header\n   spanning lines */\n'
+    sed 's|// vector add|// elementwise add, v1|; s|/\* global index \*/|/* i */|; s/  if (i < n)/  if (i<n)/' "$OUT/v0/kernel.cu"
+  } >"$OUT/v1/kernel.cu"
+  measure 1
+  run gate "$OUT/v1"
+  assert_only_failure 'v1: kernel.cu differs from v0 only in whitespace or comments'
+}
+
+@test ".cu: a code change passes" {
+  cu_run
+  sed 's/a\[i\] + b\[i\]/__ldg(a + i) + __ldg(b + i)/' "$OUT/v0/kernel.cu" >"$OUT/v1/kernel.cu"
+  measure 1
+  run -0 gate "$OUT/v1"
+}
+
+@test "the previous version without a kernel cannot be compared" {
+  advance_to 1
+  mv "$OUT/v0/kernel.py" "$OUT/v0/kernel.py.old"
+  run -1 gate "$OUT/v1" --structural
+  assert_line --partial '[FAIL] v1: cannot compare with v0: v0 has no single kernel file'
+}

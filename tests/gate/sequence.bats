@@ -1,0 +1,101 @@
+#!/usr/bin/env bats
+# shellcheck shell=bats
+# Whole runs: v0 -> v1 -> v2 -> final, re-running a passed gate, concurrent gates.
+bats_require_minimum_version 1.5.0
+load test_helper
+
+@test "v0 -> v1 -> v2 -> final audit" {
+  make_run
+  run -0 gate "$OUT/v0"
+  assert_line 'gate: v0 passed (transition); current_iteration.txt -> v1'
+  make_version 1
+  run -0 gate "$OUT/v1"
+  assert_line 'gate: v1 passed (transition); current_iteration.txt -> v2'
+  make_version 2
+  run -0 gate "$OUT/v2" --final
+  assert_output 'gate: v2 passed (final audit of v0..v2)'
+  assert_equal "$(state)" v2
+}
+
+@test "the final audit re-checks every earlier version" {
+  advance_to 2
+  printf 'BLOCK = 1024\n' >>"$OUT/v0/kernel.py"
+  run gate "$OUT/v2" --final
+  assert_only_failure 'v0: kernel.py changed after it was measured'
+}
+
+@test "the final audit needs every version folder" {
+  advance_to 2
+  rm -r "$OUT/v1"
+  run -1 gate "$OUT/v2" --final
+  assert_line --partial '[FAIL] v1: the folder v1 is missing'
+  assert_line --partial '[FAIL] v2: cannot compare with v1'
+}
+
+@test "the final audit before the last transition fails on the state" {
+  advance_to 1
+  make_version 2
+  run -1 gate "$OUT/v2" --final
+  assert_line --partial "[FAIL] current_iteration.txt names 'v1', not v2"
+  assert_equal "$(state)" v1
+}
+
+@test "re-running a passed gate passes idempotently and writes nothing" {
+  advance_to 1
+  # next_version has copied the kernel into v1 already; that is not drift
+  local before
+  before=$(stat -c '%i %Y' "$OUT/current_iteration.txt")
+  sleep 1
+  run -0 gate "$OUT/v0"
+  assert_line 'gate: v0 passed (transition, already recorded); current_iteration.txt stays v1'
+  assert_equal "$(stat -c '%i %Y' "$OUT/current_iteration.txt")" "$before"
+  run -0 gate "$OUT/v0" --verbose
+  assert_line '[PASS] current_iteration.txt already names v1; re-checking v0 without writing'
+  assert_line '[PASS] no artifacts beyond v1'
+}
+
+@test "re-running a passed gate whose version has since broken fails, state untouched" {
+  advance_to 1
+  printf 'oops\n' >>"$OUT/v0/ncu_details.md"
+  run gate "$OUT/v0"
+  assert_only_failure 'v0: ncu_details.md changed after it was measured: re-run profiling'
+  assert_equal "$(state)" v1
+}
+
+@test "a re-run still reports drift beyond v(K+1)" {
+  advance_to 1
+  mkdir "$OUT/v2"
+  printf 'x = 1\n' >"$OUT/v2/kernel.py"
+  run gate "$OUT/v0"
+  assert_only_failure 'state drift: v2 holds kernel.py but current_iteration.txt is at v1'
+}
+
+@test "two gates at once on the same version leave a valid state" {
+  make_run
+  "$GATE" "$OUT/v0" >"$BATS_TEST_TMPDIR/a" 3>&- &
+  local a=$!
+  "$GATE" "$OUT/v0" >"$BATS_TEST_TMPDIR/b" 3>&- &
+  local b=$!
+  wait "$a"
+  wait "$b"
+  assert_equal "$(state)" v1
+  run cat "$BATS_TEST_TMPDIR/a" "$BATS_TEST_TMPDIR/b"
+  assert_line 'gate: v0 passed (transition); current_iteration.txt -> v1'
+  assert_line 'gate: v0 passed (transition, already recorded); current_iteration.txt stays v1'
+}
+
+@test "six concurrent gates on one version: exactly one advances the state" {
+  make_run
+  local pids=() i
+  for i in 1 2 3 4 5 6; do
+    "$GATE" "$OUT/v0" >"$BATS_TEST_TMPDIR/out$i" 3>&- &
+    pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i"; done
+  assert_equal "$(state)" v1
+  run -0 grep -h '^gate:' "$BATS_TEST_TMPDIR"/out?
+  assert_equal "$(grep -c -- '-> v1$' <<<"$output")" 1
+  assert_equal "$(grep -c 'stays v1$' <<<"$output")" 5
+  run -0 find "$OUT" -maxdepth 1 -name '.current_iteration.*'
+  assert_output ''
+}

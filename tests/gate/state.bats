@@ -1,0 +1,146 @@
+#!/usr/bin/env bats
+# shellcheck shell=bats
+# Checks 5-7 and 13: current_iteration.txt, state drift, who writes the state, the lock.
+bats_require_minimum_version 1.5.0
+load test_helper
+
+@test "the first v0 gate creates the state and advances it to v1" {
+  make_run
+  [[ ! -e $OUT/current_iteration.txt ]]
+  run -0 gate "$OUT/v0"
+  assert_line 'note: created current_iteration.txt with v0'
+  assert_equal "$(state)" v1
+}
+
+@test "a failing first v0 gate leaves the state at v0" {
+  make_run
+  rm "$OUT/v0/ncu_summary.md"
+  run -1 gate "$OUT/v0"
+  assert_equal "$(state)" v0
+  run -1 gate "$OUT/v0"
+  refute_line --partial 'note:'
+}
+
+@test "a failing gate does not touch an existing state file" {
+  advance_to 1
+  rm "$OUT/v1/correctness.md"
+  local before
+  before=$(stat -c '%i %Y %s' "$OUT/current_iteration.txt")
+  sleep 1
+  run -1 gate "$OUT/v1"
+  assert_equal "$(stat -c '%i %Y %s' "$OUT/current_iteration.txt")" "$before"
+  assert_equal "$(state)" v1
+}
+
+@test "a missing state for K > 0 fails" {
+  advance_to 1
+  rm "$OUT/current_iteration.txt"
+  run gate "$OUT/v1"
+  assert_only_failure 'current_iteration.txt is missing: run the gate on v0 first'
+  [[ ! -e $OUT/current_iteration.txt ]]
+}
+
+@test "a corrupt state fails and is left alone" {
+  advance_to 1
+  local bad
+  for bad in 'banana' 'v01' 'v1 v2' '1' ''; do
+    printf '%s\n' "$bad" >"$OUT/current_iteration.txt"
+    run gate "$OUT/v1"
+    assert_only_failure "current_iteration.txt holds '$bad', not a version name: the state is corrupt"
+    assert_equal "$(state)" "$bad"
+  done
+}
+
+@test "surrounding whitespace in the state is tolerated" {
+  advance_to 1
+  printf '  v1 \r\n' >"$OUT/current_iteration.txt"
+  run -0 gate "$OUT/v1"
+  assert_equal "$(state)" v2
+}
+
+@test "a state naming an earlier version fails: gate it first" {
+  advance_to 1
+  make_version 2
+  printf 'v0\n' >"$OUT/current_iteration.txt"
+  run -1 gate "$OUT/v1"
+  assert_line --partial '[FAIL] current_iteration.txt names v0: v0 has not passed its gate yet; gate v0 first'
+  assert_equal "$(state)" v0
+}
+
+@test "a state two or more versions ahead fails" {
+  advance_to 2
+  "$GATE" "$OUT/v2" >/dev/null
+  run gate "$OUT/v0"
+  assert_only_failure 'current_iteration.txt names v3, so v0 was passed earlier: gate v3 instead'
+  assert_equal "$(state)" v3
+}
+
+@test "artifacts beyond the recorded version are state drift" {
+  advance_to 1
+  mkdir -p "$OUT/v2" "$OUT/v5"
+  printf 'notes\n' >"$OUT/v2/notes.txt"
+  run -0 gate "$OUT/v1" --structural
+  printf 'v1\n' >"$OUT/current_iteration.txt"
+  local f
+  for f in kernel.py kernel.cu other.py correctness.md correctness.json ncu.json ncu_summary.md \
+    profile.ncu-rep kbs_evidence.md kbs_queries.jsonl hypothesis.txt; do
+    printf 'x\n' >"$OUT/v5/$f"
+    run gate "$OUT/v1" --structural
+    assert_only_failure "state drift: v5 holds $f but current_iteration.txt is at v1"
+    rm "$OUT/v5/$f"
+  done
+  printf 'x\n' >"$OUT/v5/ref.py"
+  run -0 gate "$OUT/v1" --structural
+}
+
+@test "final mode requires the state to name vN and never writes it" {
+  advance_to 1
+  local before
+  before=$(stat -c '%i %Y' "$OUT/current_iteration.txt")
+  sleep 1
+  run -0 gate "$OUT/v1" --final
+  assert_line 'gate: v1 passed (final audit of v0..v1)'
+  assert_equal "$(stat -c '%i %Y' "$OUT/current_iteration.txt")" "$before"
+  rm "$OUT/current_iteration.txt"
+  run gate "$OUT/v1" --final
+  assert_only_failure 'current_iteration.txt is missing: the final audit needs'
+  [[ ! -e $OUT/current_iteration.txt ]]
+  printf 'v0\n' >"$OUT/current_iteration.txt"
+  run gate "$OUT/v1" --final
+  assert_only_failure "current_iteration.txt names 'v0', not v1"
+  assert_equal "$(state)" v0
+}
+
+@test "a pass leaves no temporary files; the lock file stays in <out>" {
+  make_run
+  run -0 gate "$OUT/v0"
+  [[ -f $OUT/.gate.lock ]]
+  run -0 find "$OUT" -maxdepth 1 -name '.current_iteration.*'
+  assert_output ''
+}
+
+hold_lock() {
+  # exec replaces the subshell with sleep, so $! is the process holding the lock
+  (flock 9 && touch "$BATS_TEST_TMPDIR/locked" && exec sleep "$1") 9>>"$OUT/.gate.lock" 3>&- &
+  HOLDER=$!
+  local i
+  for ((i = 0; i < 100; i++)); do [[ -e $BATS_TEST_TMPDIR/locked ]] && return 0; sleep 0.05; done
+  return 1
+}
+
+@test "a gate waits for the lock and gives up after GATE_LOCK_TIMEOUT" {
+  make_run
+  hold_lock 30
+  GATE_LOCK_TIMEOUT=1 run -1 --separate-stderr gate "$OUT/v0"
+  kill "$HOLDER"
+  assert_output ''
+  [[ $stderr == "check_iteration_gate: another gate holds "*"gave up after 1s" ]]
+  [[ ! -e $OUT/current_iteration.txt ]]
+}
+
+@test "a gate blocked by the lock proceeds once it is released" {
+  make_run
+  hold_lock 2
+  run -0 gate "$OUT/v0"
+  assert_equal "$(state)" v1
+}

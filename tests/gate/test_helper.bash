@@ -1,0 +1,192 @@
+# shellcheck shell=bash
+# Shared set-up for the gate tests (tests/gate/*.bats).
+#
+# Run:   BATS_LIB_PATH=$PWD/node_modules node_modules/bats/bin/bats tests/gate
+# Each test gets a hermetic run directory "$OUT" (its path holds a space to catch
+# quoting bugs), a temporary HOME and a reset PATH.  make_run builds a complete,
+# valid v0; make_version K adds a valid vK whose kernel differs from v(K-1);
+# measure K re-hashes vK like the correctness/profile helpers do.
+#
+# failsafe.bats holds one test that must fail; it is skipped unless
+# BATS_RUN_FAILSAFE=1 (then bats reports exactly that one failure).
+
+bats_load_library bats-support
+bats_load_library bats-assert
+
+REPO_ROOT=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
+# GATE_UNDER_TEST lets failsafe.bats run the suite against a sabotaged copy.
+GATE="${GATE_UNDER_TEST:-$REPO_ROOT/scripts/check_iteration_gate.sh}"
+export GATE_LOCK_TIMEOUT=20
+
+setup() {
+  TEST_HOME="$BATS_TEST_TMPDIR/home dir"
+  OUT="$BATS_TEST_TMPDIR/kernel run"
+  mkdir -p "$TEST_HOME" "$OUT"
+  export HOME="$TEST_HOME" PATH=/usr/local/bin:/usr/bin:/bin
+}
+
+# The gate, as "run" sees it: gate <args...>
+gate() { "$GATE" "$@"; }
+
+write_run_json() {
+  printf '{"schema": 1, "kernel": "softmax", "kernel_type": "softmax", "impl": "triton", "dims": {"M": 4096, "N": 8192}, "seed": %s}\n' \
+    "${1:-42}" >"$OUT/run.json"
+}
+
+# A valid run directory with v0 only (no current_iteration.txt yet).
+make_run() {
+  write_run_json
+  printf 'def reference(x):\n    return x.softmax(-1)\n' >"$OUT/ref.py"
+  make_version 0
+}
+
+kernel_text() {
+  cat <<EOF
+import triton
+import triton.language as tl
+
+BLOCK = $((64 * ($1 + 1)))  # version $1
+
+
+@triton.jit
+def softmax_kernel(x_ptr, y_ptr, n):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=-float("inf"))
+    e = tl.exp(x - tl.max(x, 0))
+    tl.store(y_ptr + offs, e / tl.sum(e, 0), mask=offs < n)
+EOF
+}
+
+write_hypothesis() {
+  cat >"$1/hypothesis.txt" <<EOF
+Version:
+${1##*/}
+Current evidence:
+dram_throughput_pct = 41.5, achieved_occupancy_pct = 30.2, bottleneck = latency-bound
+stall_long_scoreboard = 12.4 (symptom: long-scoreboard)
+Decision link:
+Long-scoreboard stalls at low occupancy; triton-block-size says larger tiles keep more loads in flight.
+Single change:
+Double BLOCK in kernel.py.
+Rationale:
+Each program then issues twice the loads before waiting, hiding DRAM latency.
+Expected metric movement:
+duration: -20%
+dram_throughput_pct: +15
+registers_per_thread: <= 64
+Risk:
+Register use grows with the tile and may lower occupancy.
+Evidence used:
+- triton-block-size
+- gpu-latency-hiding
+Decision rule:
+Keep the change if correctness passes and duration drops at least 10%; otherwise revert it.
+EOF
+}
+
+write_kbs_evidence() {
+  cat >"$1/kbs_evidence.md" <<EOF
+# KBS Evidence - ${1##*/}
+
+## NCU Facts
+- dram_throughput_pct = 41.5
+- stall_long_scoreboard = 12.4, bottleneck latency-bound
+
+## Queries
+- kernel: "triton softmax" -> triton-block-size
+- bottleneck: "latency-bound long scoreboard" -> gpu-latency-hiding
+
+## Selected Evidence
+- triton-block-size: larger BLOCK raises bytes in flight per program.
+
+## Rejected / Limits
+- cuda-async-copy: needs a rewrite larger than one step.
+
+## Decision Link
+Long-scoreboard stalls -> triton-block-size -> double BLOCK.
+EOF
+}
+
+# Re-hash vK's measured files, as correctness + profile do.
+measure() {
+  (cd "$OUT/v$1" && sha256sum "$(kernel_name "$1")" correctness.md ncu_summary.md ncu_details.md ../run.json >measured.sha256)
+}
+
+kernel_name() {
+  local f
+  for f in "$OUT/v$1"/*.py "$OUT/v$1"/*.cu; do
+    [[ -f $f && ${f##*/} != ref.py ]] && { printf '%s' "${f##*/}"; return 0; }
+  done
+  printf 'kernel.py'
+}
+
+# make_version K: a complete, measured vK.
+make_version() {
+  local d="$OUT/v$1"
+  mkdir -p "$d"
+  kernel_text "$1" >"$d/kernel.py"
+  printf '# Correctness - v%s\n\n| field | value |\n|---|---|\n| Result | PASS |\n| max_abs_err | 3.1e-07 |\n' "$1" >"$d/correctness.md"
+  printf '# NCU summary - v%s\n\nduration_us = %s\nbottleneck: latency-bound\n' "$1" "$((90 - 10 * $1))" >"$d/ncu_summary.md"
+  printf '# NCU details - v%s\n\n| metric | value |\n|---|---|\n| dram_throughput_pct | 41.5 |\n' "$1" >"$d/ncu_details.md"
+  write_kbs_evidence "$d"
+  write_hypothesis "$d"
+  printf '%s\n' '{"purpose": "kernel", "query": "triton softmax", "filters": {}, "hits": ["triton-block-size"], "time": "2025-01-01T00:00:00"}' \
+    '{"purpose": "bottleneck", "query": "latency-bound", "filters": {}, "hits": ["gpu-latency-hiding"], "time": "2025-01-01T00:00:01"}' >"$d/kbs_queries.jsonl"
+  measure "$1"
+}
+
+# advance_to N: v0..vN exist and the gates of v0..v(N-1) have passed.
+advance_to() {
+  local k
+  make_run
+  for ((k = 0; k < $1; k++)); do
+    "$GATE" "$OUT/v$k" >/dev/null || return 1
+    make_version $((k + 1))
+  done
+}
+
+state() { cat "$OUT/current_iteration.txt"; }
+
+# Assert the gate failed (exit 1) with exactly one [FAIL] line, containing $1.
+# shellcheck disable=SC2154  # status and output are set by bats' run
+assert_only_failure() {
+  assert_equal "$status" 1
+  local fails
+  fails=$(grep -c '^\[FAIL\]' <<<"$output")
+  assert_equal "$fails" 1
+  assert_line --partial "$1"
+  assert_line --regexp '^gate: v[0-9]+ FAILED: 1 check$'
+}
+
+# Fill the TODO(kernel-loop) markers of an extracted template with realistic
+# text chosen by the heading they sit under.
+fill_template() {
+  awk '
+    BEGIN {
+      F["Version:"] = "v0"
+      F["Current evidence:"] = "dram_throughput_pct = 38.0, bottleneck = memory-bound"
+      F["Decision link:"] = "Uncoalesced loads waste DRAM bandwidth; see coalescing-basics."
+      F["Single change:"] = "Load rows with contiguous offsets instead of strided ones."
+      F["Rationale:"] = "Contiguous lanes merge into full 32-byte sectors."
+      F["Expected metric movement:"] = "duration: -25%\nsectors_per_request_ld: <= 4"
+      F["Risk:"] = "Tail rows need a mask; a wrong mask corrupts the last row."
+      F["Evidence used:"] = "- coalescing-basics"
+      F["Decision rule:"] = "Keep it if correctness passes and duration drops 10% or more."
+      F["TITLE"] = "v0"
+      F["## NCU Facts"] = "- sectors_per_request_ld = 16.0"
+      F["## Queries"] = "- kernel: \"softmax triton\" -> coalescing-basics"
+      F["## Selected Evidence"] = "- coalescing-basics: contiguous lanes cut sectors per request."
+      F["## Rejected / Limits"] = "- tma-loads: Hopper-only rewrite, too large for one step."
+      F["## Decision Link"] = "16 sectors per request -> coalescing-basics -> contiguous loads."
+    }
+    { line = $0; sub(/[ \t]+$/, "", line) }
+    line in F { cur = line }
+    /^# KBS Evidence/ { sub(/TODO\(kernel-loop\)/, F["TITLE"]); print; next }
+    /TODO\(kernel-loop\)/ { gsub(/TODO\(kernel-loop\)/, F[cur]) }
+    { print }' "$1"
+}
+
+# Print the first fenced block of file $1 opened by the fence line $2.
+fenced_block() {
+  awk -v open="$2" '$0 == open && !f { f = 1; next } f && /^```[ \t]*$/ { exit } f' "$1"
+}

@@ -1,0 +1,236 @@
+"""benchmark on CPU: baselines parsing, bootstrap interval and verdicts, roofline, the pure assembly
+of benchmark.json from a child result, version selection, the final-gate refusal and the child's
+no-GPU error.  The child result used here is SYNTHETIC (runfixture.synthetic_child_result)."""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+import pytest
+import runfixture as rf
+from conftest import cuda_available
+from kernel_loop import benchmark as B
+from kernel_loop import rundir
+from kernel_loop.common import MeasuredFailure, UsageError, read_json, write_json
+
+TIMING = {"method": "cuda_event", "warmup": 10, "trials": 40, "discard_first": 0, "l2_flush": True}
+
+
+def test_parse_baselines():
+    assert B.parse_baselines("all") == list(B.BASELINES)
+    assert B.parse_baselines("none") == []
+    assert B.parse_baselines("torch-compile, pytorch-eager,torch-compile") == ["torch-compile", "pytorch-eager"]
+    with pytest.raises(UsageError, match="unknown baseline.*cudnn"):
+        B.parse_baselines("pytorch-eager,cudnn")
+
+
+def noisy(center, n, rng, spread=0.01):
+    return [center * (1 + rng.gauss(0, spread)) for _ in range(n)]
+
+
+def test_bootstrap_is_deterministic_and_covers_the_true_ratio():
+    rng = random.Random(3)
+    a, b = noisy(100.0, 60, rng), noisy(80.0, 60, rng)  # true ratio 1.25
+    ci = B.bootstrap_ci(a, b)
+    assert ci == B.bootstrap_ci(a, b)
+    assert ci[0] < 1.25 < ci[1]
+    assert ci[0] <= statistics.median(a) / statistics.median(b) <= ci[1]
+    assert ci[1] - ci[0] < 0.05
+    assert B.bootstrap_ci(a, b, seed=1) != ci  # the seed is what makes it repeatable
+
+
+def test_bootstrap_coverage_over_many_synthetic_pairs():
+    rng = random.Random(11)
+    covered = sum(
+        lo <= 1.1 <= hi
+        for lo, hi in (B.bootstrap_ci(noisy(110.0, 40, rng), noisy(100.0, 40, rng), n_boot=400, seed=s)
+                       for s in range(40))
+    )
+    assert covered >= 32  # nominal 95 %; the median bootstrap is a little conservative or liberal
+
+
+def test_verdicts():
+    assert B.verdict((1.01, 1.05)) == "faster"
+    assert B.verdict((0.95, 0.99)) == "slower"
+    assert B.verdict((0.99, 1.02)) == "within noise"
+    rng = random.Random(5)
+    same = B.ab_entry({"from": "v0", "to": "v1", "samples_a": noisy(50.0, 50, rng), "samples_b": noisy(50.0, 50, rng)})
+    assert same["verdict"] == "within noise" and same["ci95"][0] < 1 < same["ci95"][1]
+    with pytest.raises(ValueError):
+        B.bootstrap_ci([], [1.0])
+
+
+def test_roofline_fractions_and_missing_peaks():
+    env = {"peaks": {"copy_bandwidth_gbs": 3300.0, "matmul_tflops": {"bf16": 989.0, "fp32": 67.0}}}
+    r = B.roofline(2.0e12, 3.3e9, 1000.0, "bfloat16", env)  # 2 TFLOP and 3.3 GB in 1 ms
+    assert r["achieved_tflops"] == pytest.approx(2000.0) and r["tflops_fraction"] == pytest.approx(2000 / 989)
+    assert r["achieved_gbs"] == pytest.approx(3300.0) and r["bandwidth_fraction"] == pytest.approx(1.0)
+    r = B.roofline(None, 3.3e9, 1000.0, "float8_e4m3fn", {})
+    assert r["achieved_tflops"] is None and r["bandwidth_fraction"] is None
+    assert "copy_bandwidth_gbs" in r["notes"][0]
+    assert B.roofline(None, None, 10.0, "float32", env) is None
+    assert B.roofline(1e9, None, 10.0, "float16", env)["peak_tflops"] is None
+
+
+def test_finish_computes_speedups_and_flags():
+    res = rf.synthetic_child_result()
+    b = B.finish(res, version="v3", selection="best", timing=TIMING, tolerance=None, env=None)
+    rows = {r["name"]: r for r in b["rows"]}
+    sol = rows["solution"]["stats_us"]["median"]
+    assert b["speedups"]["pytorch-eager"] == pytest.approx(rows["pytorch-eager"]["stats_us"]["median"] / sol)
+    assert "flashinfer" not in b["speedups"] and rows["flashinfer"]["why"]
+    assert [(e["from"], e["to"]) for e in b["ab"]] == [("v0", "v1"), ("v1", "v2"), ("v2", "v3")]
+    assert [e["verdict"] for e in b["ab"]] == ["faster", "slower", "faster"]
+    assert b["flags"] == [] and b["roofline"]["bandwidth_fraction"] is None  # no env.json peaks given
+    assert set(rows["solution"]["stats_us"]) == set(B.STAT_KEYS)
+
+    eager = next(it for it in res["items"] if it["name"] == "pytorch-eager")
+    eager["stats_us"] = dict(eager["stats_us"], median=sol * 12)
+    compile_ = next(it for it in res["items"] if it["name"] == "torch-compile")
+    compile_.update(correct=False, error="y: max abs err 0.3")
+    b = B.finish(res, version="v3", selection="best", timing=TIMING, tolerance=None, env=None)
+    assert any("above 10x" in f and "pytorch-eager" in f for f in b["flags"])
+    assert any("torch-compile disagrees" in f for f in b["flags"]) and "torch-compile" not in b["speedups"]
+
+
+def test_finish_flags_a_wrong_solution_and_gives_no_speedups():
+    res = rf.synthetic_child_result()
+    res["items"][0].update(correct_after=False, error="y: 8192 mismatches after timing")
+    b = B.finish(res, version="v3", selection="best", timing=TIMING, tolerance=None, env=None)
+    assert b["speedups"] == {} and "failed the correctness check" in b["flags"][0]
+
+
+def test_select_version(tmp_path):
+    root = rf.build_complete(tmp_path / "run")
+    rd = rundir.RunDir.open(root)
+    assert B.select_version(rd, 3, "best") == 3
+    assert B.select_version(rd, 3, "v1") == 1
+    corr = read_json(root / "v3" / "correctness.json")
+    write_json(root / "v3" / "correctness.json", dict(corr, result="FAIL"))
+    assert B.select_version(rd, 3, "best") == 1  # next fastest correct
+    with pytest.raises(UsageError, match="did not pass"):
+        B.select_version(rd, 3, "v3")
+    with pytest.raises(UsageError, match="does not exist"):
+        B.select_version(rd, 3, "v7")
+
+
+@pytest.fixture
+def fake_gate(tmp_path, monkeypatch):
+    """A stand-in gate script whose exit code the test sets (the real gate has its own bats tests)."""
+    script = tmp_path / "gate.sh"
+
+    def make(rc, text):
+        script.write_text(f'#!/usr/bin/env bash\necho "{text} $*"\nexit {rc}\n')
+        monkeypatch.setattr(B, "gate_script", lambda: script)
+
+    return make
+
+
+def test_refuses_before_the_final_gate_passes(tmp_path, fake_gate, capsys):
+    root = rf.build_complete(tmp_path / "run")
+    fake_gate(1, "FAIL: v3/measured.sha256 ncu.json changed")
+    assert rf.cli(B, ["benchmark", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "only after the final gate passes" in err and "ncu.json changed" in err and "v3 --final" in err
+    assert not (root / "benchmark.json").exists()
+
+
+def needs_gate():
+    try:
+        rundir.gate_script()
+    except UsageError:
+        pytest.skip("scripts/check_iteration_gate.sh is not there yet")
+
+
+def test_real_final_gate_decides(tmp_path, monkeypatch, capsys):
+    needs_gate()
+    root = rf.build_with_gate(tmp_path / "run")
+    monkeypatch.setattr(B, "run_child", lambda spec, timeout: rf.synthetic_child_result())
+    (root / "v3" / "ncu_summary.md").write_text("edited after it was measured\n")
+    assert rf.cli(B, ["benchmark", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "only after the final gate passes" in err and "[FAIL]" in err and "ncu_summary.md" in err
+    assert not (root / "benchmark.json").exists()
+    rf.write_measurements(root, 3)  # measured again: the final audit passes
+    assert rf.cli(B, ["benchmark", str(root)]) == 0
+    assert read_json(root / "benchmark.json")["version"] == "v3"
+
+
+def test_run_with_a_synthetic_child_result(tmp_path, fake_gate, monkeypatch, capsys):
+    root = rf.build_complete(tmp_path / "run")
+    fake_gate(0, "PASS")
+    seen = {}
+
+    def child(spec, timeout):
+        seen.update(spec=spec, timeout=timeout)
+        return rf.synthetic_child_result()
+
+    monkeypatch.setattr(B, "run_child", child)
+    assert rf.cli(B, ["benchmark", str(root), "--baselines", "pytorch-eager,torch-compile", "--trials", "40"]) == 0
+    spec = seen["spec"]
+    assert spec["solution"]["version"] == "v3" and spec["seed"] == 42 and spec["dims"] == {"M": 8192, "N": 4096}
+    assert spec["ab"] == [["v0", "v1"], ["v1", "v2"], ["v2", "v3"]] and len(spec["versions"]) == 4
+    assert spec["baselines"] == ["pytorch-eager", "torch-compile"] and spec["warmup"] == 10
+    assert spec["tolerance"]["atol"] == 1e-5 and seen["timeout"] == 600
+    bench = read_json(root / "benchmark.json")
+    assert bench["version"] == "v3" and bench["timing"]["trials"] == 40 and bench["gate"] == "passed"
+    assert bench["roofline"]["bandwidth_fraction"] == pytest.approx(
+        8.0 * 8192 * 4096 / (bench["rows"][0]["stats_us"]["median"] * 1e-6) / 1e9 / 3300.0)
+    md = (root / "benchmark.md").read_text()
+    assert "| solution | yes |" in md and "faster" in md and "slower" in md and "no: ref.py's reference()" in md
+    assert capsys.readouterr().out.strip().endswith("benchmark.json")
+
+
+def test_run_fails_when_the_solution_is_wrong(tmp_path, fake_gate, monkeypatch):
+    root = rf.build_complete(tmp_path / "run")
+    fake_gate(0, "PASS")
+    res = rf.synthetic_child_result()
+    res["items"][0].update(correct=False, error="y: 12 mismatches")
+    monkeypatch.setattr(B, "run_child", lambda spec, timeout: res)
+    with pytest.raises(MeasuredFailure, match="12 mismatches"):
+        B.run(B_args(root))
+    assert read_json(root / "benchmark.json")["flags"]
+
+
+def B_args(root, **kw):
+    import argparse
+
+    d = dict(out=str(root), version="best", baselines="all", timing="cuda_event", warmup=None, trials=None,
+             discard_first=0, all_versions=False)
+    d.update(kw)
+    return argparse.Namespace(**d)
+
+
+def test_bad_timing_options(tmp_path):
+    root = rf.build_complete(tmp_path / "run")
+    with pytest.raises(UsageError, match="discard-first"):
+        B.run(B_args(root, trials=5, discard_first=5))
+
+
+@pytest.mark.skipif(cuda_available(), reason="checks the no-GPU error path")
+def test_child_without_cuda_gives_a_usage_error(tmp_path):
+    root = rf.build_complete(tmp_path / "run")
+    spec = {"run_root": str(root), "cfg": read_json(root / "run.json"), "method": "cuda_event"}
+    with pytest.raises(UsageError, match="no CUDA device"):
+        B.run_child(spec, 120)
+
+
+def test_child_crash_and_timeout_are_clear_failures(monkeypatch):
+    import subprocess
+
+    def crashed(cmd, **kw):
+        assert cmd[1:4] == ["-m", "kernel_loop.benchmark", "--child"]
+        assert kw["env"]["PYTHONPATH"].startswith(str(rf.hypothesis.__file__).rsplit("/kernel_loop/", 1)[0])
+        return subprocess.CompletedProcess(cmd, -11, stdout="")
+
+    monkeypatch.setattr(B.subprocess, "run", crashed)
+    with pytest.raises(MeasuredFailure, match=r"crashed \(exit -11\) without a result"):
+        B.run_child({"x": 1}, 120)
+
+    def too_slow(cmd, **kw):
+        raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+
+    monkeypatch.setattr(B.subprocess, "run", too_slow)
+    with pytest.raises(MeasuredFailure, match="timeout_s \\(7 s\\)"):
+        B.run_child({"x": 1}, 7)

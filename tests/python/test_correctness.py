@@ -1,0 +1,194 @@
+"""correctness on CPU: tolerances, comparisons, the Triton interpreter path, KernelBench, crashes and hangs.
+
+The harness's cpu mode (KERNEL_LOOP_DEVICE=cpu) runs .py kernels on the CPU; Triton kernels run
+under TRITON_INTERPRET=1.  Every trivially wrong candidate must FAIL with exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import klcli
+import pytest
+import torch
+
+from kernel_loop import correctness, provenance
+
+BROKEN_TRITON = ["triton_vadd_zeros.py", "triton_vadd_const.py", "triton_vadd_input.py",
+                 "triton_vadd_nowrite.py", "triton_vadd_returns_zeros.py", "py_nowrite.py"]
+
+
+@pytest.fixture
+def cpu_mode(monkeypatch):
+    monkeypatch.setenv("KERNEL_LOOP_DEVICE", "cpu")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def _check(tmp_path, ref, kernel, dims="N=1000", *init_args, name="run"):
+    out = tmp_path / name
+    assert klcli.init_run(out, ref, kernel, "triton", dims, *init_args) == 0
+    rc = klcli.main("correctness", out)
+    data = json.loads((out / "v0" / "correctness.json").read_text())
+    md = (out / "v0" / "correctness.md").read_text()
+    return rc, data, md, out
+
+
+# --- pure parts ------------------------------------------------------------------------
+def test_dtype_defaults():
+    assert correctness.dtype_default("float32") == (1e-4, 1e-3)
+    assert correctness.dtype_default("float32", tf32=True) == (1e-2, 1e-2)
+    assert correctness.dtype_default("bfloat16") == (1e-2, 1e-2)
+    assert correctness.dtype_default("float16") == (1e-2, 1e-2)
+    assert correctness.dtype_default("float64") == (1e-8, 1e-6)
+    assert correctness.dtype_default("int32") == (0.0, 0.0)
+
+
+def test_tolerance_resolution_order():
+    default = correctness.resolve_tolerance({"atol": None, "rtol": None}, None, None, "bfloat16")
+    assert (default["atol"], default["rtol"], default["source"]) == (1e-2, 1e-2, "dtype-default (bfloat16)")
+    from_ref = correctness.resolve_tolerance({"atol": None, "rtol": None}, 0.5, None, "float32")
+    assert from_ref["atol"] == 0.5 and from_ref["atol_source"] == "ref.py"
+    assert from_ref["rtol"] == 1e-3 and from_ref["rtol_source"] == "dtype-default (float32)"
+    cli = correctness.resolve_tolerance({"atol": 1e-6, "rtol": 0.2, "by": {"atol": "cli", "rtol": "ref.py"}},
+                                        0.5, 0.5, "float32")
+    assert (cli["atol"], cli["rtol"], cli["source"]) == (1e-6, 0.2, "atol: cli; rtol: ref.py")
+
+
+def test_compare_numbers():
+    exp = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    good = correctness.compare(exp.clone(), exp, 1e-4, 1e-3)
+    assert good["passed"] and good["mismatches"] == 0 and good["max_abs_err"] == 0.0
+    got = exp.clone()
+    got[1, 0] = 3.5
+    got[1, 1] = float("nan")
+    bad = correctness.compare(got, exp, 1e-4, 1e-3)
+    assert not bad["passed"] and bad["mismatches"] == 2 and bad["nonfinite_unexpected"] == 1
+    assert bad["first_bad"] == {"index": [1, 0], "got": 3.5, "expected": 3.0}
+    assert bad["max_abs_err"] == pytest.approx(0.5) and bad["max_rel_err"] == pytest.approx(0.5 / 3)
+    assert bad["rel_l2_err"] == pytest.approx(0.5 / math.sqrt(1 + 4 + 9))
+    # NaN where the reference has NaN is fine; Inf where it is finite is not
+    exp_nan = torch.tensor([float("nan"), 1.0])
+    assert correctness.compare(torch.tensor([float("nan"), 1.0]), exp_nan, 0, 0)["passed"]
+    assert not correctness.compare(torch.tensor([1.0, float("inf")]), torch.tensor([1.0, 2.0]), 1, 1)["passed"]
+    shape = correctness.compare(torch.ones(3), torch.ones(4), 1, 1)
+    assert not shape["passed"] and "shape" in shape["note"]
+    ints = correctness.compare(torch.tensor([1, -123456789]), torch.tensor([1, 2]), 0, 0)
+    assert ints["mismatches"] == 1 and not ints["passed"]
+
+
+def test_compare_outputs_reports_missing_and_constant():
+    exp = {"y": torch.full((4,), 2.0), "z": torch.arange(4.0)}
+    rows, warnings = correctness.compare_outputs({"y": torch.full((4,), 2.0)}, exp, None, None, None)
+    assert rows[0]["passed"] and not rows[1]["passed"] and "missing" in rows[1]["note"]
+    assert any("constant" in w for w in warnings)
+
+
+# --- the harness on CPU -----------------------------------------------------------------
+def test_triton_vector_add_passes(tmp_path, cpu_mode, capsys):
+    rc, data, md, out = _check(tmp_path, "ref_vadd.py", "triton_vadd.py", "N=1000", "--extra-shapes", "N=37")
+    assert rc == 0, md
+    assert "| Result | PASS |" in md and data["result"] == "PASS" and data["device"] == "cpu"
+    assert [s["dims"] for s in data["shapes"]] == [{"N": 1000}, {"N": 37}]
+    seeds = [t["seed"] for s in data["shapes"] for t in s["trials"]]
+    assert len(seeds) == 6 and len(set(seeds)) == 6
+    row = data["shapes"][0]["trials"][0]["outputs"][0]
+    assert row["tolerance"]["source"] == "dtype-default (float32)" and row["numel"] == 1000
+    assert "PASS" in capsys.readouterr().out
+    recorded = provenance.read(out / "v0")
+    assert set(recorded) == {"kernel.py", "correctness.md", "correctness.json", "../run.json"}
+    assert provenance.stale(out / "v0") == {}
+
+
+def test_triton_softmax_returning_output_passes(tmp_path, cpu_mode):
+    rc, data, md, _ = _check(tmp_path, "ref_softmax.py", "triton_softmax.py", "M=8,N=100")
+    assert rc == 0, md
+    assert data["shapes"][0]["trials"][0]["outputs"][0]["shape"] == [8, 100]
+
+
+@pytest.mark.parametrize("kernel", BROKEN_TRITON)
+def test_trivially_wrong_kernels_fail(tmp_path, cpu_mode, kernel):
+    rc, data, md, _ = _check(tmp_path, "ref_vadd.py", kernel)
+    assert rc == 1
+    assert "| Result | FAIL |" in md and data["result"] == "FAIL"
+    assert all(not t["passed"] for s in data["shapes"] for t in s["trials"])
+
+
+def test_tolerance_from_ref_and_cli(tmp_path, cpu_mode):
+    rc, data, md, _ = _check(tmp_path, "ref_vadd.py", "py_vadd_noisy.py", name="default")
+    assert rc == 1
+    rc, data, md, _ = _check(tmp_path, "ref_vadd_tol.py", "py_vadd_noisy.py", name="loose")
+    assert rc == 0, md
+    assert data["shapes"][0]["trials"][0]["outputs"][0]["tolerance"]["source"] == "ref.py"
+    assert "ref.py" in md
+    rc, data, md, _ = _check(tmp_path, "ref_vadd_tol.py", "py_vadd_noisy.py", "N=1000", "--atol", "1e-5",
+                             "--rtol", "1e-5", name="cli")
+    assert rc == 1
+    assert data["shapes"][0]["trials"][0]["outputs"][0]["tolerance"]["source"] == "cli"
+
+
+def test_kernelbench_format(tmp_path, cpu_mode):
+    rc, data, md, _ = _check(tmp_path, "kb_ref.py", "kb_new.py", "batch_size=8")
+    assert rc == 0, md
+    assert data["shapes"][0]["trials"][0]["outputs"][0]["shape"] == [8, 32]
+    rc, data, md, _ = _check(tmp_path, "kb_ref.py", "kb_new_bad.py", "batch_size=8", name="bad")
+    assert rc == 1 and "| Result | FAIL |" in md
+
+
+def test_child_exit_is_a_fail(tmp_path, cpu_mode):
+    rc, data, md, out = _check(tmp_path, "ref_vadd.py", "py_exit.py")
+    assert rc == 1 and "exited with status 3" in data["error"] and "| Result | FAIL |" in md
+    assert provenance.read(out / "v0")["correctness.md"]
+
+
+def test_child_exception_is_a_fail(tmp_path, cpu_mode):
+    rc, data, md, _ = _check(tmp_path, "ref_vadd.py", "py_raise.py")
+    assert rc == 1 and data["error"].startswith("RuntimeError: kernel exploded on purpose")
+
+
+def test_hang_is_killed(tmp_path, cpu_mode):
+    t0 = time.monotonic()
+    rc, data, md, _ = _check(tmp_path, "ref_vadd.py", "py_hang.py", "N=1000", "--timeout", "4")
+    assert rc == 1 and "timed out after" in data["error"]
+    assert time.monotonic() - t0 < 60
+
+
+def test_contradicting_flags_are_refused(tmp_path, cpu_mode, capsys):
+    out = tmp_path / "run"
+    assert klcli.init_run(out, "ref_vadd.py", "py_vadd.py", "triton", "N=4096") == 0
+    assert klcli.main("correctness", out, "--dims", "N=1024") == 2
+    assert "dims are fixed for this run: N=4096" in capsys.readouterr().err
+    assert klcli.main("correctness", out, "--seed", "3") == 2
+    assert not (out / "v0" / "correctness.json").exists()
+    assert klcli.main("correctness", out, "--dims", "N=4096", "--seed", "42", "--gpu", "0") == 0
+
+
+def test_acts_on_current_version_and_drops_old_profile(tmp_path, cpu_mode):
+    out = tmp_path / "run"
+    assert klcli.init_run(out, "ref_vadd.py", "py_vadd.py", "triton", "N=64") == 0
+    v1 = out / "v1"
+    v1.mkdir()
+    (v1 / "kernel.py").write_text((klcli.KERNELS / "py_nowrite.py").read_text())
+    (v1 / "ncu.json").write_text("{}\n")
+    provenance.record(v1, [v1 / "ncu.json"])
+    (out / "current_iteration.txt").write_text("v1\n")
+    assert klcli.main("correctness", out) == 1
+    assert json.loads((v1 / "correctness.json").read_text())["version"] == "v1"
+    assert not (out / "v0" / "correctness.json").exists()
+    assert "ncu.json" not in provenance.read(v1)
+
+
+def test_subprocess_cli_exit_codes(tmp_path):
+    out = tmp_path / "run"
+    assert klcli.init_run(out, "ref_vadd.py", "triton_vadd_zeros.py", "triton", "N=128") == 0
+    proc = klcli.run("correctness", out, env={"KERNEL_LOOP_DEVICE": "cpu", "TRITON_INTERPRET": "1"})
+    assert proc.returncode == 1 and "FAIL" in proc.stdout and "Traceback" not in proc.stderr
+    assert klcli.run("correctness", tmp_path / "nope").returncode == 2
+
+
+def test_help(capsys):
+    with pytest.raises(SystemExit):
+        klcli.main("correctness", "--help")
+    text = capsys.readouterr().out
+    assert "--sanitize" in text and "--sanitize-dims" in text and "KERNEL_LOOP_DEVICE=cpu" in text

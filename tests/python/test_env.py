@@ -1,0 +1,159 @@
+"""env: version parsing, counter-permission detection, requirement evaluation, rendering, no-CUDA exit."""
+
+from __future__ import annotations
+
+import json
+
+import klcli
+import pytest
+from conftest import cuda_available
+
+from kernel_loop import env
+
+NVCC_OUT = """nvcc: NVIDIA (R) Cuda compiler driver
+Copyright (c) 2005-2024 NVIDIA Corporation
+Built on Thu_Jun__6_02:18:23_PDT_2024
+Cuda compilation tools, release 12.5, V12.5.82
+Build cuda_12.5.r12.5/compiler.34385749_0
+"""
+NCU_OUT = """NVIDIA (R) Nsight Compute Command Line Profiler
+Copyright (c) 2018-2024 NVIDIA Corporation
+Version 2024.2.1.0 (build 34372528) (public-release)
+"""
+PERM_OUT = """==PROF== Connected to process 1234 (/usr/bin/python3.10)
+==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters on the target device 0. For instructions on enabling permissions and to get more information see https://developer.nvidia.com/ERR_NVGPUCTRPERM
+==PROF== Disconnected from process 1234
+"""
+OK_OUT = """==PROF== Profiling "vectorized_elementwise_kernel" - 0: 0%....50%....100% - 1 pass
+  vectorized_elementwise_kernel (4, 1, 1)x(128, 1, 1), Context 1, Stream 7, Device 0, CC 9.0
+    Section: Command line profiler metrics
+    ----------------------- ----------- ------------
+    Metric Name             Metric Unit Metric Value
+    ----------------------- ----------- ------------
+    gpu__time_duration.sum          us         2.37
+"""
+
+
+def _facts(**over):
+    facts = {
+        "versions": {"torch": "2.5.1", "triton": "3.1.0", "cuda-python": None, "nvidia-cutlass-dsl": None,
+                     "flashinfer": None},
+        "torch_cuda": "12.4", "cuda_available": True, "gpu_index": 0, "device_count": 1,
+        "gpu": {"name": "NVIDIA H200", "cc": "9.0", "sm_count": 132, "memory_gib": 139.8, "l2_bytes": 62914560},
+        "driver": "560.35.03",
+        "tools": {"nvcc": {"path": "/usr/local/cuda/bin/nvcc", "version": "12.5.82"},
+                  "ncu": {"path": "/usr/local/cuda/bin/ncu", "version": "2024.2.1.0"},
+                  "compute-sanitizer": {"path": "/usr/local/cuda/bin/compute-sanitizer", "version": None}},
+        "counters": env.counters_from_probe(OK_OUT, 0),
+        "peaks": {"copy_bandwidth_gbps": 3900.5, "bf16_matmul_tflops": 700.1, "fp32_matmul_tflops": 50.2,
+                  "method": "median of CUDA-event timings"},
+        "cute_headers": None, "python": "3.11.9", "platform": "Linux",
+    }
+    facts.update(over)
+    return facts
+
+
+def test_version_parsing():
+    assert env.parse_nvcc_version(NVCC_OUT) == "12.5.82"
+    assert env.parse_nvcc_version("Cuda compilation tools, release 13.0") == "13.0"
+    assert env.parse_ncu_version(NCU_OUT) == "2024.2.1.0"
+    assert env.parse_nvcc_version("command not found") is None
+    assert env.parse_ncu_version("") is None
+
+
+def test_counter_probe_interpretation():
+    denied = env.counters_from_probe(PERM_OUT, 1)
+    assert denied["status"] == "denied"
+    assert "NVreg_RestrictProfilingToAdminUsers=0" in denied["fix"]
+    assert "https://developer.nvidia.com/ERR_NVGPUCTRPERM" in denied["fix"]
+    assert env.counters_from_probe(OK_OUT, 0)["status"] == "ok"
+    unknown = env.counters_from_probe("==WARNING== No kernels were profiled.", 0)
+    assert unknown["status"] == "unknown" and "No kernels were profiled" in unknown["detail"]
+
+
+def test_evaluate_all_present():
+    checks = env.evaluate(_facts(), "cuda-cpp")
+    assert env.required_failures(checks) == []
+    by = {c["item"]: c for c in checks}
+    assert by["CUDA GPU"]["detail"].startswith("NVIDIA H200 (sm_90")
+    assert by["ncu counter access"]["status"] == "ok"
+
+
+def test_evaluate_no_cuda():
+    checks = env.evaluate(_facts(cuda_available=False, gpu=None, torch_cuda=None), "triton")
+    failed = env.required_failures(checks)
+    assert [c["item"] for c in failed] == ["CUDA GPU"]
+    assert "no CUDA GPU visible: torch.cuda.is_available() is False" in failed[0]["detail"]
+
+
+def test_evaluate_missing_tools_by_impl():
+    tools = {"nvcc": {"path": None, "version": None}, "ncu": {"path": None, "version": None},
+             "compute-sanitizer": {"path": None, "version": None}}
+    facts = _facts(tools=tools, counters=None)
+    # nvcc is required for .cu kernels only; ncu is needed by profile and never fails env
+    assert [c["item"] for c in env.required_failures(env.evaluate(facts, "cuda-cpp"))] == ["nvcc"]
+    assert env.required_failures(env.evaluate(facts, "triton")) == []
+    ncu = next(c for c in env.evaluate(facts, "triton") if c["item"] == "ncu")
+    assert ncu["status"] == "missing" and ncu["level"] == "profile" and "Nsight Compute" in ncu["fix"]
+    cute = env.evaluate(_facts(), "cute-dsl")
+    assert [c["item"] for c in env.required_failures(cute)] == ["nvidia-cutlass-dsl"]
+    cutlass = env.evaluate(_facts(), "cutlass")
+    assert "CUTLASS_PATH" in env.required_failures(cutlass)[0]["fix"]
+    assert env.required_failures(env.evaluate(_facts(versions={**_facts()["versions"], "torch": None}), None))
+
+
+def test_evaluate_counter_permission_is_reported():
+    facts = _facts(counters=env.counters_from_probe(PERM_OUT, 1))
+    c = next(c for c in env.evaluate(facts, "triton") if c["item"] == "ncu counter access")
+    assert c["status"] == "missing" and "ERR_NVGPUCTRPERM" in c["fix"]
+
+
+def test_render_report():
+    md = env.render_markdown(env.make_report(_facts(), "triton", 0))
+    assert "| Result | OK |" in md
+    assert "NVIDIA H200" in md and "3900.5 GB/s" in md and "700.1 TFLOP/s" in md
+    assert "| ncu | ok | profile |" in md
+    bad = env.render_markdown(env.make_report(_facts(cuda_available=False, gpu=None, peaks=None), "triton", 0))
+    assert "MISSING REQUIREMENTS" in bad and "Not measured" in bad
+
+
+def test_skipped_report(tmp_path):
+    env.write_skipped(tmp_path)
+    assert "skipped" in (tmp_path / "env_check.md").read_text()
+    assert json.loads((tmp_path / "env.json").read_text())["skipped"] is True
+
+
+@pytest.mark.skipif(cuda_available(), reason="checks the message on a machine without CUDA")
+def test_no_cuda_message_exit_2(tmp_path):
+    proc = klcli.run("env", "--out", tmp_path / "envdir")
+    assert proc.returncode == 2, proc.stderr
+    assert "no CUDA GPU visible: torch.cuda.is_available() is False" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "MISSING REQUIREMENTS" in (tmp_path / "envdir" / "env_check.md").read_text()
+    proc = klcli.run("env", "--json")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert json.loads(proc.stdout)["ok"] is False
+
+
+@pytest.mark.skipif(cuda_available(), reason="checks init on a machine without CUDA")
+def test_init_without_cuda_fails_cleanly(tmp_path):
+    out = tmp_path / "run"
+    proc = klcli.run("init", out, "--kernel", "vadd", "--ref", klcli.KERNELS / "ref_vadd.py", "--impl", "triton",
+                     "--baseline", klcli.KERNELS / "triton_vadd.py", "--dims", "N=64")
+    assert proc.returncode == 2 and "no CUDA GPU visible" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (out / "run.json").exists() and (out / "env_check.md").exists()
+
+
+@pytest.mark.gpu
+def test_env_on_gpu(tmp_path):
+    proc = klcli.run("env", "--json", "--out", tmp_path)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == (0 if report["ok"] else 2), proc.stderr
+    assert report["gpu"]["name"] and report["gpu"]["sm_count"] > 0 and report["torch_cuda"]
+    peaks = report["peaks"]
+    assert 50 < peaks["copy_bandwidth_gbps"] < 50_000
+    assert 1 < peaks["bf16_matmul_tflops"] < 10_000 and 0.1 < peaks["fp32_matmul_tflops"] < 1_000
+    assert peaks["bf16_matmul_tflops"] > peaks["fp32_matmul_tflops"]
+    assert (tmp_path / "env_check.md").read_text().count(report["gpu"]["name"]) >= 1
+    if report["tools"]["ncu"]["path"]:
+        assert report["counters"]["status"] in ("ok", "denied", "unknown")

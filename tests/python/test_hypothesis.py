@@ -1,0 +1,147 @@
+"""hypothesis: renders vK/hypothesis.txt in the gate's order from the sidecars, with sidecar and refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import runfixture as rf
+from kernel_loop import hypothesis
+from kernel_loop.common import read_json
+
+
+@pytest.fixture
+def run0(tmp_path):
+    """v0 measured, KBS filled, state v0 (the gate has not passed v0 yet)."""
+    root = rf.write_run(tmp_path / "run")
+    rf.write_measurements(root, 0)
+    rf.write_kbs(root, 0)
+    rf.set_state(root, 0)
+    return root
+
+
+def full_args(root, *extra):
+    h = rf.HYPOTHESES[0]
+    argv = ["hypothesis", str(root), "--change", h["change"], "--rationale", h["rationale"], "--risk", h["risk"],
+            "--decision-rule", h["decision_rule"]]
+    for p in h["predict"]:
+        argv += ["--predict", p]
+    return argv + list(extra)
+
+
+def headings_in_order(text):
+    lines = text.splitlines()
+    idx = [lines.index(h) for _, h in hypothesis.HEADINGS]
+    return idx == sorted(idx)
+
+
+def test_complete_hypothesis_follows_the_gate_order(run0, capsys):
+    assert rf.cli(hypothesis, full_args(run0)) == 0
+    path = run0 / "v0" / "hypothesis.txt"
+    assert capsys.readouterr().out.strip() == str(path)
+    text = path.read_text()
+    assert headings_in_order(text)
+    assert hypothesis.TODO not in text
+    sections = hypothesis.parse_text(text)
+    assert all(sections[f] for f, _ in hypothesis.HEADINGS)
+    assert sections["version"].startswith("v0: kernel.py (sha256 ")
+    cur = sections["current_evidence"]
+    assert "memory-bound" in cur and "dram-near-peak: dram_throughput_pct=85.57" in cur
+    assert "Event-timed median: 84.90 us; ncu duration: 86.02 us" in cur
+    assert "Correctness: PASS" in cur and "3.725e-09" in cur
+    assert sections["expected"].splitlines() == rf.HYPOTHESES[0]["predict"]
+    assert "The profile says" in sections["decision_link"]
+    assert sections["evidence_used"].splitlines() == ["- occupancy-register-pressure", "- softmax-row-per-program"]
+
+
+def test_sidecar_holds_the_parsed_predictions_and_fields(run0):
+    rf.cli(hypothesis, full_args(run0))
+    side = read_json(run0 / "v0" / "hypothesis.json")
+    assert side["version"] == "v0" and side["todo"] == []
+    assert side["single_change"] == rf.HYPOTHESES[0]["change"]
+    assert [(p["metric"], p["op"], p["value"]) for p in side["predictions"]] == [
+        ("duration", "rel", -2.0), ("achieved_occupancy_pct", ">=", 70.0), ("registers_per_thread", "<=", 48.0)]
+    assert side["current"]["bottleneck"] == "memory-bound"
+    assert side["current"]["event_median_us"] == pytest.approx(84.896)
+    assert hypothesis.load(run0 / "v0") == side
+
+
+def test_missing_fields_stay_todo_and_are_listed(run0, capsys):
+    rf.write_kbs(run0, 0, filled=False)
+    assert rf.cli(hypothesis, ["hypothesis", str(run0)]) == 0
+    text = (run0 / "v0" / "hypothesis.txt").read_text()
+    assert headings_in_order(text)
+    sections = hypothesis.parse_text(text)
+    for f in ("decision_link", "single_change", "rationale", "expected", "risk", "evidence_used", "decision_rule"):
+        assert hypothesis.TODO in sections[f], f
+    assert hypothesis.TODO not in sections["version"] + sections["current_evidence"]
+    err = capsys.readouterr().err
+    assert "still TODO" in err and "--change" in err and "--predict" in err
+    assert len(read_json(run0 / "v0" / "hypothesis.json")["todo"]) == 7
+
+
+def test_refill_keeps_given_fields_and_force_guards_a_complete_file(run0):
+    assert rf.cli(hypothesis, ["hypothesis", str(run0), "--change", "Use 8 warps."]) == 0
+    assert rf.cli(hypothesis, ["hypothesis", str(run0), "--rationale", "r", "--risk", "x",
+                               "--decision-rule", "d", "--predict", "duration: -2%"]) == 0
+    sections = hypothesis.parse_text((run0 / "v0" / "hypothesis.txt").read_text())
+    assert sections["single_change"] == "Use 8 warps."
+    assert hypothesis.TODO not in (run0 / "v0" / "hypothesis.txt").read_text()
+    before = (run0 / "v0" / "hypothesis.txt").read_text()
+    assert rf.cli(hypothesis, ["hypothesis", str(run0), "--change", "other"]) == 2
+    assert (run0 / "v0" / "hypothesis.txt").read_text() == before
+    assert rf.cli(hypothesis, ["hypothesis", str(run0), "--change", "other", "--force"]) == 0
+    assert hypothesis.parse_text((run0 / "v0" / "hypothesis.txt").read_text())["single_change"] == "other"
+
+
+def test_evidence_ids_must_come_from_the_query_hits(run0):
+    md = (run0 / "v0" / "kbs_evidence.md").read_text()
+    md = md.replace("## Rejected / Limits", "- `vectorized-global-access` and kbs:invented-page\n\n## Rejected / Limits")
+    (run0 / "v0" / "kbs_evidence.md").write_text(md)
+    rf.cli(hypothesis, full_args(run0))
+    ev = read_json(run0 / "v0" / "hypothesis.json")["evidence"]
+    assert ev == ["occupancy-register-pressure", "softmax-row-per-program", "vectorized-global-access"]
+
+
+def test_explicit_evidence_wins_and_unknown_ids_warn(run0, capsys):
+    rf.cli(hypothesis, full_args(run0, "--evidence", "dram-bound-streaming", "not-a-hit"))
+    assert read_json(run0 / "v0" / "hypothesis.json")["evidence"] == ["dram-bound-streaming", "not-a-hit"]
+    assert "'not-a-hit' is not among the hits" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad, msg", [("sm_efficiency: +5%", "unknown metric"), ("duration: faster", "allowed forms")])
+def test_bad_predictions_exit_2_and_write_nothing(run0, capsys, bad, msg):
+    assert rf.cli(hypothesis, ["hypothesis", str(run0), "--predict", bad]) == 2
+    assert msg in capsys.readouterr().err
+    assert not (run0 / "v0" / "hypothesis.txt").exists()
+
+
+def test_final_version_needs_no_hypothesis(tmp_path, capsys):
+    root = rf.build_complete(tmp_path / "run")
+    assert rf.cli(hypothesis, ["hypothesis", str(root), "--change", "x"]) == 2
+    assert "vN needs no hypothesis" in capsys.readouterr().err
+
+
+def test_needs_the_measurements(tmp_path, capsys):
+    root = rf.write_run(tmp_path / "run")
+    assert rf.cli(hypothesis, ["hypothesis", str(root)]) == 2
+    assert "run 'correctness' on v0 first" in capsys.readouterr().err
+
+
+def test_load_rereads_a_hand_edited_text(run0):
+    rf.cli(hypothesis, full_args(run0))
+    path = run0 / "v0" / "hypothesis.txt"
+    text = path.read_text().replace("registers_per_thread: <= 48", "registers_per_thread: <= 44\nnot a prediction")
+    path.write_text(text.replace(rf.HYPOTHESES[0]["change"], "Hand-edited change."))
+    data = hypothesis.load(run0 / "v0")
+    assert data["source"] == "hypothesis.txt"
+    assert data["single_change"] == "Hand-edited change."
+    assert [p["text"] for p in data["predictions"]][-1] == "registers_per_thread: <= 44"
+    assert data["evidence"] == ["occupancy-register-pressure", "softmax-row-per-program"]
+
+
+def test_query_hits_rejects_a_broken_jsonl(run0):
+    with open(run0 / "v0" / "kbs_queries.jsonl", "a") as fh:
+        fh.write("{broken\n")
+    assert rf.cli(hypothesis, full_args(run0)) == 2
+    json.loads((run0 / "v0" / "kbs_queries.jsonl").read_text().splitlines()[0])  # earlier lines untouched

@@ -1,0 +1,402 @@
+"""The KBS engine on small temporary corpora, and its ranking on the bundled corpus."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from kernel_loop import cli, kbs
+from kernel_loop.common import UsageError
+
+FILLER = (
+    "This paragraph is filler prose so that the body passes the minimum length check of the "
+    "corpus validator. It says nothing about any particular optimisation and repeats itself on "
+    "purpose so that ranking is decided by the distinctive words above it."
+)
+
+
+def page_text(pid: str, *, title: str | None = None, kind: str = "pattern", symptoms=("memory-bound",),
+              architectures=("sm80", "sm90"), languages=("cuda-cpp",), kernel_types=("elementwise",),
+              tags=(), related=(), confidence: str = "verified", sources=None, body: str = "",
+              extra: str = "") -> str:
+    def ylist(values) -> str:
+        return "[" + ", ".join(values) + "]"
+
+    if sources is None:
+        sources = [("https://docs.nvidia.com/cuda/example.html", f"what {pid} claims")]
+    src = "".join(f"  - url: {u}\n    supports: {s}\n" for u, s in sources)
+    return (
+        f"---\nid: {pid}\ntitle: {title or pid.replace('-', ' ').title()}\nkind: {kind}\n"
+        + (f"symptoms: {ylist(symptoms)}\n" if symptoms is not None else "")
+        + f"architectures: {ylist(architectures)}\n"
+        f"languages: {ylist(languages)}\nkernel_types: {ylist(kernel_types)}\ntags: {ylist(tags)}\n"
+        f"confidence: {confidence}\nsources:\n{src}related: {ylist(related)}\n{extra}---\n"
+        f"{body}\n\n{FILLER}\n"
+    )
+
+
+def write_page(root: Path, pid: str, **kw) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"{pid}.md"
+    path.write_text(page_text(pid, **kw), encoding="utf-8")
+    return path
+
+
+def make_corpus(tmp_path: Path, monkeypatch) -> Path:
+    """A five-page corpus standing in for the bundled one."""
+    root = tmp_path / "corpus"
+    write_page(root, "coalesce-loads", title="Coalesce global loads",
+               symptoms=("uncoalesced-global", "memory-bound"), kernel_types=("elementwise", "transpose"),
+               tags=("coalescing", "sectors"), body="Adjacent threads should read adjacent addresses so "
+               "a warp touches the fewest 32-byte sectors. See [vector loads](kbs:vector-loads).")
+    write_page(root, "vector-loads", title="Vector loads", symptoms=("memory-bound", "lg-throttle-stalls"),
+               languages=("cuda-cpp", "triton"), related=("coalesce-loads",),
+               body="Load 16 bytes per thread with float4 to cut the number of memory instructions.")
+    write_page(root, "spill-fix", title="Register spills", kind="pitfall",
+               symptoms=("register-spills", "occupancy-limited-registers"), kernel_types=("gemm",),
+               body="Spilled registers go to local memory; reduce live values or raise the register cap.")
+    write_page(root, "triton-dot", title="Use tl.dot for tensor cores", kind="language",
+               symptoms=("tensor-cores-unused",), languages=("triton",), kernel_types=("gemm", "attention"),
+               architectures=("sm80", "sm90", "sm100"), confidence="source-reported",
+               body="Matrix products written as tl.dot lower to tensor core instructions.")
+    write_page(root, "wgmma-page", title="Hopper warpgroup MMA", kind="hardware",
+               symptoms=("tensor-cores-unused", "wgmma-unused"), languages=("cuda-cpp", "cutlass"),
+               kernel_types=("gemm",), architectures=("sm90",),
+               body="On sm90 the warpgroup matrix multiply reads operands from shared memory.")
+    monkeypatch.setattr(kbs, "bundled_corpus", lambda: root)
+    monkeypatch.delenv(kbs.ENV_PATH, raising=False)
+    monkeypatch.setenv("KERNEL_LOOP_CACHE", str(tmp_path / "cache"))  # this test's own index files
+    return root
+
+
+@pytest.fixture
+def corpus(tmp_path, monkeypatch) -> Path:
+    return make_corpus(tmp_path, monkeypatch)
+
+
+def run(argv: list[str], monkeypatch) -> int:
+    """The real front door, with only the kbs step registered."""
+    monkeypatch.setattr(cli, "STEPS", [("kbs", "knowledge base")])
+    return cli.main(argv)
+
+
+def ids(hits) -> list[str]:
+    return [h["id"] for h in hits]
+
+
+# --- index ------------------------------------------------------------------------------------
+def test_index_is_built_once_and_rebuilt_on_change(corpus):
+    kbs.open_index().close()
+    built = sorted(kbs.cache_dir("kbs").glob("index-*.sqlite"))
+    assert len(built) == 1 and built[0].is_relative_to(corpus.parent / "cache")
+    kbs.open_index().close()
+    assert sorted(kbs.cache_dir("kbs").glob("index-*.sqlite")) == built  # warm: no rebuild
+
+    path = corpus / "vector-loads.md"
+    path.write_text(path.read_text().replace("Vector loads", "Wide quadword loads"), encoding="utf-8")
+    conn = kbs.open_index()
+    assert len(list(kbs.cache_dir("kbs").glob("index-*.sqlite"))) == 2
+    assert ids(kbs.search(conn, "quadword")) == ["vector-loads"]
+
+
+def test_unreadable_index_is_rebuilt(corpus, capsys):
+    kbs.open_index().close()
+    (db,) = kbs.cache_dir("kbs").glob("index-*.sqlite")
+    db.write_bytes(b"not an sqlite file at all" * 100)
+    assert ids(kbs.search(kbs.open_index(), "register spills"))[0] == "spill-fix"
+    assert "rebuilding it" in capsys.readouterr().err
+
+
+def test_racing_builders_agree(corpus):
+    """Several builders of one fresh index: each renames a complete file into place."""
+    def one(_):
+        conn = kbs.open_index()
+        try:
+            return ids(kbs.search(conn, "tensor cores", language="triton"))
+        finally:
+            conn.close()
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(one, range(12)))
+    assert results[0][0] == "triton-dot" and all(r == results[0] for r in results)
+    assert len(list(kbs.cache_dir("kbs").glob("index-*.sqlite"))) == 1
+    assert not list(kbs.cache_dir("kbs").glob(".kbs-build-*"))
+
+
+def test_index_lives_in_the_cache_not_the_corpus(corpus, tmp_path):
+    kbs.open_index().close()
+    assert not list(corpus.glob("*.sqlite"))
+    assert str(kbs.cache_dir("kbs")).startswith(os.environ["KERNEL_LOOP_CACHE"])
+
+
+def test_missing_fts5_is_a_usage_error(monkeypatch):
+    class NoFts:
+        def execute(self, sql):
+            raise sqlite3.OperationalError("no such module: fts5")
+
+    monkeypatch.setattr(kbs.sqlite3, "connect", lambda *a, **k: NoFts())
+    with pytest.raises(UsageError, match="FTS5"):
+        kbs.require_fts5()
+
+
+# --- query ------------------------------------------------------------------------------------
+def test_text_ranks_title_first(corpus):
+    hits = kbs.search(kbs.open_index(), "register spills")
+    assert hits[0]["id"] == "spill-fix"
+    assert hits[0]["excerpt"]
+    assert hits[0]["sources"][0]["url"].startswith("https://")
+
+
+def test_symptom_filters_boost_pages_matching_more_of_them(corpus):
+    hits = kbs.search(kbs.open_index(), "", symptoms=["memory-bound", "uncoalesced-global"])
+    assert ids(hits)[:2] == ["coalesce-loads", "vector-loads"]
+    assert hits[0]["matched_symptoms"] == ["memory-bound", "uncoalesced-global"]
+    assert hits[1]["matched_symptoms"] == ["memory-bound"]
+    assert "spill-fix" not in ids(hits)
+
+
+def test_language_and_arch_boosts_reorder_equal_symptom_matches(corpus):
+    conn = kbs.open_index()
+    triton = kbs.search(conn, "", symptoms=["tensor-cores-unused"], language="triton")
+    assert ids(triton)[0] == "triton-dot"
+    cutlass = kbs.search(conn, "", symptoms=["tensor-cores-unused"], language="cutlass", arch="sm90")
+    assert ids(cutlass)[0] == "wgmma-page"
+
+
+def test_ranking_rules(tmp_path, monkeypatch):
+    root = tmp_path / "rules"
+    write_page(root, "lead", symptoms=("register-spills", "memory-bound"), related=("linked",))
+    write_page(root, "trail", symptoms=("memory-bound", "register-spills"))
+    write_page(root, "only-triton", symptoms=("barrier-stalls",), languages=("triton",))
+    write_page(root, "all-languages", symptoms=("barrier-stalls",), languages=kbs.LANGUAGES)
+    write_page(root, "linked", symptoms=("tail-effect",))
+    write_page(root, "unlinked", symptoms=("tail-effect",))
+    monkeypatch.setattr(kbs, "bundled_corpus", lambda: root)
+    monkeypatch.setenv("KERNEL_LOOP_CACHE", str(tmp_path / "cache"))
+    conn = kbs.open_index()
+
+    def ranked(**kw) -> list[str]:
+        hits = kbs.search(conn, "", **kw)
+        assert hits[0]["score"] > hits[1]["score"]  # decided by the rule, not by the tie-break
+        return ids(hits)
+
+    # the page that lists the symptom first is about it
+    assert ranked(symptoms=["register-spills"]) == ["lead", "trail"]
+    # a language filter favours the page specific to it; without one, the broad page leads
+    assert ranked(symptoms=["barrier-stalls"], language="triton") == ["only-triton", "all-languages"]
+    assert ranked(symptoms=["barrier-stalls"]) == ["all-languages", "only-triton"]
+    # a page other pages link to comes first among equals
+    assert ranked(symptoms=["tail-effect"]) == ["linked", "unlinked"]
+
+
+def test_kind_is_a_hard_filter(corpus):
+    conn = kbs.open_index()
+    assert ids(kbs.search(conn, "", kind="pitfall")) == ["spill-fix"]
+    assert ids(kbs.search(conn, "loads tensor", kind="hardware")) == ["wgmma-page"]
+
+
+def test_empty_terms_without_filters_is_usage_error(corpus, monkeypatch, capsys):
+    assert run(["kbs", "query"], monkeypatch) == 2
+    assert "at least one filter" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("terms", ['"a OR (', "NEAR(x y", "col:title*", "AND OR NOT", "💥 ü", "x" * 5000])
+def test_hostile_terms_do_not_crash(corpus, terms):
+    assert isinstance(kbs.search(kbs.open_index(), terms), list)  # words are quoted, syntax dropped
+    assert kbs.fts_expression('"a OR (') == '"a" OR "or"'
+
+
+def test_terms_without_words_need_a_filter(corpus, monkeypatch, capsys):
+    assert run(["kbs", "query", "''\"\" ^ - + *"], monkeypatch) == 2
+    assert "at least one filter" in capsys.readouterr().err
+    assert run(["kbs", "query", "(*)", "--kind", "pitfall", "--json"], monkeypatch) == 0
+    assert ids(json.loads(capsys.readouterr().out)) == ["spill-fix"]
+
+
+def test_query_json_and_log(corpus, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    (out / "v0").mkdir(parents=True)
+    (out / "run.json").write_text(json.dumps({"schema": 1, "kernel": "k"}), encoding="utf-8")
+    argv = ["kbs", "query", "global", "loads", "--symptom", "uncoalesced-global", "--arch", "sm90",
+            "--json", "--log", str(out), "--purpose", "bottleneck"]
+    assert run(argv, monkeypatch) == 0
+    hits = json.loads(capsys.readouterr().out)
+    assert hits[0]["id"] == "coalesce-loads"
+    for key in ("id", "title", "score", "confidence", "symptoms", "matched_symptoms", "sources", "excerpt"):
+        assert key in hits[0]
+    assert run(argv[:-2], monkeypatch) == 0  # second query, default purpose
+    lines = [json.loads(x) for x in (out / "v0" / "kbs_queries.jsonl").read_text().splitlines()]
+    assert [x["purpose"] for x in lines] == ["bottleneck", "extra"]
+    assert lines[0]["query"] == "global loads"
+    assert lines[0]["filters"] == {"symptoms": ["uncoalesced-global"], "arch": "sm90"}
+    assert lines[0]["hits"] == ids(hits)
+    assert lines[0]["time"]
+
+
+def test_unknown_symptom_suggests(corpus, monkeypatch, capsys):
+    assert run(["kbs", "query", "--symptom", "register-spill"], monkeypatch) == 2
+    assert "register-spills" in capsys.readouterr().err
+
+
+def test_text_output_shows_hits(corpus, monkeypatch, capsys):
+    assert run(["kbs", "query", "tensor cores", "--language", "triton"], monkeypatch) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("1. triton-dot")
+    assert "source: https://" in out
+
+
+# --- get / stats --------------------------------------------------------------------------------
+def test_get_page_and_unknown_id(corpus, monkeypatch, capsys):
+    assert run(["kbs", "get", "spill-fix", "--json"], monkeypatch) == 0
+    page = json.loads(capsys.readouterr().out)
+    assert page["kind"] == "pitfall" and page["sources"][0]["supports"]
+    assert "local memory" in page["body"]
+    assert run(["kbs", "get", "spill-fixx"], monkeypatch) == 2
+    assert "spill-fix" in capsys.readouterr().err
+    assert kbs.get("vector-loads")["title"] == "Vector loads"  # the API report.py uses
+    assert kbs.get("no-such-page") is None
+
+
+def test_stats_counts(corpus, monkeypatch, capsys):
+    assert run(["kbs", "stats", "--json"], monkeypatch) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["pages"] == 5
+    assert stats["kind"] == {"pattern": 2, "hardware": 1, "language": 1, "pitfall": 1}
+    assert stats["symptom"]["memory-bound"] == 2 and stats["symptom"]["tensor-cores-unused"] == 2
+    assert stats["architecture"]["sm90"] == 5 and stats["architecture"]["sm100"] == 1
+    assert stats["language"]["triton"] == 2
+    assert stats["kernel_type"]["gemm"] == 3
+    assert stats["confidence"] == {"verified": 4, "source-reported": 1}
+
+
+# --- extra corpus roots -------------------------------------------------------------------------
+def test_team_corpus_from_option_and_env(corpus, tmp_path, monkeypatch, capsys):
+    team = tmp_path / "team"
+    write_page(team, "team-trick", title="Our private prefetch trick", symptoms=("long-scoreboard-stalls",))
+    assert run(["kbs", "query", "prefetch", "--json"], monkeypatch) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert run(["kbs", "--corpus", str(team), "query", "prefetch", "--json"], monkeypatch) == 0
+    assert ids(json.loads(capsys.readouterr().out)) == ["team-trick"]
+    monkeypatch.setenv(kbs.ENV_PATH, str(team))
+    assert run(["kbs", "stats", "--json"], monkeypatch) == 0
+    assert json.loads(capsys.readouterr().out)["pages"] == 6
+
+
+# --- check --------------------------------------------------------------------------------------
+def test_check_passes_a_good_corpus(corpus, monkeypatch, capsys):
+    assert run(["kbs", "check"], monkeypatch) == 0
+    assert "OK, 5 pages" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "pid, kw, problem",
+    [
+        ("bad-symptom", {"symptoms": ("memory-bund",)}, "symptoms: 'memory-bund' is not a known name"),
+        ("bad-kind", {"kind": "recipe"}, "kind 'recipe' is not one of"),
+        ("no-source", {"sources": []}, "required key 'sources' is missing"),
+        ("empty-supports", {"sources": [("https://example.org/x", "''")]}, "source 1 has an empty 'supports'"),
+        ("ftp-source", {"sources": [("ftp://example.org/x", "a claim")]}, "source 1 has no http(s) url"),
+        ("broken-link", {"related": ("no-such-page",)}, "related 'kbs:no-such-page' names no page"),
+        ("broken-body-link", {"body": "See [this](kbs:vector-load)."}, "did you mean 'vector-loads'"),
+        ("bad-arch", {"architectures": ("sm91",)}, "architectures: 'sm91'"),
+        ("bad-language", {"languages": ("cuda",)}, "languages: 'cuda'"),
+        ("bad-ktype", {"kernel_types": ("matmul",)}, "kernel_types: 'matmul'"),
+        ("bad-confidence", {"confidence": "rumour"}, "confidence 'rumour'"),
+        ("typo-key", {"extra": "symptom: [memory-bound]\n"}, "unknown key 'symptom'"),
+        ("no-arch", {"architectures": ()}, "required key 'architectures' is missing or empty"),
+        ("no-symptoms-key", {"symptoms": None}, "required key 'symptoms' is missing"),
+        ("bad-claim", {"extra": "perf_claims:\n  - {gpu: H100, value: 3 us}\n"}, "perf claim 1 lacks metric, source"),
+    ],
+)
+def test_check_catches_each_problem(corpus, monkeypatch, capsys, pid, kw, problem):
+    path = write_page(corpus, pid, **kw)
+    assert run(["kbs", "check"], monkeypatch) == 1
+    out = capsys.readouterr().out
+    assert f"{path}: " in out and problem in out
+    assert all(line.startswith(str(path)) for line in out.splitlines())
+
+
+def test_check_accepts_an_explicitly_empty_symptom_list(corpus, monkeypatch, capsys):
+    write_page(corpus, "language-overview", kind="language", symptoms=())
+    assert run(["kbs", "check"], monkeypatch) == 0, capsys.readouterr().out
+
+
+def test_check_structure_problems(corpus, monkeypatch, capsys, tmp_path):
+    (corpus / "No_Kebab.md").write_text(page_text("No_Kebab"), encoding="utf-8")
+    (corpus / "renamed.md").write_text(page_text("other-name"), encoding="utf-8")
+    (corpus / "short.md").write_text(page_text("short").replace(FILLER, ""), encoding="utf-8")
+    (corpus / "broken-yaml.md").write_text("---\nid: [unclosed\n---\nbody\n", encoding="utf-8")
+    (corpus / "no-front.md").write_text("just text\n", encoding="utf-8")
+    team = tmp_path / "team"
+    write_page(team, "spill-fix")  # same id as a bundled page
+    assert run(["kbs", "--corpus", str(team), "check"], monkeypatch) == 1
+    out = capsys.readouterr().out
+    for expected in ("id 'No_Kebab' is not kebab-case", "id 'other-name' differs from the file name 'renamed'",
+                     "short.md: the body has", "broken-yaml.md: YAML does not parse",
+                     "no-front.md: no YAML front matter", f"{team / 'spill-fix.md'}: duplicate id 'spill-fix'"):
+        assert expected in out
+
+
+def test_query_still_works_when_a_page_is_broken(corpus, capsys):
+    (corpus / "broken-yaml.md").write_text("---\nid: [unclosed\n---\nbody\n", encoding="utf-8")
+    assert ids(kbs.search(kbs.open_index(), "register spills"))[0] == "spill-fix"
+    assert "left out of the index" in capsys.readouterr().err
+
+
+def test_arch_of_cc():
+    assert kbs.arch_of_cc("9.0") == "sm90"
+    assert kbs.arch_of_cc("8.6") == "sm86"
+    assert kbs.arch_of_cc("8.7") == "sm86"
+    assert kbs.arch_of_cc("10.3") == "sm100"
+    assert kbs.arch_of_cc("12.0") == "sm120"
+    assert kbs.arch_of_cc(None) is None and kbs.arch_of_cc("banana") is None
+
+
+# --- the bundled corpus -------------------------------------------------------------------------
+BUNDLED = kbs.bundled_corpus()
+bundled_ready = pytest.mark.skipif(
+    len(list(BUNDLED.glob("*.md"))) < 60, reason="the bundled corpus has fewer than 60 pages so far"
+)
+
+
+@bundled_ready
+def test_bundled_corpus_passes_check(monkeypatch, capsys):
+    monkeypatch.delenv(kbs.ENV_PATH, raising=False)
+    rc = run(["kbs", "check"], monkeypatch)
+    assert rc == 0, capsys.readouterr().out
+
+
+@pytest.fixture
+def bundled(monkeypatch):
+    monkeypatch.delenv(kbs.ENV_PATH, raising=False)
+    return kbs.open_index()
+
+
+# each symptom query both as 'kbs evidence' runs it (the tags as terms too) and with filters only
+@bundled_ready
+@pytest.mark.parametrize("with_terms", [True, False])
+def test_bundled_memory_bound_uncoalesced(bundled, with_terms):
+    tags = ["memory-bound", "uncoalesced-global"]
+    hits = kbs.search(bundled, " ".join(tags) if with_terms else "", symptoms=tags)
+    assert {"coalesce-global-access", "vectorized-access"} <= set(ids(hits)[:3]), ids(hits)
+
+
+@bundled_ready
+@pytest.mark.parametrize("with_terms", [True, False])
+def test_bundled_register_spills(bundled, with_terms):
+    tags = ["register-spills", "occupancy-limited-registers"]
+    hits = kbs.search(bundled, " ".join(tags) if with_terms else "", symptoms=tags)
+    assert set(ids(hits)[:2]) == {"register-spills", "register-pressure-occupancy"}, ids(hits)
+
+
+@bundled_ready
+def test_bundled_triton_gemm_on_hopper(bundled, monkeypatch, capsys):
+    argv = ["kbs", "query", "gemm", "--symptom", "tensor-cores-unused", "--arch", "sm90", "--language", "triton",
+            "--kernel-type", "gemm", "--json"]
+    assert run(argv, monkeypatch) == 0
+    top5 = ids(json.loads(capsys.readouterr().out))[:5]
+    assert {"triton-tl-dot", "hopper-wgmma"} <= set(top5), top5

@@ -1,0 +1,44 @@
+"""Query latency on a warm index of the bundled corpus: measured and printed, not asserted
+(the target is under 50 ms per query; timing on shared CI machines is too noisy to gate on)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+from kernel_loop import kbs
+
+QUERIES = [
+    ("memory-bound uncoalesced-global", {"symptoms": ["memory-bound", "uncoalesced-global"]}),
+    ("gemm", {"symptoms": ["tensor-cores-unused"], "arch": "sm90", "language": "triton", "kernel_type": "gemm"}),
+    ("", {"symptoms": ["register-spills", "occupancy-limited-registers"]}),
+]
+
+
+def test_warm_query_latency(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(kbs.ENV_PATH, raising=False)
+    monkeypatch.setenv("KERNEL_LOOP_CACHE", str(tmp_path / "cache"))  # so the first open really builds
+    if not list(kbs.bundled_corpus().glob("*.md")):
+        pytest.skip("the bundled corpus is empty")
+    t0 = time.perf_counter()
+    kbs.open_index().close()  # cold: builds the index
+    cold_ms = (time.perf_counter() - t0) * 1e3
+
+    samples: list[float] = []
+    first: dict[str, list[str]] = {}
+    for _ in range(20):
+        for terms, filters in QUERIES:
+            t0 = time.perf_counter()
+            conn = kbs.open_index()  # warm: hashes the corpus files, opens the existing index
+            hits = kbs.search(conn, terms, **filters)
+            conn.close()
+            samples.append((time.perf_counter() - t0) * 1e3)
+            ids = [h["id"] for h in hits]
+            assert ids, terms
+            assert first.setdefault(terms, ids) == ids  # the same answer every time
+    samples.sort()
+    with capsys.disabled():
+        print(f"\nkbs query latency, {len(list(kbs.bundled_corpus().glob('*.md')))} pages: cold build "
+              f"{cold_ms:.1f} ms; warm open+query median {statistics.median(samples):.2f} ms, "
+              f"p90 {samples[int(0.9 * len(samples))]:.2f} ms, max {samples[-1]:.2f} ms (target < 50 ms)")

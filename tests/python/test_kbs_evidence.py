@@ -1,0 +1,184 @@
+"""``kbs evidence``: the two required queries, their log, and the kbs_evidence.md draft."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import runfixture
+from conftest import FIXTURES
+from kernel_loop import kbs
+from test_kbs import make_corpus, run
+
+HEADINGS = ["# KBS Evidence - v0", "## NCU Facts", "## Queries", "## Selected Evidence",
+            "## Rejected / Limits", "## Decision Link"]
+
+
+def sections(text: str) -> list[tuple[str, str]]:
+    """(heading, body) for every level-1 and level-2 heading outside code blocks."""
+    out: list[tuple[str, list[str]]] = []
+    fenced = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        if not fenced and re.match(r"#{1,2} ", line):
+            out.append((line.strip(), []))
+        elif out:
+            out[-1][1].append(line)
+    return [(h, "\n".join(body).strip()) for h, body in out]
+
+
+def queries_log(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "v0" / "kbs_queries.jsonl").read_text().splitlines()]
+
+
+def assert_draft_shape(text: str) -> dict[str, str]:
+    secs = sections(text)
+    assert [h for h, _ in secs] == HEADINGS
+    body = dict(secs)
+    for heading in HEADINGS[1:3]:
+        assert body[heading] and kbs.TODO not in body[heading], heading
+    assert kbs.TODO in body["## Selected Evidence"]
+    for heading in HEADINGS[4:]:
+        assert body[heading].startswith(kbs.TODO), heading
+    return body
+
+
+@pytest.fixture
+def measured_run(tmp_path) -> Path:
+    """A run dir whose v0 holds the Triton softmax's measured ncu.json (see runfixture)."""
+    out = runfixture.write_run(tmp_path / "run")
+    runfixture.write_measurements(out, 0)
+    return out
+
+
+def test_evidence_draft_and_log(tmp_path, monkeypatch, capsys, measured_run):
+    make_corpus(tmp_path, monkeypatch)
+    assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 0
+    stdout = capsys.readouterr().out
+    draft = measured_run / "v0" / "kbs_evidence.md"
+    assert stdout.splitlines()[0] == str(draft)
+    body = assert_draft_shape(draft.read_text())
+
+    ncu = json.loads((measured_run / "v0" / "ncu.json").read_text())
+    facts = body["## NCU Facts"]
+    assert f"**{ncu['bottleneck']}**" in facts and "NVIDIA H100 80GB HBM3" in facts and "sm90" in facts
+    assert f"`dram_throughput_pct` = {ncu['metrics']['dram_throughput_pct']:.2f}" in facts
+    for s in ncu["symptoms"]:
+        line = next(ln for ln in facts.splitlines() if ln.strip().startswith(f"- `{s['tag']}`"))
+        for key, threshold in s["thresholds"].items():
+            assert f"`{key}` {threshold}" in line
+
+    log = queries_log(measured_run)
+    assert [x["purpose"] for x in log] == ["kernel", "bottleneck"]
+    kernel_q, bottleneck_q = log
+    assert kernel_q["query"] == "row softmax triton"
+    assert kernel_q["filters"] == {"arch": "sm90", "language": "triton", "kernel_type": "softmax"}
+    tags = [ncu["bottleneck"]] + [s["tag"] for s in ncu["symptoms"]]
+    assert bottleneck_q["filters"] == {"symptoms": tags, "arch": "sm90"}
+    # the three pages that list a fired tag come first; the others only share the architecture
+    assert set(bottleneck_q["hits"][:3]) == {"coalesce-loads", "vector-loads", "spill-fix"}
+    for q in log:
+        assert q["command"] in body["## Queries"]
+        for pid in q["hits"]:
+            assert f"`{pid}`" in body["## Queries"] and f"- **{pid}**" in body["## Selected Evidence"]
+
+
+def test_candidates_are_not_selected_until_the_agent_cites_them(tmp_path, monkeypatch, measured_run):
+    """hypothesis.py reads the ids cited under Selected Evidence; the draft's candidate list cites none."""
+    from kernel_loop import hypothesis
+
+    make_corpus(tmp_path, monkeypatch)
+    assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 0
+    draft = measured_run / "v0" / "kbs_evidence.md"
+    hits = hypothesis.query_hits(measured_run / "v0")
+    assert len(hits) >= 3 and hypothesis.selected_ids(draft.read_text(), hits) == []
+    chosen = hits[1]
+    text = draft.read_text().replace(kbs.TODO, f"kbs:{chosen} explains the measured DRAM throughput", 1)
+    assert hypothesis.selected_ids(text, hits) == [chosen]
+
+
+def test_logged_commands_reproduce_their_hits(tmp_path, monkeypatch, capsys, measured_run):
+    make_corpus(tmp_path, monkeypatch)
+    assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 0
+    capsys.readouterr()
+    for q in queries_log(measured_run):
+        argv = shlex.split(q["command"])
+        assert argv[0] == "kernel-loop"
+        assert run(argv[1:] + ["--limit", str(kbs.EVIDENCE_HITS), "--json"], monkeypatch) == 0
+        assert [h["id"] for h in json.loads(capsys.readouterr().out)] == q["hits"]
+
+
+def test_draft_is_rewritten_until_filled_then_protected(tmp_path, monkeypatch, capsys, measured_run):
+    make_corpus(tmp_path, monkeypatch)
+    draft = measured_run / "v0" / "kbs_evidence.md"
+    assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 0
+    assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 0  # markers left: redraft
+    assert len(queries_log(measured_run)) == 4  # appended, never truncated
+
+    filled = draft.read_text().replace(kbs.TODO, "Chosen by the agent")
+    draft.write_text(filled)
+    capsys.readouterr()
+    assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 2
+    assert "--force" in capsys.readouterr().err
+    assert draft.read_text() == filled and len(queries_log(measured_run)) == 4
+
+    assert run(["kbs", "evidence", str(measured_run), "--force"], monkeypatch) == 0
+    assert kbs.TODO in draft.read_text()
+
+
+def test_evidence_needs_ncu_json(tmp_path, monkeypatch, capsys):
+    make_corpus(tmp_path, monkeypatch)
+    out = runfixture.write_run(tmp_path / "run")
+    assert run(["kbs", "evidence", str(out)], monkeypatch) == 2
+    assert "ncu.json does not exist" in capsys.readouterr().err
+    assert not (out / "v0" / "kbs_evidence.md").exists()
+    assert not (out / "v0" / "kbs_queries.jsonl").exists()
+
+
+def test_evidence_on_the_real_h100_softmax_profile(tmp_path, monkeypatch, capsys):
+    """ncu.json built by the profiler from the real H100 recording, queried against the bundled corpus."""
+    profile = pytest.importorskip("kernel_loop.profile")
+    if not hasattr(profile, "build_profile"):
+        pytest.skip("kernel_loop.profile.build_profile is not there yet")
+    monkeypatch.delenv(kbs.ENV_PATH, raising=False)
+    raw = (FIXTURES / "ncu" / "softmax_triton_detailed_raw.csv").read_text()
+    details = (FIXTURES / "ncu" / "softmax_triton_detailed_details.csv").read_text()
+    out = runfixture.write_run(tmp_path / "run")
+    ncu = profile.build_profile(raw, details, timing=None, context={"version": "v0"})
+    (out / "v0" / "ncu.json").write_text(json.dumps(ncu))
+
+    assert run(["kbs", "evidence", str(out)], monkeypatch) == 0
+    printed = capsys.readouterr().out
+    draft = out / "v0" / "kbs_evidence.md"
+    body = assert_draft_shape(draft.read_text())
+    assert ncu["bottleneck"] in body["## NCU Facts"]
+    log = queries_log(out)
+    assert [x["purpose"] for x in log] == ["kernel", "bottleneck"]
+    assert all(x["hits"] for x in log), log
+    assert log[1]["filters"]["symptoms"] == [ncu["bottleneck"]] + [s["tag"] for s in ncu["symptoms"]]
+    assert all(x["filters"]["arch"] == "sm90" for x in log)  # the recording's cc 9.0
+    assert log[0]["hits"][0] == "playbook-softmax"  # run.json says: row softmax, triton
+    for s in ncu["symptoms"]:
+        assert f"- `{s['tag']}`: measured" in body["## NCU Facts"]
+    assert all(pid in printed for x in log for pid in x["hits"])
+
+    draft.write_text(draft.read_text().replace(kbs.TODO, "The agent's own reasoning goes here."))
+    filled = dict(sections(draft.read_text()))
+    assert list(filled) == HEADINGS and all(filled[h] for h in HEADINGS[1:])
+    assert run(["kbs", "evidence", str(out)], monkeypatch) == 2
+
+
+def test_draft_when_no_page_matches(tmp_path, monkeypatch, measured_run):
+    empty = tmp_path / "empty-corpus"
+    empty.mkdir()
+    monkeypatch.setattr(kbs, "bundled_corpus", lambda: empty)
+    monkeypatch.delenv(kbs.ENV_PATH, raising=False)
+    assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 0
+    body = assert_draft_shape((measured_run / "v0" / "kbs_evidence.md").read_text())
+    assert body["## Queries"].count("No page matched this query.") == 2
+    assert "No candidate page" in body["## Selected Evidence"]
+    assert [x["hits"] for x in queries_log(measured_run)] == [[], []]

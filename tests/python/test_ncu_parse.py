@@ -1,0 +1,134 @@
+"""ncu_parse on real H100 recordings (tests/fixtures/ncu/README.md says how each was made)."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+from conftest import FIXTURES
+from kernel_loop import ncu_parse
+from kernel_loop.common import MeasuredFailure
+
+NCU = FIXTURES / "ncu"
+
+
+def _text(name: str) -> str:
+    return (NCU / name).read_text(encoding="utf-8")
+
+
+def _raw_cell(name: str, metric: str, row: int = 2) -> tuple[str, str]:
+    """(value cell, unit cell) of ``metric`` read with plain csv, skipping non-CSV lines."""
+    lines = [ln for ln in _text(name).splitlines() if ln.startswith('"')]
+    rows = list(csv.reader(lines))
+    i = rows[0].index(metric)
+    return rows[row][i], rows[1][i]
+
+
+def _number(cell: str) -> float:
+    return float(cell.replace(",", ""))
+
+
+def test_raw_detailed_one_kernel_with_exact_values():
+    kernels = ncu_parse.parse_raw(_text("softmax_triton_detailed_raw.csv"))
+    assert len(kernels) == 1
+    k = kernels[0]
+    assert k["name"] == "softmax_kernel"
+    assert k["grid"] == [8192, 1, 1] and k["block"] == [128, 1, 1]
+    assert k["cc"] == "9.0"
+    for metric in ("gpu__time_duration.sum", "dram__bytes.sum.per_second", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+                   "launch__grid_size"):
+        cell, unit = _raw_cell("softmax_triton_detailed_raw.csv", metric)
+        assert k["raw"][metric]["value"] == pytest.approx(_number(cell))
+        assert k["raw"][metric]["unit"] == unit
+    assert k["raw"]["gpu__time_duration.sum"]["unit"] == "ns"
+    # "Kernel Name" and the NVTX columns are launch attributes, not metrics
+    assert "Kernel Name" not in k["raw"] and not any(":" in name for name in k["raw"])
+
+
+def test_thousands_separators_are_stripped():
+    k = ncu_parse.parse_raw(_text("softmax_triton_detailed_raw.csv"))[0]
+    cell, _ = _raw_cell("softmax_triton_detailed_raw.csv", "dram__bytes.sum.per_second")
+    assert "," in cell
+    assert k["raw"]["dram__bytes.sum.per_second"]["value"] == pytest.approx(_number(cell))
+    assert isinstance(k["raw"]["launch__grid_size"]["value"], int)
+
+
+def test_prof_lines_and_program_output_are_skipped():
+    text = _text("softmax_triton_metrics_raw.csv")
+    assert text.startswith("==PROF==") and "maxerr" in text
+    kernels = ncu_parse.parse_raw(text)
+    assert len(kernels) == 1
+    raw = kernels[0]["raw"]
+    for metric in ("gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+                   "dram__throughput.avg.pct_of_peak_sustained_elapsed"):
+        cell, unit = _raw_cell("softmax_triton_metrics_raw.csv", metric)
+        assert raw[metric]["value"] == pytest.approx(_number(cell))
+        assert raw[metric]["unit"] == unit
+
+
+def test_details_sections_and_rules():
+    kernels = ncu_parse.parse_details(_text("softmax_triton_detailed_details.csv"))
+    assert len(kernels) == 1
+    k = kernels[0]
+    sol = {m["name"]: m for m in k["sections"]["GPU Speed Of Light Throughput"]}
+    assert sol["Duration"]["unit"] == "ns" and sol["Duration"]["value"] == 86016
+    assert sol["Memory Throughput"]["unit"] == "%"
+    mem = {m["name"]: m for m in k["sections"]["Memory Workload Analysis"]}
+    assert mem["Memory Throughput"]["value"] == pytest.approx(2867101190476.19)
+    rules = {r["rule"]: r for r in k["rules"]}
+    assert set(rules) == {"SOLBottleneck", "SOLFPRoofline", "HighPipeUtilization", "MemoryL2Compression",
+                          "TheoreticalOccupancy"}
+    assert rules["HighPipeUtilization"]["est_speedup_pct"] == pytest.approx(87.34)
+    assert rules["HighPipeUtilization"]["type"] == "OPT" and rules["HighPipeUtilization"]["speedup_type"] == "local"
+    assert rules["TheoreticalOccupancy"]["section"] == "Occupancy"
+    assert "registers" in rules["TheoreticalOccupancy"]["text"]
+    assert rules["SOLBottleneck"]["type"] == "INF" and rules["SOLBottleneck"]["est_speedup_pct"] is None
+
+
+def test_vadd_cuda_sections_only_details_with_noise():
+    text = _text("vadd_cuda_sections_details.csv")
+    assert text.startswith("==PROF==")
+    kernels = ncu_parse.parse_details(text)
+    assert len(kernels) == 1
+    k = kernels[0]
+    assert k["name"] == "vadd(const float *, const float *, float *, int)"
+    assert k["grid"] == [65536, 1, 1] and k["block"] == [256, 1, 1]
+    assert set(k["sections"]) == {"GPU Speed Of Light Throughput", "Launch Statistics", "Occupancy"}
+    launch = {m["name"]: m["value"] for m in k["sections"]["Launch Statistics"]}
+    assert launch["Grid Size"] == 65536 and launch["Cluster Scheduling Policy"] == "PolicySpread"
+    assert [r["rule"] for r in k["rules"]][0] == "SOLBottleneck"
+
+
+def test_merge_joins_pages_by_kernel_id():
+    merged = ncu_parse.parse(_text("two_kernels_detailed_raw.csv"), _text("two_kernels_detailed_details.csv"))
+    assert [k["name"] for k in merged] == ["softmax_kernel", "row_max_kernel"]
+    assert merged[1]["raw"]["gpu__time_duration.sum"]["value"] == 20480
+    assert {m["name"]: m["value"] for m in merged[1]["sections"]["GPU Speed Of Light Throughput"]}["Duration"] == 20480
+    assert merged[0]["raw"]["gpu__time_duration.sum"]["value"] == 86016
+    assert len(merged[1]["rules"]) == len(merged[0]["rules"]) == 5
+
+
+@pytest.mark.parametrize("cell,expected", [
+    ("1,024", 1024), ("2,867,101,190,476.19", 2867101190476.19), ("0.95", 0.95), ("-3.5e-2", -0.035),
+    ("", None), ("n/a", None), ("no data", None), ("PolicySpread", "PolicySpread"), ("(128, 1, 1)", "(128, 1, 1)"),
+    ("1,2", "1,2"),
+])
+def test_parse_value(cell, expected):
+    assert ncu_parse.parse_value(cell) == expected
+
+
+def test_nan_cells_are_nan():
+    assert math.isnan(ncu_parse.parse_value("nan"))
+    k = ncu_parse.parse_raw(_text("softmax_triton_detailed_raw.csv"))[0]
+    assert math.isnan(k["raw"]["derived_tempMetric4"]["value"])
+
+
+def test_no_csv_means_no_kernels():
+    text = "==PROF== Connected to process 1\n==PROF== Disconnected from process 1\n==WARNING== No kernels were profiled.\n"
+    assert ncu_parse.parse(text, text) == []
+
+
+def test_details_without_metric_columns_is_rejected():
+    with pytest.raises(MeasuredFailure, match="--page details"):
+        ncu_parse.parse_details('"ID","Kernel Name"\n"0","k"\n')

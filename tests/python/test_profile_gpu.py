@@ -1,0 +1,115 @@
+"""profile end to end on a GPU (init -> correctness -> profile), and time_callable on a GPU.
+
+Run on a machine with a CUDA GPU and Nsight Compute: ``pytest -m gpu tests/python/test_profile_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from kernel_loop import provenance
+from klcli import KERNELS, run
+
+AUTOTUNED_SOFTMAX = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({}, num_warps=w) for w in (2, 4, 8)], key=["n_cols"])
+@triton.jit
+def softmax_autotuned(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n_cols
+    x = tl.load(x_ptr + row * n_cols + offs, mask=mask, other=-float("inf"))
+    x = x - tl.max(x, axis=0)
+    e = tl.exp(x)
+    tl.store(y_ptr + row * n_cols + offs, e / tl.sum(e, axis=0), mask=mask)
+
+
+def run_kernel(x, M, N):
+    y = torch.empty_like(x)
+    softmax_autotuned[(M,)](x, y, N, BLOCK=triton.next_power_of_2(N))
+    return y
+'''
+
+VADD_CU = r'''
+#include <cuda_runtime.h>
+__global__ void vadd_kernel(const float* x, const float* y, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = x[i] + y[i];
+}
+extern "C" void solve(const float* x, const float* y, float* out, int N) {
+    vadd_kernel<<<(N + 255) / 256, 256>>>(x, y, out, N);
+}
+'''
+
+needs_ncu = pytest.mark.skipif(shutil.which("ncu") is None and not
+                               __import__("pathlib").Path("/usr/local/cuda/bin/ncu").exists(),
+                               reason="Nsight Compute (ncu) is not installed")
+
+
+def _ok(proc):
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+
+
+def _loop(tmp_path, ref, kernel_text, suffix, impl, dims):
+    kernel = tmp_path / f"baseline{suffix}"
+    kernel.write_text(kernel_text)
+    out = tmp_path / "run"
+    _ok(run("init", out, "--kernel", "k", "--ref", KERNELS / ref, "--impl", impl, "--baseline", kernel,
+            "--dims", dims, "--skip-env", "--warmup", "5", "--trials", "30"))
+    _ok(run("correctness", out))
+    proc = run("profile", out)
+    _ok(proc)
+    v0 = out / "v0"
+    data = json.loads((v0 / "ncu.json").read_text())
+    for name in ("ncu_summary.md", "ncu_details.md", "profile.ncu-rep", "ncu_raw.csv", "ncu_details.csv"):
+        assert (v0 / name).is_file(), name
+    assert provenance.stale(v0) == {}
+    recorded = provenance.read(v0)
+    assert {"ncu.json", "ncu_summary.md", "ncu_details.md", "../run.json"} <= set(recorded)
+    m = data["metrics"]
+    assert m["duration_us"] > 0 and m["sm_throughput_pct"] is not None and m["memory_throughput_pct"] is not None
+    assert data["timing"]["median_us"] > 0 and data["timing"]["n"] == 30
+    assert data["bottleneck"] in ("memory-bound", "compute-bound", "latency-bound", "balanced")
+    # the default sections add warp-state and scheduler metrics
+    assert m["issue_active"] is not None and m["warp_latency_cycles"] is not None
+    return data, proc
+
+
+@pytest.mark.gpu
+@needs_ncu
+def test_profile_triton_softmax_catches_only_the_measured_launch(tmp_path):
+    data, proc = _loop(tmp_path, "ref_softmax.py", AUTOTUNED_SOFTMAX, ".py", "triton", "M=4096,N=2048")
+    # autotuning ran 3 configs during warmup; only the one measured launch is in the profile
+    assert [k["name"] for k in data["kernels"]] == ["softmax_autotuned"]
+    assert data["bottleneck"] in proc.stdout
+
+
+@pytest.mark.gpu
+@needs_ncu
+def test_profile_cuda_vadd(tmp_path):
+    data, _ = _loop(tmp_path, "ref_vadd.py", VADD_CU, ".cu", "cuda-cpp", "N=16777216")
+    assert len(data["kernels"]) == 1 and data["kernels"][0]["name"].startswith("vadd_kernel")
+    assert data["kernels"][0]["grid"] == [16777216 // 256, 1, 1]
+    assert data["bottleneck"] == "memory-bound"     # a streaming add is bound by DRAM on any GPU
+
+
+@pytest.mark.gpu
+def test_time_callable_on_gpu():
+    import torch
+    from kernel_loop.timing import flush_bytes, time_callable
+
+    small = torch.empty(1 << 22, device="cuda")
+    big = torch.empty(1 << 26, device="cuda")     # 16x the bytes
+    s = time_callable(lambda: small.fill_(1.5), warmup=3, trials=25)
+    b = time_callable(lambda: big.fill_(1.5), warmup=3, trials=25)
+    for r in (s, b):
+        assert r["n"] == 25 and len(r["samples_us"]) == 25 and r["l2_flush"] is True
+        assert 0 < r["min"] <= r["p25"] <= r["median"] <= r["p75"] <= r["max"]
+    assert b["median"] > 4 * s["median"]
+    assert s["flush_bytes"] == flush_bytes() > torch.cuda.get_device_properties(0).L2_cache_size

@@ -1,0 +1,130 @@
+"""report: renders final_report.md (and the chart) from the sidecars only; N/A vs unknown; refusals.
+benchmark.json here comes from a SYNTHETIC child result (runfixture.synthetic_child_result)."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+import runfixture as rf
+from kernel_loop import benchmark, report
+from kernel_loop.common import read_json, write_json
+
+
+def finished_run(tmp_path):
+    root = rf.build_complete(tmp_path / "run")
+    res = rf.synthetic_child_result()
+    bench = benchmark.finish(res, version="v3", selection="best",
+                             timing={"method": "cuda_event", "warmup": 10, "trials": 40, "discard_first": 0,
+                                     "l2_flush": True},
+                             tolerance={"atol": 1e-5, "rtol": 1e-5}, env=read_json(root / "env.json"))
+    benchmark.write_outputs(root, bench)
+    return root
+
+
+def render(root):
+    assert rf.cli(report, ["report", str(root)]) == 0
+    return (root / "final_report.md").read_text()
+
+
+def test_refuses_before_benchmark(tmp_path, capsys):
+    root = rf.build_complete(tmp_path / "run")
+    assert rf.cli(report, ["report", str(root)]) == 2
+    assert "run benchmark first" in capsys.readouterr().err
+    assert not (root / "final_report.md").exists()
+
+
+def test_full_report(tmp_path):
+    root = finished_run(tmp_path)
+    md = render(root)
+    heads = [ln for ln in md.splitlines() if ln.startswith("## ")]
+    assert heads == ["## 1. Summary", "## 2. Environment and fixed configuration", "## 3. Versions",
+                     "## 4. Transitions", "## 5. KBS evidence used", "## 6. Benchmark",
+                     "## 7. Remaining opportunities", "## 8. Discussion"]
+    bench = read_json(root / "benchmark.json")
+    assert f"Speedup over pytorch-eager: **{bench['speedups']['pytorch-eager']:.2f}x**" in md
+    assert "| GPU | NVIDIA H100 80GB HBM3 |" in md and "| Dims | M=8192, N=4096 |" in md
+    assert "| v0 | 84.90 | 1.000 | 85.57 | 22.46 | 53.03 | 55 | memory-bound | PASS |" in md
+    assert "| v3 | 82.40 | 1.030 |" in md
+    # scorecards: v0 -> v1 all held, v1 -> v2 one of three
+    assert "| `duration: -2%` | 84.90 | 83.05 | -2.17% | held |" in md
+    assert "| `dram_throughput_pct: >= 95` | 87.31 | 86.75 | N/A | missed |" in md
+    assert "Predictions held: 3 of 3." in md and "Predictions held: 1 of 3." in md
+    assert md.count("**faster**") == 2 and md.count("**slower**") == 1
+    assert "Single change: Raise num_warps from 8 to 16." in md
+    assert "- v2: `l2-eviction-hints`; `dram-bound-streaming`" in md
+    assert "`dram-near-peak`: DRAM bandwidth is close to its peak" in md
+    assert "of the measured copy bandwidth" in md
+    assert "![Time per version with baselines](final_report.png)" in md
+    assert (root / "final_report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "TODO(kernel-loop)" in md.split("## 8. Discussion")[1]
+
+
+def test_null_metrics_are_na_and_missing_files_unknown(tmp_path):
+    root = finished_run(tmp_path)
+    ncu = read_json(root / "v1" / "ncu.json")
+    ncu["metrics"].update(achieved_occupancy_pct=None, registers_per_thread=None)
+    write_json(root / "v1" / "ncu.json", ncu)
+    (root / "v2" / "ncu.json").unlink()
+    (root / "env.json").unlink()
+    md = render(root)
+    assert "| v1 | 83.05 | 1.022 | 87.31 | 22.92 | N/A | N/A | memory-bound | PASS |" in md
+    assert "| v2 | unknown | unknown | unknown | unknown | unknown | unknown | unknown | PASS |" in md
+    assert "| `achieved_occupancy_pct: >= 70` | 53.03 | N/A | N/A | unknown (no measured value for the next version) |" in md
+    assert "| GPU | unknown |" in md
+
+
+def test_falls_back_to_the_hypothesis_text(tmp_path):
+    root = finished_run(tmp_path)
+    (root / "v0" / "hypothesis.json").unlink()
+    (root / "v1" / "hypothesis.json").unlink()
+    (root / "v1" / "hypothesis.txt").unlink()
+    md = render(root)
+    assert "| `registers_per_thread: <= 48` | 55 | 40 | N/A | held |" in md
+    assert "Hypothesis: unknown (v1 has no hypothesis.txt or hypothesis.json)" in md
+
+
+def test_chart_skipped_without_matplotlib(tmp_path, monkeypatch):
+    root = finished_run(tmp_path)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    md = render(root)
+    assert "the chart was skipped because matplotlib is not installed" in md
+    assert not (root / "final_report.png").exists()
+
+
+def test_kbs_titles_come_from_the_kbs_module(tmp_path, monkeypatch):
+    root = finished_run(tmp_path)
+    fake = types.ModuleType("kernel_loop.kbs")
+    fake.get = lambda pid: {"title": rf.KBS_TITLES[pid]} if pid != "dram-bound-streaming" else None
+    monkeypatch.setitem(sys.modules, "kernel_loop.kbs", fake)
+    monkeypatch.setattr(sys.modules["kernel_loop"], "kbs", fake, raising=False)
+    md = render(root)
+    assert "`l2-eviction-hints` (L2 eviction-priority hints); `dram-bound-streaming`\n" in md
+
+
+def test_a_filled_discussion_survives_a_re_render(tmp_path):
+    root = finished_run(tmp_path)
+    md = render(root)
+    md = md.split("## 8. Discussion")[0] + "## 8. Discussion\nMore warps helped until 16.\n"
+    (root / "final_report.md").write_text(md)
+    again = render(root)
+    assert again.rstrip().endswith("More warps helped until 16.")
+    assert "TODO(kernel-loop)" not in again.split("## 8. Discussion")[1]
+
+
+@pytest.mark.parametrize("missing", ["benchmark_rows", "ab"])
+def test_missing_benchmark_parts(tmp_path, missing):
+    root = finished_run(tmp_path)
+    bench = read_json(root / "benchmark.json")
+    if missing == "ab":
+        bench["ab"] = []
+    else:
+        bench["rows"] = [r for r in bench["rows"] if r["name"] != "solution"]
+        bench["speedups"] = {}
+    write_json(root / "benchmark.json", bench)
+    md = render(root)
+    if missing == "ab":
+        assert md.count("Same-run A/B: N/A (not in benchmark.json)") == 3
+    else:
+        assert "median N/A us" in md and "No baseline was available and correct" in md
