@@ -144,13 +144,13 @@ def roofline(flops: float | None, nbytes: float | None, median_us: float | None,
     secs = median_us * 1e-6
     tflops = flops / secs / 1e12 if flops is not None else None
     gbs = nbytes / secs / 1e9 if nbytes is not None else None
-    peak_tf = (peaks.get("matmul_tflops") or {}).get(key) if key else None
-    peak_gb = peaks.get("copy_bandwidth_gbs")
+    peak_tf = peaks.get(f"{key}_matmul_tflops") if key else None
+    peak_gb = peaks.get("copy_bandwidth_gbps")
     notes = []
     if tflops is not None and peak_tf is None:
-        notes.append(f"env.json has no matmul_tflops peak for {key or 'this dtype'}")
+        notes.append(f"env.json has no {key or 'this dtype'} matmul peak")
     if gbs is not None and peak_gb is None:
-        notes.append("env.json has no copy_bandwidth_gbs peak")
+        notes.append("env.json has no copy_bandwidth_gbps peak")
     return {"flops": flops, "bytes_moved": nbytes, "median_us": median_us, "dtype": key,
             "achieved_tflops": tflops, "achieved_gbs": gbs, "peak_tflops": peak_tf, "peak_gbs": peak_gb,
             "tflops_fraction": tflops / peak_tf if tflops is not None and peak_tf else None,

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .common import UsageError, cache_dir, progress, sha256_text
+from .common import UsageError, atomic_write_text, cache_dir, progress, sha256_text
 
 # C type name (after dropping const/restrict/pointer marks) -> torch dtype name.
 POINTER_TYPES = {
@@ -207,7 +207,7 @@ def build(kernel: Path, cfg: dict, cc: tuple[int, int]) -> Built:
     arch = arch_flag(cc).rsplit("=", 1)[-1]
     if so.is_file():
         return Built(so, cmd, True, 0.0, arch)
-    shim.write_text(SHIM, encoding="utf-8")
+    atomic_write_text(shim, SHIM)
     progress(f"compiling {Path(kernel).name} for {arch} with nvcc ...")
     t0 = time.monotonic()
     fd, tmp = tempfile.mkstemp(prefix=".kernel.", suffix=".so", dir=folder)

@@ -13,9 +13,10 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -221,9 +221,29 @@ def _overall(res: dict) -> tuple[str, str | None]:
         bad = [o for o in t["outputs"] if not o["passed"]]
         o = bad[0]
         what = o.get("note") or f"{o['mismatches']} of {o['numel']} elements outside tolerance"
-        return "FAIL", (f"{len(failed)} of {len(trials)} trials failed; first: dims {dims} seed {t['seed']} "
+        shown = ",".join(f"{k}={v}" for k, v in dims.items())
+        return "FAIL", (f"{len(failed)} of {len(trials)} trials failed; first: dims {shown} seed {t['seed']} "
                         f"output '{o['name']}': {what}")
     return "PASS", None
+
+
+def require_device(device: str, kernel: Path) -> None:
+    """UsageError (exit 2) when the run's device cannot run this kernel here."""
+    if device == "cpu":
+        if kernel.suffix == ".cu":
+            raise UsageError(f"{kernel.name} is CUDA C++: the cpu test mode (KERNEL_LOOP_DEVICE=cpu) runs .py kernels only")
+        return
+    try:
+        import torch
+    except ImportError:
+        raise UsageError("torch is not installed: pip install torch (a CUDA build)") from None
+    if not torch.cuda.is_available():
+        raise UsageError(f"no CUDA GPU visible: torch.cuda.is_available() is False (torch {torch.__version__}, "
+                         f"CUDA build {torch.version.cuda}); correctness needs a GPU "
+                         "(KERNEL_LOOP_DEVICE=cpu is a test mode for .py kernels)")
+    index = int(device.split(":")[1]) if ":" in device else 0
+    if index >= torch.cuda.device_count():
+        raise UsageError(f"run.json gpu {index} does not exist: {torch.cuda.device_count()} GPU(s) visible")
 
 
 def run_correctness(args: argparse.Namespace) -> int:
@@ -239,6 +259,7 @@ def run_correctness(args: argparse.Namespace) -> int:
     if kernel.suffix != IMPL_SUFFIX.get(cfg.get("impl"), kernel.suffix):
         raise UsageError(f"{kernel.name} does not match impl {cfg['impl']} (needs {IMPL_SUFFIX[cfg['impl']]})")
     device = device_for(cfg)
+    require_device(device, kernel)
     if args.sanitize and device == "cpu":
         raise UsageError("--sanitize needs a CUDA device (compute-sanitizer); this run uses the cpu test mode")
     kernel_sha = sha256_file(kernel)

@@ -44,7 +44,7 @@ def device_for(cfg: dict) -> str:
 
 
 def last_build() -> dict | None:
-    """Build info (command, cached, seconds, arch) of the last .cu loaded in this process."""
+    """Build info (command, cached, seconds, arch) of the .cu library loaded in this process (first load)."""
     return dict(_LAST_BUILD) if _LAST_BUILD else None
 
 
@@ -231,6 +231,8 @@ def load_case(cfg: dict, run_root: Path, kernel_path: Path, dims: dict, seed: in
     """A fresh seeded case for ``kernel_path`` against ``run_root/ref.py``."""
     run_root = Path(run_root)
     kernel_path = Path(kernel_path)
+    if device.startswith("cuda"):
+        _torch().cuda.set_device(_torch().device(device))  # .cu kernels launch on the current device
     ref = import_file(run_root / "ref.py", "ref")
     if kernel_path.suffix == ".cu":
         return _load_cu(cfg, ref, kernel_path, dims, seed, device)
@@ -428,6 +430,7 @@ def _load_library(cfg: dict, kernel_path: Path, device: str):
         lib.kl_error_string.argtypes = [ctypes.c_int]
         _LIBS[key] = lib
     info = built.info()
-    _LAST_BUILD.clear()
-    _LAST_BUILD.update(info)
+    if _LAST_BUILD.get("library") != info["library"]:  # keep the first (compiling) build of this library
+        _LAST_BUILD.clear()
+        _LAST_BUILD.update(info)
     return _LIBS[key], info

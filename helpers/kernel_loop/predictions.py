@@ -34,7 +34,7 @@ _NUM = r"[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?"
 _LINE_RE = re.compile(
     rf"^\s*(?P<metric>[A-Za-z_][A-Za-z0-9_]*)\s*:\s*"
     rf"(?:(?P<sign>[-+])\s*(?P<delta>{_NUM})\s*(?P<pct>%)?"
-    rf"|(?P<bound><=|>=|<|>|=)\s*(?P<bval>-?(?:{_NUM}))\s*(?P<bpct>%)?)\s*$"
+    rf"|(?P<bound><=|>=|==|<|>|=)\s*(?P<bval>-?(?:{_NUM}))\s*(?P<bpct>%)?)\s*$"
 )
 
 
@@ -55,7 +55,7 @@ def parse_line(line: str, allowed: set[str] | None = None) -> dict[str, Any]:
             f"{', '.join(sorted(allowed))}"
         )
     if m.group("bound"):
-        op, value = m.group("bound"), float(m.group("bval"))
+        op, value = m.group("bound").replace("==", "="), float(m.group("bval"))
     else:
         op = "rel" if m.group("pct") else "abs"
         value = float(m.group("delta")) * (-1.0 if m.group("sign") == "-" else 1.0)

@@ -36,7 +36,7 @@ class RunDir:
     root: Path
 
     @classmethod
-    def open(cls, out: str | Path, *, must_exist: bool = True) -> "RunDir":
+    def open(cls, out: str | Path, *, must_exist: bool = True) -> RunDir:
         root = Path(out).expanduser().resolve()
         if must_exist:
             if not root.is_dir():

@@ -5,6 +5,9 @@ or v0 before the first gate), the planned final version, which artifacts of the
 current version are present, missing or stale (measured.sha256 and the kernel hash
 recorded in the sidecars), whether the state has drifted, and the next step.
 
+Every version needs correctness, profile and KBS evidence (the final gate audits vN's
+kbs_evidence.md too); v0..v(N-1) also need hypothesis.txt.
+
 Drift (exit 1): a state file holding garbage or naming a version past the plan;
 files in versions beyond the current one; a state naming a version that has no
 folder when ``next`` cannot create it (its predecessor has no kernel); a version

@@ -195,7 +195,7 @@ def write_run(root: Path, iterations: int = 3, dims: dict | None = None) -> Path
         "schema": 1, "gpu": {"name": "NVIDIA H100 80GB HBM3", "cc": "9.0", "sm_count": 132},
         "versions": {"torch": "2.11.0+cu130", "triton": "3.6.0", "cuda": "13.0", "driver": "580.159.04",
                      "ncu": "2025.3.1"},
-        "peaks": {"copy_bandwidth_gbs": 3300.0, "matmul_tflops": {"bf16": 989.0, "fp32": 67.0}},
+        "peaks": {"copy_bandwidth_gbps": 3300.0, "bf16_matmul_tflops": 989.0, "fp32_matmul_tflops": 67.0},
     })
     (root / "ref.py").write_text(REF_PY, encoding="utf-8")
     write_kernel(root, 0)

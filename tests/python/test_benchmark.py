@@ -62,13 +62,13 @@ def test_verdicts():
 
 
 def test_roofline_fractions_and_missing_peaks():
-    env = {"peaks": {"copy_bandwidth_gbs": 3300.0, "matmul_tflops": {"bf16": 989.0, "fp32": 67.0}}}
+    env = {"peaks": {"copy_bandwidth_gbps": 3300.0, "bf16_matmul_tflops": 989.0, "fp32_matmul_tflops": 67.0}}
     r = B.roofline(2.0e12, 3.3e9, 1000.0, "bfloat16", env)  # 2 TFLOP and 3.3 GB in 1 ms
     assert r["achieved_tflops"] == pytest.approx(2000.0) and r["tflops_fraction"] == pytest.approx(2000 / 989)
     assert r["achieved_gbs"] == pytest.approx(3300.0) and r["bandwidth_fraction"] == pytest.approx(1.0)
     r = B.roofline(None, 3.3e9, 1000.0, "float8_e4m3fn", {})
     assert r["achieved_tflops"] is None and r["bandwidth_fraction"] is None
-    assert "copy_bandwidth_gbs" in r["notes"][0]
+    assert "copy_bandwidth_gbps" in r["notes"][0]
     assert B.roofline(None, None, 10.0, "float32", env) is None
     assert B.roofline(1e9, None, 10.0, "float16", env)["peak_tflops"] is None
 
@@ -234,3 +234,53 @@ def test_child_crash_and_timeout_are_clear_failures(monkeypatch):
     monkeypatch.setattr(B.subprocess, "run", too_slow)
     with pytest.raises(MeasuredFailure, match="timeout_s \\(7 s\\)"):
         B.run_child({"x": 1}, 7)
+
+
+CPU_ARGS = ["--timing", "host_time", "--warmup", "1", "--trials", "5", "--baselines", "pytorch-eager,flashinfer"]
+
+
+@pytest.fixture
+def cpu_run(tmp_path, monkeypatch):
+    """A tiny real run (4 x 48 softmax) whose Triton kernels run on the CPU (loader's dev mode)."""
+    needs_gate()
+    monkeypatch.setenv("KERNEL_LOOP_DEVICE", "cpu")
+    return rf.build_with_gate(tmp_path / "run", dims={"M": 4, "N": 48})
+
+
+def test_child_end_to_end_in_the_cpu_dev_mode(cpu_run, capfd):
+    assert rf.cli(B, ["benchmark", str(cpu_run), *CPU_ARGS]) == 0
+    bench = read_json(cpu_run / "benchmark.json")
+    rows = {r["name"]: r for r in bench["rows"]}
+    assert set(rows) == {"solution", "pytorch-eager", "flashinfer", "v0", "v1", "v2", "v3"}
+    for name in ("solution", "pytorch-eager", "v0", "v3"):
+        assert rows[name]["correct"] and rows[name]["correct_after_timing"], name
+        assert rows[name]["stats_us"]["n"] == 5 and len(rows[name]["samples_us"]) == 5
+    assert rows["flashinfer"]["available"] is False and "baseline" in rows["flashinfer"]["why"]
+    assert set(bench["speedups"]) == {"pytorch-eager"}
+    assert [(e["from"], e["to"], e["n"]) for e in bench["ab"]] == [("v0", "v1", [5, 5]), ("v1", "v2", [5, 5]),
+                                                                  ("v2", "v3", [5, 5])]
+    assert all(e["ci95"][0] <= e["speedup"] <= e["ci95"][1] for e in bench["ab"])
+    assert bench["roofline"]["flops"] == 5.0 * 4 * 48
+    err = capfd.readouterr().err  # the child's progress lines, one per timed item
+    assert "timing solution" in err and "timing pytorch-eager" in err and "A/B v2 -> v3" in err
+
+
+def test_cuda_event_needs_a_gpu(cpu_run):
+    assert rf.cli(B, ["benchmark", str(cpu_run), "--timing", "cuda_event", "--trials", "3"]) == 2
+
+
+@pytest.mark.parametrize("body, where", [
+    # adversarial kernels: a wrong result, and one that writes only on its first call
+    ("    y.copy_(x)\n", "before"),
+    ("    if not _calls:\n        y.copy_(torch.softmax(x, dim=-1))\n    _calls.append(1)\n", "after"),
+])
+def test_a_wrong_solution_fails_the_benchmark(cpu_run, monkeypatch, capsys, body, where):
+    monkeypatch.setattr(B, "check_final_gate", lambda rd, n: None)  # the kernel is swapped after the gate
+    (cpu_run / "v3" / "kernel.py").write_text("import torch\n_calls = []\n\n\ndef run_kernel(x, y):\n" + body)
+    assert rf.cli(B, ["benchmark", str(cpu_run), "--version", "v3", *CPU_ARGS]) == 1
+    sol = next(r for r in read_json(cpu_run / "benchmark.json")["rows"] if r["name"] == "solution")
+    if where == "before":
+        assert sol["correct"] is False
+    else:
+        assert sol["correct"] is True and sol["correct_after_timing"] is False
+    assert "failed in the benchmark" in capsys.readouterr().err

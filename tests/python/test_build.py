@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from kernel_loop import build
 from kernel_loop.common import UsageError
 

@@ -13,7 +13,6 @@ import time
 import klcli
 import pytest
 import torch
-
 from kernel_loop import correctness, provenance
 
 BROKEN_TRITON = ["triton_vadd_zeros.py", "triton_vadd_const.py", "triton_vadd_input.py",
@@ -192,3 +191,27 @@ def test_help(capsys):
         klcli.main("correctness", "--help")
     text = capsys.readouterr().out
     assert "--sanitize" in text and "--sanitize-dims" in text and "KERNEL_LOOP_DEVICE=cpu" in text
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_gpu_run_without_cuda_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("KERNEL_LOOP_DEVICE", raising=False)
+    out = tmp_path / "run"
+    assert klcli.init_run(out, "ref_vadd.py", "py_vadd.py", "triton", "N=64") == 0
+    assert klcli.main("correctness", out) == 2
+    assert "no CUDA GPU visible" in capsys.readouterr().err
+    assert not (out / "v0" / "correctness.json").exists()
+
+
+def test_cu_kernel_in_cpu_mode_is_a_usage_error(tmp_path, cpu_mode, capsys):
+    out = tmp_path / "run"
+    assert klcli.init_run(out, "ref_vadd.py", "cu_vadd.cu", "cuda-cpp", "N=64") == 0
+    assert klcli.main("correctness", out) == 2
+    assert "runs .py kernels only" in capsys.readouterr().err
+
+
+def test_triton_interpreter_is_enabled_in_cpu_mode(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNEL_LOOP_DEVICE", "cpu")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    rc, data, md, _ = _check(tmp_path, "ref_vadd.py", "triton_vadd.py", "N=300")
+    assert rc == 0, md

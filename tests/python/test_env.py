@@ -7,7 +7,6 @@ import json
 import klcli
 import pytest
 from conftest import cuda_available
-
 from kernel_loop import env
 
 NVCC_OUT = """nvcc: NVIDIA (R) Cuda compiler driver

@@ -7,7 +7,6 @@ import json
 
 import klcli
 import pytest
-
 from kernel_loop import init
 from kernel_loop.common import UsageError
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from kernel_loop import loader
 from kernel_loop.common import UsageError
 

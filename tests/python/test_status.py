@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import runfixture as rf
-from kernel_loop import status
-from kernel_loop.common import write_json
+from kernel_loop import rundir, status
+from kernel_loop.common import UsageError, write_json
 
 
 def step(root):
@@ -106,3 +107,15 @@ def test_text_and_json_output(tmp_path, capsys):
     assert data["consistent"] is True and data["next"]["step"] == "final-gate"
     assert "kernel.py" in data["artifacts"]["present"] and data["artifacts"]["missing"] == []
     assert data == status.collect(root)
+
+
+def test_agrees_with_the_real_gate(tmp_path):
+    try:
+        rundir.gate_script()
+    except UsageError:
+        pytest.skip("scripts/check_iteration_gate.sh is not there yet")
+    root = rf.build_with_gate(tmp_path / "run")
+    info = status.collect(root)
+    assert info["consistent"] and info["state"]["recorded"] == "v3" and info["next"]["step"] == "final-gate"
+    cmd = info["next"]["command"].split()
+    assert rf.gate(root / "v3", "--final").returncode == 0 and cmd[-1] == "--final"

@@ -1,0 +1,118 @@
+"""GPU: a real two-version Triton run driven through the whole loop, then benchmark and report.
+
+init -> correctness -> profile -> kbs evidence (filled here) -> hypothesis -> gate -> next -> the one
+change -> correctness -> profile -> kbs evidence -> gate --final -> benchmark (eager + torch.compile,
+A/B interval) -> report.  Run on a machine with a CUDA GPU and Nsight Compute:
+``pytest -m gpu tests/python/test_benchmark_gpu.py``.  Nothing here asserts a measured number;
+the assertions are about structure, correctness and internal consistency.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import klcli
+import pytest
+import runfixture as rf
+from kernel_loop import hypothesis, rundir
+
+TODO = hypothesis.TODO
+
+
+def _ok(proc):
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc
+
+
+def fill_kbs(vdir: Path, link: str) -> None:
+    """Replace the draft's TODO lines the way an agent would, citing a page the queries returned."""
+    hits = hypothesis.query_hits(vdir)
+    text = (vdir / "kbs_evidence.md").read_text()
+    section, out = "", []
+    for line in text.splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip()
+        if TODO in line:
+            line = {
+                "Selected Evidence": f"- kbs:{hits[0]} explains the measured bottleneck." if hits
+                else "- No page matched; the change rests on the measured facts alone.",
+                "Rejected / Limits": "- The pages are not specific to this GPU and shape.",
+                "Decision Link": link,
+            }.get(section, "Filled by the GPU test.")
+        out.append(line)
+    (vdir / "kbs_evidence.md").write_text("\n".join(out) + "\n")
+    assert TODO not in (vdir / "kbs_evidence.md").read_text()
+
+
+def measure(out: Path, link: str) -> None:
+    _ok(klcli.run("correctness", out, timeout=900))
+    _ok(klcli.run("profile", out, timeout=900))
+    _ok(klcli.run("kbs", "evidence", out, timeout=300))
+    vdir = rundir.RunDir.open(out).vdir(rundir.RunDir.open(out).current_version())
+    fill_kbs(vdir, link)
+
+
+@pytest.mark.gpu
+def test_two_version_triton_run_benchmark_and_report(tmp_path):
+    try:
+        gate = rundir.gate_script()
+    except Exception:
+        pytest.skip("scripts/check_iteration_gate.sh is not there yet")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "ref.py").write_text(rf.REF_PY)
+    (src / "softmax.py").write_text(rf.KERNEL_TEMPLATE.format(**rf.VERSIONS[0]))
+    out = tmp_path / "run dir"  # a space in the path on purpose
+    _ok(klcli.run("init", out, "--kernel", "row softmax", "--ref", src / "ref.py", "--impl", "triton",
+                  "--baseline", src / "softmax.py", "--dims", "M=4096,N=2048", "--iterations", "1",
+                  "--warmup", "5", "--trials", "30", "--kernel-type", "softmax", timeout=900))
+
+    measure(out, "Registers limit occupancy, so the next version launches more warps per row.")
+    _ok(klcli.run("hypothesis", out, "--change", "Launch with num_warps=8 instead of 4.",
+                  "--rationale", "Occupancy is limited; more warps per row hide memory latency.",
+                  "--risk", "Longer reductions per row; may be slower.",
+                  "--decision-rule", "Keep if the A/B interval is above 1.0.",
+                  "--predict", "duration: -1%", "--predict", "achieved_occupancy_pct: >= 10"))
+    _ok(klcli.run("status", out))
+    _ok(subprocess.run(["bash", str(gate), str(out / "v0")], capture_output=True, text=True))
+    new = _ok(klcli.run("next", out)).stdout.strip()
+    assert new == str(out / "v1" / "kernel.py")
+    Path(new).write_text(rf.KERNEL_TEMPLATE.format(**rf.VERSIONS[1]))  # the single change
+    measure(out, "Final version: the profile shows what remains.")
+    assert json.loads(_ok(klcli.run("status", out, "--json")).stdout)["next"]["step"] == "final-gate"
+    _ok(subprocess.run(["bash", str(gate), str(out / "v1"), "--final"], capture_output=True, text=True))
+
+    proc = _ok(klcli.run("benchmark", out, "--baselines", "pytorch-eager,torch-compile", "--trials", "40",
+                         timeout=900))
+    assert "timing torch-compile" in proc.stderr and "A/B v0 -> v1" in proc.stderr
+    bench = json.loads((out / "benchmark.json").read_text())
+    rows = {r["name"]: r for r in bench["rows"]}
+    for name in ("solution", "pytorch-eager", "torch-compile", "v0", "v1"):
+        assert rows[name]["available"], (name, rows[name]["why"])
+        assert rows[name]["correct"] and rows[name]["correct_after_timing"], (name, rows[name]["error"])
+        s = rows[name]["stats_us"]
+        assert s["n"] == 40 and 0 < s["min"] <= s["p20"] <= s["median"] <= s["p80"] <= s["max"]
+    assert bench["version"] in ("v0", "v1")
+    assert set(bench["speedups"]) == {"pytorch-eager", "torch-compile"}
+    sol = rows["solution"]["stats_us"]["median"]
+    assert bench["speedups"]["pytorch-eager"] == pytest.approx(rows["pytorch-eager"]["stats_us"]["median"] / sol)
+    (ab,) = bench["ab"]
+    assert (ab["from"], ab["to"]) == ("v0", "v1") and ab["n"] == [40, 40]
+    assert ab["ci95"][0] <= ab["speedup"] <= ab["ci95"][1]
+    assert ab["verdict"] in ("faster", "slower", "within noise")
+    roof = bench["roofline"]
+    assert roof["achieved_gbs"] > 0 and roof["flops"] == 5.0 * 4096 * 2048
+    if roof["bandwidth_fraction"] is not None:
+        assert 0 < roof["bandwidth_fraction"] < 1.5
+
+    _ok(klcli.run("report", out))
+    md = (out / "final_report.md").read_text()
+    assert "### v0 -> v1" in md and "Launch with num_warps=8 instead of 4." in md
+    row = re.search(r"\| `duration: -1%` \| [^|]+ \| [^|]+ \| [^|]+ \| (held|missed) \|", md)
+    assert row, "the duration prediction must be scored against v1's measurement"
+    assert "Same-run A/B: speedup" in md
+    assert (out / "final_report.png").stat().st_size > 0 or "chart was skipped" in md
+    assert json.loads(_ok(klcli.run("status", out, "--json")).stdout)["next"]["step"] == "done"

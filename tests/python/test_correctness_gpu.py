@@ -1,0 +1,162 @@
+"""correctness on a CUDA GPU: .cu (cuda-cpp, cutlass), CuTe DSL, Triton, KernelBench; crashes, hangs, sanitizer.
+
+Every test here carries @pytest.mark.gpu (skipped without CUDA).  Kernels are in tests/python/kernels/.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import time
+
+import klcli
+import pytest
+from kernel_loop import build
+
+pytestmark = pytest.mark.gpu
+
+needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not installed")
+needs_sanitizer = pytest.mark.skipif(build.find_cuda_tool("compute-sanitizer") is None,
+                                     reason="compute-sanitizer not installed")
+needs_cutlass = pytest.mark.skipif(not os.environ.get("CUTLASS_PATH"), reason="CUTLASS_PATH is not set")
+needs_cute_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None,
+                                    reason="nvidia-cutlass-dsl (import cutlass) is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _gpu_mode(monkeypatch):
+    monkeypatch.delenv("KERNEL_LOOP_DEVICE", raising=False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+
+
+def _run(tmp_path, ref, kernel, impl, dims, *init_args, check_args=(), name="run"):
+    out = tmp_path / name
+    assert klcli.init_run(out, ref, kernel, impl, dims, *init_args) == 0
+    rc = klcli.main("correctness", out, *check_args)
+    data = json.loads((out / "v0" / "correctness.json").read_text())
+    md = (out / "v0" / "correctness.md").read_text()
+    return rc, data, md
+
+
+def _first_row(data):
+    return data["shapes"][0]["trials"][0]["outputs"][0]
+
+
+@needs_nvcc
+def test_cuda_vadd_passes_and_records_build(tmp_path):
+    rc, data, md = _run(tmp_path, "ref_vadd.py", "cu_vadd.cu", "cuda-cpp", "N=1000003", "--extra-shapes", "N=1")
+    assert rc == 0, md
+    assert "| Result | PASS |" in md and data["device"].startswith("cuda")
+    cmd = data["build"]["command"]
+    assert "-shared" in cmd and any(a.startswith("-gencode=arch=compute_") for a in cmd)
+    assert "nvcc" in md
+
+
+@needs_nvcc
+def test_cuda_flat_buffers(tmp_path):
+    rc, data, md = _run(tmp_path, "ref_flat_vadd.py", "cu_vadd.cu", "cuda-cpp", "N=4096", "--ptr-size", "4096")
+    assert rc == 0, md
+    assert _first_row(data)["numel"] == 4096
+
+
+@needs_nvcc
+def test_cuda_rmsnorm_passes(tmp_path):
+    rc, data, md = _run(tmp_path, "ref_rmsnorm.py", "cu_rmsnorm.cu", "cuda-cpp", "M=64,N=1000")
+    assert rc == 0, md
+    assert _first_row(data)["shape"] == [64, 1000]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kernel", ["cu_vadd_wrong.cu", "cu_vadd_partial.cu"])
+def test_cuda_broken_fails(tmp_path, kernel):
+    rc, data, md = _run(tmp_path, "ref_vadd.py", kernel, "cuda-cpp", "N=1000")
+    assert rc == 1 and "| Result | FAIL |" in md
+    assert _first_row(data)["mismatches"] > 0
+
+
+@needs_nvcc
+def test_cuda_compile_error_fails(tmp_path):
+    rc, data, md = _run(tmp_path, "ref_vadd.py", "cu_vadd_compile_error.cu", "cuda-cpp", "N=1000")
+    assert rc == 1 and "nvcc failed" in data["error"] and "this_is_not_cuda" in data["error"]
+
+
+@needs_nvcc
+def test_illegal_address_is_a_fail(tmp_path):
+    rc, data, md = _run(tmp_path, "ref_vadd.py", "cu_oob_crash.cu", "cuda-cpp", "N=100000")
+    assert rc == 1 and "| Result | FAIL |" in md and data["error"]
+
+
+@needs_nvcc
+def test_hanging_kernel_is_killed(tmp_path):
+    t0 = time.monotonic()
+    rc, data, md = _run(tmp_path, "ref_vadd.py", "cu_hang.cu", "cuda-cpp", "N=1000", "--timeout", "30")
+    assert rc == 1 and "timed out" in data["error"]
+    assert time.monotonic() - t0 < 120
+
+
+@needs_nvcc
+@needs_sanitizer
+def test_sanitizer_catches_small_oob_write(tmp_path):
+    # N=1000 floats: out[N] lands in the allocation's padding, so the values still pass...
+    rc, data, md = _run(tmp_path, "ref_vadd.py", "cu_oob_small.cu", "cuda-cpp", "N=1000", name="plain")
+    assert rc == 0, md
+    # ...but memcheck sees the write past the end of the buffer
+    rc, data, md = _run(tmp_path, "ref_vadd.py", "cu_oob_small.cu", "cuda-cpp", "N=1000",
+                        check_args=("--sanitize", "--sanitize-dims", "N=1000"), name="sanitized")
+    assert rc == 1 and "| Result | FAIL |" in md
+    memcheck = data["sanitize"]["runs"][0]
+    assert memcheck["tool"] == "memcheck" and memcheck["errors"] > 0
+
+
+@needs_nvcc
+@needs_sanitizer
+def test_sanitizer_clean_kernel_passes(tmp_path):
+    rc, data, md = _run(tmp_path, "ref_vadd.py", "cu_vadd.cu", "cuda-cpp", "N=100000",
+                        check_args=("--sanitize", "--sanitize-dims", "N=1000"))
+    assert rc == 0, md
+    assert [r["tool"] for r in data["sanitize"]["runs"]] == ["memcheck", "racecheck"]
+    assert data["sanitize"]["errors"] == 0
+
+
+@needs_nvcc
+@needs_cutlass
+def test_cutlass_cute_kernel(tmp_path):
+    rc, data, md = _run(tmp_path, "ref_vadd.py", "cutlass_vadd.cu", "cutlass", "N=100000")
+    assert rc == 0, md
+    assert any(a.endswith("/include") for a in data["build"]["command"] if a.startswith("-I"))
+
+
+@needs_cute_dsl
+def test_cute_dsl_kernels(tmp_path):
+    rc, data, md = _run(tmp_path, "ref_vadd.py", "cute_dsl_vadd.py", "cute-dsl", "N=65536")
+    assert rc == 0, md
+    rc, data, md = _run(tmp_path, "ref_vadd.py", "cute_dsl_vadd_bad.py", "cute-dsl", "N=65536", name="bad")
+    assert rc == 1 and "| Result | FAIL |" in md
+
+
+def test_triton_on_gpu(tmp_path):
+    rc, data, md = _run(tmp_path, "ref_vadd.py", "triton_vadd.py", "triton", "N=1000003")
+    assert rc == 0, md
+    rc, data, md = _run(tmp_path, "ref_softmax.py", "triton_softmax.py", "triton", "M=256,N=1000", name="softmax")
+    assert rc == 0, md
+    for kernel in ("triton_vadd_zeros.py", "triton_vadd_input.py", "triton_vadd_nowrite.py"):
+        rc, data, md = _run(tmp_path, "ref_vadd.py", kernel, "triton", "N=4096", name=kernel)
+        assert rc == 1 and "| Result | FAIL |" in md, kernel
+
+
+def test_kernelbench_on_gpu(tmp_path):
+    rc, data, md = _run(tmp_path, "kb_ref.py", "kb_new.py", "triton", "batch_size=128")
+    assert rc == 0, md
+    rc, data, md = _run(tmp_path, "kb_ref.py", "kb_new_bad.py", "triton", "batch_size=128", name="bad")
+    assert rc == 1
+
+
+def test_init_runs_env_on_gpu(tmp_path):
+    out = tmp_path / "run"
+    proc = klcli.run("init", out, "--kernel", "vadd", "--ref", klcli.KERNELS / "ref_vadd.py", "--impl", "triton",
+                     "--baseline", klcli.KERNELS / "triton_vadd.py", "--dims", "N=4096")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "env.json").read_text())
+    assert report["ok"] and report["gpu"]["name"] in (out / "env_check.md").read_text()
+    assert (out / "run.json").is_file()
