@@ -85,6 +85,7 @@ FTS_COLUMNS = ("title", "tags", "symptoms", "meta", "body")
 BM25_WEIGHTS = (10.0, 4.0, 4.0, 2.0, 1.0)
 # soft-filter boosts, in units of the best text match (which scores 1)
 W_SYMPTOMS, W_FOCUS, W_ARCH, W_LANG, W_KTYPE, W_TAG, W_LINKS = 2.0, 0.5, 0.3, 0.5, 0.5, 0.5, 0.2
+SPECIFIC_SYMPTOMS = 5  # pages listing more symptoms than this get a damped symptom boost
 GENERALITY = 0.3  # share of a filter's weight that broad pages get when that filter is not given
 CONFIDENCE_RANK = {c: i for i, c in enumerate(CONFIDENCE)}
 
@@ -309,6 +310,11 @@ def _focus(positions: list[int]) -> float:
     return sum(1.0 / (1 + p) for p in positions) / ideal
 
 
+def _specificity(n_page_symptoms: int) -> float:
+    """Pages keyed by many symptoms are less specific advice: damp their symptom boost."""
+    return min(1.0, math.sqrt(SPECIFIC_SYMPTOMS / max(n_page_symptoms, 1)))
+
+
 def _fit(wanted: str | None, values: list[str], vocabulary: tuple[str, ...]) -> float:
     """How well a page's architectures / languages / kernel types fit one filter (0..1).
 
@@ -351,7 +357,8 @@ def search(
         text = {rowid: -rank for rowid, rank in conn.execute(sql, (expr,))}
     best_text = max(text.values(), default=0.0) or 1.0
     df = Counter(s for p in pages for s in set(_as_list(p.get("symptoms"))))
-    idf = {s: math.log(1.0 + len(pages) / max(df[s], 1)) for s in symptoms}
+    # rarer symptoms weigh more, and so do the ones named first (callers list the main one first)
+    idf = {s: math.log(1.0 + len(pages) / max(df[s], 1)) / (1.0 + 0.25 * i) for i, s in enumerate(symptoms)}
     sym_total = sum(idf.values()) or 1.0
     max_links = math.log1p(max((p["inlinks"] for p in pages), default=0)) or 1.0
     dims = ((W_ARCH, arch, "architectures", ARCHITECTURES), (W_LANG, language, "languages", LANGUAGES),
@@ -364,7 +371,7 @@ def search(
         page_syms = _as_list(p.get("symptoms"))
         matched = [s for s in symptoms if s in page_syms]
         boosts = [
-            W_SYMPTOMS * sum(idf[s] for s in matched) / sym_total,
+            W_SYMPTOMS * sum(idf[s] for s in matched) / sym_total * _specificity(len(page_syms)),
             W_FOCUS * _focus([page_syms.index(s) for s in matched]),
             W_TAG * len(set(tags) & set(_as_list(p.get("tags")))) / max(len(tags), 1),
             sum(w * _fit(v, _as_list(p.get(field)), voc) for w, v, field, voc in dims if v),
@@ -592,14 +599,14 @@ def draft_evidence(rd: RunDir, *, corpus: list[str], force: bool = False) -> tup
     impl = cfg.get("impl") if cfg.get("impl") in LANGUAGES else None
     fired = [s for s in ncu.get("symptoms") or [] if isinstance(s, dict) and s.get("tag")]
     tags = [t for t in [ncu.get("bottleneck")] + [s["tag"] for s in fired] if t and vocab.is_known(t)]
-    tags = list(dict.fromkeys(tags))[:MAX_BOTTLENECK_TAGS]
+    tags = vocab.by_priority(tags)[:MAX_BOTTLENECK_TAGS]
 
     conn = open_index(corpus)
     queries = []
     specs = [
         ("kernel", _dedupe_words(" ".join(str(cfg.get(key) or "") for key in ("kernel", "kernel_type", "impl"))),
          filters_of(arch=arch, language=impl, kernel_type=ktype)),
-        ("bottleneck", " ".join(tags), filters_of(symptoms=tags, arch=arch)),
+        ("bottleneck", " ".join(tags), filters_of(symptoms=tags, arch=arch, language=impl, kernel_type=ktype)),
     ]
     for purpose, terms, filters in specs:
         hits = search(conn, terms, symptoms=filters.get("symptoms", ()), arch=filters.get("arch"),

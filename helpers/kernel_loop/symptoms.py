@@ -172,3 +172,23 @@ def all_tags() -> set[str]:
 
 def is_known(tag: str) -> bool:
     return tag in SYMPTOMS or tag in BOTTLENECK_CLASSES
+
+
+# Diagnostic value, most specific first: a tag that names a cause (uncoalesced access, spills)
+# says more about the next change than a generic one (low issue efficiency).  The KBS evidence
+# step orders its bottleneck query by this list, and query ranking weighs earlier tags more.
+PRIORITY: tuple[str, ...] = (
+    "uncoalesced-global", "register-spills", "smem-bank-conflicts", "tensor-cores-unused",
+    "wgmma-unused", "dram-near-peak", "compute-near-peak", "small-grid", "multi-kernel",
+    "occupancy-limited-registers", "occupancy-limited-smem", "occupancy-limited-blocksize",
+    "low-l2-hit-rate", "warp-divergence", "barrier-stalls", "mio-throttle-stalls",
+    "lg-throttle-stalls", "math-pipe-throttle", "short-scoreboard-stalls", "long-scoreboard-stalls",
+    "tail-effect", "launch-overhead", "block-size-not-multiple-32", "achieved-occupancy-gap",
+    "low-issue-efficiency",
+)
+
+
+def by_priority(tags: list[str]) -> list[str]:
+    """Tags in diagnostic order: bottleneck classes first, then PRIORITY, unknown names last."""
+    rank = {t: i for i, t in enumerate(list(BOTTLENECK_CLASSES) + list(PRIORITY))}
+    return sorted(dict.fromkeys(tags), key=lambda t: rank.get(t, len(rank)))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import runfixture
 from conftest import FIXTURES
-from kernel_loop import kbs
+from kernel_loop import kbs, symptoms
 from test_kbs import make_corpus, run
 
 HEADINGS = ["# KBS Evidence - v0", "## NCU Facts", "## Queries", "## Selected Evidence",
@@ -77,8 +77,9 @@ def test_evidence_draft_and_log(tmp_path, monkeypatch, capsys, measured_run):
     kernel_q, bottleneck_q = log
     assert kernel_q["query"] == "row softmax triton"
     assert kernel_q["filters"] == {"arch": "sm90", "language": "triton", "kernel_type": "softmax"}
-    tags = [ncu["bottleneck"]] + [s["tag"] for s in ncu["symptoms"]]
-    assert bottleneck_q["filters"] == {"symptoms": tags, "arch": "sm90"}
+    tags = symptoms.by_priority([ncu["bottleneck"]] + [s["tag"] for s in ncu["symptoms"]])
+    assert bottleneck_q["filters"] == {"symptoms": tags, "arch": "sm90", "language": "triton",
+                                       "kernel_type": "softmax"}
     # the three pages that list a fired tag come first; the others only share the architecture
     assert set(bottleneck_q["hits"][:3]) == {"coalesce-loads", "vector-loads", "spill-fix"}
     for q in log:
@@ -159,7 +160,7 @@ def test_evidence_on_the_real_h100_softmax_profile(tmp_path, monkeypatch, capsys
     log = queries_log(out)
     assert [x["purpose"] for x in log] == ["kernel", "bottleneck"]
     assert all(x["hits"] for x in log), log
-    assert log[1]["filters"]["symptoms"] == [ncu["bottleneck"]] + [s["tag"] for s in ncu["symptoms"]]
+    assert log[1]["filters"]["symptoms"] == symptoms.by_priority([ncu["bottleneck"]] + [s["tag"] for s in ncu["symptoms"]])
     assert all(x["filters"]["arch"] == "sm90" for x in log)  # the recording's cc 9.0
     assert log[0]["hits"][0] == "playbook-softmax"  # run.json says: row softmax, triton
     for s in ncu["symptoms"]:
