@@ -77,8 +77,8 @@ def register(sub) -> None:
     p.add_argument("--predict", action="append", default=[], metavar="'METRIC: OP VALUE'",
                    help="a falsifiable prediction, e.g. 'duration: -15%%' or 'registers_per_thread: <= 64' "
                    "(repeatable)")
-    p.add_argument("--evidence", nargs="+", default=None, metavar="ID",
-                   help="KBS page ids used (default: ids cited under ## Selected Evidence)")
+    p.add_argument("--evidence", nargs="+", action="extend", default=None, metavar="ID",
+                   help="KBS page ids used (repeatable; default: ids cited under ## Selected Evidence)")
     p.add_argument("--force", action="store_true", help="overwrite a hypothesis.txt that has no TODO left")
     p.set_defaults(func=run)
 

@@ -1,0 +1,31 @@
+"""Row softmax for rows too long for one block: an online statistics pass, then a write pass."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_long_rows(x_ptr, y_ptr, N, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    x_row = x_ptr + row.to(tl.int64) * N
+    y_row = y_ptr + row.to(tl.int64) * N
+    cols = tl.arange(0, BLOCK)
+
+    # one online pass: running max per lane, running sum rescaled whenever the max grows
+    m = tl.full([BLOCK], float("-inf"), tl.float32)
+    s = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, N, BLOCK):
+        x = tl.load(x_row + start + cols, mask=start + cols < N, other=float("-inf"))
+        m_new = tl.maximum(m, x)
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # lanes that saw only padding stay at 0
+        s = s * tl.exp(m - m_ref) + tl.exp(x - m_ref)
+        m = m_new
+    row_max = tl.max(m, axis=0)
+    row_sum = tl.sum(s * tl.exp(m - row_max), axis=0)
+
+    for start in range(0, N, BLOCK):
+        x = tl.load(x_row + start + cols, mask=start + cols < N, other=float("-inf"))
+        tl.store(y_row + start + cols, tl.exp(x - row_max) / row_sum, mask=start + cols < N)
+
+
+def run_kernel(x, y, M, N):
+    softmax_long_rows[(M,)](x, y, N, BLOCK=1024, num_warps=4)
