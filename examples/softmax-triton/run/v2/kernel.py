@@ -10,7 +10,8 @@ def softmax_long_rows(x_ptr, y_ptr, M, N, BLOCK: tl.constexpr):
     # at a time and each row is still in L2 when the write pass reads it again
     cols = tl.arange(0, BLOCK)
     for row in range(tl.program_id(0), M, tl.num_programs(0)):
-        _softmax_row(x_ptr + row.to(tl.int64) * N, y_ptr + row.to(tl.int64) * N, N, cols, BLOCK)
+        offset = tl.cast(row, tl.int64) * N
+        _softmax_row(x_ptr + offset, y_ptr + offset, N, cols, BLOCK)
 
 
 @triton.jit
