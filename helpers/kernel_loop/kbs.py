@@ -563,7 +563,7 @@ def arch_of_cc(cc: Any) -> str | None:
     return lower[-1] if lower else None
 
 
-def _why(hit: dict[str, Any], filters: dict[str, Any]) -> str:
+def _why(hit: dict[str, Any], filters: dict[str, Any]) -> list[str]:
     reasons = []
     if hit["matched_symptoms"]:
         reasons.append("lists the measured symptom(s) " + ", ".join(hit["matched_symptoms"]))
@@ -571,7 +571,7 @@ def _why(hit: dict[str, Any], filters: dict[str, Any]) -> str:
                               ("kernel_type", "kernel_types", "covers kernel type")):
         if filters.get(key) and filters[key] in hit[field]:
             reasons.append(f"{label} {filters[key]}")
-    return "; ".join(reasons) or "matches the query text"
+    return reasons or ["matches the query text"]
 
 
 def _dedupe_words(text: str) -> str:
@@ -622,9 +622,9 @@ def draft_evidence(rd: RunDir, *, corpus: list[str], force: bool = False) -> tup
         for h in q["hits"]:
             c = candidates.setdefault(h["id"], {**h, "why": [], "queries": []})
             c["queries"].append(q["purpose"])
-            c["why"].append(_why(h, q["filters"]))
+            c["why"].extend(_why(h, q["filters"]))
     for c in candidates.values():
-        c["why"] = "; ".join(dict.fromkeys(c["why"]))
+        c["why"] = "; ".join(dict.fromkeys(c["why"]))  # a reason both queries give is said once
         c["urls"] = [s.get("url") for s in c["sources"] if s.get("url")]
 
     metrics = ncu.get("metrics") or {}

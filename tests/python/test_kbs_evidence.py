@@ -183,3 +183,17 @@ def test_draft_when_no_page_matches(tmp_path, monkeypatch, measured_run):
     assert body["## Queries"].count("No page matched this query.") == 2
     assert "No candidate page" in body["## Selected Evidence"]
     assert [x["hits"] for x in queries_log(measured_run)] == [[], []]
+
+
+def test_candidate_from_both_queries_gives_each_reason_once(tmp_path, monkeypatch, measured_run):
+    make_corpus(tmp_path, monkeypatch)
+    assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 0
+    text = (measured_run / "v0" / "kbs_evidence.md").read_text()
+    both = [ln for ln in text.splitlines() if "from the kernel and bottleneck queries" in ln]
+    assert both, text
+    for line in both:
+        reasons = line.split("): ", 1)[1].split(" Sources:")[0].rstrip(".").split("; ")
+        assert len(reasons) == len(set(reasons)), line
+        assert "covers sm90" in reasons, line  # both queries filter on the architecture
+    vector = next(ln for ln in both if "**vector-loads**" in ln)
+    assert vector.count("covers triton") == 1 and vector.count("lists the measured symptom(s)") == 1
