@@ -5,7 +5,8 @@ version is ``best`` (fastest vK whose correctness.json is PASS, by the loop's ow
 CUDA-event median in ncu.json) or a named vK.  One child process
 (``python -m kernel_loop.benchmark --child SPEC RESULT``) loads the case with the
 run's fixed seed, checks the solution, every baseline and every version against
-the eager reference (the solution's correctness.json tolerance, else run.json's),
+the eager reference (with the per-output tolerance correctness resolves: run.json, else
+ref.py's atol/rtol, else the dtype default),
 times each one, and checks the outputs of the timed calls again afterwards
 (outputs are poisoned before timing, so a kernel that stops writing is caught).
 For each transition vK -> vK+1 (always with <= 8 versions, or with --all-versions)
@@ -16,8 +17,9 @@ fixed seed) and a verdict: faster (interval above 1), slower (below 1) or within
 benchmark.json (extends references/artifacts.md):
 ``{"schema": 1, "version": "vK", "selection": "best"|"explicit", "device": {"name", "capability"},
 "torch": str, "timing": {"method", "warmup", "trials", "discard_first", "l2_flush"},
-"tolerance": {...}, "rows": [{"name": "solution"|"pytorch-eager"|"torch-compile"|"flashinfer"|"vK",
-"available", "why", "correct", "correct_after_timing", "error", "stats_us": {"mean", "median", "p20",
+"tolerance": {...} (run.json's), "tolerance_applied": {output: correctness.resolve_tolerance(...)}
+(what each output was checked with), "rows": [{"name": "solution"|"pytorch-eager"|"torch-compile"|
+"flashinfer"|"vK", "available", "why", "correct", "correct_after_timing", "error", "stats_us": {"mean", "median", "p20",
 "p80", "min", "max", "std", "n"}|null, "samples_us": [...]}], "speedups": {baseline: x},
 "roofline": {"flops", "bytes_moved", "median_us", "dtype", "achieved_tflops", "achieved_gbs",
 "peak_tflops", "peak_gbs", "tflops_fraction", "bandwidth_fraction", "notes"}|null,
@@ -50,6 +52,7 @@ from .common import (
     warn,
     write_json,
 )
+from .correctness import describe_tolerances
 from .hypothesis import event_median
 from .rundir import RunDir, gate_script, parse_version
 from .templating import render
@@ -198,7 +201,8 @@ def finish(result: dict[str, Any], *, version: str, selection: str, timing: dict
     if roof is None and result.get("roofline_why"):
         flags.append(f"no roofline: {result['roofline_why']}")
     return {"schema": 1, "version": version, "selection": selection, "device": result.get("device"),
-            "torch": result.get("torch"), "timing": timing, "tolerance": tolerance, "rows": rows,
+            "torch": result.get("torch"), "timing": timing, "tolerance": tolerance,
+            "tolerance_applied": result.get("tolerances"), "rows": rows,
             "speedups": speedups, "roofline": roof, "ab": ab, "flags": flags, "gate": "passed",
             "created": now_iso()}
 
@@ -286,7 +290,8 @@ def run(args) -> int:
 
 def write_outputs(root: Path, bench: dict[str, Any]) -> None:
     write_json(root / "benchmark.json", bench)
-    atomic_write_text(root / "benchmark.md", render("benchmark.md.j2", b=bench))
+    tolerance = describe_tolerances(bench.get("tolerance"), bench.get("tolerance_applied"))
+    atomic_write_text(root / "benchmark.md", render("benchmark.md.j2", b=bench, tolerance=tolerance))
 
 
 def run_child(spec: dict[str, Any], timeout_s: float) -> dict[str, Any]:
@@ -314,17 +319,26 @@ def run_child(spec: dict[str, Any], timeout_s: float) -> dict[str, Any]:
 
 
 # --- the child process (GPU) ---------------------------------------------------------------------
-def _compare(got: dict[str, Any], expected: dict[str, Any], tol: dict[str, Any] | None) -> tuple[bool, str | None]:
+def applied_tolerances(expected: dict[str, Any], run_tol: dict[str, Any] | None, ref) -> dict[str, dict[str, Any]]:
+    """Per output, the tolerance correctness applies (run.json > ref.py atol/rtol > dtype default)."""
+    from .correctness import resolve_tolerance
+
+    return {name: resolve_tolerance(run_tol, getattr(ref, "atol", None), getattr(ref, "rtol", None),
+                                    str(getattr(exp, "dtype", "")).replace("torch.", ""),
+                                    bool(getattr(ref, "tf32", False)))
+            for name, exp in expected.items()}
+
+
+def _compare(got: dict[str, Any], expected: dict[str, Any],
+             tols: dict[str, dict[str, Any]]) -> tuple[bool, str | None]:
     import torch
 
-    atol, rtol = (tol or {}).get("atol"), (tol or {}).get("rtol")
-    if (atol is None) != (rtol is None):
-        atol, rtol = atol or 0.0, rtol or 0.0
     for name, exp in expected.items():
         if name not in got:
             return False, f"output '{name}' missing (got {', '.join(got) or 'nothing'})"
         try:
-            torch.testing.assert_close(got[name], exp, atol=atol, rtol=rtol, equal_nan=False, check_dtype=False)
+            torch.testing.assert_close(got[name], exp, atol=tols[name]["atol"], rtol=tols[name]["rtol"],
+                                       equal_nan=False, check_dtype=False)
         except (AssertionError, TypeError, RuntimeError) as exc:
             return False, f"{name}: " + " ".join(str(exc).split())[:300]
     return True, None
@@ -378,8 +392,8 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
     except UsageError as exc:
         return {"ok": False, "usage": True, "error": str(exc)}
     warmup, trials, drop = spec["warmup"], spec["trials"], spec["discard_first"]
-    tol = spec["tolerance"]
     root = Path(spec["run_root"])
+    ref = loader.import_file(Path(spec["ref_py"]), "ref")
 
     def load(kernel: str):
         return loader.load_case(cfg, root, Path(kernel), spec["dims"], spec["seed"], dev)
@@ -388,9 +402,10 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
         """Check ``call`` against ``expected``, time it, then check the outputs of the timed calls."""
         item: dict[str, Any] = {"name": name, "available": True, "why": None, "correct": False,
                                 "correct_after": None, "error": None, "samples_us": [], "stats_us": None}
+        tols = applied_tolerances(expected, spec["tolerance"], ref)
         try:
             poison()
-            item["correct"], item["error"] = _compare(outputs_of(call()), expected, tol)
+            item["correct"], item["error"] = _compare(outputs_of(call()), expected, tols)
             last: dict[str, Any] = {}
 
             def timed():
@@ -399,7 +414,7 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
             poison()
             progress(f"timing {name}: {warmup} warmup + {trials} trials ({spec['method']})")
             samples = timer(timed, warmup, trials)[drop:]
-            ok_after, err_after = _compare(outputs_of(last["value"]), expected, tol)
+            ok_after, err_after = _compare(outputs_of(last["value"]), expected, tols)
             item["correct_after"] = ok_after
             item["error"] = item["error"] or err_after
             item["samples_us"], item["stats_us"] = samples, timing.summarize(samples)
@@ -436,9 +451,9 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
     expected = sol.reference()
     first = next(iter(expected.values()))
     res["output_dtype"] = str(getattr(first, "dtype", "")).replace("torch.", "") or None
+    res["tolerances"] = applied_tolerances(expected, spec["tolerance"], ref)
     res["items"].append(kernel_item("solution", sol, expected))
 
-    ref = loader.import_file(Path(spec["ref_py"]), "ref")
     for b in spec["baselines"]:
         if b == "pytorch-eager":
             res["items"].append(reference_item(b, sol, expected))

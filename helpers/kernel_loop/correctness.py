@@ -21,7 +21,7 @@ from . import provenance
 from .common import MeasuredFailure, UsageError, atomic_write_text, now_iso, progress, sha256_file, write_json
 from .init import add_check_flags, check_flags_against_run, parse_dims
 from .rundir import IMPL_SUFFIX, RunDir
-from .templating import render
+from .templating import UNKNOWN, fmt, render
 
 # torch dtype name -> (atol, rtol)
 DTYPE_TOLERANCE = {
@@ -58,6 +58,39 @@ def resolve_tolerance(run_tol: dict | None, ref_atol: Any, ref_rtol: Any, dtype:
     a, r = out["atol_source"], out["rtol_source"]
     out["source"] = a if a == r else f"atol: {a}; rtol: {r}"
     return out
+
+
+def _short(x: float) -> str:
+    if x == 0:
+        return "0"
+    mantissa, exp = f"{x:.2e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exp)}"
+
+
+def _source_text(source: str) -> str:
+    m = re.fullmatch(r"dtype-default \((.+)\)", source)
+    return f"dtype default for {m[1]}" if m else f"from {source}"
+
+
+def describe_tolerances(run_tol: dict[str, Any] | None, applied: dict[str, dict[str, Any]] | None) -> str:
+    """The tolerance in words, e.g. 'atol 1e-4, rtol 1e-3 (dtype default for float32)': from the
+    resolve_tolerance result of each output (``applied``; outputs that differ are named), else
+    run.json's tolerance as written."""
+    if not applied:
+        if not isinstance(run_tol, dict):
+            return UNKNOWN
+        return (f"atol {fmt(run_tol.get('atol'), 1)}, rtol {fmt(run_tol.get('rtol'), 1)} "
+                f"(source {fmt(run_tol.get('source'))})")
+
+    def one(t: dict[str, Any]) -> str:
+        a, r = t["atol_source"], t["rtol_source"]
+        src = _source_text(a) if a == r else f"atol {_source_text(a)}, rtol {_source_text(r)}"
+        return f"atol {_short(t['atol'])}, rtol {_short(t['rtol'])} ({src})"
+
+    texts = {name: one(t) for name, t in applied.items()}
+    if len(set(texts.values())) == 1:
+        return next(iter(texts.values()))
+    return "; ".join(f"{name}: {text}" for name, text in texts.items())
 
 
 def derive_seed(run_seed: int, shape_index: int, trial: int) -> int:

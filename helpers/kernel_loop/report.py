@@ -14,6 +14,7 @@ from typing import Any
 
 from . import predictions, symptoms
 from .common import UsageError, atomic_write_text, progress, read_json, warn
+from .correctness import describe_tolerances
 from .hypothesis import TODO, markdown_section, query_hits
 from .hypothesis import load as load_hypothesis
 from .rundir import RunDir
@@ -82,8 +83,9 @@ def _dims(d: Any) -> Any:
     return d
 
 
-def config_rows(cfg: dict[str, Any], env: Any) -> list[tuple[str, Any]]:
-    """(label, value) rows of the environment and fixed-configuration table."""
+def config_rows(cfg: dict[str, Any], env: Any, bench: Any = None) -> list[tuple[str, Any]]:
+    """(label, value) rows of the environment and fixed-configuration table; the tolerance is the one
+    the benchmark applied to each output when benchmark.json records it, else run.json's."""
     rows: list[tuple[str, Any]] = [("GPU", dig(env, "gpu", "name"))]
     tools = dig(env, "versions")
     rows += [(str(tool), ver) for tool, ver in (tools.items() if isinstance(tools, dict) else [])]
@@ -94,8 +96,8 @@ def config_rows(cfg: dict[str, Any], env: Any) -> list[tuple[str, Any]]:
         ("Implementation", dig(cfg, "impl")), ("Dims", _dims(dig(cfg, "dims"))),
         ("Extra shapes checked", "; ".join(_dims(d) for d in extra) or "none" if isinstance(extra, list) else extra),
         ("Seed", dig(cfg, "seed")),
-        ("Tolerance", f"atol {fmt(dig(tol, 'atol'), 1)}, rtol {fmt(dig(tol, 'rtol'), 1)} "
-                      f"(source {fmt(dig(tol, 'source'))})"),
+        ("Tolerance", describe_tolerances(tol if isinstance(tol, dict) else None,
+                                          bench.get("tolerance_applied") if isinstance(bench, dict) else None)),
         ("Planned iterations", dig(cfg, "iterations")),
         ("Loop timing", f"{fmt(dig(cfg, 'warmup'))} warmup, {fmt(dig(cfg, 'trials'))} trials"),
         ("Nsight Compute set", dig(cfg, "ncu", "set")),
@@ -158,7 +160,7 @@ def collect(rd: RunDir) -> dict[str, Any]:
     rules.sort(key=lambda r: -r["est_speedup_pct"])
 
     rows = {r["name"]: r for r in bench.get("rows") or []}
-    return {"cfg": cfg, "env": env, "config_rows": config_rows(cfg, env), "bench": bench, "n": n, "versions": versions, "transitions": transitions,
+    return {"cfg": cfg, "env": env, "config_rows": config_rows(cfg, env, bench), "bench": bench, "n": n, "versions": versions, "transitions": transitions,
             "evidence": evidence, "opportunities": opportunities, "rules": rules,
             "solution": rows.get("solution"),
             "baselines": [r for r in bench.get("rows") or [] if not r["name"].startswith("v") and r["name"] != "solution"]}

@@ -91,10 +91,13 @@ class RunDir:
         return 0 if k is None else k
 
     def kernel_file(self, k: int) -> Path:
-        """The one kernel file of vK, by the gate's rule."""
+        """The one kernel file of vK, by the gate's rule (check 4: never both kernel.py and kernel.cu)."""
         vd = self.vdir(k)
         if not vd.is_dir():
             raise UsageError(f"{vd} does not exist")
+        if (vd / "kernel.py").is_file() and (vd / "kernel.cu").is_file():
+            raise UsageError(f"{vd} holds both kernel.py and kernel.cu: keep exactly one kernel file "
+                             "(the gate fails this too)")
         for name in ("kernel.py", "kernel.cu"):
             if (vd / name).is_file():
                 return vd / name

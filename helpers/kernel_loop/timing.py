@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 FALLBACK_FLUSH_BYTES = 256 * 1024 * 1024
+_FLUSH_BUFFERS: dict[int, Any] = {}  # CUDA device index -> int32 buffer of flush_bytes(device), kept for reuse
 
 
 def percentile(sorted_xs: list[float], q: float) -> float:
@@ -52,14 +53,26 @@ def flush_bytes(device: Any = None) -> int:
     return 2 * int(l2) if l2 > 0 else FALLBACK_FLUSH_BYTES
 
 
+def flush_buffer(dev: Any) -> Any:
+    """The L2-flush buffer of CUDA device ``dev`` (a torch.device with an index), allocated on first
+    use and then kept for the life of the process, so that many short timings (benchmark's A/B
+    trials time one call each) do not each allocate and free 2x L2."""
+    import torch
+
+    buf = _FLUSH_BUFFERS.get(dev.index)
+    if buf is None:
+        buf = _FLUSH_BUFFERS[dev.index] = torch.empty(flush_bytes(dev) // 4, dtype=torch.int32, device=dev)
+    return buf
+
+
 def time_callable(fn: Callable[[], Any], *, warmup: int, trials: int, flush_l2: bool = True,
                   device: Any = None) -> dict[str, Any]:
     """Time ``fn()`` with CUDA events, one event pair per trial.
 
     ``warmup`` untimed calls first (they also finish JIT compilation and autotuning); before each
-    trial, when ``flush_l2``, a buffer larger than L2 is overwritten so that no trial reads data
-    the previous one left in cache.  The whole device is synchronized before the first and after
-    the last trial.  Returns {"method", "warmup", "trials", "l2_flush", "flush_bytes",
+    trial, when ``flush_l2``, a buffer larger than L2 (``flush_buffer``: one per device, reused
+    across calls) is overwritten so that no trial reads data the previous one left in cache.  The
+    whole device is synchronized before the first and after the last trial.  Returns {"method", "warmup", "trials", "l2_flush", "flush_bytes",
     "samples_us", **summarize(samples_us)}.
     """
     import torch
@@ -67,9 +80,11 @@ def time_callable(fn: Callable[[], Any], *, warmup: int, trials: int, flush_l2: 
     if trials < 1 or warmup < 0:
         raise ValueError(f"need trials >= 1 and warmup >= 0 (got trials={trials}, warmup={warmup})")
     dev = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+    if dev.index is None:
+        dev = torch.device(dev.type, torch.cuda.current_device())
     with torch.cuda.device(dev):
-        nbytes = flush_bytes(dev) if flush_l2 else 0
-        buf = torch.empty(nbytes // 4, dtype=torch.int32, device=dev) if flush_l2 else None
+        buf = flush_buffer(dev) if flush_l2 else None
+        nbytes = 4 * buf.numel() if buf is not None else 0
         for _ in range(warmup):
             fn()
         torch.cuda.synchronize(dev)
@@ -83,6 +98,5 @@ def time_callable(fn: Callable[[], Any], *, warmup: int, trials: int, flush_l2: 
             ends[i].record()
         torch.cuda.synchronize(dev)
         samples = [s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends, strict=True)]
-    del buf
     return {"method": "cuda_event", "warmup": warmup, "trials": trials, "l2_flush": bool(flush_l2),
             "flush_bytes": nbytes, "samples_us": samples, **summarize(samples)}

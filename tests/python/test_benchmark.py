@@ -284,3 +284,41 @@ def test_a_wrong_solution_fails_the_benchmark(cpu_run, monkeypatch, capsys, body
     else:
         assert sol["correct"] is True and sol["correct_after_timing"] is False
     assert "failed in the benchmark" in capsys.readouterr().err
+
+
+DTYPE_DEFAULT_TOL = {"atol": None, "rtol": None, "by": {"atol": None, "rtol": None}, "source": "dtype-default"}
+
+
+def test_dtype_default_tolerance_is_shown_as_applied(cpu_run, monkeypatch):
+    """run.json without atol/rtol: the benchmark checks with, and shows, correctness's fp32 default."""
+    from kernel_loop.correctness import dtype_default
+
+    monkeypatch.setattr(B, "check_final_gate", lambda rd, n: None)  # run.json is edited after the gate
+    for path in [cpu_run / "run.json", *cpu_run.glob("v*/correctness.json")]:
+        write_json(path, dict(read_json(path), tolerance=DTYPE_DEFAULT_TOL))
+    assert rf.cli(B, ["benchmark", str(cpu_run), *CPU_ARGS]) == 0
+    bench = read_json(cpu_run / "benchmark.json")
+    atol, rtol = dtype_default("float32")
+    assert bench["tolerance_applied"] == {"y": {"atol": atol, "rtol": rtol, "atol_source": "dtype-default (float32)",
+                                                "rtol_source": "dtype-default (float32)",
+                                                "source": "dtype-default (float32)"}}
+    md = (cpu_run / "benchmark.md").read_text()
+    assert "Tolerance: atol 1e-4, rtol 1e-3 (dtype default for float32)." in md and "N/A" not in md.split("|")[0]
+
+
+def test_tolerance_words():
+    from kernel_loop.correctness import describe_tolerances, resolve_tolerance
+
+    fp32 = resolve_tolerance(DTYPE_DEFAULT_TOL, None, None, "float32")
+    bf16 = resolve_tolerance(DTYPE_DEFAULT_TOL, None, None, "bfloat16")
+    mixed = resolve_tolerance({"atol": 2.5e-3, "rtol": None, "by": {"atol": "cli"}}, None, None, "float32")
+    assert describe_tolerances(DTYPE_DEFAULT_TOL, {"y": fp32, "z": fp32}) == \
+        "atol 1e-4, rtol 1e-3 (dtype default for float32)"
+    assert describe_tolerances(None, {"y": fp32, "idx": bf16}) == \
+        "y: atol 1e-4, rtol 1e-3 (dtype default for float32); idx: atol 1e-2, rtol 1e-2 (dtype default for bfloat16)"
+    assert describe_tolerances(None, {"y": mixed}) == \
+        "atol 2.5e-3, rtol 1e-3 (atol from cli, rtol dtype default for float32)"
+    # a benchmark.json written before per-output tolerances were recorded: run.json's, as written
+    assert describe_tolerances({"atol": 1e-5, "rtol": 1e-5, "source": "cli"}, None) == \
+        "atol 1.0e-05, rtol 1.0e-05 (source cli)"
+    assert describe_tolerances(None, None) == "unknown"

@@ -12,29 +12,12 @@ import pytest
 from kernel_loop import provenance
 from klcli import KERNELS, run
 
-AUTOTUNED_SOFTMAX = '''
-import torch
-import triton
-import triton.language as tl
-
-
-@triton.autotune(configs=[triton.Config({}, num_warps=w) for w in (2, 4, 8)], key=["n_cols"])
-@triton.jit
-def softmax_autotuned(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    offs = tl.arange(0, BLOCK)
-    mask = offs < n_cols
-    x = tl.load(x_ptr + row * n_cols + offs, mask=mask, other=-float("inf"))
-    x = x - tl.max(x, axis=0)
-    e = tl.exp(x)
-    tl.store(y_ptr + row * n_cols + offs, e / tl.sum(e, axis=0), mask=mask)
-
-
-def run_kernel(x, M, N):
-    y = torch.empty_like(x)
-    softmax_autotuned[(M,)](x, y, N, BLOCK=triton.next_power_of_2(N))
-    return y
-'''
+# kernels/triton_softmax.py with an autotuner in front (3 configs run in warmup, one launch is measured)
+SOFTMAX = (KERNELS / "triton_softmax.py").read_text()
+assert SOFTMAX.count("@triton.jit\n") == 1 and "_softmax[" in SOFTMAX
+AUTOTUNED_SOFTMAX = SOFTMAX.replace("@triton.jit\n", "@triton.autotune(configs=[triton.Config({}, num_warps=w) "
+                                    "for w in (2, 4, 8)], key=['n_cols'])\n@triton.jit\n")
+AUTOTUNED_SOFTMAX = AUTOTUNED_SOFTMAX.replace("_softmax", "softmax_autotuned")
 
 VADD_CU = r'''
 #include <cuda_runtime.h>
@@ -113,3 +96,19 @@ def test_time_callable_on_gpu():
         assert 0 < r["min"] <= r["p25"] <= r["median"] <= r["p75"] <= r["max"]
     assert b["median"] > 4 * s["median"]
     assert s["flush_bytes"] == flush_bytes() > torch.cuda.get_device_properties(0).L2_cache_size
+
+
+@pytest.mark.gpu
+def test_time_callable_reuses_the_flush_buffer_on_gpu():
+    import torch
+    from kernel_loop import timing
+
+    x = torch.empty(1 << 20, device="cuda")
+    timing.time_callable(lambda: x.fill_(2.5), warmup=1, trials=1)
+    buf = timing.flush_buffer(torch.device("cuda", torch.cuda.current_device()))
+    before = torch.cuda.memory_allocated()
+    for _ in range(20):  # benchmark's A/B pattern: one trial per call
+        r = timing.time_callable(lambda: x.fill_(2.5), warmup=0, trials=1)
+        assert r["n"] == 1 and r["flush_bytes"] == 4 * buf.numel() and r["median"] > 0
+    assert timing.flush_buffer(torch.device("cuda", torch.cuda.current_device())) is buf
+    assert torch.cuda.memory_allocated() == before

@@ -61,6 +61,19 @@ def test_full_report(tmp_path):
     assert "TODO(kernel-loop)" in md.split("## 8. Discussion")[1]
 
 
+def test_tolerance_row_shows_the_applied_dtype_default(tmp_path):
+    from kernel_loop.correctness import resolve_tolerance
+
+    root = finished_run(tmp_path)
+    assert "| Tolerance | atol 1.0e-05, rtol 1.0e-05 (source cli) |" in render(root)  # no per-output record
+    tol = {"atol": None, "rtol": None, "by": {"atol": None, "rtol": None}, "source": "dtype-default"}
+    write_json(root / "run.json", dict(read_json(root / "run.json"), tolerance=tol))
+    bench = read_json(root / "benchmark.json")
+    bench["tolerance_applied"] = {"y": resolve_tolerance(tol, None, None, "float32")}
+    write_json(root / "benchmark.json", bench)
+    assert "| Tolerance | atol 1e-4, rtol 1e-3 (dtype default for float32) |" in render(root)
+
+
 def test_null_metrics_are_na_and_missing_files_unknown(tmp_path):
     root = finished_run(tmp_path)
     ncu = read_json(root / "v1" / "ncu.json")

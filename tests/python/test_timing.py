@@ -40,3 +40,73 @@ def test_single_sample():
 def test_summarize_rejects_bad_samples(bad):
     with pytest.raises(ValueError):
         timing.summarize(bad)
+
+
+class _FakeTorch:
+    """Just enough of torch for time_callable on a machine without a GPU: counts the flush-buffer
+    allocations and writes.  Times are fake; only the buffer handling is under test here."""
+
+    int32 = "int32"
+
+    def __init__(self):
+        import contextlib
+        import types
+
+        self.allocations, self.fills = [], []
+        fake = self
+
+        class Buffer:
+            def __init__(self, n):
+                self.n = n
+
+            def numel(self):
+                return self.n
+
+            def fill_(self, value):
+                fake.fills.append((id(self), value))
+
+        class Event:
+            def __init__(self, enable_timing):
+                self.t = None
+
+            def record(self):
+                self.t = len(fake.fills)
+
+            def elapsed_time(self, end):
+                return 0.001 * (1 + end.t)
+
+        self.Buffer = Buffer
+        self.cuda = types.SimpleNamespace(
+            current_device=lambda: 0, device=lambda dev: contextlib.nullcontext(), synchronize=lambda dev=None: None,
+            Event=Event, get_device_properties=lambda dev: types.SimpleNamespace(L2_cache_size=50 << 20))
+
+    def device(self, kind, index=None):
+        import types
+
+        if index is None and ":" in kind:
+            kind, index = kind.split(":")[0], int(kind.split(":")[1])
+        return types.SimpleNamespace(type=kind, index=index)
+
+    def empty(self, n, dtype, device):
+        self.allocations.append((n, dtype, device.index))
+        return self.Buffer(n)
+
+
+def test_flush_buffer_is_allocated_once_per_device_and_written_every_trial(monkeypatch):
+    import sys
+
+    fake = _FakeTorch()
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    monkeypatch.setattr(timing, "_FLUSH_BUFFERS", {})
+    calls = []
+    for _ in range(5):  # benchmark's A/B: one trial per call
+        r = timing.time_callable(lambda: calls.append(1), warmup=0, trials=1)
+        assert r["l2_flush"] is True and r["flush_bytes"] == 2 * (50 << 20) and r["n"] == 1
+    assert fake.allocations == [(2 * (50 << 20) // 4, "int32", 0)]
+    assert len(fake.fills) == 5 and len({buf for buf, _ in fake.fills}) == 1 and len(calls) == 5
+
+    timing.time_callable(lambda: None, warmup=2, trials=3, device="cuda:1")
+    assert [a[2] for a in fake.allocations] == [0, 1]  # a second device gets its own buffer
+    assert [v for _, v in fake.fills[5:]] == [1, 2, 3]  # still one write per trial
+    r = timing.time_callable(lambda: None, warmup=0, trials=2, flush_l2=False, device="cuda")
+    assert r["flush_bytes"] == 0 and len(fake.fills) == 8 and len(fake.allocations) == 2
