@@ -26,7 +26,7 @@ node_modules/.ready: package.json package-lock.json
 	touch $@
 
 lint: setup
-	$(VENV)/bin/shellcheck -x scripts/*.sh .ci/run tests/gate/*.bash
+	$(VENV)/bin/shellcheck -x scripts/*.sh .ci/run tests/validate_skill.sh tests/gate/*.bash
 	$(VENV)/bin/shellcheck -x --shell=bash tests/gate/*.bats
 	$(VENV)/bin/ruff check helpers tests
 

@@ -87,7 +87,10 @@ def run(example: str | None, keep_dir: str | None, live: bool | None) -> int:
     if out.exists():
         raise UsageError(f"{out} already exists; choose another --dir")
     shutil.copytree(examples_dir() / name / "run", out)
-    env = dict(os.environ, KERNEL_LOOP_CACHE=str(base / ".cache"))
+    # every cache the run may fill (KBS index, nvcc builds, Triton, TorchInductor, matplotlib) stays here
+    cache = base / ".cache"
+    env = dict(os.environ, KERNEL_LOOP_CACHE=str(cache), TRITON_CACHE_DIR=str(cache / "triton"),
+               TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), MPLCONFIGDIR=str(cache / "matplotlib"))
     cfg = json.loads((out / "run.json").read_text())
     last = f"v{cfg['iterations']}"
     progress(f"example '{name}' copied to {out}")
