@@ -7,6 +7,7 @@
 # <out>/current_iteration.txt.  Run with --help for the checks and exit codes.
 set -u
 shopt -s nullglob
+unset CDPATH  # an exported CDPATH would make cd resolve <out>/vK elsewhere
 
 readonly PROG=check_iteration_gate
 readonly HYP_HEADINGS='Version:|Current evidence:|Decision link:|Single change:|Rationale:|Expected metric movement:|Risk:|Evidence used:|Decision rule:'
@@ -46,8 +47,9 @@ Checks (each failure prints one "[FAIL] vK: ..." line saying what to fix):
      "## Rejected / Limits", "## Decision Link" (lines inside ``` fences are
      ignored).
   4  exactly one kernel file: kernel.py or kernel.cu (not both), else the one
-     .py/.cu file other than ref.py; non-empty; for K > 0 its bytes differ
-     from the previous version's kernel.
+     .py/.cu file other than ref.py; non-empty, not a symbolic link; for
+     K > 0 its bytes differ from the previous version's kernel.  A version
+     directory that is a symbolic link fails too.
   5  state: current_iteration.txt must name vK (transition) or vN (final).
      The first v0 transition gate creates it with "v0" when it is absent.
   6  drift: no version beyond the recorded one holds a kernel, correctness,
@@ -56,7 +58,8 @@ Checks (each failure prints one "[FAIL] vK: ..." line saying what to fix):
      audits v0..vN and never writes.
   8  correctness.md records a passing result: a "Result" line or table row
      whose value is PASS or ALL PASS ("| Result | **PASS** |", "Result: PASS").
-     Every Result line present must pass.
+     Every Result line present must pass; lines inside ``` or ~~~ fences
+     and indented code blocks (4 spaces or a tab) are ignored.
   9  no TODO(kernel-loop) left in kbs_evidence.md or hypothesis.txt; every
      hypothesis heading and every "##" section of kbs_evidence.md has a
      non-blank line before the next heading.
@@ -67,7 +70,8 @@ Checks (each failure prints one "[FAIL] vK: ..." line saying what to fix):
      string literals are treated as comments too; docstrings count as code.
   11 provenance: vK/measured.sha256 (sha256sum format, paths relative to vK)
      lists the kernel file, correctness.md, ncu_summary.md, ncu_details.md
-     and ../run.json; every listed file still has its recorded hash; the
+     and ../run.json; no path is absolute or leaves <out> (../run.json is
+     fine, ../../x is not); every listed file still has its recorded hash; the
      ../run.json hash equals the one v0 recorded (final: for every version).
   12 vK/kbs_queries.jsonl has a "purpose": "kernel" line and a
      "purpose": "bottleneck" line.
@@ -230,6 +234,10 @@ check_version() {
     fail "$v: the folder $v is missing: every version v0..v$N must exist for the final audit"
     return
   fi
+  if [[ -L $d ]]; then
+    fail "$v: $v is a symbolic link: each version must be a real directory inside the run directory"
+    return
+  fi
 
   # 1. measured and written files
   for f in correctness.md ncu_summary.md ncu_details.md kbs_evidence.md; do
@@ -270,6 +278,8 @@ check_version() {
   # 4. exactly one kernel, non-empty, bytes differ from the previous version
   if ! find_kernel "$d"; then
     fail "$v: $KERNEL_ERR"
+  elif [[ -L $d/$KERNEL ]]; then
+    fail "$v: $KERNEL is a symbolic link: copy the kernel into $v so the version keeps its own source"
   elif [[ ! -s $d/$KERNEL ]]; then
     fail "$v: $KERNEL is empty"
   elif ((k > 0)); then
@@ -294,7 +304,10 @@ check_version() {
   # 8. correctness passed
   if nonempty "$d/correctness.md"; then
     bad=$(awk '
-      { line = $0; sub(/\r$/, "", line); gsub(/\*\*|__|`/, "", line)
+      { line = $0; sub(/\r$/, "", line)
+        if (line ~ /^ ? ? ?(```|~~~)/) { fence = !fence; next }
+        if (fence || line ~ /^(    |\t)/) next
+        gsub(/\*\*|__|`/, "", line)
         if (line ~ /^[ \t]*\|[ \t]*[Rr]esult[ \t]*\|/) {
           sub(/^[ \t]*\|[ \t]*[Rr]esult[ \t]*\|[ \t]*/, "", line); sub(/[ \t]*\|.*$/, "", line)
         } else if (line ~ /^[ \t]*([-*][ \t]+)?[Rr]esult[ \t]*:/) {
@@ -358,7 +371,9 @@ check_version() {
     done
     for i in "${!paths[@]}"; do
       rel=${paths[$i]}
-      if [[ ! -f $d/$rel ]]; then
+      if [[ $rel == /* || /${rel#../}/ == */../* ]]; then
+        fail "$v: measured.sha256 lists '$rel', outside the run directory: paths must be relative to $v and stay inside <out>"; prov_fail=1
+      elif [[ ! -f $d/$rel ]]; then
         fail "$v: $rel is listed in measured.sha256 but missing: re-run correctness and profiling"; prov_fail=1
       elif [[ $(digest "$d/$rel") != "${hashes[$i]}" ]]; then
         if [[ $rel == ../run.json ]]; then
@@ -390,7 +405,7 @@ check_version() {
     fail "$v: kbs_queries.jsonl is missing: run kernel-loop kbs (it logs a kernel and a bottleneck query)"
   else
     for purpose in kernel bottleneck; do
-      if grep -Eq "\"purpose\":[[:space:]]*\"$purpose\"" "$q"; then
+      if grep -Eq "\"purpose\"[[:space:]]*:[[:space:]]*\"$purpose\"" "$q"; then
         pass "$v: kbs_queries.jsonl has a $purpose query"
       else
         fail "$v: kbs_queries.jsonl has no \"purpose\": \"$purpose\" query: run kernel-loop kbs"

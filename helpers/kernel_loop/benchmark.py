@@ -76,8 +76,9 @@ def register(sub) -> None:
     )
     p.add_argument("out", help="run directory")
     p.add_argument("--version", default="best", help="'best' (default) or a version name such as v2")
-    p.add_argument("--baselines", default="all",
-                   help="comma list of pytorch-eager,torch-compile,flashinfer, or 'all' (default) or 'none'")
+    p.add_argument("--baselines", default="pytorch-eager,torch-compile",
+                   help="comma list of pytorch-eager,torch-compile,flashinfer, or 'all' or 'none' "
+                   "(default pytorch-eager,torch-compile)")
     p.add_argument("--timing", choices=("cuda_event", "host_time"), default="cuda_event",
                    help="cuda_event: CUDA events with an L2 flush before every trial (default); "
                    "host_time: perf_counter around the call plus a device synchronize")
@@ -272,6 +273,8 @@ def run(args) -> int:
     }
     progress(f"benchmarking v{k} ({'best by the loop timings' if args.version == 'best' else 'as named'}) "
              f"against {', '.join(baselines) or 'no baselines'}; {len(spec['ab'])} A/B transition(s)")
+    for name in ("benchmark.json", "benchmark.md"):  # our own output: a failed run must not leave an old one current
+        (rd.root / name).unlink(missing_ok=True)
     result = run_child(spec, float(cfg.get("timeout_s") or 600))
     timing = {"method": args.timing, "warmup": warmup, "trials": trials, "discard_first": args.discard_first,
               "l2_flush": args.timing == "cuda_event"}

@@ -77,14 +77,17 @@ def write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: Path) -> dict[str, Any]:
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageError(f"{path} does not exist") from None
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):  # every sidecar is one JSON object
+        raise UsageError(f"{path} holds a JSON {type(data).__name__}, not an object: the file is corrupt")
+    return data
 
 
 def sha256_file(path: Path) -> str:

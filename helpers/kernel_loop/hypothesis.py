@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from . import predictions
+from . import predictions, provenance
 from .common import (
     UsageError,
     atomic_write_text,
@@ -229,9 +229,8 @@ def run(args) -> int:
     corr = _need_json(vdir / "correctness.json", "correctness")
     ncu = _need_json(vdir / "ncu.json", "profile")
     ksha = sha256_file(kernel)
-    for name, data in (("correctness.json", corr), ("ncu.json", ncu)):
-        if data.get("kernel_sha256") and data["kernel_sha256"] != ksha:
-            warn(f"{name} was measured on a different {kernel.name}: measure v{k} again before the gate")
+    for name, data, step in (("correctness.json", corr, "correctness"), ("ncu.json", ncu, "profile")):
+        provenance.require_same_kernel(vdir / name, data, kernel, step)
 
     allowed = set((ncu.get("metrics") or {}).keys())
     preds = predictions.parse_lines(args.predict, allowed)

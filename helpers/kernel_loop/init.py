@@ -194,6 +194,8 @@ def run_init(args: argparse.Namespace) -> int:
     ref, baseline, ref_info = _validate(args)
     cfg = build_config(args, ref_info)
     rd = RunDir.open(args.out, must_exist=False)
+    if rd.root.exists() and not rd.root.is_dir():
+        raise UsageError(f"{args.out} exists and is not a folder: give a new or existing run directory")
     v0_kernel = rd.vdir(0) / f"kernel{IMPL_SUFFIX[args.impl]}"
     if rd.run_json.exists():
         old = rd.config()

@@ -39,6 +39,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from . import provenance
 from . import symptoms as vocab
 from .common import (
     UsageError,
@@ -590,6 +591,8 @@ def draft_evidence(rd: RunDir, *, corpus: list[str], force: bool = False) -> tup
         raise UsageError(f"{target} is already filled in (no {TODO} marker left); "
                          "refusing to overwrite it (use --force to redraft)")
     ncu, cfg = read_json(ncu_path), rd.config()
+    if ncu.get("kernel_sha256") is not None:
+        provenance.require_same_kernel(ncu_path, ncu, rd.kernel_file(k), "profile")
     gpu = ncu.get("gpu") or {}
     arch = arch_of_cc(gpu.get("cc"))
     if arch is None:

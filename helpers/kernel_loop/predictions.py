@@ -67,13 +67,18 @@ def parse_lines(lines: list[str], allowed: set[str] | None = None) -> list[dict[
     return [parse_line(ln, allowed) for ln in lines if ln.strip()]
 
 
+def _negative(value: float) -> bool:
+    return math.copysign(1.0, value) < 0
+
+
 def describe(metric: str, op: str, value: float) -> str:
     """The canonical text form of a prediction (round-trips through parse_line)."""
     num = f"{value:g}"
+    sign = "" if _negative(value) else "+"  # -0 keeps its sign: "-0%" predicts "not up"
     if op == "rel":
-        return f"{metric}: {'+' if value >= 0 else ''}{num}%"
+        return f"{metric}: {sign}{num}%"
     if op == "abs":
-        return f"{metric}: {'+' if value >= 0 else ''}{num}"
+        return f"{metric}: {sign}{num}"
     return f"{metric}: {op} {num}"
 
 
@@ -108,7 +113,7 @@ def score(pred: dict[str, Any], before: dict[str, Any] | None, after: dict[str, 
         else:
             change = a - b
         out["change"] = change
-        held = change <= v if v < 0 else change >= v
+        held = change <= v if _negative(v) else change >= v
     elif op == "<=":
         held = a <= v
     elif op == ">=":

@@ -330,6 +330,10 @@ def _check_correctness(vdir: Path, kernel: Path) -> None:
                          "re-run correctness before profiling")
     if not provenance.matches(vdir, kernel.name) or corr.get("kernel_sha256") != sha256_file(kernel):
         raise UsageError(f"{kernel.name} changed after correctness passed: re-run correctness")
+    for rel in ("correctness.json", "../run.json"):  # the PASS must be the one correctness wrote, for this config
+        if not provenance.matches(vdir, rel):
+            raise UsageError(f"{vdir.name}/{rel} does not match {vdir.name}/{provenance.FILENAME} (changed after "
+                             "correctness ran, or never recorded): re-run correctness")
 
 
 def _require_cuda() -> None:

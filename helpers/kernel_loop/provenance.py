@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .common import atomic_write_text, sha256_file
+from .common import UsageError, atomic_write_text, sha256_file
 
 FILENAME = "measured.sha256"
 
@@ -70,3 +70,11 @@ def matches(vdir: Path, rel: str) -> bool:
     digest = read(vdir).get(rel)
     p = vdir / rel
     return digest is not None and p.exists() and sha256_file(p) == digest
+
+
+def require_same_kernel(sidecar: Path, data: dict, kernel: Path, step: str) -> None:
+    """Refuse a sidecar whose recorded ``kernel_sha256`` is not the kernel file as it is now."""
+    recorded = data.get("kernel_sha256")
+    if recorded is not None and recorded != sha256_file(kernel):
+        raise UsageError(f"{sidecar.parent.name}/{sidecar.name} was measured on a different {kernel.name}: "
+                         f"its numbers are stale; run '{step}' on {sidecar.parent.name} again")

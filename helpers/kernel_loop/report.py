@@ -106,10 +106,23 @@ def config_rows(cfg: dict[str, Any], env: Any, bench: Any = None) -> list[tuple[
     return rows
 
 
+BENCH_KEYS = {"version": str, "selection": str, "timing": dict, "rows": list, "speedups": dict, "flags": list}
+
+
+def _check_bench(bench: dict[str, Any], path: Path) -> None:
+    """Refuse a benchmark.json that lacks what the report cites (a corrupt or foreign file)."""
+    bad = [k for k, t in BENCH_KEYS.items() if not isinstance(bench.get(k), t)]
+    bad += [f"rows[{i}]" for i, r in enumerate(bench.get("rows") or [])
+            if not (isinstance(r, dict) and isinstance(r.get("name"), str))]
+    if bad:
+        raise UsageError(f"{path} is incomplete or corrupt (bad or missing: {', '.join(bad)}): run benchmark again")
+
+
 def collect(rd: RunDir) -> dict[str, Any]:
     cfg = rd.config()
     n = int(cfg.get("iterations", 0))
     bench = read_json(rd.root / "benchmark.json")
+    _check_bench(bench, rd.root / "benchmark.json")
     env = _opt_json(rd.root / "env.json")
     versions = []
     for k in range(n + 1):

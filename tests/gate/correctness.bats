@@ -49,3 +49,21 @@ set_correctness() {
   run gate "$OUT/v0"
   assert_only_failure 'Result is FAIL'
 }
+
+@test "a Result inside a code fence or an indented code block does not count" {
+  make_run
+  set_correctness '| Result | FAIL |' '' '```' 'Result: PASS' '```'
+  run gate "$OUT/v0"
+  assert_only_failure 'Result is FAIL'
+  make_run
+  set_correctness 'Max error too large.' '' '~~~text' '| Result | PASS |' '~~~' '' '    Result: PASS' '' '	Result: PASS'
+  run gate "$OUT/v0"
+  assert_only_failure 'correctness has not passed (no Result line in correctness.md)'
+}
+
+@test "a FAIL row is not rescued by a later PASS row" {
+  make_run
+  set_correctness '| Result | FAIL |' '|---|---|' '| Result | PASS |'
+  run gate "$OUT/v0"
+  assert_only_failure 'Result is FAIL'
+}

@@ -105,3 +105,11 @@ load test_helper
     '{"query":"z","purpose":  "kernel"}' >"$OUT/v0/kbs_queries.jsonl"
   run -0 gate "$OUT/v0"
 }
+
+@test "kbs_queries.jsonl: \"purpose\" inside another string value does not count" {
+  make_run
+  printf '%s\n' '{"purpose": "extra", "query": "\"purpose\": \"kernel\" and purpose: kernel"}' \
+    '{"purpose" : "bottleneck", "query": "latency-bound"}' >"$OUT/v0/kbs_queries.jsonl"
+  run gate "$OUT/v0"
+  assert_only_failure 'kbs_queries.jsonl has no "purpose": "kernel" query'
+}

@@ -120,3 +120,24 @@ cu_run() {
   run -1 gate "$OUT/v1" --structural
   assert_line --partial '[FAIL] v1: cannot compare with v0: v0 has no single kernel file'
 }
+
+@test "a symlinked kernel fails, even when its target is a new file" {
+  make_run
+  mv "$OUT/v0/kernel.py" "$BATS_TEST_TMPDIR/kernel.py"
+  ln -s "$BATS_TEST_TMPDIR/kernel.py" "$OUT/v0/kernel.py"
+  measure 0
+  run gate "$OUT/v0"
+  assert_only_failure 'v0: kernel.py is a symbolic link: copy the kernel into v0'
+  run -1 gate "$OUT/v0" --structural
+}
+
+@test "a version directory that is a symlink fails" {
+  advance_to 1
+  mv "$OUT/v1" "$OUT/v1-real"
+  ln -s v1-real "$OUT/v1"
+  run gate "$OUT/v1"
+  assert_only_failure 'v1: v1 is a symbolic link'
+  rm "$OUT/v1"
+  mv "$OUT/v1-real" "$OUT/v1"
+  run -0 gate "$OUT/v1"
+}

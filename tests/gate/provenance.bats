@@ -84,3 +84,19 @@ load test_helper
   run gate "$OUT/v1"
   assert_only_failure 'v0/measured.sha256 records no ../run.json'
 }
+
+@test "manifest paths that are absolute or leave the run directory fail" {
+  local outside="$BATS_TEST_TMPDIR/outside.txt"
+  printf 'not measured here\n' >"$outside"
+  make_run
+  printf '%s  %s\n' "$(sha256sum <"$outside" | cut -c1-64)" "$outside" >>"$OUT/v0/measured.sha256"
+  run gate "$OUT/v0"
+  assert_only_failure "v0: measured.sha256 lists '$outside', outside the run directory"
+  make_run
+  (cd "$OUT/v0" && sha256sum ../../outside.txt >>measured.sha256)
+  run gate "$OUT/v0"
+  assert_only_failure "v0: measured.sha256 lists '../../outside.txt', outside the run directory"
+  make_run
+  (cd "$OUT/v0" && sha256sum ../ref.py >>measured.sha256)
+  run -0 gate "$OUT/v0"
+}

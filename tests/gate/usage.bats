@@ -99,6 +99,15 @@ load test_helper
   assert_equal "$(state)" v3
 }
 
+@test "an exported CDPATH does not redirect a relative path" {
+  make_run
+  mkdir -p "$BATS_TEST_TMPDIR/elsewhere/v0"
+  cd "$OUT"
+  CDPATH="$BATS_TEST_TMPDIR/elsewhere" run -0 gate v0
+  assert_equal "$(state)" v1
+  [[ ! -e "$BATS_TEST_TMPDIR/elsewhere/.gate.lock" ]]
+}
+
 @test "a run directory path with spaces and odd characters works" {
   OUT="$BATS_TEST_TMPDIR/odd dir [1] & 'q'"
   mkdir -p "$OUT"

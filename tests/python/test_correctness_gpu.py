@@ -125,6 +125,8 @@ def test_cutlass_cute_kernel(tmp_path):
     rc, data, md = _run(tmp_path, "ref_vadd.py", "cutlass_vadd.cu", "cutlass", "N=100000")
     assert rc == 0, md
     assert any(a.endswith("/include") for a in data["build"]["command"] if a.startswith("-I"))
+    rc, data, md = _run(tmp_path, "ref_vadd.py", "cutlass_vadd_wrong.cu", "cutlass", "N=100000", name="bad")
+    assert rc == 1 and "| Result | FAIL |" in md
 
 
 @needs_cute_dsl

@@ -235,7 +235,7 @@ def _run_dir(tmp_path, *, result="PASS", ncu=None):
     kernel.write_text("def run_kernel(x):\n    pass\n")
     write_json(v0 / "correctness.json", {"schema": 1, "version": "v0", "kernel_file": "kernel.py",
                                          "kernel_sha256": sha256_file(kernel), "result": result})
-    provenance.record(v0, [kernel])
+    provenance.record(v0, [kernel, v0 / "correctness.json", root / "run.json"])  # as correctness records them
     return root
 
 

@@ -112,3 +112,23 @@ def test_time_callable_reuses_the_flush_buffer_on_gpu():
         assert r["n"] == 1 and r["flush_bytes"] == 4 * buf.numel() and r["median"] > 0
     assert timing.flush_buffer(torch.device("cuda", torch.cuda.current_device())) is buf
     assert torch.cuda.memory_allocated() == before
+
+
+@pytest.mark.gpu
+@needs_ncu
+@pytest.mark.skipif(not __import__("os").environ.get("CUTLASS_PATH"), reason="CUTLASS_PATH is not set")
+def test_profile_cutlass_cute_vadd(tmp_path):
+    text = (KERNELS / "cutlass_vadd.cu").read_text()
+    data, _ = _loop(tmp_path, "ref_vadd.py", text, ".cu", "cutlass", "N=16777216")
+    assert [k["name"] for k in data["kernels"]] == ["cute_add_kernel"]
+
+
+@pytest.mark.gpu
+@needs_ncu
+@pytest.mark.skipif(__import__("importlib").util.find_spec("cutlass") is None,
+                    reason="nvidia-cutlass-dsl (import cutlass) is not installed")
+def test_profile_cute_dsl_vadd(tmp_path):
+    text = (KERNELS / "cute_dsl_vadd.py").read_text()
+    data, _ = _loop(tmp_path, "ref_vadd.py", text, ".py", "cute-dsl", "N=16777216")
+    # the JIT compile happens in warmup; exactly the measured launch is profiled
+    assert len(data["kernels"]) == 1 and "add_kernel" in data["kernels"][0]["name"]
