@@ -120,7 +120,8 @@ def test_time_callable_reuses_the_flush_buffer_on_gpu():
 def test_profile_cutlass_cute_vadd(tmp_path):
     text = (KERNELS / "cutlass_vadd.cu").read_text()
     data, _ = _loop(tmp_path, "ref_vadd.py", text, ".cu", "cutlass", "N=16777216")
-    assert [k["name"] for k in data["kernels"]] == ["cute_add_kernel"]
+    # ncu reports the demangled C++ name with its signature, e.g. "cute_add_kernel(const float *, ...)"
+    assert len(data["kernels"]) == 1 and data["kernels"][0]["name"].startswith("cute_add_kernel(")
 
 
 @pytest.mark.gpu
