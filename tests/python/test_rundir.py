@@ -26,3 +26,9 @@ def test_kernel_file_refuses_both_kernel_py_and_kernel_cu(tmp_path):
     except UsageError:
         return  # scripts/check_iteration_gate.sh is not there
     assert proc.returncode != 0 and "holds both kernel.py and kernel.cu" in proc.stdout + proc.stderr
+
+
+def test_installed_package_carries_the_gate(repo):
+    """pip installs helpers/kernel_loop/data/check_iteration_gate.sh, a link to scripts/ in the source tree."""
+    packaged = repo / "helpers" / "kernel_loop" / "data" / "check_iteration_gate.sh"
+    assert packaged.resolve() == (repo / "scripts" / "check_iteration_gate.sh").resolve()
