@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import predictions, symptoms
+from . import predictions, provenance, symptoms
 from .common import UsageError, atomic_write_text, progress, read_json, warn
 from .correctness import describe_tolerances
 from .hypothesis import TODO, markdown_section, query_hits
@@ -217,6 +217,11 @@ def run(args) -> int:
     rd = RunDir.open(args.out)
     if not (rd.root / "benchmark.json").exists():
         raise UsageError(f"{rd.root / 'benchmark.json'} does not exist: run benchmark first (after the final gate)")
+    # files changed or removed after measuring: the report still renders (missing values read
+    # "unknown"), but says so at the top instead of presenting those numbers as current
+    stale = [f"{rd.vdir(k).name}/{rel} ({why})" for k in rd.versions() for rel, why in provenance.stale(rd.vdir(k)).items()]
+    for item in stale:
+        warn(f"{item}: the report's numbers for it may not belong to the files as they are now")
     data = collect(rd)
     out_md, out_png = rd.root / "final_report.md", rd.root / "final_report.png"
     discussion = None
@@ -228,7 +233,7 @@ def run(args) -> int:
     chart_note = chart(out_png, data)
     if chart_note:
         warn(chart_note)
-    text = render("final_report.md.j2", **data, discussion=discussion, chart_note=chart_note,
+    text = render("final_report.md.j2", **data, stale=stale, discussion=discussion, chart_note=chart_note,
                   chart_file=out_png.name, todo=TODO)
     atomic_write_text(out_md, text)
     print(out_md)

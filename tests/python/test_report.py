@@ -141,3 +141,20 @@ def test_missing_benchmark_parts(tmp_path, missing):
         assert md.count("Same-run A/B: N/A (not in benchmark.json)") == 3
     else:
         assert "median N/A us" in md and "No baseline was available and correct" in md
+
+
+def test_report_warns_when_a_measured_kernel_changed_afterwards(tmp_path, capsys):
+    """A kernel edited after it was measured: the report says so at the top instead of passing its numbers off as current."""
+    import shutil
+
+    from conftest import REPO
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(REPO / "examples" / "transpose-cuda" / "run", run_dir)
+    kernel = run_dir / "v2" / "kernel.cu"
+    kernel.write_text(kernel.read_text() + "\n// edited after measuring\n")
+    assert rf.cli(report, ["report", str(run_dir)]) == 0
+    assert "v2/kernel.cu (changed after it was measured)" in capsys.readouterr().err
+    summary = (run_dir / "final_report.md").read_text().split("## 2.")[0]
+    assert "Warning: measured files changed after they were measured" in summary
+    assert "v2/kernel.cu (changed after it was measured)" in summary
