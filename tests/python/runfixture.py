@@ -352,22 +352,10 @@ def synthetic_child_result(n: int = 40, versions: int = 4, seed: int = 7) -> dic
 
 
 def cli(module, argv: list[str]) -> int:
-    """Run one step module's subcommand as cli.main would (exit code; no traceback for expected errors)."""
-    import argparse
+    """Run a step's subcommand through the real front door (``module`` names the step, for the reader)."""
+    import klcli
 
-    from kernel_loop.common import PROG, KernelLoopError
-
-    parser = argparse.ArgumentParser(prog=PROG)
-    module.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(argv)
-    try:
-        rc = args.func(args)
-    except KernelLoopError as exc:
-        import sys
-
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return 0 if rc is None else int(rc)
+    return klcli.main(*argv)
 
 
 def gate(vdir: Path, *flags: str):
