@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .common import UsageError, atomic_write_text, cache_dir, progress, sha256_text
+from .config import RunConfig
 
 # C type name (after dropping const/restrict/pointer marks) -> torch dtype name.
 POINTER_TYPES = {
@@ -189,16 +190,15 @@ class Built:
                 "arch": self.arch, "library": str(self.so)}
 
 
-def build(kernel: Path, cfg: dict, cc: tuple[int, int]) -> Built:
+def build(kernel: Path, cfg: RunConfig, cc: tuple[int, int]) -> Built:
     """Compile ``kernel`` (cached); raise BuildError with nvcc's output on failure."""
     nvcc = find_nvcc()
     if nvcc is None:
         raise UsageError("nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin): install the CUDA toolkit")
     source = Path(kernel).read_text(encoding="utf-8")
-    b = cfg.get("build") or {}
-    incs = include_dirs(b.get("include_dirs"))
-    flags = list(b.get("nvcc_flags") or [])
-    impl = cfg.get("impl", "cuda-cpp")
+    incs = include_dirs(cfg.build.include_dirs)
+    flags = list(cfg.build.nvcc_flags)
+    impl = cfg.impl
     key = cache_key(source, cc, impl, incs, flags, nvcc)
     folder = cache_dir("build", key)
     so = folder / "kernel.so"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .metrics import STALL_REASONS
-from .symptoms import BOTTLENECK_CLASSES, SYMPTOMS
+from .vocab import BOTTLENECK_CLASSES, SYMPTOMS
 
 SOL_HIGH = 60.0
 SOL_GAP = 10.0

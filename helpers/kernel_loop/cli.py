@@ -1,6 +1,6 @@
 """The command-line front door: ``kernel-loop <subcommand>`` / ``python3 helpers/kloop.py``.
 
-It only dispatches.  Each loop step lives in its own module, which exposes
+It only dispatches.  Each loop step lives in its own module under ``steps/``, which exposes
 ``register(subparsers)`` (adds its parser and sets ``func``) and raises
 ``UsageError`` / ``MeasuredFailure`` on bad input or failed results.
 """
@@ -14,20 +14,9 @@ import sys
 from . import __version__
 from .common import EXIT_USAGE, PROG, KernelLoopError
 
-# Loop steps, in loop order: (module, one-line summary shown by --help).
-STEPS: list[tuple[str, str]] = [
-    ("init", "create a run directory with its fixed configuration"),
-    ("env", "check the GPU, toolchain and profiler; measure roofline peaks"),
-    ("correctness", "check the current version against ref.py"),
-    ("profile", "profile the current version with Nsight Compute"),
-    ("kbs", "query the knowledge base; draft kbs_evidence.md"),
-    ("hypothesis", "draft vK/hypothesis.txt from the measurements"),
-    ("next_version", "create v(K+1) after the gate has advanced the state"),
-    ("status", "where the run stands and the next command"),
-    ("benchmark", "time the best version against PyTorch baselines"),
-    ("report", "render final_report.md from the measured sidecars"),
-    ("demo", "re-run a bundled example (no GPU needed)"),
-]
+# Loop steps, in loop order: each is a module of kernel_loop.steps with register(subparsers).
+STEPS: tuple[str, ...] = ("init", "env", "correctness", "profile", "kbs", "hypothesis", "next_version", "status",
+                          "benchmark", "report", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,8 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
-    for mod_name, _summary in STEPS:
-        module = importlib.import_module(f".{mod_name}", __package__)
+    for mod_name in STEPS:
+        module = importlib.import_module(f".steps.{mod_name}", __package__)
         module.register(sub)
     return parser
 

@@ -29,18 +29,20 @@ from typing import Any
 
 from . import build
 from .common import UsageError
+from .config import RunConfig
 
 INT_SENTINEL = -123456789
 _MODULES: dict[str, Any] = {}
 _LIBS: dict[str, Any] = {}
 _LAST_BUILD: dict[str, Any] = {}
+_INSTANCES: dict[tuple, Any] = {}  # (kernel, ref, dims, device) -> (Model, ModelNew)
 
 
-def device_for(cfg: dict) -> str:
+def device_for(cfg: RunConfig) -> str:
     """The torch device a run measures on; cpu only in the test/dev mode."""
-    if os.environ.get("KERNEL_LOOP_DEVICE", "").lower() == "cpu" or cfg.get("device") == "cpu":
+    if os.environ.get("KERNEL_LOOP_DEVICE", "").lower() == "cpu" or cfg.device == "cpu":
         return "cpu"
-    return f"cuda:{int(cfg.get('gpu', 0))}"
+    return f"cuda:{cfg.gpu}"
 
 
 def last_build() -> dict | None:
@@ -227,7 +229,7 @@ def _has_kernelbench(ref) -> bool:
     return hasattr(ref, "Model") and hasattr(ref, "get_inputs")
 
 
-def load_case(cfg: dict, run_root: Path, kernel_path: Path, dims: dict, seed: int, device: str) -> Case:
+def load_case(cfg: RunConfig, run_root: Path, kernel_path: Path, dims: dict, seed: int, device: str) -> Case:
     """A fresh seeded case for ``kernel_path`` against ``run_root/ref.py``."""
     run_root = Path(run_root)
     kernel_path = Path(kernel_path)
@@ -238,7 +240,7 @@ def load_case(cfg: dict, run_root: Path, kernel_path: Path, dims: dict, seed: in
         return _load_cu(cfg, ref, kernel_path, dims, seed, device)
     if kernel_path.suffix != ".py":
         raise UsageError(f"{kernel_path.name}: kernels are .cu or .py files")
-    if device == "cpu" and cfg.get("impl") == "triton":
+    if device == "cpu" and cfg.impl == "triton":
         os.environ.setdefault("TRITON_INTERPRET", "1")
     kmod = import_file(kernel_path, "kernel")
     if _has_kernelbench(ref) and not hasattr(ref, "reference"):
@@ -253,7 +255,7 @@ def _reference_of(ref) -> Callable:
     return fn
 
 
-def _accepts_baseline(fn: Callable) -> bool:
+def accepts_baseline(fn: Callable) -> bool:
     params = inspect.signature(fn).parameters
     return "baseline" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
@@ -281,7 +283,7 @@ def _load_py(ref, kmod, kernel_path: Path, dims: dict, seed: int, device: str) -
 
     return Case(inputs=inputs, outputs=outputs, launch=launch, ref_fn=ref_fn,
                 ref_kwargs=_ref_pool(ref_fn, inputs, dims), out_names=outs, device=device, seed=seed,
-                baseline_ok=_accepts_baseline(ref_fn), kind="py")
+                baseline_ok=accepts_baseline(ref_fn), kind="py")
 
 
 def _load_kernelbench(ref, kmod, kernel_path: Path, dims: dict, seed: int, device: str) -> Case:
@@ -292,16 +294,20 @@ def _load_kernelbench(ref, kmod, kernel_path: Path, dims: dict, seed: int, devic
     for k, v in dims.items():
         if isinstance(getattr(ref, k, None), int):
             setattr(ref, k, v)
-    torch.manual_seed(seed)
-    init = list(ref.get_init_inputs()) if hasattr(ref, "get_init_inputs") else []
-    torch.manual_seed(seed)
-    model = ref.Model(*init).to(device).eval()
-    torch.manual_seed(seed)
-    model_new = model_new_cls(*init).to(device).eval()
-    ref_state, new_state = model.state_dict(), model_new.state_dict()
-    if ref_state and set(ref_state) == set(new_state) and all(
-            ref_state[k].shape == new_state[k].shape for k in ref_state):
-        model_new.load_state_dict(ref_state)
+    key = (str(kernel_path), id(ref), tuple(sorted(dims.items())), device)
+    if key not in _INSTANCES:  # one Model and one ModelNew per shape: every trial calls the same instance
+        torch.manual_seed(seed)
+        init = list(ref.get_init_inputs()) if hasattr(ref, "get_init_inputs") else []
+        torch.manual_seed(seed)
+        model = ref.Model(*init).to(device).eval()
+        torch.manual_seed(seed)
+        model_new = model_new_cls(*init).to(device).eval()
+        ref_state, new_state = model.state_dict(), model_new.state_dict()
+        if ref_state and set(ref_state) == set(new_state) and all(
+                ref_state[k].shape == new_state[k].shape for k in ref_state):
+            model_new.load_state_dict(ref_state)
+        _INSTANCES[key] = (model, model_new)
+    model, model_new = _INSTANCES[key]
     torch.manual_seed(seed)
     args = [_move(a, device) for a in ref.get_inputs()]
     inputs = {f"arg{i}": a for i, a in enumerate(args)}
@@ -347,7 +353,7 @@ def _lookup_int(name: str, dims: dict, inputs: dict) -> Any:
     return None
 
 
-def _load_cu(cfg: dict, ref, kernel_path: Path, dims: dict, seed: int, device: str) -> Case:
+def _load_cu(cfg: RunConfig, ref, kernel_path: Path, dims: dict, seed: int, device: str) -> Case:
     torch = _torch()
     if not device.startswith("cuda"):
         raise UsageError(f"{kernel_path.name} is CUDA C++: it needs a CUDA device, not '{device}'")
@@ -361,7 +367,7 @@ def _load_cu(cfg: dict, ref, kernel_path: Path, dims: dict, seed: int, device: s
     if callable(setup):
         inputs, outs = _setup_inputs(setup, dims, seed, device)
     else:
-        size = cfg.get("ptr_size")
+        size = cfg.ptr_size
         if not size:
             raise UsageError("ref.py has no setup(): set --ptr-size at init so flat buffers can be sized")
         torch.manual_seed(seed)
@@ -415,10 +421,10 @@ def _load_cu(cfg: dict, ref, kernel_path: Path, dims: dict, seed: int, device: s
 
     return Case(inputs=inputs, outputs=outputs, launch=launch, ref_fn=ref_fn,
                 ref_kwargs=_ref_pool(ref_fn, inputs, dims), out_names=outs, device=device, seed=seed,
-                baseline_ok=_accepts_baseline(ref_fn), kind="cu", build_info=info)
+                baseline_ok=accepts_baseline(ref_fn), kind="cu", build_info=info)
 
 
-def _load_library(cfg: dict, kernel_path: Path, device: str):
+def _load_library(cfg: RunConfig, kernel_path: Path, device: str):
     torch = _torch()
     cc = torch.cuda.get_device_capability(torch.device(device))
     built = build.build(kernel_path, cfg, tuple(cc))

@@ -1,11 +1,14 @@
-"""The run directory: paths, the fixed run configuration (run.json), the current version.
+"""The run directory: paths of every file, the typed run configuration, the current version.
 
-Layout (fixed; see references/artifacts.md):
+Layout (fixed; names in ``sidecars``, described in references/artifacts.md):
     <out>/run.json, env.json, env_check.md, ref.py, current_iteration.txt
     <out>/vK/kernel.{cu,py}, correctness.{md,json}, ncu.json, ncu_summary.md,
              ncu_details.md, kbs_queries.jsonl, kbs_evidence.md, hypothesis.txt,
              measured.sha256
     <out>/benchmark.{md,json}, final_report.md, final_report.png
+
+``RunDir.kernel_file`` is the Python side of the gate's kernel rule (check 4): kernel.py or
+kernel.cu, never both, else the one .py/.cu file other than ref.py.
 """
 
 from __future__ import annotations
@@ -14,14 +17,13 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from . import sidecars as sc
 from .common import UsageError, package_dir, read_json, skill_root
+from .config import RunConfig
+from .vocab import KERNEL_SUFFIXES
 
 VERSION_RE = re.compile(r"^v(0|[1-9][0-9]*)$")
-KERNEL_SUFFIXES = (".py", ".cu")
-IMPLS = ("cuda-cpp", "cutlass", "cute-dsl", "triton")
-IMPL_SUFFIX = {"cuda-cpp": ".cu", "cutlass": ".cu", "cute-dsl": ".py", "triton": ".py"}
 
 
 def parse_version(name: str) -> int:
@@ -29,6 +31,43 @@ def parse_version(name: str) -> int:
     if not m:
         raise UsageError(f"'{name}' is not a version name (v0, v1, ...)")
     return int(m.group(1))
+
+
+def kernel_candidates(vd: Path) -> list[Path]:
+    """The kernel file(s) of a version folder by the gate's rule: [kernel.py] or [kernel.cu] when
+    present (both when both are: an error for the caller), else every .py/.cu file but ref.py."""
+    if not vd.is_dir():
+        return []
+    named = [vd / n for n in sc.KERNEL_FILES if (vd / n).is_file()]
+    if named:
+        return named
+    return [p for p in sorted(vd.iterdir()) if p.is_file() and p.suffix in KERNEL_SUFFIXES and p.name != sc.REF_PY]
+
+
+@dataclass(frozen=True)
+class VersionDir:
+    """One version folder and the paths of its files."""
+
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def __truediv__(self, other: str) -> Path:
+        return self.path / other
+
+    correctness_json = property(lambda self: self.path / sc.CORRECTNESS_JSON)
+    correctness_md = property(lambda self: self.path / sc.CORRECTNESS_MD)
+    ncu_json = property(lambda self: self.path / sc.NCU_JSON)
+    ncu_summary_md = property(lambda self: self.path / sc.NCU_SUMMARY_MD)
+    ncu_details_md = property(lambda self: self.path / sc.NCU_DETAILS_MD)
+    ncu_report = property(lambda self: self.path / sc.NCU_REPORT)
+    kbs_queries = property(lambda self: self.path / sc.KBS_QUERIES)
+    kbs_evidence = property(lambda self: self.path / sc.KBS_EVIDENCE)
+    hypothesis_txt = property(lambda self: self.path / sc.HYPOTHESIS_TXT)
+    hypothesis_json = property(lambda self: self.path / sc.HYPOTHESIS_JSON)
+    measured = property(lambda self: self.path / sc.MEASURED)
 
 
 @dataclass(frozen=True)
@@ -41,37 +80,33 @@ class RunDir:
         if must_exist:
             if not root.is_dir():
                 raise UsageError(f"run directory {out} does not exist (run 'kernel-loop init' first)")
-            if not (root / "run.json").is_file():
+            if not (root / sc.RUN_JSON).is_file():
                 raise UsageError(f"{out} has no run.json: it is not an initialised run directory")
         return cls(root)
 
     # --- fixed files -----------------------------------------------------------------
-    @property
-    def run_json(self) -> Path:
-        return self.root / "run.json"
+    run_json = property(lambda self: self.root / sc.RUN_JSON)
+    env_json = property(lambda self: self.root / sc.ENV_JSON)
+    state_file = property(lambda self: self.root / sc.STATE)
+    ref_py = property(lambda self: self.root / sc.REF_PY)
+    benchmark_json = property(lambda self: self.root / sc.BENCHMARK_JSON)
+    benchmark_md = property(lambda self: self.root / sc.BENCHMARK_MD)
+    final_report_md = property(lambda self: self.root / sc.FINAL_REPORT_MD)
+    final_report_png = property(lambda self: self.root / sc.FINAL_REPORT_PNG)
 
-    @property
-    def state_file(self) -> Path:
-        return self.root / "current_iteration.txt"
-
-    @property
-    def ref_py(self) -> Path:
-        return self.root / "ref.py"
-
-    def config(self) -> dict[str, Any]:
-        return read_json(self.run_json)
+    def config(self) -> RunConfig:
+        return RunConfig.from_json(read_json(self.run_json))
 
     def vdir(self, k: int) -> Path:
         return self.root / f"v{k}"
 
+    def v(self, k: int) -> VersionDir:
+        return VersionDir(self.vdir(k))
+
     # --- versions ----------------------------------------------------------------------
     def versions(self) -> list[int]:
         """Every vK folder present, sorted."""
-        out = []
-        for p in self.root.iterdir():
-            if p.is_dir() and VERSION_RE.match(p.name):
-                out.append(int(p.name[1:]))
-        return sorted(out)
+        return sorted(int(p.name[1:]) for p in self.root.iterdir() if p.is_dir() and VERSION_RE.match(p.name))
 
     def recorded_version(self) -> int | None:
         """The version named in current_iteration.txt, None before the first gate."""
@@ -91,17 +126,14 @@ class RunDir:
         return 0 if k is None else k
 
     def kernel_file(self, k: int) -> Path:
-        """The one kernel file of vK, by the gate's rule (check 4: never both kernel.py and kernel.cu)."""
+        """The one kernel file of vK, by the gate's rule (check 4)."""
         vd = self.vdir(k)
         if not vd.is_dir():
             raise UsageError(f"{vd} does not exist")
-        if (vd / "kernel.py").is_file() and (vd / "kernel.cu").is_file():
+        cands = kernel_candidates(vd)
+        if len(cands) == 2 and all(p.name in sc.KERNEL_FILES for p in cands):
             raise UsageError(f"{vd} holds both kernel.py and kernel.cu: keep exactly one kernel file "
                              "(the gate fails this too)")
-        for name in ("kernel.py", "kernel.cu"):
-            if (vd / name).is_file():
-                return vd / name
-        cands = [p for p in sorted(vd.iterdir()) if p.suffix in KERNEL_SUFFIXES and p.name != "ref.py"]
         if len(cands) != 1:
             raise UsageError(
                 f"{vd} must hold exactly one kernel file (kernel.py or kernel.cu); found {len(cands)}"

@@ -34,8 +34,9 @@ import statistics
 from argparse import Namespace
 from pathlib import Path
 
-from kernel_loop import hypothesis, provenance
+from kernel_loop import provenance
 from kernel_loop.common import sha256_file, write_json
+from kernel_loop.steps import hypothesis
 
 # Kernels and reference follow references/kernel_abi.md (run_kernel / setup / reference).
 KERNEL_TEMPLATE = '''"""Row softmax in Triton ({note})."""
@@ -351,6 +352,13 @@ def synthetic_child_result(n: int = 40, versions: int = 4, seed: int = 7) -> dic
             "roofline_why": None, "items": items, "ab": ab}
 
 
+def outcome(result: dict):
+    """A finished child's outcome carrying ``result`` (what runner.run_child returns)."""
+    from kernel_loop.runner import ChildOutcome
+
+    return ChildOutcome(result, 0, False, 1.0, "")
+
+
 def cli(module, argv: list[str]) -> int:
     """Run a step's subcommand through the real front door (``module`` names the step, for the reader)."""
     import klcli
@@ -370,7 +378,7 @@ def gate(vdir: Path, *flags: str):
 def build_with_gate(root: Path, iterations: int = 3, dims: dict | None = None) -> Path:
     """The same run as build_complete, but driven the loop's way: the real gate advances the state
     after each version and ``next`` starts each new version from the previous kernel."""
-    from kernel_loop import next_version
+    from kernel_loop.steps import next_version
 
     write_run(root, iterations, dims)
     for k in range(iterations + 1):

@@ -10,9 +10,9 @@ import statistics
 import pytest
 import runfixture as rf
 from conftest import cuda_available
-from kernel_loop import benchmark as B
 from kernel_loop import rundir
 from kernel_loop.common import MeasuredFailure, UsageError, read_json, write_json
+from kernel_loop.steps import benchmark as B
 
 TIMING = {"method": "cuda_event", "warmup": 10, "trials": 40, "discard_first": 0, "l2_flush": True}
 
@@ -146,7 +146,7 @@ def needs_gate():
 def test_real_final_gate_decides(tmp_path, monkeypatch, capsys):
     needs_gate()
     root = rf.build_with_gate(tmp_path / "run")
-    monkeypatch.setattr(B, "run_child", lambda spec, timeout: rf.synthetic_child_result())
+    monkeypatch.setattr(B, "run_child", lambda mode, spec, timeout: rf.outcome(rf.synthetic_child_result()))
     (root / "v3" / "ncu_summary.md").write_text("edited after it was measured\n")
     assert rf.cli(B, ["benchmark", str(root)]) == 2
     err = capsys.readouterr().err
@@ -162,14 +162,15 @@ def test_run_with_a_synthetic_child_result(tmp_path, fake_gate, monkeypatch, cap
     fake_gate(0, "PASS")
     seen = {}
 
-    def child(spec, timeout):
-        seen.update(spec=spec, timeout=timeout)
-        return rf.synthetic_child_result()
+    def child(mode, spec, timeout):
+        seen.update(mode=mode, spec=spec, timeout=timeout)
+        return rf.outcome(rf.synthetic_child_result())
 
     monkeypatch.setattr(B, "run_child", child)
     assert rf.cli(B, ["benchmark", str(root), "--baselines", "pytorch-eager,torch-compile", "--trials", "40"]) == 0
     spec = seen["spec"]
-    assert spec["solution"]["version"] == "v3" and spec["seed"] == 42 and spec["dims"] == {"M": 8192, "N": 4096}
+    assert seen["mode"] == "benchmark" and spec["solution"]["version"] == "v3"
+    assert spec["cfg"]["seed"] == 42 and spec["cfg"]["dims"] == {"M": 8192, "N": 4096}
     assert spec["ab"] == [["v0", "v1"], ["v1", "v2"], ["v2", "v3"]] and len(spec["versions"]) == 4
     assert spec["baselines"] == ["pytorch-eager", "torch-compile"] and spec["warmup"] == 10
     assert spec["tolerance"]["atol"] == 1e-5 and seen["timeout"] == 600
@@ -187,7 +188,7 @@ def test_run_fails_when_the_solution_is_wrong(tmp_path, fake_gate, monkeypatch):
     fake_gate(0, "PASS")
     res = rf.synthetic_child_result()
     res["items"][0].update(correct=False, error="y: 12 mismatches")
-    monkeypatch.setattr(B, "run_child", lambda spec, timeout: res)
+    monkeypatch.setattr(B, "run_child", lambda mode, spec, timeout: rf.outcome(res))
     with pytest.raises(MeasuredFailure, match="12 mismatches"):
         B.run(B_args(root))
     assert read_json(root / "benchmark.json")["flags"]
@@ -210,30 +211,25 @@ def test_bad_timing_options(tmp_path):
 
 @pytest.mark.skipif(cuda_available(), reason="checks the no-GPU error path")
 def test_child_without_cuda_gives_a_usage_error(tmp_path):
+    from kernel_loop.runner import run_child
+
     root = rf.build_complete(tmp_path / "run")
-    spec = {"run_root": str(root), "cfg": read_json(root / "run.json"), "method": "cuda_event"}
+    spec = {"run_root": str(root), "cfg": read_json(root / "run.json"), "device": "cuda:0", "method": "cuda_event"}
     with pytest.raises(UsageError, match="no CUDA device"):
-        B.run_child(spec, 120)
+        run_child("benchmark", spec, 120).checked("the benchmark child")
 
 
-def test_child_crash_and_timeout_are_clear_failures(monkeypatch):
-    import subprocess
+def test_child_crash_and_timeout_are_clear_failures(tmp_path, fake_gate, monkeypatch):
+    from kernel_loop.runner import ChildOutcome
 
-    def crashed(cmd, **kw):
-        assert cmd[1:4] == ["-m", "kernel_loop.benchmark", "--child"]
-        assert kw["env"]["PYTHONPATH"].startswith(str(rf.hypothesis.__file__).rsplit("/kernel_loop/", 1)[0])
-        return subprocess.CompletedProcess(cmd, -11, stdout="")
-
-    monkeypatch.setattr(B.subprocess, "run", crashed)
-    with pytest.raises(MeasuredFailure, match=r"crashed \(exit -11\) without a result"):
-        B.run_child({"x": 1}, 120)
-
-    def too_slow(cmd, **kw):
-        raise subprocess.TimeoutExpired(cmd, kw["timeout"])
-
-    monkeypatch.setattr(B.subprocess, "run", too_slow)
-    with pytest.raises(MeasuredFailure, match="timeout_s \\(7 s\\)"):
-        B.run_child({"x": 1}, 7)
+    root = rf.build_complete(tmp_path / "run")
+    fake_gate(0, "PASS")
+    monkeypatch.setattr(B, "run_child", lambda mode, spec, timeout: ChildOutcome(None, -11, False, 3.0, "boom"))
+    with pytest.raises(MeasuredFailure, match="killed by SIGSEGV"):
+        B.run(B_args(root))
+    monkeypatch.setattr(B, "run_child", lambda mode, spec, timeout: ChildOutcome(None, None, True, 7.0, ""))
+    with pytest.raises(MeasuredFailure, match="timeout_s \\(600 s\\)"):
+        B.run(B_args(root))
 
 
 CPU_ARGS = ["--timing", "host_time", "--warmup", "1", "--trials", "5", "--baselines", "pytorch-eager,flashinfer"]
@@ -291,7 +287,7 @@ DTYPE_DEFAULT_TOL = {"atol": None, "rtol": None, "by": {"atol": None, "rtol": No
 
 def test_dtype_default_tolerance_is_shown_as_applied(cpu_run, monkeypatch):
     """run.json without atol/rtol: the benchmark checks with, and shows, correctness's fp32 default."""
-    from kernel_loop.correctness import dtype_default
+    from kernel_loop.compare import dtype_default
 
     monkeypatch.setattr(B, "check_final_gate", lambda rd, n: None)  # run.json is edited after the gate
     for path in [cpu_run / "run.json", *cpu_run.glob("v*/correctness.json")]:
@@ -307,7 +303,7 @@ def test_dtype_default_tolerance_is_shown_as_applied(cpu_run, monkeypatch):
 
 
 def test_tolerance_words():
-    from kernel_loop.correctness import describe_tolerances, resolve_tolerance
+    from kernel_loop.compare import describe_tolerances, resolve_tolerance
 
     fp32 = resolve_tolerance(DTYPE_DEFAULT_TOL, None, None, "float32")
     bf16 = resolve_tolerance(DTYPE_DEFAULT_TOL, None, None, "bfloat16")

@@ -17,7 +17,8 @@ from pathlib import Path
 import klcli
 import pytest
 import runfixture as rf
-from kernel_loop import hypothesis, rundir
+from kernel_loop import rundir
+from kernel_loop.steps import hypothesis
 
 TODO = hypothesis.TODO
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from kernel_loop import build
 from kernel_loop.common import UsageError
+from kernel_loop.config import RunConfig
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 
@@ -114,7 +115,7 @@ needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not inst
 def test_real_build_is_cached(tmp_path):
     kernel = tmp_path / "kernel.cu"
     kernel.write_text((KERNELS / "cu_vadd.cu").read_text())
-    cfg = {"impl": "cuda-cpp", "build": {"include_dirs": [], "nvcc_flags": []}}
+    cfg = RunConfig.from_json({"kernel": "k", "impl": "cuda-cpp", "dims": {"N": 1}})
     first = build.build(kernel, cfg, (9, 0))
     assert first.so.is_file() and not first.cached and first.arch == "sm_90a"
     again = build.build(kernel, cfg, (9, 0))
@@ -127,4 +128,4 @@ def test_real_build_is_cached(tmp_path):
 @needs_nvcc
 def test_compile_error_carries_compiler_output(tmp_path):
     with pytest.raises(build.BuildError, match="this_is_not_cuda"):
-        build.build(KERNELS / "cu_vadd_compile_error.cu", {"impl": "cuda-cpp"}, (9, 0))
+        build.build(KERNELS / "cu_vadd_compile_error.cu", RunConfig.from_json({"kernel": "k", "impl": "cuda-cpp", "dims": {"N": 1}}), (9, 0))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from kernel_loop import classify, metrics
-from kernel_loop.symptoms import BOTTLENECK_CLASSES, SYMPTOMS
+from kernel_loop.vocab import BOTTLENECK_CLASSES, SYMPTOMS
 
 
 def healthy() -> dict:

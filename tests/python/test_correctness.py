@@ -13,7 +13,8 @@ import time
 import klcli
 import pytest
 import torch
-from kernel_loop import correctness, provenance
+from kernel_loop import compare as C
+from kernel_loop import provenance
 
 BROKEN_TRITON = ["triton_vadd_zeros.py", "triton_vadd_const.py", "triton_vadd_input.py",
                  "triton_vadd_nowrite.py", "triton_vadd_returns_zeros.py", "py_nowrite.py"]
@@ -36,50 +37,50 @@ def _check(tmp_path, ref, kernel, dims="N=1000", *init_args, name="run"):
 
 # --- pure parts ------------------------------------------------------------------------
 def test_dtype_defaults():
-    assert correctness.dtype_default("float32") == (1e-4, 1e-3)
-    assert correctness.dtype_default("float32", tf32=True) == (1e-2, 1e-2)
-    assert correctness.dtype_default("bfloat16") == (1e-2, 1e-2)
-    assert correctness.dtype_default("float16") == (1e-2, 1e-2)
-    assert correctness.dtype_default("float64") == (1e-8, 1e-6)
-    assert correctness.dtype_default("int32") == (0.0, 0.0)
+    assert C.dtype_default("float32") == (1e-4, 1e-3)
+    assert C.dtype_default("float32", tf32=True) == (1e-2, 1e-2)
+    assert C.dtype_default("bfloat16") == (1e-2, 1e-2)
+    assert C.dtype_default("float16") == (1e-2, 1e-2)
+    assert C.dtype_default("float64") == (1e-8, 1e-6)
+    assert C.dtype_default("int32") == (0.0, 0.0)
 
 
 def test_tolerance_resolution_order():
-    default = correctness.resolve_tolerance({"atol": None, "rtol": None}, None, None, "bfloat16")
+    default = C.resolve_tolerance({"atol": None, "rtol": None}, None, None, "bfloat16")
     assert (default["atol"], default["rtol"], default["source"]) == (1e-2, 1e-2, "dtype-default (bfloat16)")
-    from_ref = correctness.resolve_tolerance({"atol": None, "rtol": None}, 0.5, None, "float32")
+    from_ref = C.resolve_tolerance({"atol": None, "rtol": None}, 0.5, None, "float32")
     assert from_ref["atol"] == 0.5 and from_ref["atol_source"] == "ref.py"
     assert from_ref["rtol"] == 1e-3 and from_ref["rtol_source"] == "dtype-default (float32)"
-    cli = correctness.resolve_tolerance({"atol": 1e-6, "rtol": 0.2, "by": {"atol": "cli", "rtol": "ref.py"}},
+    cli = C.resolve_tolerance({"atol": 1e-6, "rtol": 0.2, "by": {"atol": "cli", "rtol": "ref.py"}},
                                         0.5, 0.5, "float32")
     assert (cli["atol"], cli["rtol"], cli["source"]) == (1e-6, 0.2, "atol: cli; rtol: ref.py")
 
 
 def test_compare_numbers():
     exp = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
-    good = correctness.compare(exp.clone(), exp, 1e-4, 1e-3)
+    good = C.compare(exp.clone(), exp, 1e-4, 1e-3)
     assert good["passed"] and good["mismatches"] == 0 and good["max_abs_err"] == 0.0
     got = exp.clone()
     got[1, 0] = 3.5
     got[1, 1] = float("nan")
-    bad = correctness.compare(got, exp, 1e-4, 1e-3)
+    bad = C.compare(got, exp, 1e-4, 1e-3)
     assert not bad["passed"] and bad["mismatches"] == 2 and bad["nonfinite_unexpected"] == 1
     assert bad["first_bad"] == {"index": [1, 0], "got": 3.5, "expected": 3.0}
     assert bad["max_abs_err"] == pytest.approx(0.5) and bad["max_rel_err"] == pytest.approx(0.5 / 3)
     assert bad["rel_l2_err"] == pytest.approx(0.5 / math.sqrt(1 + 4 + 9))
     # NaN where the reference has NaN is fine; Inf where it is finite is not
     exp_nan = torch.tensor([float("nan"), 1.0])
-    assert correctness.compare(torch.tensor([float("nan"), 1.0]), exp_nan, 0, 0)["passed"]
-    assert not correctness.compare(torch.tensor([1.0, float("inf")]), torch.tensor([1.0, 2.0]), 1, 1)["passed"]
-    shape = correctness.compare(torch.ones(3), torch.ones(4), 1, 1)
+    assert C.compare(torch.tensor([float("nan"), 1.0]), exp_nan, 0, 0)["passed"]
+    assert not C.compare(torch.tensor([1.0, float("inf")]), torch.tensor([1.0, 2.0]), 1, 1)["passed"]
+    shape = C.compare(torch.ones(3), torch.ones(4), 1, 1)
     assert not shape["passed"] and "shape" in shape["note"]
-    ints = correctness.compare(torch.tensor([1, -123456789]), torch.tensor([1, 2]), 0, 0)
+    ints = C.compare(torch.tensor([1, -123456789]), torch.tensor([1, 2]), 0, 0)
     assert ints["mismatches"] == 1 and not ints["passed"]
 
 
 def test_compare_outputs_reports_missing_and_constant():
     exp = {"y": torch.full((4,), 2.0), "z": torch.arange(4.0)}
-    rows, warnings = correctness.compare_outputs({"y": torch.full((4,), 2.0)}, exp, None, None, None)
+    rows, warnings = C.compare_outputs({"y": torch.full((4,), 2.0)}, exp, None, None)
     assert rows[0]["passed"] and not rows[1]["passed"] and "missing" in rows[1]["note"]
     assert any("constant" in w for w in warnings)
 
@@ -91,7 +92,7 @@ def test_triton_vector_add_passes(tmp_path, cpu_mode, capsys):
     assert "| Result | PASS |" in md and data["result"] == "PASS" and data["device"] == "cpu"
     assert [s["dims"] for s in data["shapes"]] == [{"N": 1000}, {"N": 37}]
     seeds = [t["seed"] for s in data["shapes"] for t in s["trials"]]
-    assert len(seeds) == 6 and len(set(seeds)) == 6
+    assert len(seeds) == 10 and len(set(seeds)) == 10  # the default 5 trials per shape
     row = data["shapes"][0]["trials"][0]["outputs"][0]
     assert row["tolerance"]["source"] == "dtype-default (float32)" and row["numel"] == 1000
     assert "PASS" in capsys.readouterr().out

@@ -7,7 +7,7 @@ import json
 import klcli
 import pytest
 from conftest import cuda_available
-from kernel_loop import env
+from kernel_loop import envcheck
 
 NVCC_OUT = """nvcc: NVIDIA (R) Cuda compiler driver
 Copyright (c) 2005-2024 NVIDIA Corporation
@@ -43,7 +43,7 @@ def _facts(**over):
         "tools": {"nvcc": {"path": "/usr/local/cuda/bin/nvcc", "version": "12.5.82"},
                   "ncu": {"path": "/usr/local/cuda/bin/ncu", "version": "2024.2.1.0"},
                   "compute-sanitizer": {"path": "/usr/local/cuda/bin/compute-sanitizer", "version": None}},
-        "counters": env.counters_from_probe(OK_OUT, 0),
+        "counters": envcheck.counters_from_probe(OK_OUT, 0),
         "peaks": {"copy_bandwidth_gbps": 3900.5, "bf16_matmul_tflops": 700.1, "fp32_matmul_tflops": 50.2,
                   "method": "median of CUDA-event timings"},
         "cute_headers": None, "python": "3.11.9", "platform": "Linux",
@@ -53,34 +53,34 @@ def _facts(**over):
 
 
 def test_version_parsing():
-    assert env.parse_nvcc_version(NVCC_OUT) == "12.5.82"
-    assert env.parse_nvcc_version("Cuda compilation tools, release 13.0") == "13.0"
-    assert env.parse_ncu_version(NCU_OUT) == "2024.2.1.0"
-    assert env.parse_nvcc_version("command not found") is None
-    assert env.parse_ncu_version("") is None
+    assert envcheck.parse_nvcc_version(NVCC_OUT) == "12.5.82"
+    assert envcheck.parse_nvcc_version("Cuda compilation tools, release 13.0") == "13.0"
+    assert envcheck.parse_ncu_version(NCU_OUT) == "2024.2.1.0"
+    assert envcheck.parse_nvcc_version("command not found") is None
+    assert envcheck.parse_ncu_version("") is None
 
 
 def test_counter_probe_interpretation():
-    denied = env.counters_from_probe(PERM_OUT, 1)
+    denied = envcheck.counters_from_probe(PERM_OUT, 1)
     assert denied["status"] == "denied"
     assert "NVreg_RestrictProfilingToAdminUsers=0" in denied["fix"]
     assert "https://developer.nvidia.com/ERR_NVGPUCTRPERM" in denied["fix"]
-    assert env.counters_from_probe(OK_OUT, 0)["status"] == "ok"
-    unknown = env.counters_from_probe("==WARNING== No kernels were profiled.", 0)
+    assert envcheck.counters_from_probe(OK_OUT, 0)["status"] == "ok"
+    unknown = envcheck.counters_from_probe("==WARNING== No kernels were profiled.", 0)
     assert unknown["status"] == "unknown" and "No kernels were profiled" in unknown["detail"]
 
 
 def test_evaluate_all_present():
-    checks = env.evaluate(_facts(), "cuda-cpp")
-    assert env.required_failures(checks) == []
+    checks = envcheck.evaluate(_facts(), "cuda-cpp")
+    assert envcheck.required_failures(checks) == []
     by = {c["item"]: c for c in checks}
     assert by["CUDA GPU"]["detail"].startswith("NVIDIA H200 (sm_90")
     assert by["ncu counter access"]["status"] == "ok"
 
 
 def test_evaluate_no_cuda():
-    checks = env.evaluate(_facts(cuda_available=False, gpu=None, torch_cuda=None), "triton")
-    failed = env.required_failures(checks)
+    checks = envcheck.evaluate(_facts(cuda_available=False, gpu=None, torch_cuda=None), "triton")
+    failed = envcheck.required_failures(checks)
     assert [c["item"] for c in failed] == ["CUDA GPU"]
     assert "no CUDA GPU visible: torch.cuda.is_available() is False" in failed[0]["detail"]
 
@@ -90,34 +90,34 @@ def test_evaluate_missing_tools_by_impl():
              "compute-sanitizer": {"path": None, "version": None}}
     facts = _facts(tools=tools, counters=None)
     # nvcc is required for .cu kernels only; ncu is needed by profile and never fails env
-    assert [c["item"] for c in env.required_failures(env.evaluate(facts, "cuda-cpp"))] == ["nvcc"]
-    assert env.required_failures(env.evaluate(facts, "triton")) == []
-    ncu = next(c for c in env.evaluate(facts, "triton") if c["item"] == "ncu")
+    assert [c["item"] for c in envcheck.required_failures(envcheck.evaluate(facts, "cuda-cpp"))] == ["nvcc"]
+    assert envcheck.required_failures(envcheck.evaluate(facts, "triton")) == []
+    ncu = next(c for c in envcheck.evaluate(facts, "triton") if c["item"] == "ncu")
     assert ncu["status"] == "missing" and ncu["level"] == "profile" and "Nsight Compute" in ncu["fix"]
-    cute = env.evaluate(_facts(), "cute-dsl")
-    assert [c["item"] for c in env.required_failures(cute)] == ["nvidia-cutlass-dsl"]
-    cutlass = env.evaluate(_facts(), "cutlass")
-    assert "CUTLASS_PATH" in env.required_failures(cutlass)[0]["fix"]
-    assert env.required_failures(env.evaluate(_facts(versions={**_facts()["versions"], "torch": None}), None))
+    cute = envcheck.evaluate(_facts(), "cute-dsl")
+    assert [c["item"] for c in envcheck.required_failures(cute)] == ["nvidia-cutlass-dsl"]
+    cutlass = envcheck.evaluate(_facts(), "cutlass")
+    assert "CUTLASS_PATH" in envcheck.required_failures(cutlass)[0]["fix"]
+    assert envcheck.required_failures(envcheck.evaluate(_facts(versions={**_facts()["versions"], "torch": None}), None))
 
 
 def test_evaluate_counter_permission_is_reported():
-    facts = _facts(counters=env.counters_from_probe(PERM_OUT, 1))
-    c = next(c for c in env.evaluate(facts, "triton") if c["item"] == "ncu counter access")
+    facts = _facts(counters=envcheck.counters_from_probe(PERM_OUT, 1))
+    c = next(c for c in envcheck.evaluate(facts, "triton") if c["item"] == "ncu counter access")
     assert c["status"] == "missing" and "ERR_NVGPUCTRPERM" in c["fix"]
 
 
 def test_render_report():
-    md = env.render_markdown(env.make_report(_facts(), "triton", 0))
+    md = envcheck.render_markdown(envcheck.make_report(_facts(), "triton", 0))
     assert "| Result | OK |" in md
     assert "NVIDIA H200" in md and "3900.5 GB/s" in md and "700.1 TFLOP/s" in md
     assert "| ncu | ok | profile |" in md
-    bad = env.render_markdown(env.make_report(_facts(cuda_available=False, gpu=None, peaks=None), "triton", 0))
+    bad = envcheck.render_markdown(envcheck.make_report(_facts(cuda_available=False, gpu=None, peaks=None), "triton", 0))
     assert "MISSING REQUIREMENTS" in bad and "Not measured" in bad
 
 
 def test_skipped_report(tmp_path):
-    env.write_skipped(tmp_path)
+    envcheck.write_skipped(tmp_path)
     assert "skipped" in (tmp_path / "env_check.md").read_text()
     assert json.loads((tmp_path / "env.json").read_text())["skipped"] is True
 

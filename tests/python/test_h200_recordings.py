@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import FIXTURES
-from kernel_loop.profile import build_profile
+from kernel_loop.steps.profile import build_profile
 
 
 def _profile(version: str) -> dict:

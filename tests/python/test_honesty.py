@@ -11,9 +11,11 @@ import sys
 import pytest
 import runfixture as rf
 from conftest import REPO
-from kernel_loop import benchmark as B
-from kernel_loop import correctness, hypothesis, kbs, predictions, profile, provenance, report
+from kernel_loop import compare as C
+from kernel_loop import predictions, provenance
 from kernel_loop.common import MeasuredFailure, UsageError, read_json, sha256_file, write_json
+from kernel_loop.steps import benchmark as B
+from kernel_loop.steps import hypothesis, kbs, profile, report
 
 KLOOP = [sys.executable, str(REPO / "helpers" / "kloop.py")]
 
@@ -64,7 +66,7 @@ def test_a_reference_output_that_is_still_poison_fails(dtype):
     exp = torch.empty(4, 5, dtype=getattr(torch, dtype))
     poison_tensor(exp)  # what the reference leaves when it does not write its output
     got = exp.clone()  # and a kernel that does not write either
-    rows, _ = correctness.compare_outputs({"y": got}, {"y": exp}, {"atol": 1e-5, "rtol": 1e-5}, None, None)
+    rows, _ = C.compare_outputs({"y": got}, {"y": exp}, {"atol": 1e-5, "rtol": 1e-5}, None)
     assert rows[0]["passed"] is False and "poison" in rows[0]["note"]
 
 
@@ -73,7 +75,7 @@ def test_a_written_reference_output_still_passes():
 
     exp = torch.randn(4, 5, generator=torch.Generator().manual_seed(3))
     exp[0, 0] = float("nan")  # a NaN the reference really computed is matched, not flagged
-    rows, _ = correctness.compare_outputs({"y": exp.clone()}, {"y": exp}, {"atol": 1e-5, "rtol": 1e-5}, None, None)
+    rows, _ = C.compare_outputs({"y": exp.clone()}, {"y": exp}, {"atol": 1e-5, "rtol": 1e-5}, None)
     assert rows[0]["passed"] is True and "note" not in rows[0]
 
 
@@ -137,7 +139,7 @@ def test_a_failed_benchmark_leaves_no_older_benchmark_json(tmp_path, monkeypatch
     (root / "benchmark.md").write_text("# old\n")
     monkeypatch.setattr(B, "check_final_gate", lambda rd, n: None)
 
-    def crashed(spec, timeout):
+    def crashed(mode, spec, timeout):
         raise MeasuredFailure("the benchmark child crashed (exit -11) without a result")
 
     monkeypatch.setattr(B, "run_child", crashed)

@@ -6,8 +6,9 @@ import json
 
 import pytest
 import runfixture as rf
-from kernel_loop import hypothesis
+from kernel_loop import prose
 from kernel_loop.common import read_json
+from kernel_loop.steps import hypothesis
 
 
 @pytest.fixture
@@ -42,7 +43,7 @@ def test_complete_hypothesis_follows_the_gate_order(run0, capsys):
     text = path.read_text()
     assert headings_in_order(text)
     assert hypothesis.TODO not in text
-    sections = hypothesis.parse_text(text)
+    sections = prose.parse_hypothesis_text(text)
     assert all(sections[f] for f, _ in hypothesis.HEADINGS)
     assert sections["version"].startswith("v0: kernel.py (sha256 ")
     cur = sections["current_evidence"]
@@ -63,7 +64,7 @@ def test_sidecar_holds_the_parsed_predictions_and_fields(run0):
         ("duration", "rel", -2.0), ("achieved_occupancy_pct", ">=", 70.0), ("registers_per_thread", "<=", 48.0)]
     assert side["current"]["bottleneck"] == "memory-bound"
     assert side["current"]["event_median_us"] == pytest.approx(84.896)
-    assert hypothesis.load(run0 / "v0") == side
+    assert prose.load_hypothesis(run0 / "v0") == side
 
 
 def test_missing_fields_stay_todo_and_are_listed(run0, capsys):
@@ -71,7 +72,7 @@ def test_missing_fields_stay_todo_and_are_listed(run0, capsys):
     assert rf.cli(hypothesis, ["hypothesis", str(run0)]) == 0
     text = (run0 / "v0" / "hypothesis.txt").read_text()
     assert headings_in_order(text)
-    sections = hypothesis.parse_text(text)
+    sections = prose.parse_hypothesis_text(text)
     for f in ("decision_link", "single_change", "rationale", "expected", "risk", "evidence_used", "decision_rule"):
         assert hypothesis.TODO in sections[f], f
     assert hypothesis.TODO not in sections["version"] + sections["current_evidence"]
@@ -84,14 +85,14 @@ def test_refill_keeps_given_fields_and_force_guards_a_complete_file(run0):
     assert rf.cli(hypothesis, ["hypothesis", str(run0), "--change", "Use 8 warps."]) == 0
     assert rf.cli(hypothesis, ["hypothesis", str(run0), "--rationale", "r", "--risk", "x",
                                "--decision-rule", "d", "--predict", "duration: -2%"]) == 0
-    sections = hypothesis.parse_text((run0 / "v0" / "hypothesis.txt").read_text())
+    sections = prose.parse_hypothesis_text((run0 / "v0" / "hypothesis.txt").read_text())
     assert sections["single_change"] == "Use 8 warps."
     assert hypothesis.TODO not in (run0 / "v0" / "hypothesis.txt").read_text()
     before = (run0 / "v0" / "hypothesis.txt").read_text()
     assert rf.cli(hypothesis, ["hypothesis", str(run0), "--change", "other"]) == 2
     assert (run0 / "v0" / "hypothesis.txt").read_text() == before
     assert rf.cli(hypothesis, ["hypothesis", str(run0), "--change", "other", "--force"]) == 0
-    assert hypothesis.parse_text((run0 / "v0" / "hypothesis.txt").read_text())["single_change"] == "other"
+    assert prose.parse_hypothesis_text((run0 / "v0" / "hypothesis.txt").read_text())["single_change"] == "other"
 
 
 def test_evidence_ids_must_come_from_the_query_hits(run0):
@@ -133,7 +134,7 @@ def test_load_rereads_a_hand_edited_text(run0):
     path = run0 / "v0" / "hypothesis.txt"
     text = path.read_text().replace("registers_per_thread: <= 48", "registers_per_thread: <= 44\nnot a prediction")
     path.write_text(text.replace(rf.HYPOTHESES[0]["change"], "Hand-edited change."))
-    data = hypothesis.load(run0 / "v0")
+    data = prose.load_hypothesis(run0 / "v0")
     assert data["source"] == "hypothesis.txt"
     assert data["single_change"] == "Hand-edited change."
     assert [p["text"] for p in data["predictions"]][-1] == "registers_per_thread: <= 44"

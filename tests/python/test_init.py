@@ -7,8 +7,9 @@ import json
 
 import klcli
 import pytest
-from kernel_loop import init
 from kernel_loop.common import UsageError
+from kernel_loop.config import RunConfig, check_flags_against_run
+from kernel_loop.steps import init
 
 
 def _cfg(out):
@@ -24,7 +25,7 @@ def test_init_writes_run_dir(tmp_path, capsys):
     assert cfg["schema"] == 1 and cfg["impl"] == "triton" and cfg["kernel"] == "triton_vadd"
     assert cfg["dims"] == {"N": 4096} and cfg["extra_shapes"] == [{"N": 37}, {"N": 1000}]
     assert cfg["seed"] == 7 and cfg["gpu"] == 0 and cfg["iterations"] == 3
-    assert (cfg["warmup"], cfg["trials"], cfg["correctness_trials"], cfg["timeout_s"]) == (25, 100, 3, 300)
+    assert (cfg["warmup"], cfg["trials"], cfg["correctness_trials"], cfg["timeout_s"]) == (25, 100, 5, 300)
     assert cfg["ncu"]["set"] == "detailed"
     assert cfg["ncu"]["sections"] == ["WarpStateStats", "SchedulerStats", "SourceCounters"]
     assert cfg["ncu"]["clock_control"] is None and cfg["ncu"]["cache_control"] is None
@@ -116,7 +117,7 @@ def test_cu_without_setup_needs_ptr_size(tmp_path, capsys):
 
 def test_kernelbench_ref_is_accepted(tmp_path):
     assert klcli.init_run(tmp_path / "run", "kb_ref.py", "kb_new.py", "triton", "batch_size=8") == 0
-    assert _cfg(tmp_path / "run")["kernel_type"] == "other"
+    assert _cfg(tmp_path / "run")["kernel_type"] == "any"
 
 
 def test_tolerance_from_ref_and_cli(tmp_path):
@@ -132,23 +133,25 @@ def test_tolerance_from_ref_and_cli(tmp_path):
 @pytest.mark.parametrize("name, expected", [
     ("rms_norm", "norm"), ("flash_attention_fwd", "attention"), ("softmax", "softmax"),
     ("sgemm_bf16", "gemm"), ("vector_add", "elementwise"), ("prefix_scan", "scan"),
-    ("moe_gate", "moe"), ("conv2d", "conv"), ("transpose", "transpose"), ("mystery", "other"),
+    ("moe_gate", "moe"), ("conv2d", "conv"), ("transpose", "transpose"), ("mystery", "any"),
 ])
 def test_kernel_type_guess(name, expected):
     assert init.guess_kernel_type(name) == expected
 
 
 def test_check_flags_against_run():
-    cfg = {"dims": {"N": 4096, "M": 8}, "seed": 42, "gpu": 0}
-    init.check_flags_against_run(cfg, argparse.Namespace(dims="N=4096", seed=42, gpu=None))
+    cfg = RunConfig.from_json({"kernel": "k", "impl": "triton", "dims": {"N": 4096, "M": 8}, "seed": 42, "gpu": 0})
+    check_flags_against_run(cfg, argparse.Namespace(dims="N=4096,M=8", seed=42, gpu=None))
+    with pytest.raises(UsageError, match="dims are fixed for this run: N=4096,M=8 \\(got N=4096\\)"):
+        check_flags_against_run(cfg, argparse.Namespace(dims="N=4096", seed=None, gpu=None))  # a subset is refused
     with pytest.raises(UsageError, match="dims are fixed for this run: N=4096,M=8"):
-        init.check_flags_against_run(cfg, argparse.Namespace(dims="N=1024", seed=None, gpu=None))
+        check_flags_against_run(cfg, argparse.Namespace(dims="N=1024", seed=None, gpu=None))
     with pytest.raises(UsageError, match="dims are fixed"):
-        init.check_flags_against_run(cfg, argparse.Namespace(dims="K=3", seed=None, gpu=None))
+        check_flags_against_run(cfg, argparse.Namespace(dims="K=3", seed=None, gpu=None))
     with pytest.raises(UsageError, match="seed is fixed for this run: seed=42"):
-        init.check_flags_against_run(cfg, argparse.Namespace(dims=None, seed=1, gpu=None))
+        check_flags_against_run(cfg, argparse.Namespace(dims=None, seed=1, gpu=None))
     with pytest.raises(UsageError, match="gpu is fixed"):
-        init.check_flags_against_run(cfg, argparse.Namespace(dims=None, seed=None, gpu=3))
+        check_flags_against_run(cfg, argparse.Namespace(dims=None, seed=None, gpu=3))
 
 
 def test_help_mentions_every_option(capsys):

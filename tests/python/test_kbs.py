@@ -9,8 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from kernel_loop import cli, kbs
+from kernel_loop import cli
 from kernel_loop.common import UsageError
+from kernel_loop.steps import kbs
 
 FILLER = (
     "This paragraph is filler prose so that the body passes the minimum length check of the "
@@ -80,7 +81,7 @@ def corpus(tmp_path, monkeypatch) -> Path:
 
 def run(argv: list[str], monkeypatch) -> int:
     """The real front door, with only the kbs step registered."""
-    monkeypatch.setattr(cli, "STEPS", [("kbs", "knowledge base")])
+    monkeypatch.setattr(cli, "STEPS", ("kbs",))
     return cli.main(argv)
 
 

@@ -7,7 +7,7 @@ import statistics
 import time
 
 import pytest
-from kernel_loop import kbs
+from kernel_loop.steps import kbs
 
 QUERIES = [
     ("memory-bound uncoalesced-global", {"symptoms": ["memory-bound", "uncoalesced-global"]}),

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import runfixture
 from conftest import FIXTURES
-from kernel_loop import kbs, symptoms
+from kernel_loop import vocab as symptoms
+from kernel_loop.steps import kbs
 from test_kbs import make_corpus, run
 
 HEADINGS = ["# KBS Evidence - v0", "## NCU Facts", "## Queries", "## Selected Evidence",
@@ -90,7 +91,7 @@ def test_evidence_draft_and_log(tmp_path, monkeypatch, capsys, measured_run):
 
 def test_candidates_are_not_selected_until_the_agent_cites_them(tmp_path, monkeypatch, measured_run):
     """hypothesis.py reads the ids cited under Selected Evidence; the draft's candidate list cites none."""
-    from kernel_loop import hypothesis
+    from kernel_loop.steps import hypothesis
 
     make_corpus(tmp_path, monkeypatch)
     assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 0
@@ -142,9 +143,9 @@ def test_evidence_needs_ncu_json(tmp_path, monkeypatch, capsys):
 
 def test_evidence_on_the_real_h100_softmax_profile(tmp_path, monkeypatch, capsys):
     """ncu.json built by the profiler from the real H100 recording, queried against the bundled corpus."""
-    profile = pytest.importorskip("kernel_loop.profile")
+    profile = pytest.importorskip("kernel_loop.steps.profile")
     if not hasattr(profile, "build_profile"):
-        pytest.skip("kernel_loop.profile.build_profile is not there yet")
+        pytest.skip("kernel_loop.steps.profile.build_profile is not there yet")
     monkeypatch.delenv(kbs.ENV_PATH, raising=False)
     raw = (FIXTURES / "ncu" / "softmax_triton_detailed_raw.csv").read_text()
     details = (FIXTURES / "ncu" / "softmax_triton_detailed_details.csv").read_text()

@@ -9,6 +9,7 @@ import pytest
 import torch
 from kernel_loop import loader
 from kernel_loop.common import UsageError
+from kernel_loop.config import RunConfig
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 
@@ -21,7 +22,7 @@ def _root(tmp_path: Path, ref: str, text: str | None = None) -> Path:
 
 
 def _case(tmp_path, ref="ref_vadd.py", kernel="py_vadd.py", dims=None, seed=5, cfg=None, ref_text=None):
-    cfg = cfg or {"impl": "triton", "seed": 42}
+    cfg = RunConfig.from_json({"kernel": "k", "impl": "triton", "dims": {"N": 257}, "seed": 42, **(cfg or {})})
     return loader.load_case(cfg, _root(tmp_path, ref, ref_text), KERNELS / kernel, dims or {"N": 257}, seed, "cpu")
 
 
@@ -133,10 +134,13 @@ def test_poison_values():
 
 def test_device_for(monkeypatch):
     monkeypatch.delenv("KERNEL_LOOP_DEVICE", raising=False)
-    assert loader.device_for({"gpu": 2}) == "cuda:2"
-    assert loader.device_for({"gpu": 0, "device": "cpu"}) == "cpu"
+    def cfg(**kw):
+        return RunConfig.from_json({"kernel": "k", "impl": "triton", "dims": {"N": 1}, **kw})
+
+    assert loader.device_for(cfg(gpu=2)) == "cuda:2"
+    assert loader.device_for(cfg(gpu=0, device="cpu")) == "cpu"
     monkeypatch.setenv("KERNEL_LOOP_DEVICE", "cpu")
-    assert loader.device_for({"gpu": 1}) == "cpu"
+    assert loader.device_for(cfg(gpu=1)) == "cpu"
 
 
 def test_cu_kernel_needs_cuda(tmp_path):

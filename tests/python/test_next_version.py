@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import runfixture as rf
-from kernel_loop import next_version
+from kernel_loop.steps import next_version
 
 
 def passed_v0(tmp_path):

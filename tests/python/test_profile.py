@@ -9,9 +9,11 @@ import json
 
 import pytest
 from conftest import FIXTURES
-from kernel_loop import gpustate, metrics, profile, provenance
-from kernel_loop.common import MeasuredFailure, UsageError, sha256_file, write_json
-from kernel_loop.worker import ChildOutcome
+from kernel_loop import gpustate, metrics, provenance
+from kernel_loop.common import KernelLoopError, MeasuredFailure, UsageError, sha256_file, write_json
+from kernel_loop.config import DEFAULT_NCU_SECTIONS, RunConfig
+from kernel_loop.runner import ChildOutcome, run_child
+from kernel_loop.steps import profile
 
 NCU = FIXTURES / "ncu"
 RAW = "softmax_triton_detailed_raw.csv"
@@ -228,7 +230,7 @@ def _run_dir(tmp_path, *, result="PASS", ncu=None):
     root = tmp_path / "run"
     v0 = root / "v0"
     v0.mkdir(parents=True)
-    write_json(root / "run.json", {"schema": 1, "dims": {"N": 1024}, "gpu": 0, "warmup": 2, "trials": 3,
+    write_json(root / "run.json", {"schema": 1, "kernel": "vadd", "impl": "triton", "dims": {"N": 1024}, "gpu": 0, "warmup": 2, "trials": 3,
                                    "ncu": ncu or {"set": "detailed", "sections": [], "clock_control": "none",
                                                   "cache_control": None, "extra_args": []}})
     kernel = v0 / "kernel.py"
@@ -274,8 +276,10 @@ def test_clock_control_flag_must_agree_with_run_json(tmp_path):
 
 
 def test_ncu_command_has_nvtx_filter_sections_and_protocol(tmp_path):
-    n = profile.ncu_settings({"ncu": {"sections": None, "clock_control": "base"}}, argparse.Namespace())
-    assert n["set"] == "detailed" and n["sections"] == profile.DEFAULT_SECTIONS and n["cache_control"] is None
+    cfg = RunConfig.from_json({"kernel": "k", "impl": "triton", "dims": {"N": 8},
+                               "ncu": {"sections": None, "clock_control": "base"}})
+    n = profile.ncu_settings(cfg, argparse.Namespace())
+    assert n["set"] == "detailed" and n["sections"] == list(DEFAULT_NCU_SECTIONS) and n["cache_control"] is None
     cmd = profile.ncu_command("ncu", n, tmp_path / "profile.ncu-rep")
     assert cmd[:4] == ["ncu", "--nvtx", "--nvtx-include", "kl_measure/"]
     assert ["--section", "WarpStateStats"] == cmd[cmd.index("WarpStateStats") - 1:cmd.index("WarpStateStats") + 1]
@@ -308,8 +312,9 @@ def test_ncu_output_errors():
 def test_target_child_reports_a_loader_failure(tmp_path):
     """The real child entry, on a run dir whose ref.py is missing: an error result, not a crash."""
     (tmp_path / "run.json").write_text("{}")
-    spec = {"run_root": str(tmp_path), "kernel_path": str(tmp_path / "kernel.py"), "dims": {"N": 8}, "seed": 1,
-            "device": "cpu", "warmup": 1, "trials": 1}
-    outcome = profile.run_target("time", spec, timeout=120)
-    with pytest.raises(MeasuredFailure, match="the timing run failed: "):
-        profile.child_result(outcome, "the timing run")
+    spec = {"run_root": str(tmp_path), "kernel": str(tmp_path / "kernel.py"), "device": "cpu",
+            "cfg": {"kernel": "k", "impl": "triton", "dims": {"N": 8}, "warmup": 1, "trials": 1}}
+    outcome = run_child("time", spec, timeout=120)
+    assert outcome.failure() is None and "ref.py" in outcome.result["error"]
+    with pytest.raises(KernelLoopError, match="the timing run failed: "):
+        outcome.checked("the timing run")

@@ -8,8 +8,8 @@ import types
 
 import pytest
 import runfixture as rf
-from kernel_loop import benchmark, report
 from kernel_loop.common import read_json, write_json
+from kernel_loop.steps import benchmark, report
 
 
 def finished_run(tmp_path):
@@ -62,7 +62,7 @@ def test_full_report(tmp_path):
 
 
 def test_tolerance_row_shows_the_applied_dtype_default(tmp_path):
-    from kernel_loop.correctness import resolve_tolerance
+    from kernel_loop.compare import resolve_tolerance
 
     root = finished_run(tmp_path)
     assert "| Tolerance | atol 1.0e-05, rtol 1.0e-05 (source cli) |" in render(root)  # no per-output record
@@ -108,10 +108,10 @@ def test_chart_skipped_without_matplotlib(tmp_path, monkeypatch):
 
 def test_kbs_titles_come_from_the_kbs_module(tmp_path, monkeypatch):
     root = finished_run(tmp_path)
-    fake = types.ModuleType("kernel_loop.kbs")
+    fake = types.ModuleType("kernel_loop.steps.kbs")
     fake.get = lambda pid: {"title": rf.KBS_TITLES[pid]} if pid != "dram-bound-streaming" else None
     fake.register = lambda sub: None  # the front door registers every step; this stand-in adds no parser
-    monkeypatch.setitem(sys.modules, "kernel_loop.kbs", fake)
+    monkeypatch.setitem(sys.modules, "kernel_loop.steps.kbs", fake)
     monkeypatch.setattr(sys.modules["kernel_loop"], "kbs", fake, raising=False)
     md = render(root)
     assert "`l2-eviction-hints` (L2 eviction-priority hints); `dram-bound-streaming`\n" in md

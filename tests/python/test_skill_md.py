@@ -45,6 +45,6 @@ def test_every_helper_command_named_in_skill_exists(repo):
     from kernel_loop.cli import STEPS
 
     _raw, body, _ = _split(repo)
-    commands = {name.replace("next_version", "next") for name, _ in STEPS}
+    commands = {name.replace("next_version", "next") for name in STEPS}
     for used in set(re.findall(r"\$KL ([a-z]+)", body)):
         assert used in commands, f"SKILL.md uses '$KL {used}', which the front door does not have"

@@ -6,8 +6,9 @@ import json
 
 import pytest
 import runfixture as rf
-from kernel_loop import rundir, status
+from kernel_loop import rundir
 from kernel_loop.common import UsageError, write_json
+from kernel_loop.steps import status
 
 
 def step(root):

@@ -19,11 +19,12 @@ import os
 import re
 import shutil
 import subprocess
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from . import classify, metrics, ncu_parse, provenance, worker
-from .common import (
+from .. import classify, metrics, ncu_parse, provenance
+from ..common import (
     MeasuredFailure,
     UsageError,
     atomic_write_text,
@@ -33,17 +34,17 @@ from .common import (
     warn,
     write_json,
 )
-from .gpustate import slowdowns
-from .rundir import RunDir
-from .templating import render
-from .worker import ChildOutcome
+from ..config import RunConfig
+from ..gpustate import slowdowns
+from ..rundir import RunDir
+from ..runner import ChildOutcome, run_child
+from ..sidecars import NCU_REPORT
+from ..templating import render
+from ..trials import NVTX_RANGE
 
-DEFAULT_SET = "detailed"
-DEFAULT_SECTIONS = ["WarpStateStats", "SchedulerStats", "SourceCounters"]
-NVTX_FILTER = "kl_measure/"  # push/pop ranges need the trailing slash
+NVTX_FILTER = NVTX_RANGE + "/"  # push/pop ranges need the trailing slash
 CLOCK_CHOICES = ("base", "none")
 CACHE_CHOICES = ("all", "none")
-DEFAULT_TIMEOUT_S = 600
 DIFF_WARN = 0.10
 COVERAGE_WARN = 0.90
 PROTOCOL_FIELDS = ("clock_control", "cache_control", "set", "sections", "gpu")
@@ -234,21 +235,6 @@ def _tail(text: str, n: int = 25) -> str:
     return "\n".join(text.rstrip().splitlines()[-n:])
 
 
-def run_target(mode: str, spec: dict[str, Any], timeout: float, prefix: list[str] | None = None) -> ChildOutcome:
-    """``[prefix] python -m kernel_loop.ncu_target <mode> <spec>`` through worker.run_child (own process
-    group, killed on timeout, output forwarded to stderr)."""
-    return worker.run_child(mode, spec, timeout, module="kernel_loop.ncu_target", prefix=prefix, tail_lines=200)
-
-
-def child_result(outcome: ChildOutcome, what: str) -> dict[str, Any]:
-    why = outcome.failure()
-    if why:
-        raise MeasuredFailure(f"{what} failed: {why}")
-    if outcome.result.get("error"):
-        raise MeasuredFailure(f"{what} failed: {outcome.result['error']}")
-    return outcome.result
-
-
 def find_ncu() -> str:
     for cand in (os.environ.get("NCU"), shutil.which("ncu"), "/usr/local/cuda/bin/ncu"):
         if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
@@ -297,7 +283,7 @@ def check_ncu_output(outcome: ChildOutcome) -> None:
         raise UsageError("ncu may not read the GPU performance counters (ERR_NVGPUCTRPERM): the driver "
                          "allows it only for administrators. Run as root or set the module option "
                          "NVreg_RestrictProfilingToAdminUsers=0 (https://developer.nvidia.com/ERR_NVGPUCTRPERM)")
-    child_result(outcome, "the kernel run under ncu")
+    outcome.checked("the kernel run under ncu")
     if "No kernels were profiled" in out:
         raise MeasuredFailure("ncu profiled no kernel (\"No kernels were profiled\"): nothing launched inside "
                               f"the NVTX range '{NVTX_FILTER}'. Check that run_kernel/solve launches GPU work.\n"
@@ -306,12 +292,9 @@ def check_ncu_output(outcome: ChildOutcome) -> None:
         raise MeasuredFailure(f"ncu failed (exit {outcome.returncode}):\n{_tail(out)}")
 
 
-def ncu_settings(cfg: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    n = dict(cfg.get("ncu") or {})
-    n["set"] = n.get("set") or DEFAULT_SET
-    n["sections"] = list(n["sections"]) if n.get("sections") is not None else list(DEFAULT_SECTIONS)
+def ncu_settings(cfg: RunConfig, args: argparse.Namespace) -> dict[str, Any]:
+    n = asdict(cfg.ncu)
     for flag in ("clock_control", "cache_control"):
-        n.setdefault(flag, None)
         given = getattr(args, flag, None)
         if given is not None and given != n[flag]:
             raise UsageError(
@@ -355,17 +338,15 @@ def run(args: argparse.Namespace) -> int:
     ncfg = ncu_settings(cfg, args)
     ncu = find_ncu()
     _require_cuda()
-    timeout = float(cfg.get("timeout_s") or DEFAULT_TIMEOUT_S)
-    spec = {"run_root": str(rd.root), "kernel_path": str(kernel), "dims": cfg["dims"], "seed": cfg.get("seed", 42),
-            "device": f"cuda:{cfg.get('gpu', 0)}", "warmup": int(cfg.get("warmup", 10)),
-            "trials": int(cfg.get("trials", 100))}
-    report = vdir / "profile.ncu-rep"
-    with step(f"{vdir.name}: timing with CUDA events ({spec['warmup']} warmup, {spec['trials']} trials, L2 flush)"):
-        timed = child_result(run_target("time", spec, timeout), "the timing run")
+    timeout = float(cfg.timeout_s)
+    spec = {"cfg": cfg.to_json(), "run_root": str(rd.root), "kernel": str(kernel), "device": f"cuda:{cfg.gpu}"}
+    report = vdir / NCU_REPORT
+    with step(f"{vdir.name}: timing with CUDA events ({cfg.warmup} warmup, {cfg.trials} trials, L2 flush)"):
+        timed = run_child("time", spec, timeout).checked("the timing run")
     prefix = ncu_command(ncu, ncfg, report)
     report.unlink(missing_ok=True)  # profile's own output: never let a stale report pass for a new one
     with step(f"{vdir.name}: profiling under ncu (--set {ncfg['set']}, about 10-30 s)"):
-        outcome = run_target("ncu", spec, timeout, prefix=prefix)
+        outcome = run_child("ncu", spec, timeout, prefix=prefix)
     check_ncu_output(outcome)
     if not report.is_file():
         raise MeasuredFailure(f"ncu did not write {report}:\n{_tail(outcome.output_tail)}")

@@ -26,10 +26,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from . import provenance
-from .common import UsageError, package_dir, read_json, sha256_file, skill_root
-from .hypothesis import TODO
-from .rundir import RunDir
+from .. import provenance
+from ..common import UsageError, package_dir, read_json, sha256_file, skill_root
+from ..prose import TODO
+from ..rundir import RunDir
 
 MEASURED = {  # artifact -> the step that writes it
     "correctness.json": "correctness", "correctness.md": "correctness",
@@ -106,7 +106,7 @@ def _needs(art: dict[str, Any], step: str) -> bool:
 def collect(out: str | Path) -> dict[str, Any]:
     rd = RunDir.open(out)
     cfg = rd.config()
-    n = int(cfg.get("iterations", 0))
+    n = cfg.iterations
     o = shlex.quote(str(rd.root))
     kl = _kloop()
     info: dict[str, Any] = {"run": str(rd.root), "planned_final": f"v{n}",

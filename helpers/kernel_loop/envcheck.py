@@ -1,4 +1,4 @@
-"""``env``: check the GPU, toolchain and profiler; measure roofline peaks.
+"""The environment check behind ``env`` and ``init``: GPU, toolchain, profiler, measured peaks.
 
 The pure parts (version parsing, the counter-permission check, requirement evaluation and
 rendering) take plain data so they are testable without a GPU; ``gather`` collects the facts.
@@ -9,7 +9,6 @@ and are reported as missing (with the fix) without failing ``env``.
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import importlib.util
 import json
@@ -22,8 +21,8 @@ from typing import Any
 
 from . import build
 from .common import UsageError, atomic_write_text, now_iso, progress, step, write_json
-from .rundir import IMPL_SUFFIX, IMPLS, RunDir
 from .templating import render
+from .vocab import IMPL_SUFFIX
 
 CTRPERM_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
 CTRPERM_FIX = ("run the profiler as root/admin, or allow profiling for all users: add "
@@ -303,32 +302,3 @@ def check_and_write(gpu: int, impl: str | None, out: Path | None, cfg_build: dic
     if failed:
         raise UsageError("; ".join(f"{c['detail']} -> {c['fix']}" for c in failed))
     return report
-
-
-def run_env(args: argparse.Namespace) -> int:
-    impl, cfg_build, out, gpu = None, None, None, args.gpu
-    if args.out:
-        out = Path(args.out).expanduser()
-        if (out / "run.json").is_file():
-            cfg = RunDir.open(out).config()
-            impl, cfg_build = cfg.get("impl"), cfg.get("build")
-            gpu = cfg.get("gpu", 0) if gpu is None else gpu
-        out.mkdir(parents=True, exist_ok=True)
-    if args.impl:
-        impl = args.impl
-    check_and_write(0 if gpu is None else gpu, impl, out, cfg_build, as_json=args.json, echo=True)
-    return 0
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "env", help="check the GPU, toolchain and profiler; measure roofline peaks",
-        description="Report the GPU, driver, CUDA/nvcc/ncu and Python package versions, whether ncu can read "
-                    "performance counters, and measured peaks (copy bandwidth, bf16/fp32 matmul TFLOP/s).",
-        epilog="Exit codes: 0 every requirement met, 2 something required is missing (the report says what to "
-               "install). Inside a run directory (--out with run.json) the run's impl and GPU are used.")
-    p.add_argument("--gpu", type=int, default=None, help="CUDA device index (default: run.json gpu, else 0)")
-    p.add_argument("--impl", choices=IMPLS, default=None, help="check the requirements of this implementation")
-    p.add_argument("--json", action="store_true", help="print the report as JSON instead of markdown")
-    p.add_argument("--out", default=None, help="folder to write env.json and env_check.md into")
-    p.set_defaults(func=run_env)

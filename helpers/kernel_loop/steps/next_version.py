@@ -7,9 +7,9 @@ agent edits a copy and makes exactly one change.  It never overwrites anything.
 
 from __future__ import annotations
 
-from .common import UsageError, progress
-from .hypothesis import load as load_hypothesis
-from .rundir import RunDir, copy_new
+from ..common import UsageError, progress
+from ..prose import load_hypothesis
+from ..rundir import RunDir, copy_new
 
 
 def register(sub) -> None:
@@ -26,7 +26,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     rd = RunDir.open(args.out)
-    n = int(rd.config().get("iterations", 0))
+    n = rd.config().iterations
     new = rd.recorded_version()
     if new is None:
         raise UsageError(f"{rd.state_file} does not exist: run the gate on v0 first "

@@ -19,41 +19,25 @@ sidecar only while the text is unchanged and otherwise re-reads the text.
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 from typing import Any
 
-from . import predictions, provenance
-from .common import (
+from .. import predictions, provenance
+from ..common import (
     UsageError,
     atomic_write_text,
     now_iso,
     progress,
-    read_json,
     sha256_file,
     sha256_text,
     warn,
     write_json,
 )
-from .rundir import RunDir
-from .templating import render
+from ..prose import HEADINGS, TEXT_FIELDS, TODO, load_hypothesis, markdown_section, parse_hypothesis_text
+from ..rundir import RunDir
+from ..sidecars import event_median, query_hits, require
+from ..templating import render
 
-TODO = "TODO(kernel-loop)"
-
-# (field, heading) in the order the gate requires.
-HEADINGS: list[tuple[str, str]] = [
-    ("version", "Version:"),
-    ("current_evidence", "Current evidence:"),
-    ("decision_link", "Decision link:"),
-    ("single_change", "Single change:"),
-    ("rationale", "Rationale:"),
-    ("expected", "Expected metric movement:"),
-    ("risk", "Risk:"),
-    ("evidence_used", "Evidence used:"),
-    ("decision_rule", "Decision rule:"),
-]
-TEXT_FIELDS = ("single_change", "rationale", "risk", "decision_rule")
 TEXT_FLAGS = {"single_change": "--change", "rationale": "--rationale", "risk": "--risk",
               "decision_rule": "--decision-rule"}
 
@@ -84,40 +68,6 @@ def register(sub) -> None:
 
 
 # --- reading the inputs -------------------------------------------------------------------
-def markdown_section(text: str, heading: str) -> str | None:
-    """Body of ``## heading`` up to the next heading of level 1 or 2 (None if absent)."""
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if line.strip().lower() == f"## {heading}".lower():
-            body = []
-            for nxt in lines[i + 1:]:
-                if re.match(r"^#{1,2}\s", nxt):
-                    break
-                body.append(nxt)
-            return "\n".join(body).strip()
-    return None
-
-
-def query_hits(vdir: Path) -> list[str]:
-    """Every page id that kbs_queries.jsonl's queries returned, in order, without repeats."""
-    path = vdir / "kbs_queries.jsonl"
-    hits: list[str] = []
-    if not path.exists():
-        return hits
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{path}:{n} is not valid JSON: {exc}") from None
-        for h in rec.get("hits") or []:
-            hid = h.get("id") if isinstance(h, dict) else h
-            if isinstance(hid, str) and hid not in hits:
-                hits.append(hid)
-    return hits
-
-
 _ID_RE = re.compile(r"kbs:([A-Za-z0-9][\w.\-/]*[\w])|`(?:kbs:)?([^`\s]+)`")
 
 
@@ -151,13 +101,6 @@ def max_errors(corr: dict[str, Any]) -> tuple[float | None, float | None]:
     return (max(abs_errs) if abs_errs else None, max(rel_errs) if rel_errs else None)
 
 
-def event_median(ncu: dict[str, Any]) -> float | None:
-    timing = ncu.get("timing") or {}
-    if timing.get("median_us") is not None:
-        return timing["median_us"]
-    return (ncu.get("metrics") or {}).get("event_median_us")
-
-
 def current_evidence(ncu: dict[str, Any], corr: dict[str, Any]) -> dict[str, Any]:
     mabs, mrel = max_errors(corr)
     metrics = ncu.get("metrics") or {}
@@ -172,62 +115,19 @@ def current_evidence(ncu: dict[str, Any], corr: dict[str, Any]) -> dict[str, Any
     }
 
 
-# --- reading a written hypothesis back --------------------------------------------------------
-def parse_text(text: str) -> dict[str, str]:
-    """{field: body} of a hypothesis.txt, split on the gate's headings."""
-    names = {h: f for f, h in HEADINGS}
-    out: dict[str, str] = {}
-    cur: str | None = None
-    for line in text.splitlines():
-        if line.strip() in names:
-            cur = names[line.strip()]
-            out[cur] = ""
-        elif cur is not None:
-            out[cur] += line + "\n"
-    return {k: v.strip() for k, v in out.items()}
-
-
-def load(vdir: Path) -> dict[str, Any] | None:
-    """vK's hypothesis as data: the sidecar while hypothesis.txt is unchanged, else the text parsed.
-
-    Text fields holding TODO become None; prediction lines that do not parse are skipped.
-    """
-    vdir = Path(vdir)
-    txt, side = vdir / "hypothesis.txt", vdir / "hypothesis.json"
-    if side.exists() and (not txt.exists() or sha256_file(txt) == read_json(side).get("hypothesis_sha256")):
-        return read_json(side)
-    if not txt.exists():
-        return None
-    sections = parse_text(txt.read_text(encoding="utf-8"))
-    data: dict[str, Any] = {"version": vdir.name, "source": "hypothesis.txt"}
-    for f in (*TEXT_FIELDS, "decision_link"):
-        body = sections.get(f)
-        data[f] = body if body and TODO not in body else None
-    preds = []
-    for line in (sections.get("expected") or "").splitlines():
-        try:
-            preds.append(predictions.parse_line(line))
-        except UsageError:
-            continue
-    data["predictions"] = preds
-    data["evidence"] = [ln.lstrip("-* ").split()[0] for ln in (sections.get("evidence_used") or "").splitlines()
-                        if ln.strip() and TODO not in ln]
-    return data
-
-
 # --- the command ------------------------------------------------------------------------------
 def run(args) -> int:
     rd = RunDir.open(args.out)
     cfg = rd.config()
     k = rd.current_version()
-    n = int(cfg.get("iterations", 0))
+    n = cfg.iterations
     if k >= n:
         raise UsageError(f"v{k} is the final version (run.json iterations = {n}): vN needs no hypothesis; "
                          "run the final gate, then benchmark")
     vdir = rd.vdir(k)
     kernel = rd.kernel_file(k)
-    corr = _need_json(vdir / "correctness.json", "correctness")
-    ncu = _need_json(vdir / "ncu.json", "profile")
+    corr = require(vdir / "correctness.json", "correctness")
+    ncu = require(vdir / "ncu.json", "profile")
     ksha = sha256_file(kernel)
     for name, data, step in (("correctness.json", corr, "correctness"), ("ncu.json", ncu, "profile")):
         provenance.require_same_kernel(vdir / name, data, kernel, step)
@@ -236,7 +136,7 @@ def run(args) -> int:
     preds = predictions.parse_lines(args.predict, allowed)
 
     txt_path = vdir / "hypothesis.txt"
-    previous = load(vdir) if txt_path.exists() else None
+    previous = load_hypothesis(vdir) if txt_path.exists() else None
     if txt_path.exists() and TODO not in txt_path.read_text(encoding="utf-8") and not args.force:
         raise UsageError(f"{txt_path} is complete (no {TODO} left); pass --force to overwrite it")
 
@@ -264,7 +164,7 @@ def run(args) -> int:
         "evidence": evidence, "todo": TODO, **fields,
     }
     text = render("hypothesis.txt.j2", **ctx)
-    todo = [h for f, h in HEADINGS if TODO in (parse_text(text).get(f) or "")]
+    todo = [h for f, h in HEADINGS if TODO in (parse_hypothesis_text(text).get(f) or "")]
     atomic_write_text(txt_path, text)
     side = {
         "schema": 1, "version": f"v{k}", "kernel_file": kernel.name, "kernel_sha256": ksha,
@@ -282,9 +182,3 @@ def run(args) -> int:
     else:
         progress(f"v{k}/hypothesis.txt is complete; next: run the gate on v{k}")
     return 0
-
-
-def _need_json(path: Path, step: str) -> dict[str, Any]:
-    if not path.exists():
-        raise UsageError(f"{path} does not exist: run '{step}' on {path.parent.name} first")
-    return read_json(path)

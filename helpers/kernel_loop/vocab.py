@@ -1,16 +1,33 @@
-"""The one controlled vocabulary of bottleneck classes and symptom tags.
+"""The controlled vocabularies of kernel-loop, in one place.
 
-The profiler's classifier (``classify.py``) fires these tags from measured
-ncu metrics; the knowledge base (``kbs``) keys its pages by the same tags.
-Nothing else may invent a tag: ``kbs check`` rejects pages whose ``symptoms``
-use a name that is not listed here.
+- implementations (``IMPLS``; the KBS calls them languages) and the kernel file suffixes each takes;
+- kernel types, shared by ``init`` (run.json ``kernel_type``) and the KBS pages;
+- GPU architectures, KBS page kinds and confidence levels;
+- bottleneck classes and symptom tags: the profiler's classifier (``classify.py``) fires these
+  tags from measured ncu metrics, and the knowledge base keys its pages by the same tags.
+  Nothing else may invent a tag: ``kbs check`` rejects pages whose ``symptoms`` use a name that
+  is not listed here.
 
-Thresholds follow the stock Nsight Compute rules where one exists (marked
+Symptom thresholds follow the stock Nsight Compute rules where one exists (marked
 "ncu rule"); the others are heuristics, marked as such, that a later profile
 must confirm.  Metric keys are the short names of ``metrics.py``.
 """
 
 from __future__ import annotations
+
+# Implementations (languages) and the kernel file suffixes each accepts; the first is the default.
+IMPLS = ("cuda-cpp", "cutlass", "cute-dsl", "triton")
+LANGUAGES = IMPLS
+IMPL_SUFFIX = {"cuda-cpp": ".cu", "cutlass": ".cu", "cute-dsl": ".py", "triton": ".py"}
+KERNEL_SUFFIXES = (".py", ".cu")
+
+# Kernel families.  ``any`` is what a KBS page lists when its advice holds for every family; a run
+# whose kernel fits no family records ``any`` too.
+KERNEL_TYPES = ("gemm", "attention", "softmax", "norm", "reduction", "scan", "elementwise",
+                "transpose", "conv", "moe", "any")
+ARCHITECTURES = ("sm70", "sm75", "sm80", "sm86", "sm89", "sm90", "sm100", "sm120")
+KBS_KINDS = ("pattern", "hardware", "language", "kernel-playbook", "pitfall", "tool")
+CONFIDENCE = ("verified", "source-reported", "inferred", "experimental")
 
 # Bottleneck classes, decided from speed-of-light throughput (see classify.py).
 BOTTLENECK_CLASSES: dict[str, str] = {

@@ -1,9 +1,20 @@
-"""Child processes: ``python -m kernel_loop.worker <mode> <spec.json>`` and the parent side that runs them.
+"""The one child runner: every piece of user code (ref.py, the kernel) runs in a child process.
 
-A kernel under test may crash the process (illegal address, segfault), exit, or hang, so it
-only ever runs in a child.  The child reads a JSON spec and writes a JSON result to
-``spec["result_path"]``; the parent (``run_child``) puts the child in its own process group,
-kills the whole group on timeout, forwards the child's output to stderr and keeps its tail.
+Parent side: ``run_child(mode, spec, timeout, prefix=...)`` writes the spec to a temporary
+JSON file and starts ``[prefix...] python -m kernel_loop.runner <mode> <spec.json>`` in its own
+process group (``prefix`` is how ncu and compute-sanitizer wrap the child).  On timeout, or
+when the parent is interrupted, the whole group is killed.  The child's output is forwarded to
+stderr and its last lines are kept for error messages.
+
+Child side (``main``): reads the spec, runs the mode's function from ``trials`` and writes its
+result to ``spec["result_path"]``.  One result format for every mode: a dict whose ``error``
+is None on success, or the failure as text (``usage`` true when it is bad input rather than a
+failed measurement).  A crash, a hang or an exit without a result is reported by
+``ChildOutcome.failure()``; ``ChildOutcome.checked(what)`` turns any failure into an exception.
+
+Modes: ``correctness`` (every shape and trial), ``time`` (CUDA-event timing of the solution),
+``ncu`` (the measured call inside the NVTX range, run under ncu), ``benchmark`` (solution,
+baselines and A/B transitions).
 """
 
 from __future__ import annotations
@@ -18,14 +29,13 @@ import threading
 import time
 import traceback
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .common import package_dir, write_json
+from .common import KernelLoopError, MeasuredFailure, UsageError, package_dir, write_json
 
-# mode -> "module:function"; the function takes the spec dict and returns the result dict.
-MODES = {"correctness": "kernel_loop.correctness:child_main"}
+MODES = ("correctness", "time", "ncu", "benchmark")
 
 
 @dataclass
@@ -35,7 +45,6 @@ class ChildOutcome:
     timed_out: bool
     seconds: float
     output_tail: str = ""
-    extra: dict = field(default_factory=dict)
 
     def failure(self) -> str | None:
         """Why the child gave no usable result; None when it finished and wrote one."""
@@ -53,27 +62,44 @@ class ChildOutcome:
             return f"the child process exited with status {rc} without writing its result{tail}"
         return None
 
+    def checked(self, what: str) -> dict[str, Any]:
+        """The result, or the failure raised: MeasuredFailure, or UsageError for bad input."""
+        why = self.failure()
+        if why:
+            raise MeasuredFailure(f"{what} failed: {why}")
+        assert self.result is not None
+        if self.result.get("error"):
+            cls = UsageError if self.result.get("usage") else MeasuredFailure
+            raise cls(f"{what} failed: {self.result['error']}")
+        return self.result
+
 
 def child_env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
     helpers = str(package_dir().parent)
     env["PYTHONPATH"] = helpers + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
     return env
 
 
-def run_child(mode: str, spec: dict, timeout: float, *, module: str = "kernel_loop.worker",
-              prefix: list[str] | None = None, env: dict | None = None, tail_lines: int = 40) -> ChildOutcome:
-    """Run ``[prefix...] python -m module mode spec.json``; never raises for a crash or a hang."""
+def run_child(mode: str, spec: dict, timeout: float, *, prefix: list[str] | None = None,
+              env: dict | None = None, tail_lines: int = 200) -> ChildOutcome:
+    """Run ``[prefix...] python -m kernel_loop.runner mode spec.json``; never raises for a crash or a hang."""
+    if mode not in MODES:
+        raise ValueError(f"unknown child mode {mode!r}")
     with tempfile.TemporaryDirectory(prefix="kl-child-") as tmp:
-        spec = dict(spec, result_path=str(Path(tmp) / "result.json"))
+        spec = dict(spec, mode=mode, result_path=str(Path(tmp) / "result.json"))
         spec_path = Path(tmp) / "spec.json"
         write_json(spec_path, spec)
-        cmd = list(prefix or []) + [sys.executable, "-m", module, mode, str(spec_path)]
+        cmd = list(prefix or []) + [sys.executable, "-m", "kernel_loop.runner", mode, str(spec_path)]
         tail: deque[str] = deque(maxlen=tail_lines)
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=child_env(env), start_new_session=True, text=True, errors="replace")
+        try:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=child_env(env), start_new_session=True, text=True, errors="replace")
+        except OSError as exc:
+            raise UsageError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
 
         def pump() -> None:
             assert proc.stdout is not None
@@ -116,7 +142,6 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def error_text(exc: BaseException) -> str:
     """An exception as a message: expected errors plainly, others with the innermost frames."""
     from .build import BuildError
-    from .common import KernelLoopError
 
     if isinstance(exc, (KernelLoopError, BuildError)):
         return str(exc)
@@ -127,15 +152,17 @@ def error_text(exc: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or argv[0] not in MODES:
-        print(f"usage: python -m kernel_loop.worker {{{','.join(MODES)}}} SPEC.json", file=sys.stderr)
+        print(f"usage: python -m kernel_loop.runner {{{','.join(MODES)}}} SPEC.json", file=sys.stderr)
         return 2
     spec = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
-    mod_name, fn_name = MODES[argv[0]].split(":")
-    import importlib
+    from . import trials
 
-    fn = getattr(importlib.import_module(mod_name), fn_name)
+    fn = getattr(trials, argv[0])
     try:
         result: dict[str, Any] = fn(spec)
+        result.setdefault("error", None)
+    except UsageError as exc:
+        result = {"error": str(exc), "usage": True}
     except Exception as exc:  # the kernel's failure is the result
         result = {"error": error_text(exc)}
     write_json(Path(spec["result_path"]), result)

@@ -39,9 +39,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from . import provenance
-from . import symptoms as vocab
-from .common import (
+from .. import provenance, vocab
+from ..common import (
     UsageError,
     atomic_write_text,
     cache_dir,
@@ -51,8 +50,8 @@ from .common import (
     read_json,
     warn,
 )
-from .rundir import RunDir
-from .templating import fmt, render
+from ..rundir import RunDir
+from ..templating import fmt, render
 
 SCHEMA_VERSION = 2
 KINDS = ("pattern", "hardware", "language", "kernel-playbook", "pitfall", "tool")
@@ -598,8 +597,8 @@ def draft_evidence(rd: RunDir, *, corpus: list[str], force: bool = False) -> tup
     if arch is None:
         warn(f"ncu.json gives compute capability {gpu.get('cc')!r}, which maps to no known architecture; "
              "queries run without --arch")
-    ktype = cfg.get("kernel_type") if cfg.get("kernel_type") in KERNEL_TYPES else None
-    impl = cfg.get("impl") if cfg.get("impl") in LANGUAGES else None
+    ktype = cfg.kernel_type if cfg.kernel_type in KERNEL_TYPES else None
+    impl = cfg.impl if cfg.impl in LANGUAGES else None
     fired = [s for s in ncu.get("symptoms") or [] if isinstance(s, dict) and s.get("tag")]
     tags = [t for t in [ncu.get("bottleneck")] + [s["tag"] for s in fired] if t and vocab.is_known(t)]
     tags = vocab.by_priority(tags)[:MAX_BOTTLENECK_TAGS]
@@ -607,7 +606,7 @@ def draft_evidence(rd: RunDir, *, corpus: list[str], force: bool = False) -> tup
     conn = open_index(corpus)
     queries = []
     specs = [
-        ("kernel", _dedupe_words(" ".join(str(cfg.get(key) or "") for key in ("kernel", "kernel_type", "impl"))),
+        ("kernel", _dedupe_words(" ".join(str(getattr(cfg, key) or "") for key in ("kernel", "kernel_type", "impl"))),
          filters_of(arch=arch, language=impl, kernel_type=ktype)),
         ("bottleneck", " ".join(tags), filters_of(symptoms=tags, arch=arch, language=impl, kernel_type=ktype)),
     ]

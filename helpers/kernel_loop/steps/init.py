@@ -12,11 +12,27 @@ import ast
 from pathlib import Path
 from typing import Any
 
-from .common import UsageError, now_iso, progress, sha256_file, write_json
-from .rundir import IMPL_SUFFIX, IMPLS, RunDir, copy_new
+from .. import envcheck
+from ..common import UsageError, now_iso, progress, sha256_file, write_json
+from ..config import (
+    DEFAULT_CORRECTNESS_TRIALS,
+    DEFAULT_GPU,
+    DEFAULT_ITERATIONS,
+    DEFAULT_NCU_SECTIONS,
+    DEFAULT_NCU_SET,
+    DEFAULT_SEED,
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_TRIALS,
+    DEFAULT_WARMUP,
+    BuildConfig,
+    NcuConfig,
+    RunConfig,
+    parse_dims,
+    parse_extra_shapes,
+)
+from ..rundir import RunDir, copy_new
+from ..vocab import IMPL_SUFFIX, IMPLS, KERNEL_TYPES
 
-KERNEL_TYPES = ("gemm", "attention", "softmax", "norm", "reduction", "scan", "elementwise",
-                "transpose", "conv", "moe", "other")
 # Name fragments -> kernel type, checked in order (first match wins).
 _TYPE_HINTS = [
     ("attention", ("attn", "attention", "flash", "mha", "gqa", "mla")),
@@ -34,45 +50,12 @@ _TYPE_HINTS = [
 _VOLATILE = ("created",)
 
 
-def parse_dims(text: str, what: str = "--dims") -> dict[str, int]:
-    """``M=4096,N=8192`` -> {"M": 4096, "N": 8192}; positive ints only."""
-    dims: dict[str, int] = {}
-    for part in [p.strip() for p in (text or "").split(",") if p.strip()]:
-        key, sep, val = part.partition("=")
-        key, val = key.strip(), val.strip()
-        if not sep or not key.isidentifier():
-            raise UsageError(f"{what}: '{part}' is not NAME=VALUE (for example {what} M=4096,N=8192)")
-        try:
-            n = int(val)
-        except ValueError:
-            raise UsageError(f"{what}: {key}={val} is not an integer") from None
-        if n <= 0:
-            raise UsageError(f"{what}: {key}={n} must be a positive integer")
-        if key in dims:
-            raise UsageError(f"{what}: {key} is given twice")
-        dims[key] = n
-    if not dims:
-        raise UsageError(f"{what} is empty: give NAME=VALUE pairs such as M=4096,N=8192")
-    return dims
-
-
-def parse_extra_shapes(text: str | None, dims: dict[str, int]) -> list[dict[str, int]]:
-    """``"M=128,N=256;M=1,N=7"``: each set must name the same dims as --dims."""
-    shapes = []
-    for chunk in [c for c in (text or "").split(";") if c.strip()]:
-        s = parse_dims(chunk, "--extra-shapes")
-        if set(s) != set(dims):
-            raise UsageError(f"--extra-shapes: '{chunk.strip()}' must name exactly the dims {', '.join(dims)}")
-        shapes.append(s)
-    return shapes
-
-
 def guess_kernel_type(name: str) -> str:
     low = name.lower()
     for ktype, hints in _TYPE_HINTS:
         if any(h in low for h in hints):
             return ktype
-    return "other"
+    return "any"
 
 
 def inspect_ref(path: Path) -> dict[str, Any]:
@@ -127,35 +110,19 @@ def resolve_run_tolerance(cli_atol, cli_rtol, ref_atol, ref_rtol) -> dict[str, A
 
 def build_config(args: argparse.Namespace, ref_info: dict) -> dict[str, Any]:
     dims = parse_dims(args.dims)
-    incs = list(args.include_dir or [])
-    return {
-        "schema": 1,
-        "kernel": args.kernel,
-        "kernel_type": args.kernel_type or guess_kernel_type(args.kernel),
-        "impl": args.impl,
-        "dims": dims,
-        "extra_shapes": parse_extra_shapes(args.extra_shapes, dims),
-        "seed": args.seed,
-        "tolerance": resolve_run_tolerance(args.atol, args.rtol, ref_info["atol"], ref_info["rtol"]),
-        "gpu": args.gpu,
-        "iterations": args.iterations,
-        "warmup": args.warmup,
-        "trials": args.trials,
-        "correctness_trials": args.correctness_trials,
-        "ptr_size": args.ptr_size,
-        "timeout_s": args.timeout,
-        "ncu": {
-            "set": args.ncu_set,
-            "sections": list(args.ncu_section or ["WarpStateStats", "SchedulerStats", "SourceCounters"]),
-            "clock_control": args.clock_control,
-            "cache_control": args.cache_control,
-            "extra_args": [],
-        },
-        "build": {"include_dirs": [str(Path(d).expanduser().resolve()) for d in incs],
-                  "nvcc_flags": list(args.nvcc_flag or [])},
-        "baseline": str(Path(args.baseline).expanduser().resolve()),
-        "created": now_iso(),
-    }
+    cfg = RunConfig(
+        kernel=args.kernel, impl=args.impl, dims=dims,
+        kernel_type=args.kernel_type or guess_kernel_type(args.kernel),
+        extra_shapes=parse_extra_shapes(args.extra_shapes, dims), seed=args.seed,
+        tolerance=resolve_run_tolerance(args.atol, args.rtol, ref_info["atol"], ref_info["rtol"]),
+        gpu=args.gpu, iterations=args.iterations, warmup=args.warmup, trials=args.trials,
+        correctness_trials=args.correctness_trials, ptr_size=args.ptr_size, timeout_s=args.timeout,
+        ncu=NcuConfig(set=args.ncu_set, sections=list(args.ncu_section or DEFAULT_NCU_SECTIONS),
+                      clock_control=args.clock_control, cache_control=args.cache_control),
+        build=BuildConfig(include_dirs=[str(Path(d).expanduser().resolve()) for d in args.include_dir or []],
+                          nvcc_flags=list(args.nvcc_flag or [])),
+        baseline=str(Path(args.baseline).expanduser().resolve()), created=now_iso())
+    return cfg.to_json()
 
 
 def _validate(args: argparse.Namespace) -> tuple[Path, Path, dict]:
@@ -198,7 +165,7 @@ def run_init(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.out} exists and is not a folder: give a new or existing run directory")
     v0_kernel = rd.vdir(0) / f"kernel{IMPL_SUFFIX[args.impl]}"
     if rd.run_json.exists():
-        old = rd.config()
+        old = rd.config().to_json()  # normalised: keys an older init did not write take their defaults
         diffs = _differences(old, cfg)
         if rd.ref_py.exists() and not _same_file(rd.ref_py, ref):
             diffs.append("ref.py (contents)")
@@ -218,12 +185,10 @@ def run_init(args: argparse.Namespace) -> int:
         raise UsageError(f"{rd.ref_py} exists and differs from {ref}; refusing to overwrite it")
     rd.root.mkdir(parents=True, exist_ok=True)
 
-    from . import env as env_mod
-
     if args.skip_env:
-        env_mod.write_skipped(rd.root)
+        envcheck.write_skipped(rd.root)
     else:
-        env_mod.check_and_write(gpu=args.gpu, impl=args.impl, out=rd.root, cfg_build=cfg["build"])
+        envcheck.check_and_write(gpu=args.gpu, impl=args.impl, out=rd.root, cfg_build=cfg["build"])
     if not rd.ref_py.exists():
         copy_new(ref, rd.ref_py)
     if not v0_kernel.exists():
@@ -232,36 +197,6 @@ def run_init(args: argparse.Namespace) -> int:
     progress(f"run.json written ({cfg['impl']}, dims {', '.join(f'{k}={v}' for k, v in cfg['dims'].items())})")
     print(f"initialised {rd.root}: v0 = {v0_kernel.relative_to(rd.root)}; next: kernel-loop correctness {args.out}")
     return 0
-
-
-# --- flags that later steps may repeat only to confirm them ---------------------------
-_CHECKABLE = {"dims": "dims", "seed": "seed", "gpu": "gpu"}
-
-
-def add_check_flags(parser: argparse.ArgumentParser, names=("dims", "seed", "gpu")) -> None:
-    """Optional flags that must agree with run.json (the run configuration is fixed)."""
-    helps = {"dims": "must equal run.json dims (they are fixed for the run)",
-             "seed": "must equal run.json seed", "gpu": "must equal run.json gpu"}
-    for n in names:
-        parser.add_argument(f"--{n}", type=str if n == "dims" else int, default=None, help=helps[n])
-
-
-def check_flags_against_run(cfg: dict, args: argparse.Namespace) -> None:
-    """Refuse (exit 2) flags that contradict the fixed run configuration."""
-    for attr, key in _CHECKABLE.items():
-        given = getattr(args, attr, None)
-        if given is None:
-            continue
-        fixed = cfg.get(key)
-        if key == "dims":
-            want = parse_dims(given)
-            bad = {k: v for k, v in want.items() if fixed.get(k) != v}
-            if bad:
-                shown = ",".join(f"{k}={v}" for k, v in fixed.items())
-                raise UsageError(f"dims are fixed for this run: {shown} (got {given}); "
-                                 "use a new run directory for other dims")
-        elif given != fixed:
-            raise UsageError(f"{key} is fixed for this run: {key}={fixed} (got {given})")
 
 
 def register(subparsers) -> None:
@@ -278,24 +213,27 @@ def register(subparsers) -> None:
     p.add_argument("--baseline", required=True, help="the v0 kernel (.cu for cuda-cpp/cutlass, .py otherwise)")
     p.add_argument("--dims", required=True, help="problem size, K=V[,K=V...] (positive integers)")
     p.add_argument("--kernel-type", choices=KERNEL_TYPES, default=None,
-                   help="kernel family (default: guessed from --kernel, else other)")
-    p.add_argument("--seed", type=int, default=42, help="run seed (default 42)")
+                   help="kernel family (default: guessed from --kernel, else any)")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"run seed (default {DEFAULT_SEED})")
     p.add_argument("--atol", type=float, default=None, help="absolute tolerance (beats ref.py and dtype defaults)")
     p.add_argument("--rtol", type=float, default=None, help="relative tolerance (beats ref.py and dtype defaults)")
-    p.add_argument("--gpu", type=int, default=0, help="CUDA device index (default 0)")
-    p.add_argument("--iterations", type=int, default=3, help="planned final version N (default 3)")
-    p.add_argument("--warmup", type=int, default=25, help="timing warmups (default 25)")
-    p.add_argument("--trials", type=int, default=100, help="timing trials (default 100)")
-    p.add_argument("--correctness-trials", type=int, default=3, help="fresh-input correctness trials (default 3)")
+    p.add_argument("--gpu", type=int, default=DEFAULT_GPU, help=f"CUDA device index (default {DEFAULT_GPU})")
+    p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
+                   help=f"planned final version N (default {DEFAULT_ITERATIONS})")
+    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help=f"timing warmups (default {DEFAULT_WARMUP})")
+    p.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help=f"timing trials (default {DEFAULT_TRIALS})")
+    p.add_argument("--correctness-trials", type=int, default=DEFAULT_CORRECTNESS_TRIALS,
+                   help=f"fresh-input correctness trials (default {DEFAULT_CORRECTNESS_TRIALS})")
     p.add_argument("--ptr-size", type=int, default=None,
                    help="elements per flat .cu buffer when ref.py has no setup()")
     p.add_argument("--extra-shapes", default=None,
                    help='more dims sets correctness also checks: "K=V,K=V;K=V,K=V"')
-    p.add_argument("--timeout", type=int, default=300, help="seconds per child process (default 300)")
+    p.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_S,
+                   help=f"seconds per child process (default {DEFAULT_TIMEOUT_S})")
     p.add_argument("--include-dir", action="append", default=None,
                    help="extra nvcc include folder (repeatable; $CUTLASS_PATH is added automatically)")
     p.add_argument("--nvcc-flag", action="append", default=None, help="extra nvcc flag (repeatable)")
-    p.add_argument("--ncu-set", default="detailed", help="ncu --set (default detailed)")
+    p.add_argument("--ncu-set", default=DEFAULT_NCU_SET, help=f"ncu --set (default {DEFAULT_NCU_SET})")
     p.add_argument("--ncu-section", action="append", default=None,
                    help="ncu --section added to the set (repeatable; default WarpStateStats, "
                         "SchedulerStats, SourceCounters)")

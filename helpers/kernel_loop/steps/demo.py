@@ -17,8 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .common import UsageError, progress, skill_root
-from .rundir import gate_script
+from ..common import UsageError, progress, skill_root
+from ..rundir import gate_script
 
 FILE_GUIDE = [
     ("final_report.md", "the report: versions, predictions scored, A/B verdicts, speedups"),

@@ -12,13 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import predictions, provenance, symptoms
-from .common import UsageError, atomic_write_text, progress, read_json, warn
-from .correctness import describe_tolerances
-from .hypothesis import TODO, markdown_section, query_hits
-from .hypothesis import load as load_hypothesis
-from .rundir import RunDir
-from .templating import MISSING, Missing, dig, fmt, render
+from .. import predictions, provenance
+from .. import vocab as symptoms
+from ..common import UsageError, atomic_write_text, progress, read_json, warn
+from ..compare import describe_tolerances
+from ..prose import TODO, load_hypothesis, markdown_section
+from ..rundir import RunDir
+from ..sidecars import query_hits
+from ..templating import MISSING, Missing, dig, fmt, render
 
 
 def register(sub) -> None:
@@ -119,8 +120,9 @@ def _check_bench(bench: dict[str, Any], path: Path) -> None:
 
 
 def collect(rd: RunDir) -> dict[str, Any]:
-    cfg = rd.config()
-    n = int(cfg.get("iterations", 0))
+    config = rd.config()
+    n = config.iterations
+    cfg = config.to_json()  # the template and the configuration table read the JSON view
     bench = read_json(rd.root / "benchmark.json")
     _check_bench(bench, rd.root / "benchmark.json")
     env = _opt_json(rd.root / "env.json")

@@ -1,0 +1,196 @@
+"""Tolerances and the one output comparison, shared by correctness and benchmark.
+
+The tolerance of an output, per field: run.json (from init's --atol/--rtol, or ref.py literals
+read at init) > ref.py's module value > the default for the output's dtype.  The comparison
+follows torch.isclose semantics (|got - exp| > atol + rtol * |exp| is a mismatch) with one
+NaN rule: a non-finite value where the reference is finite fails; positions where the reference
+itself is NaN match only NaN.  A reference output that is nothing but poison fails the check,
+since comparing against it cannot fail.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from .common import UsageError
+from .templating import UNKNOWN, fmt
+
+# torch dtype name -> (atol, rtol)
+DTYPE_TOLERANCE = {
+    "float64": (1e-8, 1e-6), "float32": (1e-4, 1e-3), "tf32": (1e-2, 1e-2),
+    "float16": (1e-2, 1e-2), "bfloat16": (1e-2, 1e-2),
+    "float8_e4m3fn": (1e-1, 1e-1), "float8_e5m2": (2e-1, 2e-1),
+}
+
+
+def dtype_default(dtype: str, tf32: bool = False) -> tuple[float, float]:
+    """Default (atol, rtol) for an output dtype; integers and bool are exact."""
+    if tf32 and dtype == "float32":
+        return DTYPE_TOLERANCE["tf32"]
+    return DTYPE_TOLERANCE.get(dtype, (0.0, 0.0))
+
+
+def resolve_tolerance(run_tol: dict | None, ref_atol: Any, ref_rtol: Any, dtype: str,
+                      tf32: bool = False) -> dict[str, Any]:
+    """Per field: run.json (CLI, or ref.py literals read at init) > ref.py module value > dtype default."""
+    run_tol = run_tol or {}
+    by = run_tol.get("by") or {}
+    default = dtype_default(dtype, tf32)
+    out: dict[str, Any] = {}
+    for i, (field, ref_val) in enumerate((("atol", ref_atol), ("rtol", ref_rtol))):
+        if run_tol.get(field) is not None:
+            out[field], src = float(run_tol[field]), by.get(field) or run_tol.get("source") or "cli"
+        elif ref_val is not None:
+            out[field], src = float(ref_val), "ref.py"
+        else:
+            out[field], src = default[i], f"dtype-default ({'tf32' if tf32 and dtype == 'float32' else dtype})"
+        out[f"{field}_source"] = src
+    a, r = out["atol_source"], out["rtol_source"]
+    out["source"] = a if a == r else f"atol: {a}; rtol: {r}"
+    return out
+
+
+def _short(x: float) -> str:
+    if x == 0:
+        return "0"
+    mantissa, exp = f"{x:.2e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exp)}"
+
+
+def _source_text(source: str) -> str:
+    m = re.fullmatch(r"dtype-default \((.+)\)", source)
+    return f"dtype default for {m[1]}" if m else f"from {source}"
+
+
+def describe_tolerances(run_tol: dict[str, Any] | None, applied: dict[str, dict[str, Any]] | None) -> str:
+    """The tolerance in words, e.g. 'atol 1e-4, rtol 1e-3 (dtype default for float32)': from the
+    resolve_tolerance result of each output (``applied``; outputs that differ are named), else
+    run.json's tolerance as written."""
+    if not applied:
+        if not isinstance(run_tol, dict):
+            return UNKNOWN
+        return (f"atol {fmt(run_tol.get('atol'), 1)}, rtol {fmt(run_tol.get('rtol'), 1)} "
+                f"(source {fmt(run_tol.get('source'))})")
+
+    def one(t: dict[str, Any]) -> str:
+        a, r = t["atol_source"], t["rtol_source"]
+        src = _source_text(a) if a == r else f"atol {_source_text(a)}, rtol {_source_text(r)}"
+        return f"atol {_short(t['atol'])}, rtol {_short(t['rtol'])} ({src})"
+
+    texts = {name: one(t) for name, t in applied.items()}
+    if len(set(texts.values())) == 1:
+        return next(iter(texts.values()))
+    return "; ".join(f"{name}: {text}" for name, text in texts.items())
+
+
+def derive_seed(run_seed: int, shape_index: int, trial: int) -> int:
+    return run_seed * 1000 + trial + 100_003 * shape_index
+
+
+def json_number(x: float) -> float | str | None:
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else str(x)
+
+
+def compare(got, exp, atol: float, rtol: float) -> dict[str, Any]:
+    """Error numbers of one output (torch tensors); ``passed`` follows torch.isclose(equal_nan=True)."""
+    import torch
+
+    info: dict[str, Any] = {"dtype": str(exp.dtype).replace("torch.", ""), "shape": list(exp.shape),
+                            "numel": exp.numel(), "got_dtype": str(got.dtype).replace("torch.", "")}
+    if tuple(got.shape) != tuple(exp.shape):
+        info.update(max_abs_err=None, max_rel_err=None, rel_l2_err=None, mismatches=exp.numel(),
+                    first_bad=None, nonfinite_unexpected=0, passed=False,
+                    note=f"shape {list(got.shape)} != expected {list(exp.shape)}")
+        return info
+    g = got.detach().to(device=exp.device, dtype=torch.float64)
+    e = exp.detach().to(torch.float64)
+    close = torch.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
+    bad = ~close
+    mismatches = int(bad.sum())
+    nonfinite = int((~torch.isfinite(g) & torch.isfinite(e)).sum())
+    both = torch.isfinite(g) & torch.isfinite(e)
+    diff = (g - e).abs()[both]
+    ref_abs = e.abs()[both]
+    if diff.numel():
+        max_abs = float(diff.max())
+        max_rel = float((diff / ref_abs.clamp_min(torch.finfo(torch.float64).tiny)).max())
+        norm = float(torch.linalg.vector_norm(e[both]))
+        rel_l2 = float(torch.linalg.vector_norm(diff)) / norm if norm > 0 else (0.0 if max_abs == 0 else math.inf)
+    else:
+        max_abs = max_rel = rel_l2 = None
+    first_bad = None
+    if mismatches:
+        flat = int(torch.nonzero(bad.reshape(-1))[0])
+        idx = list(torch.unravel_index(torch.tensor(flat), tuple(exp.shape))) if exp.dim() else []
+        first_bad = {"index": [int(i) for i in idx], "got": json_number(g.reshape(-1)[flat]),
+                     "expected": json_number(e.reshape(-1)[flat])}
+    info.update(max_abs_err=json_number(max_abs), max_rel_err=json_number(max_rel), rel_l2_err=json_number(rel_l2),
+                mismatches=mismatches, first_bad=first_bad, nonfinite_unexpected=nonfinite,
+                passed=mismatches == 0 and nonfinite == 0)
+    return info
+
+
+def _all_poison(exp) -> bool:
+    """True when a reference output is nothing but poison (no finite float; every integer the sentinel)."""
+    import torch
+
+    from .loader import poison_tensor
+
+    if exp.numel() == 0 or exp.dtype == torch.bool:
+        return False
+    if exp.dtype.is_complex:
+        return not bool(torch.isfinite(exp).any())
+    if exp.dtype.is_floating_point:  # through float64: isfinite does not take every fp8 type
+        return not bool(torch.isfinite(exp.to(torch.float64)).any())
+    poisoned = exp.clone()
+    poison_tensor(poisoned)
+    return torch.equal(poisoned, exp)
+
+
+def ref_tolerance(ref: Any) -> tuple[Any, Any, bool]:
+    """ref.py's own (atol, rtol, tf32) module values (None when it sets none)."""
+    return getattr(ref, "atol", None), getattr(ref, "rtol", None), bool(getattr(ref, "tf32", False))
+
+
+def applied_tolerances(expected: dict[str, Any], run_tol: dict[str, Any] | None, ref: Any) -> dict[str, dict[str, Any]]:
+    """Per output, the tolerance the comparison applies (run.json > ref.py atol/rtol > dtype default)."""
+    ref_atol, ref_rtol, tf32 = ref_tolerance(ref)
+    return {name: resolve_tolerance(run_tol, ref_atol, ref_rtol, str(getattr(exp, "dtype", "")).replace("torch.", ""),
+                                    tf32)
+            for name, exp in expected.items()}
+
+
+def compare_outputs(got: dict, expected: dict, run_tol: dict | None, ref: Any) -> tuple[list[dict], list[str]]:
+    """Compare every expected output; returns (rows, warnings)."""
+    from .loader import is_tensor
+
+    rows, warnings = [], []
+    for name, exp in expected.items():
+        if not is_tensor(exp):
+            raise UsageError(f"the reference output '{name}' is a {type(exp).__name__}, not a tensor")
+    tols = applied_tolerances(expected, run_tol, ref)
+    for name, exp in expected.items():
+        tol = tols[name]
+        g = got.get(name)
+        if not is_tensor(g):
+            why = "missing from the kernel's outputs" if g is None else f"a {type(g).__name__}, not a tensor"
+            rows.append({"name": name, "passed": False, "note": f"output '{name}' is {why}",
+                         "mismatches": exp.numel(), "numel": exp.numel(), "tolerance": tol,
+                         "dtype": str(exp.dtype).replace("torch.", ""), "shape": list(exp.shape),
+                         "max_abs_err": None, "max_rel_err": None, "rel_l2_err": None, "first_bad": None,
+                         "nonfinite_unexpected": 0})
+            continue
+        row = {"name": name, **compare(g, exp, tol["atol"], tol["rtol"]), "tolerance": tol}
+        if _all_poison(exp):
+            row.update(passed=False, note=f"the reference output '{name}' holds only NaN/Inf or the poison sentinel "
+                       "(did reference() write it?): comparing against it cannot fail")
+        rows.append(row)
+        if exp.numel() > 1 and bool((exp == exp.reshape(-1)[0]).all()):
+            warnings.append(f"reference output '{name}' is constant ({json_number(exp.reshape(-1)[0])}): "
+                            "this check cannot tell a constant kernel from a correct one")
+    return rows, warnings

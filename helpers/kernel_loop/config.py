@@ -1,0 +1,186 @@
+"""The run configuration: ``RunConfig``, the typed view of ``<out>/run.json``, with every default
+defined once, and the parsers of the values ``init`` takes (dims, extra shapes).
+
+run.json is written once by ``init`` and never changed; every later step reads it through
+``RunDir.config()``.  Keys this version does not know are kept in ``extra`` and written back
+unchanged, so an older or newer run.json round-trips.
+
+The check flags (``--dims``, ``--seed``, ``--gpu``) that later steps accept only to confirm
+that they agree with run.json live here too.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from .common import UsageError
+
+SCHEMA = 1
+# Defaults: the one place each is defined.
+DEFAULT_SEED = 42
+DEFAULT_GPU = 0
+DEFAULT_ITERATIONS = 3
+DEFAULT_WARMUP = 25
+DEFAULT_TRIALS = 100
+DEFAULT_CORRECTNESS_TRIALS = 5  # KernelBench's own count; makes an every-other-call cheat fail
+DEFAULT_TIMEOUT_S = 300
+DEFAULT_NCU_SET = "detailed"
+DEFAULT_NCU_SECTIONS = ("WarpStateStats", "SchedulerStats", "SourceCounters")
+DEVICES = ("cuda", "cpu")
+
+
+@dataclass
+class NcuConfig:
+    set: str = DEFAULT_NCU_SET
+    sections: list[str] = field(default_factory=lambda: list(DEFAULT_NCU_SECTIONS))
+    clock_control: str | None = None
+    cache_control: str | None = None
+    extra_args: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> NcuConfig:
+        data = dict(data or {})
+        return cls(set=data.get("set") or DEFAULT_NCU_SET,
+                   sections=list(data["sections"]) if data.get("sections") is not None else list(DEFAULT_NCU_SECTIONS),
+                   clock_control=data.get("clock_control"), cache_control=data.get("cache_control"),
+                   extra_args=[str(a) for a in data.get("extra_args") or []])
+
+
+@dataclass
+class BuildConfig:
+    include_dirs: list[str] = field(default_factory=list)
+    nvcc_flags: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> BuildConfig:
+        data = dict(data or {})
+        return cls(include_dirs=list(data.get("include_dirs") or []), nvcc_flags=list(data.get("nvcc_flags") or []))
+
+
+@dataclass
+class RunConfig:
+    """run.json as typed values.  ``tolerance`` stays the dict ``init`` resolved (atol, rtol,
+    by, source; null fields fall back to dtype defaults at check time)."""
+
+    kernel: str
+    impl: str
+    dims: dict[str, int]
+    kernel_type: str = "any"
+    extra_shapes: list[dict[str, int]] = field(default_factory=list)
+    seed: int = DEFAULT_SEED
+    tolerance: dict[str, Any] = field(default_factory=dict)
+    gpu: int = DEFAULT_GPU
+    device: str = "cuda"
+    iterations: int = DEFAULT_ITERATIONS
+    warmup: int = DEFAULT_WARMUP
+    trials: int = DEFAULT_TRIALS
+    correctness_trials: int = DEFAULT_CORRECTNESS_TRIALS
+    ptr_size: int | None = None
+    timeout_s: int = DEFAULT_TIMEOUT_S
+    ncu: NcuConfig = field(default_factory=NcuConfig)
+    build: BuildConfig = field(default_factory=BuildConfig)
+    baseline: str | None = None
+    created: str | None = None
+    schema: int = SCHEMA
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunConfig:
+        """A RunConfig from run.json's object; missing keys take the defaults above."""
+        known = {f.name for f in fields(cls)} - {"extra"}
+        missing = [k for k in ("kernel", "impl", "dims") if k not in data]
+        if missing:
+            raise UsageError(f"run.json lacks {', '.join(missing)}: it was not written by 'kernel-loop init'")
+        kw: dict[str, Any] = {k: v for k, v in data.items() if k in known and v is not None}
+        kw["ncu"] = NcuConfig.from_json(data.get("ncu"))
+        kw["build"] = BuildConfig.from_json(data.get("build"))
+        kw["dims"] = {str(k): int(v) for k, v in dict(data["dims"]).items()}
+        kw["extra_shapes"] = [{str(k): int(v) for k, v in s.items()} for s in data.get("extra_shapes") or []]
+        kw["tolerance"] = dict(data.get("tolerance") or {})
+        if data.get("ptr_size") is None:
+            kw.pop("ptr_size", None)
+        for name in ("seed", "gpu", "iterations", "warmup", "trials", "correctness_trials", "timeout_s"):
+            if name in kw:
+                kw[name] = int(kw[name])
+        cfg = cls(**kw)
+        cfg.extra = {k: v for k, v in data.items() if k not in known}
+        return cfg
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        extra = out.pop("extra")
+        order = ["schema", "kernel", "kernel_type", "impl", "device", "dims", "extra_shapes", "seed", "tolerance",
+                 "gpu", "iterations", "warmup", "trials", "correctness_trials", "ptr_size", "timeout_s", "ncu",
+                 "build", "baseline", "created"]
+        return {**{k: out[k] for k in order}, **extra}
+
+    @property
+    def shapes(self) -> list[dict[str, int]]:
+        """The run dims, then every extra shape: what correctness checks."""
+        return [dict(self.dims)] + [dict(s) for s in self.extra_shapes]
+
+
+# --- values init parses ------------------------------------------------------------------------
+def parse_dims(text: str, what: str = "--dims") -> dict[str, int]:
+    """``M=4096,N=8192`` -> {"M": 4096, "N": 8192}; positive ints only."""
+    dims: dict[str, int] = {}
+    for part in [p.strip() for p in (text or "").split(",") if p.strip()]:
+        key, sep, val = part.partition("=")
+        key, val = key.strip(), val.strip()
+        if not sep or not key.isidentifier():
+            raise UsageError(f"{what}: '{part}' is not NAME=VALUE (for example {what} M=4096,N=8192)")
+        try:
+            n = int(val)
+        except ValueError:
+            raise UsageError(f"{what}: {key}={val} is not an integer") from None
+        if n <= 0:
+            raise UsageError(f"{what}: {key}={n} must be a positive integer")
+        if key in dims:
+            raise UsageError(f"{what}: {key} is given twice")
+        dims[key] = n
+    if not dims:
+        raise UsageError(f"{what} is empty: give NAME=VALUE pairs such as M=4096,N=8192")
+    return dims
+
+
+def parse_extra_shapes(text: str | None, dims: dict[str, int]) -> list[dict[str, int]]:
+    """``"M=128,N=256;M=1,N=7"``: each set must name the same dims as --dims."""
+    shapes = []
+    for chunk in [c for c in (text or "").split(";") if c.strip()]:
+        s = parse_dims(chunk, "--extra-shapes")
+        if set(s) != set(dims):
+            raise UsageError(f"--extra-shapes: '{chunk.strip()}' must name exactly the dims {', '.join(dims)}")
+        shapes.append(s)
+    return shapes
+
+
+def format_dims(dims: dict[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in dims.items())
+
+
+# --- flags that later steps may repeat only to confirm them ---------------------------------------
+_CHECK_HELP = {"dims": "must equal run.json dims (they are fixed for the run)",
+               "seed": "must equal run.json seed", "gpu": "must equal run.json gpu"}
+
+
+def add_check_flags(parser: argparse.ArgumentParser, names=("dims", "seed", "gpu")) -> None:
+    """Optional flags that must agree with run.json (the run configuration is fixed)."""
+    for n in names:
+        parser.add_argument(f"--{n}", type=str if n == "dims" else int, default=None, help=_CHECK_HELP[n])
+
+
+def check_flags_against_run(cfg: RunConfig, args: argparse.Namespace) -> None:
+    """Refuse (exit 2) flags that contradict the fixed run configuration."""
+    for key in _CHECK_HELP:
+        given = getattr(args, key, None)
+        if given is None:
+            continue
+        fixed = getattr(cfg, key)
+        if key == "dims":
+            if parse_dims(given) != fixed:
+                raise UsageError(f"dims are fixed for this run: {format_dims(fixed)} (got {given}); "
+                                 "use a new run directory for other dims")
+        elif given != fixed:
+            raise UsageError(f"{key} is fixed for this run: {key}={fixed} (got {given})")

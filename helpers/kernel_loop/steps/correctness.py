@@ -1,0 +1,186 @@
+"""``correctness``: check the current version against ref.py, honestly.
+
+For every shape (run dims, then extra_shapes) and every trial: fresh seeded random inputs, the
+reference on clones, the outputs poisoned (NaN / integer sentinel), one kernel call, then per
+output max abs / max rel / relative L2 error and the mismatch count with torch.isclose
+semantics (|got - exp| > atol + rtol * |exp|).  NaN/Inf where the reference is finite fails.
+The kernel runs in a child process (``runner``, mode ``correctness``) with the run's timeout, so a crash
+or a hang is a FAIL, not a hung helper.  ``--sanitize`` reruns it under compute-sanitizer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .. import provenance
+from ..common import (
+    MeasuredFailure,
+    UsageError,
+    atomic_write_text,
+    now_iso,
+    progress,
+    sha256_file,
+    write_json,
+)
+from ..config import add_check_flags, check_flags_against_run, parse_dims
+from ..loader import device_for
+from ..rundir import RunDir
+from ..runner import run_child
+from ..sidecars import PROFILE_FILES
+from ..templating import render
+from ..vocab import IMPL_SUFFIX
+
+
+# --- the parent -------------------------------------------------------------------------
+def _sanitizer_errors(log: str) -> int | None:
+    counts = [int(m) for m in re.findall(r"ERROR SUMMARY:\s*(\d+) error", log)]
+    counts += [int(m) for m in re.findall(r"RACECHECK SUMMARY:.*?\((\d+) error", log)]
+    return max(counts) if counts else None
+
+
+def run_sanitizer(tool: str, spec: dict, timeout: float) -> dict[str, Any]:
+    from ..build import find_cuda_tool
+    exe = find_cuda_tool("compute-sanitizer")
+    if exe is None:
+        raise UsageError("--sanitize needs compute-sanitizer (part of the CUDA toolkit); it was not found")
+    with tempfile.TemporaryDirectory(prefix="kl-san-") as tmp:
+        log_path = Path(tmp) / f"{tool}.log"
+        prefix = [exe, "--tool", tool, "--log-file", str(log_path), "--print-limit", "20"]
+        progress(f"running under compute-sanitizer --tool {tool} at {spec['shapes'][0]} ...")
+        outcome = run_child("correctness", spec, timeout, prefix=prefix,
+                            env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
+        log = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
+    errors = _sanitizer_errors(log)
+    problem = outcome.failure() or (outcome.result or {}).get("error")
+    if errors is None and problem is None:
+        problem = "compute-sanitizer printed no error summary"
+    tail = "\n".join(log.strip().splitlines()[-40:])
+    return {"tool": tool, "dims": spec["shapes"][0], "errors": errors, "error": problem, "log": tail,
+            "passed": errors == 0 and problem is None}
+
+
+def _overall(res: dict) -> tuple[str, str | None]:
+    if res.get("error"):
+        return "FAIL", res["error"]
+    trials = [t for s in res["shapes"] for t in s["trials"]]
+    if not trials:
+        return "FAIL", "no trial ran"
+    failed = [(s["dims"], t) for s in res["shapes"] for t in s["trials"] if not t["passed"]]
+    if failed:
+        dims, t = failed[0]
+        bad = [o for o in t["outputs"] if not o["passed"]]
+        o = bad[0]
+        what = o.get("note") or f"{o['mismatches']} of {o['numel']} elements outside tolerance"
+        shown = ",".join(f"{k}={v}" for k, v in dims.items())
+        return "FAIL", (f"{len(failed)} of {len(trials)} trials failed; first: dims {shown} seed {t['seed']} "
+                        f"output '{o['name']}': {what}")
+    return "PASS", None
+
+
+def require_device(device: str, kernel: Path) -> None:
+    """UsageError (exit 2) when the run's device cannot run this kernel here."""
+    if device == "cpu":
+        if kernel.suffix == ".cu":
+            raise UsageError(f"{kernel.name} is CUDA C++: the cpu test mode (KERNEL_LOOP_DEVICE=cpu) runs .py kernels only")
+        return
+    try:
+        import torch
+    except ImportError:
+        raise UsageError("torch is not installed: pip install torch (a CUDA build)") from None
+    if not torch.cuda.is_available():
+        raise UsageError(f"no CUDA GPU visible: torch.cuda.is_available() is False (torch {torch.__version__}, "
+                         f"CUDA build {torch.version.cuda}); correctness needs a GPU "
+                         "(KERNEL_LOOP_DEVICE=cpu is a test mode for .py kernels)")
+    index = int(device.split(":")[1]) if ":" in device else 0
+    if index >= torch.cuda.device_count():
+        raise UsageError(f"run.json gpu {index} does not exist: {torch.cuda.device_count()} GPU(s) visible")
+
+
+def run_correctness(args: argparse.Namespace) -> int:
+    rd = RunDir.open(args.out)
+    cfg = rd.config()
+    check_flags_against_run(cfg, args)
+    k = rd.current_version()
+    vdir = rd.vdir(k)
+    kernel = rd.kernel_file(k)
+    if kernel.suffix != IMPL_SUFFIX[cfg.impl]:
+        raise UsageError(f"{kernel.name} does not match impl {cfg.impl} (needs {IMPL_SUFFIX[cfg.impl]})")
+    device = device_for(cfg)
+    require_device(device, kernel)
+    if args.sanitize and device == "cpu":
+        raise UsageError("--sanitize needs a CUDA device (compute-sanitizer); this run uses the cpu test mode")
+    kernel_sha = sha256_file(kernel)
+    shapes = cfg.shapes
+    spec = {"cfg": cfg.to_json(), "device": device, "run_root": str(rd.root), "kernel": str(kernel),
+            "shapes": shapes, "trials": cfg.correctness_trials}
+    timeout = float(cfg.timeout_s)
+    progress(f"v{k}: checking {kernel.name} on {device}: {len(shapes)} shape(s) x {spec['trials']} trial(s)")
+    outcome = run_child("correctness", spec, timeout)
+    res = outcome.result or {"device": device, "shapes": [], "warnings": [], "build": None, "error": None}
+    if outcome.failure():
+        res["error"] = outcome.failure()
+    result, error = _overall(res)
+
+    sanitize = None
+    if args.sanitize:
+        sdims = parse_dims(args.sanitize_dims, "--sanitize-dims") if args.sanitize_dims else dict(cfg.dims)
+        if set(sdims) != set(cfg.dims):
+            raise UsageError(f"--sanitize-dims must name exactly the dims {', '.join(cfg.dims)}")
+        sspec = dict(spec, shapes=[sdims], trials=1)
+        tools = ["memcheck"] + (["racecheck"] if kernel.suffix == ".cu" else [])
+        runs = [run_sanitizer(t, sspec, timeout) for t in tools]
+        total = sum(r["errors"] or 0 for r in runs)
+        sanitize = {"tool": "+".join(tools), "errors": total, "log": "\n".join(r["log"] for r in runs), "runs": runs}
+        bad = [r for r in runs if not r["passed"]]
+        if bad and result == "PASS":
+            r = bad[0]
+            result, error = "FAIL", (f"compute-sanitizer {r['tool']} found {r['errors']} error(s)"
+                                     if r["errors"] else f"compute-sanitizer {r['tool']}: {r['error']}")
+
+    if sha256_file(kernel) != kernel_sha:
+        raise UsageError(f"{kernel} changed while it was being checked; run correctness again")
+    data = {"schema": 1, "version": f"v{k}", "kernel_file": kernel.name, "kernel_sha256": kernel_sha,
+            "result": result, "error": error, "device": res.get("device", device), "impl": cfg.impl,
+            "time": now_iso(), "seconds": round(outcome.seconds, 2),
+            "tolerance": cfg.tolerance, "build": res.get("build"), "shapes": res["shapes"],
+            "warnings": res.get("warnings", []), "sanitize": sanitize}
+    write_json(vdir / "correctness.json", data)
+    atomic_write_text(vdir / "correctness.md", render("correctness.md.j2", c=data))
+    provenance.record(vdir, [kernel, vdir / "correctness.md", vdir / "correctness.json", rd.run_json],
+                      drop=PROFILE_FILES)
+    print(summary_line(data))
+    if result != "PASS":
+        raise MeasuredFailure(f"v{k} correctness FAIL: {error.splitlines()[0] if error else 'see correctness.md'} "
+                              f"(details in {vdir / 'correctness.md'})")
+    return 0
+
+
+def summary_line(data: dict) -> str:
+    n = sum(len(s["trials"]) for s in data["shapes"])
+    worst = max((o["max_abs_err"] for s in data["shapes"] for t in s["trials"] for o in t["outputs"]
+                 if isinstance(o.get("max_abs_err"), float)), default=None)
+    w = f", worst max abs err {worst:.3g}" if worst is not None else ""
+    san = f", sanitizer errors {data['sanitize']['errors']}" if data.get("sanitize") else ""
+    return f"{data['version']} correctness: {data['result']} ({len(data['shapes'])} shape(s), {n} trial(s){w}{san})"
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "correctness", help="check the current version against ref.py",
+        description="Check the current version's kernel against ref.py with fresh random inputs, poisoned outputs "
+                    "and dtype-aware tolerances over every shape and trial, in a child process with the run's "
+                    "timeout. Writes vK/correctness.md and vK/correctness.json and records them in "
+                    "vK/measured.sha256 (dropping an older profile's entries).",
+        epilog="Exit codes: 0 PASS, 1 FAIL (wrong values, crash, hang, build error, sanitizer errors), 2 bad usage. "
+               "KERNEL_LOOP_DEVICE=cpu (or run.json \"device\": \"cpu\") is a test/dev mode that runs .py kernels on "
+               "the CPU (Triton under TRITON_INTERPRET=1).")
+    p.add_argument("out", help="run directory")
+    p.add_argument("--sanitize", action="store_true",
+                   help="also run under compute-sanitizer memcheck (and racecheck for .cu); errors -> FAIL")
+    p.add_argument("--sanitize-dims", default=None, help="smaller K=V,... for the sanitizer runs (default: run dims)")
+    add_check_flags(p)
+    p.set_defaults(func=run_correctness)

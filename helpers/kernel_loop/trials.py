@@ -1,0 +1,272 @@
+"""What the child processes of ``runner`` do, one function per mode.  Never run in the CLI process.
+
+Every function takes the spec the parent wrote (``run_root``, ``cfg``: run.json's object,
+``device``, ``kernel`` and the mode's own keys) and returns the mode's result dict.
+
+- ``correctness``: per shape, the kernel is loaded once (the same module, library or ModelNew
+  instance serves every trial); per trial fresh seeded inputs, the reference on clones, the
+  outputs poisoned, one call, then ``compare.compare_outputs``.
+- ``time``: CUDA-event timing of the solution (``timing.time_callable``) with the GPU state
+  before and after.
+- ``ncu``: warmup calls outside, then one call inside the NVTX range ``kl_measure`` (run under
+  ``ncu --nvtx --nvtx-include kl_measure/``, so only that call's kernels are profiled).
+- ``benchmark``: the solution, each baseline and each version checked against the eager
+  reference, timed, and checked again on the timed calls' outputs; then the A/B transitions
+  timed interleaved (A, B, B, A, ...).
+"""
+
+from __future__ import annotations
+
+import time as time_mod
+from pathlib import Path
+from typing import Any
+
+from .compare import applied_tolerances, compare_outputs, derive_seed
+from .config import RunConfig
+from .sidecars import REF_PY
+
+NVTX_RANGE = "kl_measure"
+
+
+def _setup(spec: dict[str, Any]):
+    from . import loader
+
+    cfg = RunConfig.from_json(spec["cfg"])
+    device = spec["device"]
+    if device.startswith("cuda"):
+        import torch
+
+        from .common import UsageError
+
+        if not torch.cuda.is_available():
+            raise UsageError(f"no CUDA device (torch.cuda.is_available() is False): {spec['mode']} needs a GPU "
+                             "(KERNEL_LOOP_DEVICE=cpu is the test mode for .py kernels)")
+        torch.cuda.set_device(torch.device(device))
+    ref = loader.import_file(Path(spec["run_root"]) / REF_PY, "ref")
+    return cfg, device, ref
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def correctness(spec: dict[str, Any]) -> dict[str, Any]:
+    """Every shape and trial; stops at the first exception (reported as ``error``, results so far kept)."""
+    from . import loader
+    from .runner import error_text
+
+    cfg, device, ref = _setup(spec)
+    run_root, kernel = Path(spec["run_root"]), Path(spec["kernel"])
+    shapes: list[dict] = []
+    result: dict[str, Any] = {"device": device, "shapes": shapes, "warnings": [], "error": None, "build": None}
+    try:
+        for si, dims in enumerate(spec["shapes"]):
+            trials: list[dict] = []
+            shapes.append({"dims": dims, "trials": trials})
+            for t in range(int(spec["trials"])):
+                seed = derive_seed(cfg.seed, si, t)
+                case = loader.load_case(cfg, run_root, kernel, dims, seed, device)
+                expected = case.reference()
+                _sync(device)
+                case.poison()
+                got = case.launch()
+                _sync(device)
+                rows, warns = compare_outputs(got, expected, cfg.tolerance, ref)
+                trials.append({"seed": seed, "outputs": rows, "passed": all(r["passed"] for r in rows)})
+                result["warnings"] += [w for w in warns if w not in result["warnings"]]
+                del case, expected, got
+    except Exception as exc:
+        result["error"] = error_text(exc)
+    result["build"] = loader.last_build()
+    return result
+
+
+def time(spec: dict[str, Any]) -> dict[str, Any]:  # noqa: A001 - the mode's name
+    import torch
+
+    from . import gpustate, loader, timing
+
+    cfg, device, _ = _setup(spec)
+    case = loader.load_case(cfg, Path(spec["run_root"]), Path(spec["kernel"]), cfg.dims, cfg.seed, device)
+    props = torch.cuda.get_device_properties(torch.device(device))
+    uuid = str(getattr(props, "uuid", "") or "") or None
+    index = torch.device(device).index or 0
+    before = gpustate.snapshot(index, uuid)
+    result = timing.time_callable(case.launch, warmup=cfg.warmup, trials=cfg.trials, flush_l2=True, device=device)
+    after = gpustate.snapshot(index, uuid)
+    return {"timing": result, "gpu_state": {"before": before, "after": after},
+            "gpu": {"name": props.name, "cc": f"{props.major}.{props.minor}",
+                    "sm_count": props.multi_processor_count}}
+
+
+def ncu(spec: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from . import loader
+
+    cfg, device, _ = _setup(spec)
+    case = loader.load_case(cfg, Path(spec["run_root"]), Path(spec["kernel"]), cfg.dims, cfg.seed, device)
+    for _ in range(max(1, cfg.warmup)):
+        case.launch()
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push(NVTX_RANGE)
+    case.launch()
+    torch.cuda.nvtx.range_pop()
+    torch.cuda.synchronize()
+    return {"profiled_launches": 1}
+
+
+# --- benchmark ----------------------------------------------------------------------------------
+def _timer(method: str, device: str):
+    """(fn, warmup, trials) -> samples in microseconds."""
+    from . import timing
+    from .common import UsageError
+
+    if method == "cuda_event":
+        if not device.startswith("cuda"):
+            raise UsageError("cuda_event timing needs a GPU; in the CPU dev mode use --timing host_time")
+        return lambda fn, warmup, trials: list(timing.time_callable(fn, warmup=warmup, trials=trials,
+                                                                     flush_l2=True)["samples_us"])
+
+    def host(fn, warmup, trials):
+        for _ in range(warmup):
+            fn()
+        _sync(device)
+        out = []
+        for _ in range(trials):
+            t0 = time_mod.perf_counter()
+            fn()
+            _sync(device)
+            out.append((time_mod.perf_counter() - t0) * 1e6)
+        return out
+
+    return host
+
+
+
+def _verdict(rows: list[dict]) -> tuple[bool, str | None]:
+    bad = [r for r in rows if not r["passed"]]
+    if not bad:
+        return True, None
+    r = bad[0]
+    return False, f"{r['name']}: " + (r.get("note") or f"{r['mismatches']} of {r['numel']} elements outside tolerance")
+
+
+def benchmark(spec: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from . import loader, timing
+    from .common import progress
+
+    cfg, dev, ref = _setup(spec)
+    timer = _timer(spec["method"], dev)
+    warmup, trials, drop = spec["warmup"], spec["trials"], spec["discard_first"]
+    root = Path(spec["run_root"])
+    run_tol = spec["tolerance"]
+
+    def load(kernel: str):
+        return loader.load_case(cfg, root, Path(kernel), cfg.dims, cfg.seed, dev)
+
+    def measure(name: str, call, outputs_of, poison, expected) -> dict[str, Any]:
+        """Check ``call`` against ``expected``, time it, then check the outputs of the timed calls."""
+        item: dict[str, Any] = {"name": name, "available": True, "why": None, "correct": False,
+                                "correct_after": None, "error": None, "samples_us": [], "stats_us": None}
+        try:
+            poison()
+            item["correct"], item["error"] = _verdict(compare_outputs(outputs_of(call()), expected, run_tol, ref)[0])
+            last: dict[str, Any] = {}
+
+            def timed():
+                last["value"] = call()
+
+            poison()
+            progress(f"timing {name}: {warmup} warmup + {trials} trials ({spec['method']})")
+            samples = timer(timed, warmup, trials)[drop:]
+            ok_after, err_after = _verdict(compare_outputs(outputs_of(last["value"]), expected, run_tol, ref)[0])
+            item["correct_after"] = ok_after
+            item["error"] = item["error"] or err_after
+            item["samples_us"], item["stats_us"] = samples, timing.summarize(samples)
+            progress(f"{name}: median {item['stats_us']['median']:.2f} us, correct {item['correct'] and ok_after}")
+        except Exception as exc:  # a baseline that cannot run is reported, not fatal
+            item.update(available=False, why=f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+            progress(f"{name}: not available ({item['why']})")
+        return item
+
+    def kernel_item(name: str, case, expected) -> dict[str, Any]:
+        return measure(name, case.launch, lambda v: v, case.poison, expected)
+
+    def reference_item(name: str, case, expected, wrap=None, **extra) -> dict[str, Any]:
+        fn, kw = case.reference_callable_and_args()
+        fn = wrap(fn) if wrap else fn
+
+        def outputs_of(value):
+            if value is None:  # the reference wrote its outputs in place
+                return {n: kw[n] for n in case.outputs}
+            return loader.normalize_outputs(value, case.out_names)
+
+        def poison():
+            for n in case.outputs:
+                if n in kw:
+                    loader.poison_tensor(kw[n])
+
+        return measure(name, lambda: fn(**kw, **extra), outputs_of, poison, expected)
+
+    res: dict[str, Any] = {"device": {"name": dev}, "torch": torch.__version__, "items": [], "ab": []}
+    if dev.startswith("cuda"):
+        res["device"] = {"name": torch.cuda.get_device_name(),
+                         "capability": ".".join(map(str, torch.cuda.get_device_capability()))}
+    sol = load(spec["solution"]["kernel"])
+    expected = sol.reference()
+    first = next(iter(expected.values()))
+    res["output_dtype"] = str(getattr(first, "dtype", "")).replace("torch.", "") or None
+    res["tolerances"] = applied_tolerances(expected, run_tol, ref)
+    res["items"].append(kernel_item("solution", sol, expected))
+
+    for b in spec["baselines"]:
+        if b == "pytorch-eager":
+            res["items"].append(reference_item(b, sol, expected))
+        elif b == "torch-compile":
+            res["items"].append(reference_item(b, sol, expected, wrap=torch.compile))
+        elif b == "flashinfer":
+            why = None
+            if not loader.accepts_baseline(ref.reference):
+                why = "ref.py's reference() takes no 'baseline' argument"
+            else:
+                try:
+                    import flashinfer  # noqa: F401
+                except Exception as exc:
+                    why = f"import flashinfer failed: {exc}"
+            if why:
+                res["items"].append({"name": b, "available": False, "why": why, "correct": None,
+                                     "correct_after": None, "error": None, "samples_us": [], "stats_us": None})
+                progress(f"{b}: not available ({why})")
+            else:
+                res["items"].append(reference_item(b, sol, expected, baseline="flashinfer"))
+
+    flops_fn, bytes_fn = getattr(ref, "flops", None), getattr(ref, "bytes_moved", None)
+    res["flops"] = float(loader.call_with(flops_fn, cfg.dims)) if callable(flops_fn) else None
+    res["bytes_moved"] = float(loader.call_with(bytes_fn, cfg.dims)) if callable(bytes_fn) else None
+    res["roofline_why"] = None if (res["flops"] or res["bytes_moved"]) else \
+        "ref.py declares neither flops(**dims) nor bytes_moved(**dims)"
+
+    cases = {}
+    for v in spec["versions"]:
+        case = load(v["kernel"])
+        cases[v["version"]] = case
+        res["items"].append(kernel_item(v["version"], case, case.reference()))
+    for a, b in spec["ab"]:
+        ca, cb = cases[a], cases[b]
+        for c in (ca, cb):
+            for _ in range(warmup):
+                c.launch()
+        progress(f"A/B {a} -> {b}: {trials} interleaved trials each")
+        sa, sb = [], []
+        for i in range(trials):
+            order = ((ca, sa), (cb, sb)) if i % 2 == 0 else ((cb, sb), (ca, sa))
+            for c, dst in order:
+                dst.extend(timer(c.launch, 0, 1))
+        res["ab"].append({"from": a, "to": b, "samples_a": sa[drop:], "samples_b": sb[drop:]})
+    return res
