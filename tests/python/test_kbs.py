@@ -9,9 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from kernel_loop import cli
-from kernel_loop.common import UsageError
-from kernel_loop.steps import kbs
+from kernel_loop import cli, vocab
+from kernel_loop.common import UsageError, cache_dir
+from kernel_loop.kbs import corpus as kbs_corpus
+from kernel_loop.kbs import evidence, index
+from kernel_loop.kbs.search import fts_expression, get, search
 
 FILLER = (
     "This paragraph is filler prose so that the body passes the minimum length check of the "
@@ -68,8 +70,8 @@ def make_corpus(tmp_path: Path, monkeypatch) -> Path:
                symptoms=("tensor-cores-unused", "wgmma-unused"), languages=("cuda-cpp", "cutlass"),
                kernel_types=("gemm",), architectures=("sm90",),
                body="On sm90 the warpgroup matrix multiply reads operands from shared memory.")
-    monkeypatch.setattr(kbs, "bundled_corpus", lambda: root)
-    monkeypatch.delenv(kbs.ENV_PATH, raising=False)
+    monkeypatch.setattr(kbs_corpus, "bundled_corpus", lambda: root)
+    monkeypatch.delenv(kbs_corpus.ENV_PATH, raising=False)
     monkeypatch.setenv("KERNEL_LOOP_CACHE", str(tmp_path / "cache"))  # this test's own index files
     return root
 
@@ -91,47 +93,47 @@ def ids(hits) -> list[str]:
 
 # --- index ------------------------------------------------------------------------------------
 def test_index_is_built_once_and_rebuilt_on_change(corpus):
-    kbs.open_index().close()
-    built = sorted(kbs.cache_dir("kbs").glob("index-*.sqlite"))
+    index.open_index().close()
+    built = sorted(cache_dir("kbs").glob("index-*.sqlite"))
     assert len(built) == 1 and built[0].is_relative_to(corpus.parent / "cache")
-    kbs.open_index().close()
-    assert sorted(kbs.cache_dir("kbs").glob("index-*.sqlite")) == built  # warm: no rebuild
+    index.open_index().close()
+    assert sorted(cache_dir("kbs").glob("index-*.sqlite")) == built  # warm: no rebuild
 
     path = corpus / "vector-loads.md"
     path.write_text(path.read_text().replace("Vector loads", "Wide quadword loads"), encoding="utf-8")
-    conn = kbs.open_index()
-    assert len(list(kbs.cache_dir("kbs").glob("index-*.sqlite"))) == 2
-    assert ids(kbs.search(conn, "quadword")) == ["vector-loads"]
+    conn = index.open_index()
+    assert len(list(cache_dir("kbs").glob("index-*.sqlite"))) == 2
+    assert ids(search(conn, "quadword")) == ["vector-loads"]
 
 
 def test_unreadable_index_is_rebuilt(corpus, capsys):
-    kbs.open_index().close()
-    (db,) = kbs.cache_dir("kbs").glob("index-*.sqlite")
+    index.open_index().close()
+    (db,) = cache_dir("kbs").glob("index-*.sqlite")
     db.write_bytes(b"not an sqlite file at all" * 100)
-    assert ids(kbs.search(kbs.open_index(), "register spills"))[0] == "spill-fix"
+    assert ids(search(index.open_index(), "register spills"))[0] == "spill-fix"
     assert "rebuilding it" in capsys.readouterr().err
 
 
 def test_racing_builders_agree(corpus):
     """Several builders of one fresh index: each renames a complete file into place."""
     def one(_):
-        conn = kbs.open_index()
+        conn = index.open_index()
         try:
-            return ids(kbs.search(conn, "tensor cores", language="triton"))
+            return ids(search(conn, "tensor cores", language="triton"))
         finally:
             conn.close()
 
     with ThreadPoolExecutor(max_workers=6) as pool:
         results = list(pool.map(one, range(12)))
     assert results[0][0] == "triton-dot" and all(r == results[0] for r in results)
-    assert len(list(kbs.cache_dir("kbs").glob("index-*.sqlite"))) == 1
-    assert not list(kbs.cache_dir("kbs").glob(".kbs-build-*"))
+    assert len(list(cache_dir("kbs").glob("index-*.sqlite"))) == 1
+    assert not list(cache_dir("kbs").glob(".kbs-build-*"))
 
 
 def test_index_lives_in_the_cache_not_the_corpus(corpus, tmp_path):
-    kbs.open_index().close()
+    index.open_index().close()
     assert not list(corpus.glob("*.sqlite"))
-    assert str(kbs.cache_dir("kbs")).startswith(os.environ["KERNEL_LOOP_CACHE"])
+    assert str(cache_dir("kbs")).startswith(os.environ["KERNEL_LOOP_CACHE"])
 
 
 def test_missing_fts5_is_a_usage_error(monkeypatch):
@@ -139,21 +141,21 @@ def test_missing_fts5_is_a_usage_error(monkeypatch):
         def execute(self, sql):
             raise sqlite3.OperationalError("no such module: fts5")
 
-    monkeypatch.setattr(kbs.sqlite3, "connect", lambda *a, **k: NoFts())
+    monkeypatch.setattr(index.sqlite3, "connect", lambda *a, **k: NoFts())
     with pytest.raises(UsageError, match="FTS5"):
-        kbs.require_fts5()
+        index.require_fts5()
 
 
 # --- query ------------------------------------------------------------------------------------
 def test_text_ranks_title_first(corpus):
-    hits = kbs.search(kbs.open_index(), "register spills")
+    hits = search(index.open_index(), "register spills")
     assert hits[0]["id"] == "spill-fix"
     assert hits[0]["excerpt"]
     assert hits[0]["sources"][0]["url"].startswith("https://")
 
 
 def test_symptom_filters_boost_pages_matching_more_of_them(corpus):
-    hits = kbs.search(kbs.open_index(), "", symptoms=["memory-bound", "uncoalesced-global"])
+    hits = search(index.open_index(), "", symptoms=["memory-bound", "uncoalesced-global"])
     assert ids(hits)[:2] == ["coalesce-loads", "vector-loads"]
     assert hits[0]["matched_symptoms"] == ["memory-bound", "uncoalesced-global"]
     assert hits[1]["matched_symptoms"] == ["memory-bound"]
@@ -161,10 +163,10 @@ def test_symptom_filters_boost_pages_matching_more_of_them(corpus):
 
 
 def test_language_and_arch_boosts_reorder_equal_symptom_matches(corpus):
-    conn = kbs.open_index()
-    triton = kbs.search(conn, "", symptoms=["tensor-cores-unused"], language="triton")
+    conn = index.open_index()
+    triton = search(conn, "", symptoms=["tensor-cores-unused"], language="triton")
     assert ids(triton)[0] == "triton-dot"
-    cutlass = kbs.search(conn, "", symptoms=["tensor-cores-unused"], language="cutlass", arch="sm90")
+    cutlass = search(conn, "", symptoms=["tensor-cores-unused"], language="cutlass", arch="sm90")
     assert ids(cutlass)[0] == "wgmma-page"
 
 
@@ -173,15 +175,15 @@ def test_ranking_rules(tmp_path, monkeypatch):
     write_page(root, "lead", symptoms=("register-spills", "memory-bound"), related=("linked",))
     write_page(root, "trail", symptoms=("memory-bound", "register-spills"))
     write_page(root, "only-triton", symptoms=("barrier-stalls",), languages=("triton",))
-    write_page(root, "all-languages", symptoms=("barrier-stalls",), languages=kbs.LANGUAGES)
+    write_page(root, "all-languages", symptoms=("barrier-stalls",), languages=vocab.LANGUAGES)
     write_page(root, "linked", symptoms=("tail-effect",))
     write_page(root, "unlinked", symptoms=("tail-effect",))
-    monkeypatch.setattr(kbs, "bundled_corpus", lambda: root)
+    monkeypatch.setattr(kbs_corpus, "bundled_corpus", lambda: root)
     monkeypatch.setenv("KERNEL_LOOP_CACHE", str(tmp_path / "cache"))
-    conn = kbs.open_index()
+    conn = index.open_index()
 
     def ranked(**kw) -> list[str]:
-        hits = kbs.search(conn, "", **kw)
+        hits = search(conn, "", **kw)
         assert hits[0]["score"] > hits[1]["score"]  # decided by the rule, not by the tie-break
         return ids(hits)
 
@@ -195,9 +197,9 @@ def test_ranking_rules(tmp_path, monkeypatch):
 
 
 def test_kind_is_a_hard_filter(corpus):
-    conn = kbs.open_index()
-    assert ids(kbs.search(conn, "", kind="pitfall")) == ["spill-fix"]
-    assert ids(kbs.search(conn, "loads tensor", kind="hardware")) == ["wgmma-page"]
+    conn = index.open_index()
+    assert ids(search(conn, "", kind="pitfall")) == ["spill-fix"]
+    assert ids(search(conn, "loads tensor", kind="hardware")) == ["wgmma-page"]
 
 
 def test_empty_terms_without_filters_is_usage_error(corpus, monkeypatch, capsys):
@@ -207,8 +209,8 @@ def test_empty_terms_without_filters_is_usage_error(corpus, monkeypatch, capsys)
 
 @pytest.mark.parametrize("terms", ['"a OR (', "NEAR(x y", "col:title*", "AND OR NOT", "💥 ü", "x" * 5000])
 def test_hostile_terms_do_not_crash(corpus, terms):
-    assert isinstance(kbs.search(kbs.open_index(), terms), list)  # words are quoted, syntax dropped
-    assert kbs.fts_expression('"a OR (') == '"a" OR "or"'
+    assert isinstance(search(index.open_index(), terms), list)  # words are quoted, syntax dropped
+    assert fts_expression('"a OR (') == '"a" OR "or"'
 
 
 def test_terms_without_words_need_a_filter(corpus, monkeypatch, capsys):
@@ -258,8 +260,8 @@ def test_get_page_and_unknown_id(corpus, monkeypatch, capsys):
     assert "local memory" in page["body"]
     assert run(["kbs", "get", "spill-fixx"], monkeypatch) == 2
     assert "spill-fix" in capsys.readouterr().err
-    assert kbs.get("vector-loads")["title"] == "Vector loads"  # the API report.py uses
-    assert kbs.get("no-such-page") is None
+    assert get("vector-loads")["title"] == "Vector loads"  # the API report.py uses
+    assert get("no-such-page") is None
 
 
 def test_stats_counts(corpus, monkeypatch, capsys):
@@ -282,7 +284,7 @@ def test_team_corpus_from_option_and_env(corpus, tmp_path, monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out) == []
     assert run(["kbs", "--corpus", str(team), "query", "prefetch", "--json"], monkeypatch) == 0
     assert ids(json.loads(capsys.readouterr().out)) == ["team-trick"]
-    monkeypatch.setenv(kbs.ENV_PATH, str(team))
+    monkeypatch.setenv(kbs_corpus.ENV_PATH, str(team))
     assert run(["kbs", "stats", "--json"], monkeypatch) == 0
     assert json.loads(capsys.readouterr().out)["pages"] == 6
 
@@ -344,57 +346,219 @@ def test_check_structure_problems(corpus, monkeypatch, capsys, tmp_path):
 
 def test_query_still_works_when_a_page_is_broken(corpus, capsys):
     (corpus / "broken-yaml.md").write_text("---\nid: [unclosed\n---\nbody\n", encoding="utf-8")
-    assert ids(kbs.search(kbs.open_index(), "register spills"))[0] == "spill-fix"
+    assert ids(search(index.open_index(), "register spills"))[0] == "spill-fix"
     assert "left out of the index" in capsys.readouterr().err
 
 
 def test_arch_of_cc():
-    assert kbs.arch_of_cc("9.0") == "sm90"
-    assert kbs.arch_of_cc("8.6") == "sm86"
-    assert kbs.arch_of_cc("8.7") == "sm86"
-    assert kbs.arch_of_cc("10.3") == "sm100"
-    assert kbs.arch_of_cc("12.0") == "sm120"
-    assert kbs.arch_of_cc(None) is None and kbs.arch_of_cc("banana") is None
+    assert evidence.arch_of_cc("9.0") == "sm90"
+    assert evidence.arch_of_cc("8.6") == "sm86"
+    assert evidence.arch_of_cc("8.7") == "sm86"
+    assert evidence.arch_of_cc("10.3") == "sm100"
+    assert evidence.arch_of_cc("12.0") == "sm120"
+    assert evidence.arch_of_cc(None) is None and evidence.arch_of_cc("banana") is None
+
+
+# --- multi-page files ---------------------------------------------------------------------------
+def line_of(text: str, needle: str) -> int:
+    """1-based number of the line just before the first line equal to ``needle`` (its '---')."""
+    return text.splitlines().index(needle)
+
+
+TRICKY_BODY = """Intro paragraph.
+
+---
+
+A horizontal rule above, and a code block that shows front matter below.
+
+```yaml
+---
+id: not-a-page
+title: shown as an example
+---
+```
+
+~~~
+---
+id: also-not-a-page
+~~~
+"""
+
+
+def test_split_file_on_id_lines_outside_fences():
+    text = page_text("first", body=TRICKY_BODY) + "\n" + page_text("second") + page_text("third")
+    pages = kbs_corpus.split_file(text)
+    assert [line for line, _ in pages] == [1, line_of(text, "id: second"), line_of(text, "id: third")]
+    assert "".join(part for _, part in pages) == text  # nothing lost, nothing repeated
+    fronts = [kbs_corpus.split_page(part)[0] for _, part in pages]
+    assert [f["id"] for f in fronts] == ["first", "second", "third"]
+    body = kbs_corpus.split_page(pages[0][1])[1]
+    assert "id: not-a-page" in body and "id: also-not-a-page" in body and "\n---\n\nA horizontal" in body
+
+
+def test_split_file_keeps_a_one_page_file_whole():
+    text = page_text("solo", body="Text.\n\n---\n\nMore text after a rule.\n")
+    assert kbs_corpus.split_file(text) == [(1, text)]
+    # the first page starts the file, whatever key its front matter begins with
+    title_first = text.replace("id: solo\n", "").replace("title:", "id: solo\ntitle:", 1)
+    title_first = title_first.replace("---\nid: solo\ntitle: Solo\n", "---\ntitle: Solo\nid: solo\n", 1)
+    assert title_first.startswith("---\ntitle: Solo\nid: solo\n")
+    assert kbs_corpus.split_file(title_first) == [(1, title_first)]
+    assert kbs_corpus.split_file("") == [(1, "")]
+
+
+def write_multi(root: Path, name: str, *pages: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / name
+    path.write_text("\n".join(pages), encoding="utf-8")
+    return path
+
+
+def test_multi_page_file_in_a_team_folder(corpus, tmp_path, monkeypatch, capsys):
+    team = tmp_path / "team"
+    path = write_multi(team, "our-notes.md",
+                       page_text("team-prefetch", title="Our prefetch trick", body=TRICKY_BODY),
+                       page_text("team-swizzle", title="Our swizzle trick", kind="pitfall",
+                                 related=("team-prefetch", "spill-fix")))
+    write_page(team, "team-single", title="A one-page team file")
+    assert run(["kbs", "--corpus", str(team), "check"], monkeypatch) == 0, capsys.readouterr().out
+    assert "OK, 8 pages in 2 corpus folder(s)" in capsys.readouterr().out
+    assert run(["kbs", "--corpus", str(team), "query", "swizzle", "--json"], monkeypatch) == 0
+    (hit,) = json.loads(capsys.readouterr().out)
+    text = path.read_text()
+    assert (hit["id"], hit["path"], hit["line"]) == ("team-swizzle", str(path), line_of(text, "id: team-swizzle"))
+    assert "id: not-a-page" in get("team-prefetch", [str(team)])["body"]  # the fenced example stays in
+    assert get("not-a-page", [str(team)]) is None
+
+
+def test_get_shows_file_and_line(corpus, tmp_path, monkeypatch, capsys):
+    team = tmp_path / "team"
+    path = write_multi(team, "notes.md", page_text("team-a"), page_text("team-b", title="The second page"))
+    line = line_of(path.read_text(), "id: team-b")
+    assert line > 1
+    assert run(["kbs", "get", "team-b", "--corpus", str(team)], monkeypatch) == 0
+    out = capsys.readouterr().out
+    assert f"path: {path}:{line}\n" in out and out.startswith("# The second page  (team-b)")
+    assert run(["kbs", "get", "team-b", "--corpus", str(team), "--json"], monkeypatch) == 0
+    page = json.loads(capsys.readouterr().out)
+    assert (page["path"], page["line"]) == (str(path), line)
+    assert run(["kbs", "get", "spill-fix"], monkeypatch) == 0  # a one-page file starts on line 1
+    assert f"path: {corpus / 'spill-fix.md'}:1\n" in capsys.readouterr().out
+
+
+def test_duplicate_ids_in_one_file(corpus, tmp_path, monkeypatch, capsys):
+    team = tmp_path / "team"
+    path = write_multi(team, "notes.md", page_text("twice", title="First twice"),
+                       page_text("once"), page_text("twice", title="Second twice"))
+    text = path.read_text()
+    lines = [i for i, ln in enumerate(text.splitlines()) if ln == "id: twice"]
+    first, second = (f"{path}:{n} (twice)" for n in lines)
+    assert run(["kbs", "--corpus", str(team), "check"], monkeypatch) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines() == [f"{second}: duplicate id 'twice' (also in {first})"]
+    assert get("twice", [str(team)])["title"] == "First twice"  # the index keeps the first
+    assert f"{second}: id 'twice' already used by {first}" in capsys.readouterr().err
+
+
+def test_multi_page_problems_name_the_file_line_and_id(corpus, tmp_path, monkeypatch, capsys):
+    team = tmp_path / "team"
+    path = write_multi(team, "pattern.md", page_text("good-one"), page_text("bad-one", confidence="rumour"),
+                       page_text("wrong-kind", kind="tool"), "---\nid: [broken\n---\nbody\n")
+    text = path.read_text()
+    assert run(["kbs", "--corpus", str(team), "check"], monkeypatch) == 1
+    out = capsys.readouterr().out.splitlines()
+    broken = len(text.splitlines()) - 3
+    assert out == [
+        f"{path}:{line_of(text, 'id: bad-one')} (bad-one): confidence 'rumour' is not one of "
+        "verified, source-reported, inferred, experimental",
+        f"{path}:{line_of(text, 'id: wrong-kind')} (wrong-kind): kind 'tool' differs from the kind the file "
+        "is named after ('pattern')",
+        f"{path}:{broken}: YAML does not parse: " + out[2].split("YAML does not parse: ")[1],
+    ]
+    # id equals the file name is a rule for one-page files only: no such problem was reported
+    assert not any("differs from the file name" in ln for ln in out)
+
+
+def test_unclosed_fence_is_reported(corpus, monkeypatch, capsys):
+    text = page_text("open-fence", body="Some code:\n\n```cuda\nint x = 0;\n")
+    path = corpus / "open-fence.md"
+    path.write_text(text, encoding="utf-8")
+    assert run(["kbs", "check"], monkeypatch) == 1
+    fence_line = text.splitlines().index("```cuda") + 1
+    assert f"{path}: the code fence on line {fence_line} is never closed" in capsys.readouterr().out
+
+
+def test_index_is_rebuilt_when_a_page_inside_a_multi_page_file_changes(corpus, tmp_path, monkeypatch):
+    team = tmp_path / "team"
+    path = write_multi(team, "notes.md", page_text("team-a"), page_text("team-b", body="Plain words."))
+    assert search(index.open_index([str(team)]), "zeppelin") == []
+    path.write_text(path.read_text().replace("Plain words.", "A zeppelin of words."), encoding="utf-8")
+    assert [h["id"] for h in search(index.open_index([str(team)]), "zeppelin")] == ["team-b"]
+    assert len(list(cache_dir("kbs").glob("index-*.sqlite"))) == 2
+
+
+# --- schema -------------------------------------------------------------------------------------
+def test_schema_json(monkeypatch, capsys):
+    assert run(["kbs", "schema", "--json"], monkeypatch) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["required_keys"] == ["id", "title", "kind", "symptoms", "architectures", "languages",
+                                     "kernel_types", "confidence", "sources"]
+    assert data["optional_keys"] == ["tags", "perf_claims", "related"]
+    assert set(data["keys"]) == set(data["required_keys"]) | set(data["optional_keys"])
+    voc = data["vocabularies"]
+    assert voc["kind"] == list(vocab.KBS_KINDS) and voc["architectures"] == list(vocab.ARCHITECTURES)
+    assert voc["languages"] == list(vocab.LANGUAGES) and voc["kernel_types"] == list(vocab.KERNEL_TYPES)
+    assert voc["confidence"] == list(vocab.CONFIDENCE)
+    assert sorted(voc["symptoms"]) == sorted(vocab.all_tags()) and voc["symptoms"][0] == "memory-bound"
+    assert "'id:'" in data["layout"]
+
+
+def test_schema_text(monkeypatch, capsys):
+    assert run(["kbs", "schema"], monkeypatch) == 0
+    out = capsys.readouterr().out
+    required = out.split("required keys:\n")[1].split("\n\n")[0]
+    assert [ln.split()[0] for ln in required.splitlines()][:2] == ["id", "title"]
+    assert "perf_claims" in out.split("optional keys:\n")[1].split("\n\n")[0]
+    assert f"  kinds: {', '.join(vocab.KBS_KINDS)}\n" in out
+    assert f"  kernel types: {', '.join(vocab.KERNEL_TYPES)}\n" in out
+    assert "uncoalesced-global" in out.split("symptom tags: ")[1].splitlines()[0]
 
 
 # --- the bundled corpus -------------------------------------------------------------------------
-BUNDLED = kbs.bundled_corpus()
-bundled_ready = pytest.mark.skipif(
-    len(list(BUNDLED.glob("*.md"))) < 60, reason="the bundled corpus has fewer than 60 pages so far"
-)
+BUNDLED = kbs_corpus.bundled_corpus()
 
 
-@bundled_ready
-def test_bundled_corpus_passes_check(monkeypatch, capsys):
-    monkeypatch.delenv(kbs.ENV_PATH, raising=False)
+def test_bundled_corpus_is_one_file_per_kind_and_passes_check(monkeypatch, capsys):
+    monkeypatch.delenv(kbs_corpus.ENV_PATH, raising=False)
+    assert sorted(p.name for p in BUNDLED.glob("*.md")) == sorted(f"{k}.md" for k in vocab.KBS_KINDS)
     rc = run(["kbs", "check"], monkeypatch)
-    assert rc == 0, capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    n = int(out.split("OK, ")[1].split()[0])
+    assert n >= 85 and out.strip().endswith("pages in 1 corpus folder(s)"), out
 
 
 @pytest.fixture
 def bundled(monkeypatch):
-    monkeypatch.delenv(kbs.ENV_PATH, raising=False)
-    return kbs.open_index()
+    monkeypatch.delenv(kbs_corpus.ENV_PATH, raising=False)
+    return index.open_index()
 
 
 # each symptom query both as 'kbs evidence' runs it (the tags as terms too) and with filters only
-@bundled_ready
 @pytest.mark.parametrize("with_terms", [True, False])
 def test_bundled_memory_bound_uncoalesced(bundled, with_terms):
     tags = ["memory-bound", "uncoalesced-global"]
-    hits = kbs.search(bundled, " ".join(tags) if with_terms else "", symptoms=tags)
+    hits = search(bundled, " ".join(tags) if with_terms else "", symptoms=tags)
     assert {"coalesce-global-access", "vectorized-access"} <= set(ids(hits)[:3]), ids(hits)
 
 
-@bundled_ready
 @pytest.mark.parametrize("with_terms", [True, False])
 def test_bundled_register_spills(bundled, with_terms):
     tags = ["register-spills", "occupancy-limited-registers"]
-    hits = kbs.search(bundled, " ".join(tags) if with_terms else "", symptoms=tags)
+    hits = search(bundled, " ".join(tags) if with_terms else "", symptoms=tags)
     assert set(ids(hits)[:2]) == {"register-spills", "register-pressure-occupancy"}, ids(hits)
 
 
-@bundled_ready
 def test_bundled_triton_gemm_on_hopper(bundled, monkeypatch, capsys):
     argv = ["kbs", "query", "gemm", "--symptom", "tensor-cores-unused", "--arch", "sm90", "--language", "triton",
             "--kernel-type", "gemm", "--json"]

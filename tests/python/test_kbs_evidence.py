@@ -11,7 +11,9 @@ import pytest
 import runfixture
 from conftest import FIXTURES
 from kernel_loop import vocab as symptoms
-from kernel_loop.steps import kbs
+from kernel_loop.kbs import corpus as kbs_corpus
+from kernel_loop.kbs.evidence import EVIDENCE_HITS
+from kernel_loop.prose import TODO
 from test_kbs import make_corpus, run
 
 HEADINGS = ["# KBS Evidence - v0", "## NCU Facts", "## Queries", "## Selected Evidence",
@@ -41,10 +43,10 @@ def assert_draft_shape(text: str) -> dict[str, str]:
     assert [h for h, _ in secs] == HEADINGS
     body = dict(secs)
     for heading in HEADINGS[1:3]:
-        assert body[heading] and kbs.TODO not in body[heading], heading
-    assert kbs.TODO in body["## Selected Evidence"]
+        assert body[heading] and TODO not in body[heading], heading
+    assert TODO in body["## Selected Evidence"]
     for heading in HEADINGS[4:]:
-        assert body[heading].startswith(kbs.TODO), heading
+        assert body[heading].startswith(TODO), heading
     return body
 
 
@@ -99,7 +101,7 @@ def test_candidates_are_not_selected_until_the_agent_cites_them(tmp_path, monkey
     hits = hypothesis.query_hits(measured_run / "v0")
     assert len(hits) >= 3 and hypothesis.selected_ids(draft.read_text(), hits) == []
     chosen = hits[1]
-    text = draft.read_text().replace(kbs.TODO, f"kbs:{chosen} explains the measured DRAM throughput", 1)
+    text = draft.read_text().replace(TODO, f"kbs:{chosen} explains the measured DRAM throughput", 1)
     assert hypothesis.selected_ids(text, hits) == [chosen]
 
 
@@ -110,7 +112,7 @@ def test_logged_commands_reproduce_their_hits(tmp_path, monkeypatch, capsys, mea
     for q in queries_log(measured_run):
         argv = shlex.split(q["command"])
         assert argv[0] == "kernel-loop"
-        assert run(argv[1:] + ["--limit", str(kbs.EVIDENCE_HITS), "--json"], monkeypatch) == 0
+        assert run(argv[1:] + ["--limit", str(EVIDENCE_HITS), "--json"], monkeypatch) == 0
         assert [h["id"] for h in json.loads(capsys.readouterr().out)] == q["hits"]
 
 
@@ -121,7 +123,7 @@ def test_draft_is_rewritten_until_filled_then_protected(tmp_path, monkeypatch, c
     assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 0  # markers left: redraft
     assert len(queries_log(measured_run)) == 4  # appended, never truncated
 
-    filled = draft.read_text().replace(kbs.TODO, "Chosen by the agent")
+    filled = draft.read_text().replace(TODO, "Chosen by the agent")
     draft.write_text(filled)
     capsys.readouterr()
     assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 2
@@ -129,7 +131,7 @@ def test_draft_is_rewritten_until_filled_then_protected(tmp_path, monkeypatch, c
     assert draft.read_text() == filled and len(queries_log(measured_run)) == 4
 
     assert run(["kbs", "evidence", str(measured_run), "--force"], monkeypatch) == 0
-    assert kbs.TODO in draft.read_text()
+    assert TODO in draft.read_text()
 
 
 def test_evidence_needs_ncu_json(tmp_path, monkeypatch, capsys):
@@ -146,7 +148,7 @@ def test_evidence_on_the_real_h100_softmax_profile(tmp_path, monkeypatch, capsys
     profile = pytest.importorskip("kernel_loop.steps.profile")
     if not hasattr(profile, "build_profile"):
         pytest.skip("kernel_loop.steps.profile.build_profile is not there yet")
-    monkeypatch.delenv(kbs.ENV_PATH, raising=False)
+    monkeypatch.delenv(kbs_corpus.ENV_PATH, raising=False)
     raw = (FIXTURES / "ncu" / "softmax_triton_detailed_raw.csv").read_text()
     details = (FIXTURES / "ncu" / "softmax_triton_detailed_details.csv").read_text()
     out = runfixture.write_run(tmp_path / "run")
@@ -168,7 +170,7 @@ def test_evidence_on_the_real_h100_softmax_profile(tmp_path, monkeypatch, capsys
         assert f"- `{s['tag']}`: measured" in body["## NCU Facts"]
     assert all(pid in printed for x in log for pid in x["hits"])
 
-    draft.write_text(draft.read_text().replace(kbs.TODO, "The agent's own reasoning goes here."))
+    draft.write_text(draft.read_text().replace(TODO, "The agent's own reasoning goes here."))
     filled = dict(sections(draft.read_text()))
     assert list(filled) == HEADINGS and all(filled[h] for h in HEADINGS[1:])
     assert run(["kbs", "evidence", str(out)], monkeypatch) == 2
@@ -177,8 +179,8 @@ def test_evidence_on_the_real_h100_softmax_profile(tmp_path, monkeypatch, capsys
 def test_draft_when_no_page_matches(tmp_path, monkeypatch, measured_run):
     empty = tmp_path / "empty-corpus"
     empty.mkdir()
-    monkeypatch.setattr(kbs, "bundled_corpus", lambda: empty)
-    monkeypatch.delenv(kbs.ENV_PATH, raising=False)
+    monkeypatch.setattr(kbs_corpus, "bundled_corpus", lambda: empty)
+    monkeypatch.delenv(kbs_corpus.ENV_PATH, raising=False)
     assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 0
     body = assert_draft_shape((measured_run / "v0" / "kbs_evidence.md").read_text())
     assert body["## Queries"].count("No page matched this query.") == 2

@@ -1,0 +1,171 @@
+"""The ``vK/kbs_evidence.md`` draft: the two required queries from ncu.json, and the template.
+
+``draft_evidence`` reads the current version's ncu.json and run.json, runs
+
+* the ``kernel`` query: the kernel's name, type and language as terms, filtered on the
+  architecture, language and kernel type;
+* the ``bottleneck`` query: the bottleneck class and the fired symptom tags (in diagnostic
+  order, ``vocab.by_priority``) as terms and as symptom filters, with the same filters;
+
+logs both to ``vK/kbs_queries.jsonl`` and renders ``kbs_evidence.md.j2`` with the measured
+facts, both queries and their candidate pages, leaving ``TODO`` markers for the agent.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from .. import provenance, vocab
+from ..common import UsageError, atomic_write_text, read_json, sha256_text, warn
+from ..prose import TODO
+from ..rundir import RunDir
+from ..sidecars import KBS_EVIDENCE, NCU_JSON
+from ..templating import fmt, render
+from .index import open_index
+from .search import filters_of, log_query, query_command, search
+
+KEY_METRICS = ("duration_us", "sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct",
+               "l1_hit_rate_pct", "l2_hit_rate_pct", "achieved_occupancy_pct", "theoretical_occupancy_pct",
+               "registers_per_thread", "block_size", "grid_size", "waves_per_sm", "issue_active",
+               "sectors_per_request_ld", "sectors_per_request_st", "local_spill_requests",
+               "tensor_pipe_pct", "fma_pipe_pct")
+MAX_BOTTLENECK_TAGS = 6
+EVIDENCE_HITS = 5
+
+
+def arch_of_cc(cc: Any) -> str | None:
+    """Compute capability "9.0" -> sm90; an unlisted minor falls back to the family's listed arch."""
+    m = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", str(cc or ""))
+    if not m:
+        return None
+    major, minor = int(m.group(1)), int(m.group(2))
+    same_family = [a for a in vocab.ARCHITECTURES
+                   if a.startswith(f"sm{major}") and len(a) == len(f"sm{major}") + 1]
+    exact = f"sm{major}{minor}"
+    if exact in vocab.ARCHITECTURES:
+        return exact
+    lower = [a for a in same_family if int(a[-1]) <= minor]
+    return lower[-1] if lower else None
+
+
+def _why(hit: dict[str, Any], filters: dict[str, Any]) -> list[str]:
+    reasons = []
+    if hit["matched_symptoms"]:
+        reasons.append("lists the measured symptom(s) " + ", ".join(hit["matched_symptoms"]))
+    for key, field, label in (("arch", "architectures", "covers"), ("language", "languages", "covers"),
+                              ("kernel_type", "kernel_types", "covers kernel type")):
+        if filters.get(key) and filters[key] in hit[field]:
+            reasons.append(f"{label} {filters[key]}")
+    return reasons or ["matches the query text"]
+
+
+def _dedupe_words(text: str) -> str:
+    return " ".join(dict.fromkeys(text.split()))
+
+
+def _run_queries(rd: RunDir, ncu: dict[str, Any], cfg: Any, arch: str | None,
+                 corpus: list[str]) -> list[dict[str, Any]]:
+    """The kernel and bottleneck queries, each logged; their terms, filters, command and hits."""
+    ktype = cfg.kernel_type if cfg.kernel_type in vocab.KERNEL_TYPES else None
+    impl = cfg.impl if cfg.impl in vocab.LANGUAGES else None
+    fired = [s for s in ncu.get("symptoms") or [] if isinstance(s, dict) and s.get("tag")]
+    tags = [t for t in [ncu.get("bottleneck")] + [s["tag"] for s in fired] if t and vocab.is_known(t)]
+    tags = vocab.by_priority(tags)[:MAX_BOTTLENECK_TAGS]
+
+    conn = open_index(corpus)
+    queries = []
+    specs = [
+        ("kernel", _dedupe_words(" ".join(str(getattr(cfg, key) or "") for key in ("kernel", "kernel_type", "impl"))),
+         filters_of(arch=arch, language=impl, kernel_type=ktype)),
+        ("bottleneck", " ".join(tags), filters_of(symptoms=tags, arch=arch, language=impl, kernel_type=ktype)),
+    ]
+    for purpose, terms, filters in specs:
+        hits = search(conn, terms, symptoms=filters.get("symptoms", ()), arch=filters.get("arch"),
+                      language=filters.get("language"), kernel_type=filters.get("kernel_type"),
+                      limit=EVIDENCE_HITS) if (terms or filters) else []
+        command = query_command(terms, filters, corpus)
+        log_query(rd, purpose, terms, filters, hits, command)
+        queries.append({"purpose": purpose, "terms": terms, "filters": filters, "command": command,
+                        "hits": hits})
+    return queries
+
+
+def _candidates(queries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every page either query returned, once, with the reasons and the queries that found it."""
+    candidates: dict[str, dict[str, Any]] = {}
+    for q in queries:
+        for h in q["hits"]:
+            c = candidates.setdefault(h["id"], {**h, "why": [], "queries": []})
+            c["queries"].append(q["purpose"])
+            c["why"].extend(_why(h, q["filters"]))
+    for c in candidates.values():
+        c["why"] = "; ".join(dict.fromkeys(c["why"]))  # a reason both queries give is said once
+        c["urls"] = [s.get("url") for s in c["sources"] if s.get("url")]
+    return list(candidates.values())
+
+
+def draft_evidence(rd: RunDir, *, corpus: list[str], force: bool = False) -> tuple[Path, list[dict]]:
+    """Run the kernel and bottleneck queries, log them, write vK/kbs_evidence.md; returns (path, queries)."""
+    k = rd.current_version()
+    vdir = rd.vdir(k)
+    ncu_path = vdir / NCU_JSON
+    if not ncu_path.is_file():
+        raise UsageError(f"{ncu_path} does not exist: run 'kernel-loop profile {rd.root}' first")
+    target = vdir / KBS_EVIDENCE
+    if target.exists() and not force and not is_untouched_draft(target.read_text(encoding="utf-8")):
+        raise UsageError(f"{target} holds text you wrote (it differs from the helper's draft); refusing to "
+                         "redraft it and lose that text. Keep it, or pass --force to redraft from the current "
+                         "profile (the required queries are then logged again)")
+    ncu, cfg = read_json(ncu_path), rd.config()
+    if ncu.get("kernel_sha256") is not None:
+        provenance.require_same_kernel(ncu_path, ncu, rd.kernel_file(k), "profile")
+    gpu = ncu.get("gpu") or {}
+    arch = arch_of_cc(gpu.get("cc"))
+    if arch is None:
+        warn(f"ncu.json gives compute capability {gpu.get('cc')!r}, which maps to no known architecture; "
+             "queries run without --arch")
+    queries = _run_queries(rd, ncu, cfg, arch, corpus)
+    fired = [s for s in ncu.get("symptoms") or [] if isinstance(s, dict) and s.get("tag")]
+
+    metrics = ncu.get("metrics") or {}
+    key_metrics = [(m, fmt(metrics[m])) for m in KEY_METRICS if metrics.get(m) is not None]
+    timing = ncu.get("timing") or {}
+    if timing.get("median_us") is not None:
+        key_metrics.insert(0, (f"timing.median_us ({timing.get('method', 'timed')})",
+                               fmt(timing["median_us"])))
+    fired_view = [{
+        "tag": s["tag"],
+        "measured": ", ".join(f"`{m}` = {fmt(v)}" for m, v in (s.get("metrics") or {}).items()),
+        "thresholds": ", ".join(f"`{m}` {t}" for m, t in (s.get("thresholds") or {}).items()),
+        "why": s.get("why") or vocab.SYMPTOMS.get(s["tag"], {}).get("summary", ""),
+    } for s in fired]
+
+    text = render(
+        "kbs_evidence.md.j2", k=k, todo=TODO, gpu=gpu, arch=arch, cfg=cfg, bottleneck=ncu.get("bottleneck"),
+        bottleneck_why=vocab.BOTTLENECK_CLASSES.get(ncu.get("bottleneck") or "", ""),
+        n_kernels=len(ncu.get("kernels") or []), key_metrics=key_metrics, fired=fired_view,
+        queries=queries, candidates=_candidates(queries),
+    )
+    atomic_write_text(target, mark_draft(text))
+    return target, queries
+
+
+DRAFT_MARK = "<!-- kernel-loop draft {} -->"
+_DRAFT_RE = re.compile(r"^<!-- kernel-loop draft ([0-9a-f]{64}) -->\n", re.M)
+
+
+def mark_draft(text: str) -> str:
+    """The draft with a comment under its title holding the hash of the rest: ``is_untouched_draft`` can then
+    tell a draft nobody edited (safe to redraft) from one that holds the agent's text."""
+    title, _, rest = text.partition("\n")
+    return f"{title}\n{DRAFT_MARK.format(sha256_text(rest))}\n{rest}"
+
+
+def is_untouched_draft(text: str) -> bool:
+    m = _DRAFT_RE.search(text)
+    if not m:
+        return False
+    title, _, rest = (text[:m.start()] + text[m.end():]).partition("\n")
+    return sha256_text(rest) == m.group(1) and title.startswith("# KBS Evidence")

@@ -1,0 +1,94 @@
+"""The KBS page schema: the front-matter keys a page has and the vocabularies they take.
+
+Every page starts with YAML front matter between two ``---`` lines.  The required keys must be
+present and non-empty (``symptoms`` may be an explicit empty list, for overview pages that match
+no measured symptom); the optional keys may be left out.  List keys take names from the shared
+vocabularies of ``vocab.py``; ``tags`` and ``related`` are free (``related`` must name pages).
+``kbs check`` enforces all of it; ``kernel-loop kbs schema`` prints it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .. import vocab
+
+REQUIRED_KEYS = ("id", "title", "kind", "symptoms", "architectures", "languages", "kernel_types",
+                 "confidence", "sources")
+OPTIONAL_KEYS = ("tags", "perf_claims", "related")
+
+# what each key holds, as ``kbs schema`` prints it
+KEY_HELP: dict[str, str] = {
+    "id": "kebab-case page id, unique across every corpus folder; a file holding one page is "
+    "named <id>.md",
+    "title": "one-line title",
+    "kind": "one of the kinds",
+    "symptoms": "list of symptom tags or bottleneck classes the page helps with, the main ones "
+    "first ([] for an overview page)",
+    "architectures": "list of GPU architectures the advice holds on",
+    "languages": "list of implementation languages the advice holds for",
+    "kernel_types": "list of kernel families ('any' for advice that holds for every family)",
+    "confidence": "one of the confidence levels",
+    "sources": "list of {url: http(s) address, supports: what the source backs up}",
+    "tags": "list of free keywords",
+    "perf_claims": "list of {gpu, metric, value, source}: measured numbers the page quotes",
+    "related": "list of ids of related pages",
+}
+
+# list-valued keys and the vocabulary each must come from (None: free words)
+LIST_VOCABS: dict[str, tuple[str, ...] | None] = {
+    "symptoms": None,  # the symptom tags of vocab.py, filled in by ``list_vocabs``
+    "architectures": vocab.ARCHITECTURES,
+    "languages": vocab.LANGUAGES,
+    "kernel_types": vocab.KERNEL_TYPES,
+    "tags": None,
+    "related": None,
+}
+
+ID_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+LINK_RE = re.compile(r"\]\(kbs:([^)\s]*)\)")
+URL_RE = re.compile(r"^https?://\S+$")
+MIN_BODY_CHARS = 200
+CLAIM_KEYS = ("gpu", "metric", "value", "source")
+
+
+def symptom_tags() -> tuple[str, ...]:
+    """Every name a page may list under ``symptoms``: bottleneck classes, then symptom tags."""
+    return (*vocab.BOTTLENECK_CLASSES, *vocab.SYMPTOMS)
+
+
+def list_vocabs() -> dict[str, tuple[str, ...] | None]:
+    """LIST_VOCABS with the symptom vocabulary filled in (sorted, for close-match suggestions)."""
+    return {**LIST_VOCABS, "symptoms": tuple(sorted(vocab.all_tags()))}
+
+
+def as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def body_links(body: str) -> list[str]:
+    """The page ids a body links to as ``[text](kbs:id)``."""
+    return LINK_RE.findall(body)
+
+
+def describe() -> dict[str, Any]:
+    """The schema and its vocabularies as data (``kbs schema --json``)."""
+    return {
+        "required_keys": list(REQUIRED_KEYS),
+        "optional_keys": list(OPTIONAL_KEYS),
+        "keys": dict(KEY_HELP),
+        "min_body_chars": MIN_BODY_CHARS,
+        "vocabularies": {
+            "kind": list(vocab.KBS_KINDS),
+            "architectures": list(vocab.ARCHITECTURES),
+            "languages": list(vocab.LANGUAGES),
+            "kernel_types": list(vocab.KERNEL_TYPES),
+            "confidence": list(vocab.CONFIDENCE),
+            "symptoms": list(symptom_tags()),
+        },
+    }

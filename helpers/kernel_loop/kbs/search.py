@@ -1,0 +1,237 @@
+"""Ranked KBS search, one page by id, corpus counts, and the query log of a run.
+
+Ranking (``search``): FTS5 ``bm25()`` over id+title (weight 10), tags (4), symptoms (4),
+kind / languages / kernel types / architectures (2) and body (1), scaled so the best text
+match scores 1.  Filters are soft boosts added on top, so a page matching more of them ranks
+higher and one matching none can still rank on its text:
+
+* ``symptoms``: the share of the given symptoms the page lists, each weighted by its rarity
+  in the corpus (idf), plus a bonus when they lead the page's list (pages list their main
+  symptoms first);
+* ``arch`` / ``language`` / ``kernel_type``: a match, more for a page specific to the
+  value; when one is not given, pages that apply broadly get a small edge instead;
+* ``tags``: the share of the given tags the page lists;
+* always: a small prior for pages that many other pages link to.
+
+``kind`` is the one hard filter.  Ties go to the more confident page, then to the smaller id.
+
+Every query a run relies on is appended to ``vK/kbs_queries.jsonl`` with the exact command that
+re-runs it (``log_query``, ``query_command``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+import sqlite3
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from .. import vocab
+from ..common import UsageError, now_iso
+from ..rundir import RunDir
+from ..sidecars import KBS_QUERIES
+from .index import BM25_WEIGHTS, FTS_COLUMNS, all_pages, open_index, page_row
+from .schema import as_list
+
+# soft-filter boosts, in units of the best text match (which scores 1)
+W_SYMPTOMS, W_FOCUS, W_ARCH, W_LANG, W_KTYPE, W_TAG, W_LINKS = 2.0, 0.5, 0.3, 0.5, 0.5, 0.5, 0.2
+SPECIFIC_SYMPTOMS = 5  # pages listing more symptoms than this get a damped symptom boost
+GENERALITY = 0.3  # share of a filter's weight that broad pages get when that filter is not given
+CONFIDENCE_RANK = {c: i for i, c in enumerate(vocab.CONFIDENCE)}
+PURPOSES = ("kernel", "bottleneck", "extra")
+
+
+def fts_expression(terms: str) -> str:
+    """User text as a safe FTS5 query: every word quoted as a string, ORed together."""
+    words: list[str] = []
+    for w in re.findall(r"\w+", terms.lower()):
+        if w not in words:
+            words.append(w)
+    return " OR ".join(f'"{w}"' for w in words[:64])
+
+
+def _first_sentences(body: str, limit: int = 220) -> str:
+    lines = [ln for ln in body.splitlines() if ln.strip() and not ln.lstrip().startswith(("#", "```", "|"))]
+    text = " ".join(" ".join(lines).split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    end = max(cut.rfind(". "), cut.rfind("; "))
+    return cut[: end + 1] if end > limit // 3 else cut.rstrip() + " ..."
+
+
+def _focus(positions: list[int]) -> float:
+    """1.0 when the matched symptoms lead the page's list (pages list their main symptoms first)."""
+    if not positions:
+        return 0.0
+    ideal = sum(1.0 / (1 + i) for i in range(len(positions)))
+    return sum(1.0 / (1 + p) for p in positions) / ideal
+
+
+def _specificity(n_page_symptoms: int) -> float:
+    """Pages keyed by many symptoms are less specific advice: damp their symptom boost."""
+    return min(1.0, math.sqrt(SPECIFIC_SYMPTOMS / max(n_page_symptoms, 1)))
+
+
+def _fit(wanted: str | None, values: list[str], vocabulary: tuple[str, ...]) -> float:
+    """How well a page's architectures / languages / kernel types fit one filter (0..1).
+
+    With the filter given, a match scores 0.6 plus up to 0.4 for being specific (a page about
+    this language only beats one listing all four); kernel type ``any`` counts as a broad match.
+    Without it, a small generality score (the share of the vocabulary the page covers), so
+    advice that holds everywhere comes before advice for one language or one kernel type.
+    """
+    if wanted:
+        if wanted in values:
+            return 0.6 + 0.4 / len(values)
+        return 0.6 if "any" in values else 0.0
+    breadth = 1.0 if "any" in values else len(set(values) & set(vocabulary)) / len(vocabulary)
+    return GENERALITY * breadth
+
+
+def search(
+    conn: sqlite3.Connection,
+    terms: str = "",
+    *,
+    symptoms: list[str] | tuple[str, ...] = (),
+    arch: str | None = None,
+    language: str | None = None,
+    kernel_type: str | None = None,
+    kind: str | None = None,
+    tags: list[str] | tuple[str, ...] = (),
+    limit: int = 10,
+) -> list[dict[str, Any]]:
+    """Ranked hits; see the module docstring for the scoring."""
+    expr = fts_expression(terms or "")
+    symptoms = list(dict.fromkeys(symptoms))
+    soft = bool(symptoms or arch or language or kernel_type or tags)
+    if not expr and not (soft or kind):
+        raise UsageError("give search terms or at least one filter (--symptom, --arch, --language, "
+                         "--kernel-type, --kind, --tag)")
+    pages = all_pages(conn)
+    text: dict[int, float] = {}
+    if expr:
+        sql = f"SELECT rowid, bm25(pages_fts, {', '.join(map(str, BM25_WEIGHTS))}) FROM pages_fts WHERE pages_fts MATCH ?"
+        text = {rowid: -rank for rowid, rank in conn.execute(sql, (expr,))}
+    best_text = max(text.values(), default=0.0) or 1.0
+    df = Counter(s for p in pages for s in set(as_list(p.get("symptoms"))))
+    # rarer symptoms weigh more, and so do the ones named first (callers list the main one first)
+    idf = {s: math.log(1.0 + len(pages) / max(df[s], 1)) / (1.0 + 0.25 * i) for i, s in enumerate(symptoms)}
+    sym_total = sum(idf.values()) or 1.0
+    max_links = math.log1p(max((p["inlinks"] for p in pages), default=0)) or 1.0
+    dims = ((W_ARCH, arch, "architectures", vocab.ARCHITECTURES),
+            (W_LANG, language, "languages", vocab.LANGUAGES),
+            (W_KTYPE, kernel_type, "kernel_types", vocab.KERNEL_TYPES))
+
+    hits = []
+    for p in pages:
+        if kind and p.get("kind") != kind:
+            continue
+        page_syms = as_list(p.get("symptoms"))
+        matched = [s for s in symptoms if s in page_syms]
+        boosts = [
+            W_SYMPTOMS * sum(idf[s] for s in matched) / sym_total * _specificity(len(page_syms)),
+            W_FOCUS * _focus([page_syms.index(s) for s in matched]),
+            W_TAG * len(set(tags) & set(as_list(p.get("tags")))) / max(len(tags), 1),
+            sum(w * _fit(v, as_list(p.get(field)), voc) for w, v, field, voc in dims if v),
+        ]
+        t = text.get(p["rowid"], 0.0) / best_text
+        if not (t > 0 or any(boosts) or (not expr and not soft)):
+            continue
+        boosts.append(sum(w * _fit(None, as_list(p.get(field)), voc) for w, v, field, voc in dims if not v))
+        boosts.append(W_LINKS * math.log1p(p["inlinks"]) / max_links)
+        hits.append({
+            "id": p["id"],
+            "title": str(p.get("title", "")),
+            "kind": p.get("kind"),
+            "score": round(t + sum(boosts), 3),
+            "confidence": p.get("confidence"),
+            "symptoms": page_syms,
+            "matched_symptoms": matched,
+            "architectures": as_list(p.get("architectures")),
+            "languages": as_list(p.get("languages")),
+            "kernel_types": as_list(p.get("kernel_types")),
+            "sources": [s for s in (p.get("sources") or []) if isinstance(s, dict)],
+            "path": p["path"],
+            "line": p["line"],
+            "_rowid": p["rowid"],
+            "_body": p["body"],
+        })
+    hits.sort(key=lambda h: (-h["score"], CONFIDENCE_RANK.get(h["confidence"], 9), h["id"]))
+    hits = hits[: max(limit, 0)]
+    snippets: dict[int, str] = {}
+    if expr and hits:
+        rowids = [h["_rowid"] for h in hits]
+        sql = (f"SELECT rowid, snippet(pages_fts, {FTS_COLUMNS.index('body')}, '**', '**', ' ... ', 24) "
+               f"FROM pages_fts WHERE pages_fts MATCH ? AND rowid IN ({', '.join('?' * len(rowids))})")
+        snippets = {r: s for r, s in conn.execute(sql, (expr, *rowids))}
+    for h in hits:
+        snip = " ".join(re.sub(r"(?m)^\s*#+\s+", "", snippets.get(h["_rowid"], "")).split())
+        h["excerpt"] = snip if "**" in snip else _first_sentences(h["_body"])
+        del h["_rowid"], h["_body"]
+    return hits
+
+
+def get(page_id: str, extra_roots: list[str] | None = None) -> dict[str, Any] | None:
+    """One page: its front matter plus ``path``, ``line`` and ``body``; None when no page has that id."""
+    conn = open_index(extra_roots)
+    try:
+        return page_row(conn, page_id)
+    finally:
+        conn.close()
+
+
+def corpus_stats(pages: list[dict[str, Any]]) -> dict[str, Any]:
+    """Page counts by kind, symptom, architecture, language, kernel type and confidence."""
+    out: dict[str, Any] = {"pages": len(pages)}
+    for key, field in (("kind", "kind"), ("symptom", "symptoms"), ("architecture", "architectures"),
+                       ("language", "languages"), ("kernel_type", "kernel_types"), ("confidence", "confidence")):
+        counts = Counter(v for p in pages for v in as_list(p.get(field)))
+        out[key] = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return out
+
+
+# --- the query log ---------------------------------------------------------------------------
+def filters_of(symptoms=(), arch=None, language=None, kernel_type=None, kind=None, tags=()) -> dict[str, Any]:
+    """The filters that were given, as logged in kbs_queries.jsonl."""
+    given = {"symptoms": list(symptoms), "arch": arch, "language": language,
+             "kernel_type": kernel_type, "kind": kind, "tags": list(tags)}
+    return {k: v for k, v in given.items() if v}
+
+
+def _quote(s: str) -> str:
+    return f'"{s}"' if re.fullmatch(r"[\w .,:+/=-]*", s) else shlex.quote(s)
+
+
+def query_command(terms: str, filters: dict[str, Any], corpus: list[str]) -> str:
+    """The exact command that re-runs a query."""
+    parts = ["kernel-loop", "kbs"]
+    for c in corpus:
+        parts += ["--corpus", shlex.quote(c)]
+    parts += ["query", _quote(terms)]
+    for s in filters.get("symptoms", []):
+        parts += ["--symptom", s]
+    for key in ("arch", "language", "kernel_type", "kind"):
+        if filters.get(key):
+            parts += [f"--{key.replace('_', '-')}", filters[key]]
+    for t in filters.get("tags", []):
+        parts += ["--tag", _quote(t)]
+    return " ".join(parts)
+
+
+def log_query(rd: RunDir, purpose: str, terms: str, filters: dict[str, Any], hits: list[dict],
+              command: str) -> Path:
+    """Append one line to vK/kbs_queries.jsonl of the run's current version."""
+    vdir = rd.vdir(rd.current_version())
+    if not vdir.is_dir():
+        raise UsageError(f"{vdir} does not exist: cannot log the query there")
+    path = vdir / KBS_QUERIES
+    line = {"purpose": purpose, "query": terms, "filters": filters, "hits": [h["id"] for h in hits],
+            "time": now_iso(), "command": command}
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(line) + "\n")
+    return path
