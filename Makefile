@@ -1,17 +1,18 @@
 # kernel-loop: `make demo` runs the bundled example, `make test` runs every check.
-# Both create the local tool environments on first use (.venv for Python, node_modules for bats).
+# Both create the local tool environments on first use (.venv for Python, node_modules for bats and skillmds).
 
 VENV      := .venv
 PY        := $(VENV)/bin/python
 BATS      := node_modules/bats/bin/bats
 export BATS_LIB_PATH := $(CURDIR)/node_modules
 
-.PHONY: demo test setup lint skill-check kbs-check bats pytest gpu-test clean
+.PHONY: demo test setup lint skill-check kbs-check bats pytest skill-pack gpu-test clean \
+        install-skill examples-unpack examples-pack
 
 demo: $(VENV)/.ready
 	$(PY) helpers/kloop.py demo
 
-test: setup lint skill-check kbs-check bats pytest
+test: setup lint skill-check kbs-check bats pytest skill-pack
 
 setup: $(VENV)/.ready node_modules/.ready
 
@@ -26,7 +27,7 @@ node_modules/.ready: package.json package-lock.json
 	touch $@
 
 lint: setup
-	$(VENV)/bin/shellcheck -x scripts/*.sh .ci/run tests/validate_skill.sh tests/gate/*.bash
+	$(VENV)/bin/shellcheck -x scripts/*.sh .ci/run tests/validate_skill.sh tests/skill_pack.sh tests/gate/*.bash
 	$(VENV)/bin/shellcheck -x --shell=bash tests/gate/*.bats
 	$(VENV)/bin/ruff check helpers tests
 
@@ -43,8 +44,54 @@ bats: setup
 pytest: setup
 	$(PY) -m pytest tests/python -q; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
 
+# The skill as users install it (tests/skill_pack.sh): pack limits, skillmd lint, skillmd add, then the
+# helpers, the gate and the demo from the installed copy.
+skill-pack: setup
+	bash tests/skill_pack.sh
+
 gpu-test:
 	python3 -m pytest tests/python -m gpu -v
 
 clean:
 	rm -rf $(VENV) node_modules .pytest_cache .ruff_cache
+
+# Install the skill from this checkout: copies the files git tracks (never .venv, node_modules, caches
+# or build output) into DEST, whose last folder must be named kernel-loop.
+#   make install-skill DEST="$HOME/.claude/skills/kernel-loop"
+install-skill:
+	@dest='$(patsubst %/,%,$(DEST))'; \
+	if [ "$${dest##*/}" != kernel-loop ]; then \
+	  echo "install-skill: DEST must be a folder named kernel-loop, e.g. DEST=\"\$$HOME/.claude/skills/kernel-loop\" (got '$(DEST)')" >&2; exit 2; fi; \
+	if [ -e "$$dest" ] || [ -L "$$dest" ]; then \
+	  echo "install-skill: $$dest already exists; remove it first or choose another DEST" >&2; exit 2; fi; \
+	git ls-files --error-unmatch SKILL.md >/dev/null 2>&1 || { \
+	  echo "install-skill: run it in a git checkout of kernel-loop (it copies the files git tracks)" >&2; exit 2; }; \
+	mkdir -p "$$dest" && \
+	git ls-files -z | xargs -0 sh -c 'for f do if [ -e "$$f" ] || [ -L "$$f" ]; then printf "%s\0" "$$f"; fi; done' sh \
+	  | tar --null -T - -cf - | tar -xf - -C "$$dest" && [ -f "$$dest/SKILL.md" ] && \
+	echo "installed $$(find "$$dest" -type f | wc -l | tr -d ' ') files into $$dest"
+
+# The example runs are stored as examples/<name>/run.tar.gz, with browsable copies of the report beside
+# each.  To change one: `make examples-unpack`, edit examples/<name>/run/ (git ignores it), then
+# `make examples-pack`.  Packing is reproducible: the same files give the same bytes (sorted names,
+# fixed mtime and owner, no name or time in the gzip header).  GNU tar is needed to pack.
+EXAMPLES_ROOT ?= examples
+EXAMPLE_MTIME := 2026-11-30 00:00:00 UTC
+
+examples-unpack:
+	@for a in $(EXAMPLES_ROOT)/*/run.tar.gz; do \
+	  ex=$${a%/run.tar.gz}; \
+	  if [ -e "$$ex/run" ]; then echo "examples-unpack: $$ex/run exists; left as it is" >&2; continue; fi; \
+	  tar -xzf "$$a" -C "$$ex" || exit 1; echo "unpacked $$ex/run"; \
+	done
+
+examples-pack:
+	@for run in $(EXAMPLES_ROOT)/*/run; do \
+	  [ -d "$$run" ] || continue; ex=$${run%/run}; \
+	  rm -f "$$ex/run.tar"; \
+	  tar --create --file="$$ex/run.tar" --sort=name --format=gnu --numeric-owner --owner=0 --group=0 \
+	      --mtime='$(EXAMPLE_MTIME)' --mode='u+rw,go-w,a+r' -C "$$ex" run && \
+	  gzip -n -9 -f "$$ex/run.tar" && \
+	  cp "$$run/final_report.md" "$$run/final_report.png" "$$ex/" || exit 1; \
+	  echo "packed $$ex/run.tar.gz"; \
+	done

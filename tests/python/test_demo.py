@@ -1,7 +1,8 @@
-"""`kernel-loop demo` without a GPU: gate, status and report on a copy; nothing written elsewhere."""
+"""`kernel-loop demo` without a GPU: gate, status and report on an unpacked copy; nothing written elsewhere."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 
@@ -17,7 +18,21 @@ def _demo(tmp_path, *args):
     return proc, home
 
 
+def _digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_demo_lists_the_bundled_examples(tmp_path):
+    proc, _ = _demo(tmp_path, "--list")
+    assert proc.returncode == 0, proc.stderr
+    archives = sorted(p.parent.name for p in (REPO / "examples").glob("*/run.tar.gz"))
+    assert proc.stdout.split() == archives
+    assert {"softmax-triton", "transpose-cuda"} <= set(archives)
+
+
 def test_demo_replays_an_example_in_the_given_dir(tmp_path):
+    archive = REPO / "examples" / "transpose-cuda" / "run.tar.gz"
+    committed = _digest(archive)
     before = sorted(p.name for p in tmp_path.iterdir())
     proc, home = _demo(tmp_path, "--example", "transpose-cuda", "--dir", str(tmp_path / "demo"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -29,8 +44,17 @@ def test_demo_replays_an_example_in_the_given_dir(tmp_path):
     # nothing outside the demo dir: the fake HOME stays empty and no new top-level entries appear
     assert list(home.iterdir()) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(before + ["demo", "home"])
-    # the committed example is untouched
-    assert (REPO / "examples" / "transpose-cuda" / "run" / "final_report.md").read_text() != ""
+    # the committed example is untouched and was not unpacked in place
+    assert _digest(archive) == committed
+    assert not (REPO / "examples" / "transpose-cuda" / "run").exists()
+
+
+def test_demo_picks_the_named_example(tmp_path):
+    proc, _ = _demo(tmp_path, "--example", "softmax-triton", "--dir", str(tmp_path / "demo"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "demo" / "softmax-triton" / "run.json").is_file()
+    assert not (tmp_path / "demo" / "transpose-cuda").exists()
+    assert "unpacked to" in proc.stderr + proc.stdout
 
 
 def test_demo_refuses_an_unknown_example(tmp_path):

@@ -1,27 +1,32 @@
-"""The bundled example runs stay valid: the final gate audit and status pass on each (no GPU)."""
+"""The bundled example runs stay valid: each archive unpacks safely, the final gate audit and status pass
+on it (no GPU), its report re-renders, the browsable report beside it matches, and re-packing is exact."""
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import shutil
 import subprocess
 import sys
+import tarfile
 
 import pytest
 from conftest import REPO
+from kernel_loop.common import UsageError
+from kernel_loop.steps.demo import ARCHIVE, list_examples, unpack_archive, unpack_example
 
-EXAMPLES = sorted(p.parent for p in (REPO / "examples").glob("*/run/run.json"))
+EXAMPLES = sorted(p.parent.name for p in (REPO / "examples").glob(f"*/{ARCHIVE}"))
 
 
-@pytest.fixture(params=EXAMPLES, ids=lambda p: p.parent.name)
+@pytest.fixture(params=EXAMPLES)
 def example_copy(request, tmp_path):
-    dst = tmp_path / request.param.parent.name
-    shutil.copytree(request.param, dst)
-    return dst
+    return unpack_example(request.param, tmp_path / request.param)
 
 
 def test_there_are_examples():
     assert len(EXAMPLES) >= 2
+    assert list_examples() == EXAMPLES
 
 
 def test_final_gate_passes(example_copy):
@@ -53,3 +58,112 @@ def test_report_renders_from_sidecars(example_copy, helpers_env):
     # the measured tables are rebuilt identically from the sidecars
     table = before.split("## 3. Versions")[1].split("## 4.")[0]
     assert table in after
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_the_archive_holds_the_whole_run(name, tmp_path):
+    run = unpack_example(name, tmp_path / name)
+    # hidden files travel too (the gate's lock file)
+    assert (run / ".gate.lock").is_file()
+    n = json.loads((run / "run.json").read_text())["iterations"]
+    for k in range(n + 1):
+        assert (run / f"v{k}" / "measured.sha256").is_file()
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_browsable_report_matches_the_archive(name, tmp_path):
+    run = unpack_example(name, tmp_path / name)
+    here = REPO / "examples" / name
+    for fname in ("final_report.md", "final_report.png"):
+        assert (here / fname).read_bytes() == (run / fname).read_bytes(), f"examples/{name}/{fname} is out of date"
+    # every relative link in the browsable copy resolves beside it
+    md = (here / "final_report.md").read_text()
+    for target in re.findall(r"\]\(([^)\s]+)\)", md):
+        if re.match(r"[a-z]+:|#", target):
+            continue
+        assert (here / target.split("#")[0]).exists(), f"examples/{name}/final_report.md links to missing {target}"
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_archive_is_in_canonical_form(name):
+    with tarfile.open(REPO / "examples" / name / ARCHIVE, "r:gz") as tar:
+        members = tar.getmembers()
+    names = [m.name for m in members]
+    assert names[0] == "run" and all(n.startswith("run/") for n in names[1:])
+    assert {m.mtime for m in members} == {members[0].mtime}
+    assert {(m.uid, m.gid) for m in members} == {(0, 0)}
+    assert all(m.isfile() or m.isdir() for m in members)
+    # gzip header without a file name or a time stamp (gzip -n)
+    head = (REPO / "examples" / name / ARCHIVE).read_bytes()[:10]
+    assert head[3] & 0x08 == 0 and head[4:8] == b"\0\0\0\0"
+
+
+def _gnu_tar() -> bool:
+    try:
+        out = subprocess.run(["tar", "--version"], capture_output=True, text=True).stdout
+    except OSError:
+        return False
+    return "GNU tar" in out and shutil.which("gzip") is not None and shutil.which("make") is not None
+
+
+@pytest.mark.skipif(not _gnu_tar(), reason="re-packing needs GNU tar, gzip and make")
+def test_repacking_gives_the_same_bytes(tmp_path):
+    root = tmp_path / "examples"
+    for name in EXAMPLES:
+        unpack_example(name, root / name / "run")
+    proc = subprocess.run(["make", "-s", "-C", str(REPO), "examples-pack", f"EXAMPLES_ROOT={root}"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in EXAMPLES:
+        for fname in (ARCHIVE, "final_report.md", "final_report.png"):
+            assert (root / name / fname).read_bytes() == (REPO / "examples" / name / fname).read_bytes(), \
+                f"re-packing examples/{name} changed {fname}"
+
+
+def _archive(path, entries):
+    """A gzip'ed tar with the given (name, TarInfo type, link target) entries."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, kind, link in entries:
+            info = tarfile.TarInfo(name)
+            info.type = kind
+            if link:
+                info.linkname = link
+            data = b"x" if kind == tarfile.REGTYPE else b""
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.mark.parametrize("bad, why", [
+    (("run/../evil.txt", tarfile.REGTYPE, None), "'..'"),
+    (("/tmp/evil.txt", tarfile.REGTYPE, None), "absolute"),
+    (("run/../../evil.txt", tarfile.REGTYPE, None), "'..'"),
+    (("elsewhere/evil.txt", tarfile.REGTYPE, None), "outside run/"),
+    (("run/link", tarfile.SYMTYPE, "/etc/passwd"), "not a regular file"),
+    (("run/hard", tarfile.LNKTYPE, "run/ok.txt"), "not a regular file"),
+])
+def test_unsafe_archive_members_are_refused(tmp_path, bad, why):
+    archive = _archive(tmp_path / "run.tar.gz", [("run", tarfile.DIRTYPE, None),
+                                                  ("run/ok.txt", tarfile.REGTYPE, None), bad])
+    dest = tmp_path / "out" / "run"
+    with pytest.raises(UsageError, match=re.escape(why)):
+        unpack_archive(archive, dest)
+    # refused before anything was written
+    assert not dest.exists() and not (tmp_path / "evil.txt").exists()
+
+
+def test_a_safe_archive_unpacks_below_dest(tmp_path):
+    archive = _archive(tmp_path / "run.tar.gz", [("run", tarfile.DIRTYPE, None), ("run/v0", tarfile.DIRTYPE, None),
+                                                  ("run/v0/a.txt", tarfile.REGTYPE, None),
+                                                  ("run/.hidden", tarfile.REGTYPE, None)])
+    dest = unpack_archive(archive, tmp_path / "out")
+    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*")) == [".hidden", "v0", "v0/a.txt"]
+    with pytest.raises(UsageError, match="already exists"):
+        unpack_archive(archive, dest)
+
+
+def test_a_damaged_archive_is_a_usage_error(tmp_path):
+    broken = tmp_path / "run.tar.gz"
+    broken.write_bytes((REPO / "examples" / EXAMPLES[0] / ARCHIVE).read_bytes()[:2000])
+    with pytest.raises(UsageError, match="not a readable"):
+        unpack_archive(broken, tmp_path / "out")

@@ -1,6 +1,6 @@
 """`kernel-loop demo`: replay a bundled example run in a temporary directory.
 
-Without a GPU: copy an example run, audit it with the final gate, run `status`, re-render the final
+Without a GPU: unpack an example run, audit it with the final gate, run `status`, re-render the final
 report from its sidecars, and say where everything is.  With a GPU, also re-time every version live
 (`benchmark --all-versions`, correctness first) and print the live speedup of the best version over
 v0 next to the recorded one.  Nothing is written outside the temporary directory (the KBS index cache
@@ -9,13 +9,15 @@ is pointed inside it too).
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ..common import UsageError, progress, skill_root
 from ..rundir import gate_script
@@ -35,11 +37,58 @@ def examples_dir() -> Path:
     return skill_root() / "examples"
 
 
+# each example is one archive, examples/<name>/run.tar.gz, holding the run directory as run/
+ARCHIVE = "run.tar.gz"
+TOP = "run"
+
+
 def list_examples() -> list[str]:
     root = examples_dir()
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if (p / "run" / "run.json").is_file())
+    return sorted(p.name for p in root.iterdir() if (p / ARCHIVE).is_file())
+
+
+def _safe_members(tar: tarfile.TarFile, archive: Path) -> list[tarfile.TarInfo]:
+    """The archive's members below run/, renamed relative to it; refuse anything that could land elsewhere."""
+    out = []
+    for m in tar.getmembers():
+        name = m.name.replace("\\", "/")
+        parts = PurePosixPath(name).parts
+        if name.startswith("/") or (parts and ":" in parts[0]) or ".." in parts:
+            raise UsageError(f"{archive}: refusing member '{m.name}' (absolute path or '..')")
+        if not parts or parts[0] != TOP:
+            raise UsageError(f"{archive}: refusing member '{m.name}' (outside {TOP}/)")
+        if not (m.isfile() or m.isdir()):
+            raise UsageError(f"{archive}: refusing member '{m.name}' (not a regular file or folder)")
+        if len(parts) == 1:
+            continue  # run/ itself becomes the destination folder
+        m = copy.copy(m)
+        m.name = "/".join(parts[1:])
+        out.append(m)
+    return out
+
+
+def unpack_archive(archive: Path, dest: Path) -> Path:
+    """Unpack an example archive so that its run/ becomes `dest` (which must not exist yet)."""
+    if dest.exists():
+        raise UsageError(f"{dest} already exists; choose another --dir")
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            members = _safe_members(tar, archive)
+            dest.mkdir(parents=True)
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(dest, members=members, filter="data")
+            else:  # Python without extraction filters: the members were checked above
+                tar.extractall(dest, members=members)
+    except (tarfile.TarError, EOFError) as exc:
+        raise UsageError(f"{archive}: not a readable .tar.gz ({exc})") from exc
+    return dest
+
+
+def unpack_example(name: str, dest: Path) -> Path:
+    """Unpack the bundled example `name` into `dest` (the run directory itself)."""
+    return unpack_archive(examples_dir() / name / ARCHIVE, dest)
 
 
 def _cli(*args: str, env: dict) -> subprocess.CompletedProcess:
@@ -78,22 +127,27 @@ def _gpu_available() -> bool:
 def run(example: str | None, keep_dir: str | None, live: bool | None) -> int:
     names = list_examples()
     if not names:
-        raise UsageError(f"no example runs found under {examples_dir()}")
+        raise UsageError(f"no example runs found under {examples_dir()}: the demo needs the kernel-loop repository "
+                         "or the installed skill folder (the examples are not part of the pip package)")
     name = example or names[0]
     if name not in names:
         raise UsageError(f"unknown example '{name}'; choose from: {', '.join(names)}")
+    if keep_dir and Path(keep_dir).exists() and not Path(keep_dir).is_dir():
+        raise UsageError(f"--dir {keep_dir} is a file: give a folder to unpack the example into")
+    use_gpu = _gpu_available() if live is None else live
+    if live and not _gpu_available():
+        raise UsageError("--live needs a CUDA GPU, and torch.cuda.is_available() is False here: run without --live "
+                         "to replay the recorded numbers")
     base = Path(keep_dir) if keep_dir else Path(tempfile.mkdtemp(prefix="kernel-loop-demo-"))
     out = base / name
-    if out.exists():
-        raise UsageError(f"{out} already exists; choose another --dir")
-    shutil.copytree(examples_dir() / name / "run", out)
+    unpack_example(name, out)
     # every cache the run may fill (KBS index, nvcc builds, Triton, TorchInductor, matplotlib) stays here
     cache = base / ".cache"
     env = dict(os.environ, KERNEL_LOOP_CACHE=str(cache), TRITON_CACHE_DIR=str(cache / "triton"),
                TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), MPLCONFIGDIR=str(cache / "matplotlib"))
     cfg = json.loads((out / "run.json").read_text())
     last = f"v{cfg['iterations']}"
-    progress(f"example '{name}' copied to {out}")
+    progress(f"example '{name}' unpacked to {out}")
 
     gate = subprocess.run(["bash", str(gate_script()), str(out / last), "--final"],
                           text=True, capture_output=True, env=env)
@@ -105,7 +159,8 @@ def run(example: str | None, keep_dir: str | None, live: bool | None) -> int:
 
     recorded = json.loads((out / "benchmark.json").read_text())
     best, rec_speedup = _recorded_speedup(recorded)
-    use_gpu = _gpu_available() if live is None else live
+    print(loop_summary(out, recorded))
+    live_ok = True
     if use_gpu:
         progress("GPU found: re-timing every version live (correctness first)")
         live_dir = base / f"{name}-live"
@@ -114,7 +169,8 @@ def run(example: str | None, keep_dir: str | None, live: bool | None) -> int:
         bench = _cli("benchmark", str(live_dir), "--all-versions", "--baselines",
                      "pytorch-eager,torch-compile", env=env)
         _show("live benchmark", bench)
-        if bench.returncode == 0:
+        live_ok = bench.returncode == 0
+        if live_ok:
             live_best, live_speedup = _recorded_speedup(json.loads((live_dir / "benchmark.json").read_text()))
             print(f"\nspeedup of {best} over v0: recorded {rec_speedup:.2f}x, live {live_speedup:.2f}x"
                   if rec_speedup and live_speedup else "\nspeedup: not comparable (missing rows)")
@@ -127,15 +183,58 @@ def run(example: str | None, keep_dir: str | None, live: bool | None) -> int:
     for fname, what in FILE_GUIDE:
         if (out / fname.rstrip("/")).exists():
             print(f"  {out / fname}  - {what}")
-    ok = gate.returncode == 0 and status.returncode == 0 and report.returncode == 0
+    others = [n for n in names if n != name]
+    if others:
+        print(f"\nother examples: {', '.join(others)} (kernel-loop demo --example {others[0]})")
+    ok = gate.returncode == 0 and status.returncode == 0 and report.returncode == 0 and live_ok
     return 0 if ok else 1
+
+
+def loop_summary(out: Path, bench: dict) -> str:
+    """The loop at a glance: one line per version (benchmark median, speedup over v0, bottleneck), one scored
+    transition (the first whose predictions were scored) and the chart's path."""
+    from .. import predictions, sidecars
+    from ..prose import load_hypothesis
+    from ..templating import fmt
+
+    rows = {r.get("name"): r for r in bench.get("rows") or []}
+    lines = ["", "== the loop, version by version (medians from benchmark.json)"]
+    v0 = (rows.get("v0") or {}).get("stats_us") or {}
+    ks = sorted(int(p.name[1:]) for p in out.iterdir() if p.is_dir() and p.name[1:].isdigit() and p.name[0] == "v")
+    metrics = {}
+    for k in ks:
+        ncu = sidecars.load(out / f"v{k}" / sidecars.NCU_JSON) or {}
+        metrics[k] = ncu.get("metrics") or {}
+        med = ((rows.get(f"v{k}") or {}).get("stats_us") or {}).get("median")
+        speed = f"{v0['median'] / med:.2f}x vs v0" if med and v0.get("median") else "n/a"
+        mark = "  <- best" if f"v{k}" == bench.get("version") else ""
+        shown = f"{med:9.1f} us" if med else "      n/a"
+        lines.append(f"  v{k}: {shown}  {speed:>12}  {ncu.get('bottleneck') or 'n/a'}{mark}")
+    for k in ks[:-1]:
+        hyp = load_hypothesis(out / f"v{k}") or {}
+        preds = hyp.get("predictions") or []
+        if not preds:
+            continue
+        lines.append(f"\n== one transition, v{k} -> v{k + 1}: {hyp.get('single_change') or 'n/a'}")
+        for pr in preds:
+            s = predictions.score(pr, metrics.get(k), metrics.get(k + 1))
+            change = f", change {fmt(s['change'])}{'%' if s['op'] == 'rel' else ''}" if s["change"] is not None else ""
+            lines.append(f"  {s['text']}: {s['status']} (before {fmt(s['before'])}, after {fmt(s['after'])}{change})")
+        break
+    chart = out / sidecars.FINAL_REPORT_PNG
+    if chart.exists():
+        lines.append(f"\nchart: {chart}")
+    return "\n".join(lines)
 
 
 def register(sub) -> None:
     p = sub.add_parser("demo", help="replay a bundled example run (no GPU needed)",
-                       description=__doc__.split("\n\n")[1] if __doc__ else None)
+                       description=__doc__.split("\n\n")[1] if __doc__ else None,
+                       epilog="Exit codes: 0 the replay (and, with a GPU, the live benchmark) passed, 1 a step of "
+                              "the replay failed, 2 bad usage (unknown example, --dir is a file, --live without "
+                              "a GPU, no examples in this installation).")
     p.add_argument("--example", help="example name under examples/ (default: the first)")
-    p.add_argument("--dir", dest="keep_dir", help="parent folder for the copy (default: a new temp dir)")
+    p.add_argument("--dir", dest="keep_dir", help="parent folder for the unpacked run (default: a new temp dir)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--live", dest="live", action="store_true", default=None,
                    help="force live re-measurement (needs a GPU)")
