@@ -24,13 +24,16 @@ The iteration gate of kernel-loop. Transition mode (the default) checks that
 version vK is complete and measured, then advances <out>/current_iteration.txt
 to v(K+1). --final audits every version v0..vN at the end of the run and never
 writes the state. The run directory <out> is the parent of vK; paths may be
-relative or absolute, contain spaces, and end in a slash.
+relative or absolute, contain spaces, and end in a slash.  "kernel-loop gate
+<out>/vK [options]" runs this same script from an installed package.
 
 Options:
   --final       final audit of v0..vN: every version must pass its checks and
                 current_iteration.txt must name vN; nothing is written
   --structural  run only the structural checks 1-7 (files, headings, kernel,
-                state, drift); skips the content checks 8-12
+                state, drift); skips the content checks 8-12.  Read-only: it
+                never writes current_iteration.txt, not even the first v0 state
+                (kernel-loop status uses it to ask where the run stands)
   --verbose     also print a [PASS] line for every check that passed
   -h, --help    print this help and exit 0
 
@@ -51,11 +54,16 @@ Checks (each failure prints one "[FAIL] vK: ..." line saying what to fix):
      K > 0 its bytes differ from the previous version's kernel.  A version
      directory that is a symbolic link fails too.
   5  state: current_iteration.txt must name vK (transition) or vN (final).
-     The first v0 transition gate creates it with "v0" when it is absent.
-  6  drift: no version beyond the recorded one holds a kernel, correctness,
-     NCU, KBS or hypothesis file.
+     The final version N is finish.json's "version" when the run finished
+     early (kernel-loop finish), else run.json's "iterations": the
+     transition gate refuses vN, and --final refuses any other version.
+     The first v0 transition gate creates it with "v0" when it is absent;
+     with --structural an absent state passes for v0 and nothing is created.
+  6  drift: every version folder beyond the recorded one is empty: any file
+     in it (a kernel, notes, ref.py, hidden files, subfolders) fails; an
+     empty future folder is fine.
   7  transition mode writes v(K+1) only when every check passed; final mode
-     audits v0..vN and never writes.
+     audits v0..vN and never writes; --structural never writes.
   8  correctness.md records a passing result: a "Result" line or table row
      whose value is PASS or ALL PASS ("| Result | **PASS** |", "Result: PASS").
      Every Result line present must pass; lines inside ``` or ~~~ fences
@@ -78,6 +86,8 @@ Checks (each failure prints one "[FAIL] vK: ..." line saying what to fix):
   The gate holds flock(1) on <out>/.gate.lock while it checks and writes
   (wait limit GATE_LOCK_TIMEOUT seconds, default 120) and writes the state
   through a temporary file in <out> and mv, so concurrent gates are safe.
+  --structural takes the lock shared, and only when the lock file exists: it
+  creates and writes nothing, so it also runs on a read-only run directory.
 
 Re-running a passed gate: when current_iteration.txt already names v(K+1),
 the transition gate re-checks vK (drift is then judged beyond v(K+1)); if
@@ -86,16 +96,20 @@ agent may re-run it safely. Any other mismatch between vK and the state fails.
 
 Output: [FAIL]/[PASS] lines and a one-line summary on stdout, e.g.
   gate: v1 passed (transition); current_iteration.txt -> v2
+  gate: v1 passed (structural checks, transition); current_iteration.txt not written
   gate: v1 FAILED: 2 checks
 Usage errors go to stderr.
 
 Exit codes:
-  0  every check passed (transition: the state now names v(K+1))
+  0  every check passed (transition: the state now names v(K+1);
+     --structural and --final: nothing was written)
   1  at least one check failed: the state is not changed (except that the
-     first v0 gate has created it with v0), or the lock could not be taken
+     first v0 transition gate has created it with v0; --structural never
+     creates it), or the lock could not be taken
   2  usage error: no or extra argument, unknown option, a path that is not a
      directory, a directory name that is not v<number> (v0, v1, ...; no
-     leading zeros), or <out> not writable for the lock file
+     leading zeros), or <out> not writable for the lock file (not checked
+     with --structural)
 EOF
 }
 
@@ -226,195 +240,233 @@ recorded_hash() {
 }
 
 # --- per-version checks (1-4, 8-12) -------------------------------------------------
-# $1: version number; $2: 1 when hypothesis.txt is required.
-check_version() {
-  local k=$1 need_hyp=$2 v="v$1" d="$OUT/v$1" f missing=() rel hits bad prev_kernel
-  local kernel_ok=0 differs=0
-  if [[ ! -d $d ]]; then
-    fail "$v: the folder $v is missing: every version v0..v$N must exist for the final audit"
-    return
-  fi
-  if [[ -L $d ]]; then
-    fail "$v: $v is a symbolic link: each version must be a real directory inside the run directory"
-    return
-  fi
+# One function per numbered check; tests/gate/<file>.bats covers each (named above it).
+# begin_version sets, for the version check_version is checking:
+#   V (its name, "vK"), D (its folder), VK (K), NEED_HYP (1: hypothesis.txt required)
+# and the checks pass these results on to the content checks:
+#   HYP_OK, KBS_OK    check 2 / 3 found every heading in order (check 9 then reads the bodies)
+#   KERNEL, KERNEL_OK check 4 found the one kernel file (check 11 needs it listed)
+#   PREV_KERNEL       check 4: the previous version's kernel, set when the bytes differ (check 10)
 
-  # 1. measured and written files
-  for f in correctness.md ncu_summary.md ncu_details.md kbs_evidence.md; do
-    nonempty "$d/$f" || missing+=("$f")
-  done
-  if ((${#missing[@]})); then
-    fail "$v: missing or empty: ${missing[*]} (correctness.md: kernel-loop correctness; ncu_*: kernel-loop profile; kbs_evidence.md: kernel-loop kbs, then fill it in)"
-  else
-    pass "$v: correctness.md, ncu_summary.md, ncu_details.md, kbs_evidence.md present"
+# $1: version number; $2: 1 when hypothesis.txt is required.  Fails and returns 1 when the
+# version folder is missing (final audit) or is a symbolic link (check 4).
+begin_version() {
+  VK=$1 NEED_HYP=$2 V="v$1" D="$OUT/v$1"
+  HYP_OK=0 KBS_OK=0 KERNEL='' KERNEL_OK=0 PREV_KERNEL=''
+  if [[ ! -d $D ]]; then
+    fail "$V: the folder $V is missing: every version v0..v$N must exist for the final audit"
+    return 1
   fi
-
-  # 2. hypothesis headings
-  local hyp="$d/hypothesis.txt" hyp_checked=0
-  if ((need_hyp)) || [[ -e $hyp ]]; then
-    if ! nonempty "$hyp"; then
-      fail "$v: hypothesis.txt is missing or empty: write the single next change (kernel-loop hypothesis drafts it; format in references/hypothesis.md)"
-    else
-      hits=$(first_missing_heading "$HYP_HEADINGS" 0 "$hyp")
-      if [[ -n $hits ]]; then
-        fail "$v: hypothesis.txt lacks the heading '$hits' (missing, out of order, or not alone on its line); headings in order: ${HYP_HEADINGS//|/ }"
-      else
-        pass "$v: hypothesis.txt has every heading in order"; hyp_checked=1
-      fi
-    fi
-  fi
-
-  # 3. kbs_evidence.md headings
-  local kbs="$d/kbs_evidence.md" kbs_checked=0
-  if nonempty "$kbs"; then
-    hits=$(first_missing_heading "$KBS_HEADINGS" 1 "$kbs")
-    if [[ -n $hits ]]; then
-      fail "$v: kbs_evidence.md lacks '$hits' (missing or out of order); sections in order: # KBS Evidence, ## NCU Facts, ## Queries, ## Selected Evidence, ## Rejected / Limits, ## Decision Link"
-    else
-      pass "$v: kbs_evidence.md has every section in order"; kbs_checked=1
-    fi
-  fi
-
-  # 4. exactly one kernel, non-empty, bytes differ from the previous version
-  if ! find_kernel "$d"; then
-    fail "$v: $KERNEL_ERR"
-  elif [[ -L $d/$KERNEL ]]; then
-    fail "$v: $KERNEL is a symbolic link: copy the kernel into $v so the version keeps its own source"
-  elif [[ ! -s $d/$KERNEL ]]; then
-    fail "$v: $KERNEL is empty"
-  elif ((k > 0)); then
-    local kname=$KERNEL
-    if ! find_kernel "$OUT/v$((k - 1))"; then
-      fail "$v: cannot compare with v$((k - 1)): v$((k - 1)) has no single kernel file"
-    else
-      prev_kernel="$OUT/v$((k - 1))/$KERNEL"
-      if [[ $(digest "$d/$kname") == "$(digest "$prev_kernel")" ]]; then
-        fail "$v: $kname is byte-identical to v$((k - 1))/$KERNEL: make the single change from hypothesis.txt of v$((k - 1))"
-      else
-        pass "$v: $kname present and differs from v$((k - 1))/$KERNEL"; differs=1
-      fi
-    fi
-    KERNEL=$kname; kernel_ok=1
-  else
-    pass "$v: $KERNEL present"; kernel_ok=1
-  fi
-
-  ((STRUCTURAL)) && return
-
-  # 8. correctness passed
-  if nonempty "$d/correctness.md"; then
-    bad=$(awk '
-      { line = $0; sub(/\r$/, "", line)
-        if (line ~ /^ ? ? ?(```|~~~)/) { fence = !fence; next }
-        if (fence || line ~ /^(    |\t)/) next
-        gsub(/\*\*|__|`/, "", line)
-        if (line ~ /^[ \t]*\|[ \t]*[Rr]esult[ \t]*\|/) {
-          sub(/^[ \t]*\|[ \t]*[Rr]esult[ \t]*\|[ \t]*/, "", line); sub(/[ \t]*\|.*$/, "", line)
-        } else if (line ~ /^[ \t]*([-*][ \t]+)?[Rr]esult[ \t]*:/) {
-          sub(/^[ \t]*([-*][ \t]+)?[Rr]esult[ \t]*:[ \t]*/, "", line); sub(/[ \t]+$/, "", line)
-        } else next
-        seen = 1
-        if (line != "PASS" && line != "ALL PASS" && bad == "") bad = (line == "" ? "(empty)" : line) }
-      END { if (!seen) print "no Result line"; else if (bad != "") print "Result is " bad }' "$d/correctness.md")
-    if [[ -n $bad ]]; then
-      fail "$v: correctness has not passed ($bad in correctness.md): fix the kernel and re-run kernel-loop correctness"
-    else
-      pass "$v: correctness.md records PASS"
-    fi
-  fi
-
-  # 9. templates filled in
-  for f in kbs_evidence.md hypothesis.txt; do
-    [[ -f $d/$f ]] || continue
-    hits=$(grep -nF -- "$TODO_MARK" "$d/$f" | cut -d: -f1 | tr '\n' ' ')
-    if [[ -n $hits ]]; then
-      fail "$v: $f still has $TODO_MARK on line(s) ${hits% }: replace each with real content"
-    else
-      pass "$v: $f has no $TODO_MARK"
-    fi
-  done
-  if ((hyp_checked)); then
-    hits=$(empty_sections "$HYP_HEADINGS" 0 "$hyp" | tr '\n' ' ')
-    if [[ -n $hits ]]; then fail "$v: hypothesis.txt has empty heading(s): ${hits% } (write at least one line under each)"
-    else pass "$v: every hypothesis.txt heading has content"; fi
-  fi
-  if ((kbs_checked)); then
-    hits=$(empty_sections '' 1 "$kbs" | awk '{ printf "%s\"%s\"", sep, $0; sep = ", " }')
-    if [[ -n $hits ]]; then fail "$v: kbs_evidence.md has empty section(s): $hits (write at least one line under each)"
-    else pass "$v: every kbs_evidence.md section has content"; fi
-  fi
-
-  # 10. change beyond whitespace and comments
-  if ((differs)); then
-    if [[ $(normalise_kernel "$d/$KERNEL" | sha256sum) == "$(normalise_kernel "$prev_kernel" | sha256sum)" ]]; then
-      fail "$v: $KERNEL differs from v$((k - 1)) only in whitespace or comments: make a real code change"
-    else
-      pass "$v: $KERNEL changes code, not only whitespace or comments"
-    fi
-  fi
-
-  # 11. provenance
-  if ! parse_manifest "$d"; then
-    fail "$v: measured.sha256 is missing: run kernel-loop correctness and kernel-loop profile, which record what they measured"
-  else
-    local paths=("${M_PATH[@]}") hashes=("${M_HASH[@]}") i want have prov_fail=0
-    local wanted=(correctness.md ncu_summary.md ncu_details.md ../run.json)
-    ((kernel_ok)) && wanted=("$KERNEL" "${wanted[@]}")
-    ((M_BAD)) && { fail "$v: measured.sha256 has $M_BAD malformed line(s): expected '<sha256>  <path>'"; prov_fail=1; }
-    for want in "${wanted[@]}"; do
-      have=0
-      for rel in "${paths[@]}"; do [[ $rel == "$want" ]] && have=1; done
-      if ((!have)); then
-        fail "$v: measured.sha256 does not list $want: re-run $( [[ $want == ncu_* ]] && printf 'kernel-loop profile' || printf 'kernel-loop correctness and profiling')"
-        prov_fail=1
-      fi
-    done
-    for i in "${!paths[@]}"; do
-      rel=${paths[$i]}
-      if [[ $rel == /* || /${rel#../}/ == */../* ]]; then
-        fail "$v: measured.sha256 lists '$rel', outside the run directory: paths must be relative to $v and stay inside <out>"; prov_fail=1
-      elif [[ ! -f $d/$rel ]]; then
-        fail "$v: $rel is listed in measured.sha256 but missing: re-run correctness and profiling"; prov_fail=1
-      elif [[ $(digest "$d/$rel") != "${hashes[$i]}" ]]; then
-        if [[ $rel == ../run.json ]]; then
-          fail "$v: run configuration changed during the run: ../run.json changed after $v was measured (restore it or start a new run)"
-        elif [[ $rel == ncu* ]]; then
-          fail "$v: $rel changed after it was measured: re-run profiling"
-        else
-          fail "$v: $rel changed after it was measured: re-run correctness and profiling"
-        fi
-        prov_fail=1
-      fi
-    done
-    if ((k > 0)); then
-      have=''
-      for i in "${!paths[@]}"; do [[ ${paths[$i]} == ../run.json ]] && have=${hashes[$i]}; done
-      want=$(recorded_hash "$OUT/v0" ../run.json)
-      if [[ -z $want ]]; then
-        fail "$v: run configuration cannot be compared: v0/measured.sha256 records no ../run.json"; prov_fail=1
-      elif [[ -n $have && $have != "$want" ]]; then
-        fail "$v: run configuration changed during the run: $v measured a different run.json than v0"; prov_fail=1
-      fi
-    fi
-    ((prov_fail)) || pass "$v: measured.sha256 lists and matches every measured file"
-  fi
-
-  # 12. KBS queries
-  local q="$d/kbs_queries.jsonl" purpose
-  if [[ ! -f $q ]]; then
-    fail "$v: kbs_queries.jsonl is missing: run kernel-loop kbs (it logs a kernel and a bottleneck query)"
-  else
-    for purpose in kernel bottleneck; do
-      if grep -Eq "\"purpose\"[[:space:]]*:[[:space:]]*\"$purpose\"" "$q"; then
-        pass "$v: kbs_queries.jsonl has a $purpose query"
-      else
-        fail "$v: kbs_queries.jsonl has no \"purpose\": \"$purpose\" query: run kernel-loop kbs"
-      fi
-    done
+  if [[ -L $D ]]; then
+    fail "$V: $V is a symbolic link: each version must be a real directory inside the run directory"
+    return 1
   fi
 }
 
-# --- run-level checks (5, 6) ----------------------------------------------------------
+# 1. measured and written files (files.bats)
+check_1_files() {
+  local f missing=()
+  for f in correctness.md ncu_summary.md ncu_details.md kbs_evidence.md; do
+    nonempty "$D/$f" || missing+=("$f")
+  done
+  if ((${#missing[@]})); then
+    fail "$V: missing or empty: ${missing[*]} (correctness.md: kernel-loop correctness; ncu_*: kernel-loop profile; kbs_evidence.md: kernel-loop kbs, then fill it in)"
+  else
+    pass "$V: correctness.md, ncu_summary.md, ncu_details.md, kbs_evidence.md present"
+  fi
+}
+
+# 2. hypothesis headings (hypothesis.bats)
+check_2_hypothesis_headings() {
+  local hyp="$D/hypothesis.txt" hits
+  ((NEED_HYP)) || [[ -e $hyp ]] || return 0
+  if ! nonempty "$hyp"; then
+    fail "$V: hypothesis.txt is missing or empty: write the single next change (kernel-loop hypothesis drafts it; format in references/hypothesis.md)"
+    return
+  fi
+  hits=$(first_missing_heading "$HYP_HEADINGS" 0 "$hyp")
+  if [[ -n $hits ]]; then
+    fail "$V: hypothesis.txt lacks the heading '$hits' (missing, out of order, or not alone on its line); headings in order: ${HYP_HEADINGS//|/ }"
+  else
+    pass "$V: hypothesis.txt has every heading in order"; HYP_OK=1
+  fi
+}
+
+# 3. kbs_evidence.md headings (kbs.bats)
+check_3_kbs_headings() {
+  local kbs="$D/kbs_evidence.md" hits
+  nonempty "$kbs" || return 0
+  hits=$(first_missing_heading "$KBS_HEADINGS" 1 "$kbs")
+  if [[ -n $hits ]]; then
+    fail "$V: kbs_evidence.md lacks '$hits' (missing or out of order); sections in order: # KBS Evidence, ## NCU Facts, ## Queries, ## Selected Evidence, ## Rejected / Limits, ## Decision Link"
+  else
+    pass "$V: kbs_evidence.md has every section in order"; KBS_OK=1
+  fi
+}
+
+# 4. exactly one kernel, non-empty, bytes differ from the previous version (kernel.bats)
+check_4_kernel() {
+  local kname prev="$OUT/v$((VK - 1))"
+  if ! find_kernel "$D"; then
+    fail "$V: $KERNEL_ERR"
+  elif [[ -L $D/$KERNEL ]]; then
+    fail "$V: $KERNEL is a symbolic link: copy the kernel into $V so the version keeps its own source"
+  elif [[ ! -s $D/$KERNEL ]]; then
+    fail "$V: $KERNEL is empty"
+  elif ((VK > 0)); then
+    kname=$KERNEL
+    if ! find_kernel "$prev"; then
+      fail "$V: cannot compare with v$((VK - 1)): v$((VK - 1)) has no single kernel file"
+    elif [[ $(digest "$D/$kname") == "$(digest "$prev/$KERNEL")" ]]; then
+      fail "$V: $kname is byte-identical to v$((VK - 1))/$KERNEL: make the single change from hypothesis.txt of v$((VK - 1))"
+    else
+      pass "$V: $kname present and differs from v$((VK - 1))/$KERNEL"; PREV_KERNEL="$prev/$KERNEL"
+    fi
+    KERNEL=$kname KERNEL_OK=1
+  else
+    pass "$V: $KERNEL present"; KERNEL_OK=1
+  fi
+}
+
+# 8. correctness passed (correctness.bats)
+check_8_correctness() {
+  local bad
+  nonempty "$D/correctness.md" || return 0
+  bad=$(awk '
+    { line = $0; sub(/\r$/, "", line)
+      if (line ~ /^ ? ? ?(```|~~~)/) { fence = !fence; next }
+      if (fence || line ~ /^(    |\t)/) next
+      gsub(/\*\*|__|`/, "", line)
+      if (line ~ /^[ \t]*\|[ \t]*[Rr]esult[ \t]*\|/) {
+        sub(/^[ \t]*\|[ \t]*[Rr]esult[ \t]*\|[ \t]*/, "", line); sub(/[ \t]*\|.*$/, "", line)
+      } else if (line ~ /^[ \t]*([-*][ \t]+)?[Rr]esult[ \t]*:/) {
+        sub(/^[ \t]*([-*][ \t]+)?[Rr]esult[ \t]*:[ \t]*/, "", line); sub(/[ \t]+$/, "", line)
+      } else next
+      seen = 1
+      if (line != "PASS" && line != "ALL PASS" && bad == "") bad = (line == "" ? "(empty)" : line) }
+    END { if (!seen) print "no Result line"; else if (bad != "") print "Result is " bad }' "$D/correctness.md")
+  if [[ -n $bad ]]; then
+    fail "$V: correctness has not passed ($bad in correctness.md): fix the kernel and re-run kernel-loop correctness"
+  else
+    pass "$V: correctness.md records PASS"
+  fi
+}
+
+# 9. templates filled in (templates.bats; hypothesis.bats and kbs.bats test each file's half)
+check_9_templates_filled() {
+  local f hits
+  for f in kbs_evidence.md hypothesis.txt; do
+    [[ -f $D/$f ]] || continue
+    hits=$(grep -nF -- "$TODO_MARK" "$D/$f" | cut -d: -f1 | tr '\n' ' ')
+    if [[ -n $hits ]]; then
+      fail "$V: $f still has $TODO_MARK on line(s) ${hits% }: replace each with real content"
+    else
+      pass "$V: $f has no $TODO_MARK"
+    fi
+  done
+  if ((HYP_OK)); then
+    hits=$(empty_sections "$HYP_HEADINGS" 0 "$D/hypothesis.txt" | tr '\n' ' ')
+    if [[ -n $hits ]]; then fail "$V: hypothesis.txt has empty heading(s): ${hits% } (write at least one line under each)"
+    else pass "$V: every hypothesis.txt heading has content"; fi
+  fi
+  if ((KBS_OK)); then
+    hits=$(empty_sections '' 1 "$D/kbs_evidence.md" | awk '{ printf "%s\"%s\"", sep, $0; sep = ", " }')
+    if [[ -n $hits ]]; then fail "$V: kbs_evidence.md has empty section(s): $hits (write at least one line under each)"
+    else pass "$V: every kbs_evidence.md section has content"; fi
+  fi
+}
+
+# 10. change beyond whitespace and comments (kernel.bats)
+check_10_kernel_change() {
+  [[ -n $PREV_KERNEL ]] || return 0
+  if [[ $(normalise_kernel "$D/$KERNEL" | sha256sum) == "$(normalise_kernel "$PREV_KERNEL" | sha256sum)" ]]; then
+    fail "$V: $KERNEL differs from v$((VK - 1)) only in whitespace or comments: make a real code change"
+  else
+    pass "$V: $KERNEL changes code, not only whitespace or comments"
+  fi
+}
+
+# 11. provenance (provenance.bats)
+check_11_provenance() {
+  if ! parse_manifest "$D"; then
+    fail "$V: measured.sha256 is missing: run kernel-loop correctness and kernel-loop profile, which record what they measured"
+    return
+  fi
+  local paths=("${M_PATH[@]}") hashes=("${M_HASH[@]}") i rel want have prov_fail=0
+  local wanted=(correctness.md ncu_summary.md ncu_details.md ../run.json)
+  ((KERNEL_OK)) && wanted=("$KERNEL" "${wanted[@]}")
+  ((M_BAD)) && { fail "$V: measured.sha256 has $M_BAD malformed line(s): expected '<sha256>  <path>'"; prov_fail=1; }
+  for want in "${wanted[@]}"; do
+    have=0
+    for rel in "${paths[@]}"; do [[ $rel == "$want" ]] && have=1; done
+    if ((!have)); then
+      fail "$V: measured.sha256 does not list $want: re-run $( [[ $want == ncu_* ]] && printf 'kernel-loop profile' || printf 'kernel-loop correctness and profiling')"
+      prov_fail=1
+    fi
+  done
+  for i in "${!paths[@]}"; do
+    rel=${paths[$i]}
+    if [[ $rel == /* || /${rel#../}/ == */../* ]]; then
+      fail "$V: measured.sha256 lists '$rel', outside the run directory: paths must be relative to $V and stay inside <out>"; prov_fail=1
+    elif [[ ! -f $D/$rel ]]; then
+      fail "$V: $rel is listed in measured.sha256 but missing: re-run correctness and profiling"; prov_fail=1
+    elif [[ $(digest "$D/$rel") != "${hashes[$i]}" ]]; then
+      if [[ $rel == ../run.json ]]; then
+        fail "$V: run configuration changed during the run: ../run.json changed after $V was measured (restore it or start a new run)"
+      elif [[ $rel == ncu* ]]; then
+        fail "$V: $rel changed after it was measured: re-run profiling"
+      else
+        fail "$V: $rel changed after it was measured: re-run correctness and profiling"
+      fi
+      prov_fail=1
+    fi
+  done
+  if ((VK > 0)); then
+    have=''
+    for i in "${!paths[@]}"; do [[ ${paths[$i]} == ../run.json ]] && have=${hashes[$i]}; done
+    want=$(recorded_hash "$OUT/v0" ../run.json)
+    if [[ -z $want ]]; then
+      fail "$V: run configuration cannot be compared: v0/measured.sha256 records no ../run.json"; prov_fail=1
+    elif [[ -n $have && $have != "$want" ]]; then
+      fail "$V: run configuration changed during the run: $V measured a different run.json than v0"; prov_fail=1
+    fi
+  fi
+  ((prov_fail)) || pass "$V: measured.sha256 lists and matches every measured file"
+}
+
+# 12. KBS queries (kbs.bats)
+check_12_kbs_queries() {
+  local q="$D/kbs_queries.jsonl" purpose
+  if [[ ! -f $q ]]; then
+    fail "$V: kbs_queries.jsonl is missing: run kernel-loop kbs (it logs a kernel and a bottleneck query)"
+    return
+  fi
+  for purpose in kernel bottleneck; do
+    if grep -Eq "\"purpose\"[[:space:]]*:[[:space:]]*\"$purpose\"" "$q"; then
+      pass "$V: kbs_queries.jsonl has a $purpose query"
+    else
+      fail "$V: kbs_queries.jsonl has no \"purpose\": \"$purpose\" query: run kernel-loop kbs"
+    fi
+  done
+}
+
+# Every per-version check, in order; --structural stops after check 4.
+# $1: version number; $2: 1 when hypothesis.txt is required.
+check_version() {
+  begin_version "$1" "$2" || return 0
+  check_1_files
+  check_2_hypothesis_headings
+  check_3_kbs_headings
+  check_4_kernel
+  ((STRUCTURAL)) && return 0
+  check_8_correctness
+  check_9_templates_filled
+  check_10_kernel_change
+  check_11_provenance
+  check_12_kbs_queries
+}
+
+# --- run-level checks (5-7) -----------------------------------------------------------
 # Sets STATE to the recorded version number, "" when absent, "?" when corrupt.
 read_state() {
   local text=''
@@ -426,17 +478,86 @@ read_state() {
   if [[ $text =~ ^v(0|[1-9][0-9]{0,8})$ ]]; then STATE=${BASH_REMATCH[1]}; else STATE='?'; fi
 }
 
-# 6. no artifacts beyond version $1
-check_drift() {
-  local limit=$1 dir name j f found
+write_state() {
+  local tmp
+  tmp=$(mktemp "$OUT/.current_iteration.XXXXXX") || return 1
+  if printf 'v%s\n' "$1" >"$tmp" && mv -f -- "$tmp" "$STATE_FILE"; then return 0; fi
+  rm -f -- "$tmp"
+  return 1
+}
+
+# The run's final version N, when the run says: finish.json's version (an early finish), else
+# run.json's "iterations" (the planned vN).  Sets FINAL_N ('' when neither says) and FINAL_WHY.
+read_final_version() {
+  local text=''
+  FINAL_N='' FINAL_WHY=''
+  if [[ -f $OUT/finish.json ]]; then
+    text=$(grep -oE '"version"[[:space:]]*:[[:space:]]*"v(0|[1-9][0-9]{0,8})"' "$OUT/finish.json" | head -n 1)
+    if [[ $text =~ v([0-9]+)\"$ ]]; then FINAL_N=${BASH_REMATCH[1]} FINAL_WHY='finish.json: the run finished early'; fi
+  fi
+  if [[ -z $FINAL_N && -f $OUT/run.json ]]; then
+    text=$(grep -oE '"iterations"[[:space:]]*:[[:space:]]*(0|[1-9][0-9]{0,8})' "$OUT/run.json" | head -n 1)
+    if [[ $text =~ ([0-9]+)$ ]]; then FINAL_N=${BASH_REMATCH[1]} FINAL_WHY='run.json iterations'; fi
+  fi
+}
+
+# 5. the state names vK (transition) or vN (final) (state.bats).  Sets RERUN (the state
+# already names v(K+1)), DRIFT_LIMIT (check 6 looks beyond it) and NOTE.  Only the first
+# v0 transition gate writes here, and never in --structural mode.
+check_5_state() {
+  RERUN=0 DRIFT_LIMIT=$K NOTE=''
+  read_final_version
+  if [[ -n $FINAL_N ]] && ((FINAL && K != FINAL_N)); then
+    fail "v$K is not the final version: the run's final version is v$FINAL_N ($FINAL_WHY); run the final audit on v$FINAL_N, or end the run at v$K with 'kernel-loop finish <out> --reason ...' first"
+  elif [[ -n $FINAL_N ]] && ((!FINAL && K >= FINAL_N)); then
+    fail "v$K is the final version ($FINAL_WHY): run the final audit instead: check_iteration_gate.sh <out>/v$K --final"
+    return
+  fi
+  if ((FINAL)); then
+    if [[ $STATE == "$K" ]]; then
+      pass "current_iteration.txt names v$K"
+    elif [[ -z $STATE ]]; then
+      fail "current_iteration.txt is missing: the final audit needs every transition gate v0..v$((K - 1)) passed first"
+    else
+      fail "current_iteration.txt names '$STATE_TEXT', not v$K: the final audit runs on the recorded version"
+    fi
+    return
+  fi
+  if [[ -z $STATE && $K == 0 ]]; then
+    if ((STRUCTURAL)); then
+      pass "current_iteration.txt is absent: the first v0 transition gate creates it (--structural writes nothing)"
+      return
+    fi
+    if write_state 0; then NOTE='created current_iteration.txt with v0'; STATE=0
+    else fail "cannot write $STATE_FILE"; fi
+  fi
+  if [[ $STATE == "$K" ]]; then
+    pass "current_iteration.txt names v$K"
+  elif [[ $STATE == "$((K + 1))" ]]; then
+    RERUN=1 DRIFT_LIMIT=$((K + 1))
+    pass "current_iteration.txt already names v$((K + 1)); re-checking v$K without writing"
+  elif [[ -z $STATE ]]; then
+    fail "current_iteration.txt is missing: run the gate on v0 first (only the first v0 gate creates it)"
+  elif [[ $STATE == '?' ]]; then
+    fail "current_iteration.txt holds '${STATE_TEXT:0:40}', not a version name: the state is corrupt; write the version being worked on (v0, v1, ...) into it"
+  elif ((STATE < K)); then
+    fail "current_iteration.txt names v$STATE: v$STATE has not passed its gate yet; gate v$STATE first"
+  else
+    fail "current_iteration.txt names v$STATE, so v$K was passed earlier: gate v$STATE instead"
+  fi
+  [[ $STATE == '?' || -z $STATE ]] || ((STATE <= K + 1)) || DRIFT_LIMIT=$STATE
+}
+
+# 6. drift: every version folder beyond version $1 is empty (state.bats)
+check_6_drift() {
+  local limit=$1 dir name f found
   for dir in "$OUT"/v*/; do
     name=${dir%/}; name=${name##*/}
     [[ $name =~ ^v(0|[1-9][0-9]{0,8})$ ]] || continue
-    j=${BASH_REMATCH[1]}
-    ((j > limit)) || continue
+    ((BASH_REMATCH[1] > limit)) || continue
     found=()
-    for f in "$dir"*.py "$dir"*.cu "$dir"correctness.* "$dir"ncu* "$dir"profile.ncu-rep "$dir"kbs_* "$dir"hypothesis.txt; do
-      [[ -f $f && ${f##*/} != ref.py ]] && found+=("${f##*/}")
+    for f in "$dir"* "$dir".[!.]* "$dir"..?*; do
+      [[ -e $f || -L $f ]] && found+=("${f##*/}")
     done
     if ((${#found[@]})); then
       fail "state drift: $name holds ${found[*]} but current_iteration.txt is at v$limit: gate the versions in order, or move $name's files aside"
@@ -446,18 +567,36 @@ check_drift() {
   pass "no artifacts beyond v$limit"
 }
 
-write_state() {
-  local tmp
-  tmp=$(mktemp "$OUT/.current_iteration.XXXXXX") || return 1
-  if printf 'v%s\n' "$1" >"$tmp" && mv -f -- "$tmp" "$STATE_FILE"; then return 0; fi
-  rm -f -- "$tmp"
-  return 1
+# 7. the summary; transition mode writes v(K+1) only when every check passed, final and
+# --structural modes never write (state.bats, sequence.bats).  Exits.
+check_7_advance_state() {
+  [[ -n $NOTE ]] && printf 'note: %s\n' "$NOTE"
+  if ((FAILS)); then
+    printf 'gate: v%s FAILED: %d check%s\n' "$K" "$FAILS" "$([[ $FAILS == 1 ]] || printf s)"
+    exit 1
+  fi
+  if ((FINAL && STRUCTURAL)); then
+    printf 'gate: v%s passed (structural checks, final audit of v0..v%s)\n' "$K" "$K"
+  elif ((FINAL)); then
+    printf 'gate: v%s passed (final audit of v0..v%s)\n' "$K" "$K"
+  elif ((STRUCTURAL)); then
+    printf 'gate: v%s passed (structural checks, transition); current_iteration.txt not written\n' "$K"
+  elif ((RERUN)); then
+    printf 'gate: v%s passed (transition, already recorded); current_iteration.txt stays v%s\n' "$K" "$((K + 1))"
+  elif write_state $((K + 1)); then
+    printf 'gate: v%s passed (transition); current_iteration.txt -> v%s\n' "$K" "$((K + 1))"
+  else
+    printf '%s: v%s passed but %s could not be written\n' "$PROG" "$K" "$STATE_FILE" >&2
+    exit 1
+  fi
+  exit 0
 }
 
 # --- main -------------------------------------------------------------------------------
-main() {
-  local arg target='' final=0 abs note=''
-  STRUCTURAL=0
+# Sets FINAL, STRUCTURAL, VERBOSE, K, OUT, STATE_FILE from the command line.
+parse_args() {
+  local arg target='' abs vname
+  FINAL=0 STRUCTURAL=0
   for arg in "$@"; do
     case $arg in
       -h | --help) usage; exit 0 ;;
@@ -465,7 +604,7 @@ main() {
   done
   for arg in "$@"; do
     case $arg in
-      --final) final=1 ;;
+      --final) FINAL=1 ;;
       --structural) STRUCTURAL=1 ;;
       --verbose) VERBOSE=1 ;;
       -*) usage_error "unknown option '$arg'" ;;
@@ -476,73 +615,45 @@ main() {
   [[ -n $target ]] || usage_error "missing the version directory (<out>/vK)"
   [[ -d $target ]] || usage_error "'$target' is not a directory"
   abs=$(cd -- "$target" && pwd) || usage_error "cannot enter '$target'"
-  VNAME=${abs##*/}
-  [[ $VNAME =~ ^v(0|[1-9][0-9]{0,8})$ ]] ||
-    usage_error "'$VNAME' is not a version directory name (v0, v1, ...; no leading zeros)"
-  K=${BASH_REMATCH[1]}
+  vname=${abs##*/}
+  [[ $vname =~ ^v(0|[1-9][0-9]{0,8})$ ]] ||
+    usage_error "'$vname' is not a version directory name (v0, v1, ...; no leading zeros)"
+  K=${BASH_REMATCH[1]} N=${BASH_REMATCH[1]}
   OUT=${abs%/*}; [[ -n $OUT ]] || OUT=/
   STATE_FILE="$OUT/current_iteration.txt"
+}
 
-  local lockfd
-  { exec {lockfd}>>"$OUT/.gate.lock"; } 2>/dev/null || usage_error "cannot create the lock file $OUT/.gate.lock"
-  if ! flock -w "${GATE_LOCK_TIMEOUT:-120}" "$lockfd"; then
+# flock(1) on <out>/.gate.lock for the rest of the run (the descriptor stays open).
+# --structural only reads: it takes the lock shared, and only when the lock file exists
+# (every state write is an atomic rename, so a reader never sees half a state file).
+take_lock() {
+  local lockfd mode=-x
+  if ((STRUCTURAL)); then
+    [[ -e $OUT/.gate.lock ]] || return 0
+    { exec {lockfd}<"$OUT/.gate.lock"; } 2>/dev/null || return 0
+    mode=-s
+  else
+    { exec {lockfd}>>"$OUT/.gate.lock"; } 2>/dev/null || usage_error "cannot create the lock file $OUT/.gate.lock"
+  fi
+  if ! flock "$mode" -w "${GATE_LOCK_TIMEOUT:-120}" "$lockfd"; then
     printf '%s: another gate holds %s; gave up after %ss\n' "$PROG" "$OUT/.gate.lock" "${GATE_LOCK_TIMEOUT:-120}" >&2
     exit 1
   fi
+}
 
+main() {
+  local j
+  parse_args "$@"
+  take_lock
   read_state
-  local rerun=0 drift_limit=$K
-  N=$K
-  if ((final)); then
-    if [[ $STATE == "$K" ]]; then
-      pass "current_iteration.txt names v$K"
-    elif [[ -z $STATE ]]; then
-      fail "current_iteration.txt is missing: the final audit needs every transition gate v0..v$((K - 1)) passed first"
-    else
-      fail "current_iteration.txt names '$STATE_TEXT', not v$K: the final audit runs on the recorded version"
-    fi
-    check_drift "$K"
+  check_5_state
+  check_6_drift "$DRIFT_LIMIT"
+  if ((FINAL)); then
     for ((j = 0; j <= K; j++)); do check_version "$j" $((j < K)); done
   else
-    if [[ -z $STATE && $K == 0 ]]; then
-      if write_state 0; then note='created current_iteration.txt with v0'; STATE=0
-      else fail "cannot write $STATE_FILE"; fi
-    fi
-    if [[ $STATE == "$K" ]]; then
-      pass "current_iteration.txt names v$K"
-    elif [[ $STATE == "$((K + 1))" ]]; then
-      rerun=1; drift_limit=$((K + 1))
-      pass "current_iteration.txt already names v$((K + 1)); re-checking v$K without writing"
-    elif [[ -z $STATE ]]; then
-      fail "current_iteration.txt is missing: run the gate on v0 first (only the first v0 gate creates it)"
-    elif [[ $STATE == '?' ]]; then
-      fail "current_iteration.txt holds '${STATE_TEXT:0:40}', not a version name: the state is corrupt; write the version being worked on (v0, v1, ...) into it"
-    elif ((STATE < K)); then
-      fail "current_iteration.txt names v$STATE: v$STATE has not passed its gate yet; gate v$STATE first"
-    else
-      fail "current_iteration.txt names v$STATE, so v$K was passed earlier: gate v$STATE instead"
-    fi
-    [[ $STATE == '?' || -z $STATE ]] || ((STATE <= K + 1)) || drift_limit=$STATE
-    check_drift "$drift_limit"
     check_version "$K" 1
   fi
-
-  [[ -n $note ]] && printf 'note: %s\n' "$note"
-  if ((FAILS)); then
-    printf 'gate: v%s FAILED: %d check%s\n' "$K" "$FAILS" "$([[ $FAILS == 1 ]] || printf s)"
-    exit 1
-  fi
-  if ((final)); then
-    printf 'gate: v%s passed (final audit of v0..v%s)\n' "$K" "$K"
-  elif ((rerun)); then
-    printf 'gate: v%s passed (transition, already recorded); current_iteration.txt stays v%s\n' "$K" "$((K + 1))"
-  elif write_state $((K + 1)); then
-    printf 'gate: v%s passed (transition); current_iteration.txt -> v%s\n' "$K" "$((K + 1))"
-  else
-    printf '%s: v%s passed but %s could not be written\n' "$PROG" "$K" "$STATE_FILE" >&2
-    exit 1
-  fi
-  exit 0
+  check_7_advance_state
 }
 
 main "$@"

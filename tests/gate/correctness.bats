@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # shellcheck shell=bats
-# Check 8: correctness.md records a passing Result.
+# Check 8 (check_8_correctness): correctness.md records a passing Result.
 bats_require_minimum_version 1.5.0
 load test_helper
 

@@ -47,3 +47,10 @@ sabotage() {
   GATE_UNDER_TEST=$SABOTAGED run -1 "$BATS_BIN" --tap -f 'does not touch' "$BATS_TEST_DIRNAME/state.bats"
   assert_line --regexp '^not ok '
 }
+
+@test "a gate whose --structural mode writes the state is caught by state.bats" {
+  # shellcheck disable=SC2016  # sed program, not shell
+  sabotage 's/^  elif ((STRUCTURAL)); then$/  elif ((STRUCTURAL)) \&\& write_state $((K + 1)); then/'
+  GATE_UNDER_TEST=$SABOTAGED run -1 "$BATS_BIN" --tap -f 'read-only' "$BATS_TEST_DIRNAME/state.bats"
+  assert_line --regexp '^not ok .*read-only'
+}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # shellcheck shell=bats
-# Check 1: correctness.md, ncu_summary.md, ncu_details.md, kbs_evidence.md exist and are non-empty.
+# Check 1 (check_1_files): correctness.md, ncu_summary.md, ncu_details.md, kbs_evidence.md exist and are non-empty.
 bats_require_minimum_version 1.5.0
 load test_helper
 

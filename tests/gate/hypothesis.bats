@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # shellcheck shell=bats
-# Check 2 (hypothesis.txt headings) and the hypothesis half of check 9 (filled, no TODO).
+# Check 2 (check_2_hypothesis_headings: hypothesis.txt headings) and the hypothesis half of
+# check 9 (check_9_templates_filled: filled, no TODO).
 bats_require_minimum_version 1.5.0
 load test_helper
 

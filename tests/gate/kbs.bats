@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # shellcheck shell=bats
-# Check 3 (kbs_evidence.md sections), its half of check 9, and check 12 (kbs_queries.jsonl).
+# Check 3 (check_3_kbs_headings: kbs_evidence.md sections), its half of check 9, and check 12
+# (check_12_kbs_queries: kbs_queries.jsonl).
 bats_require_minimum_version 1.5.0
 load test_helper
 

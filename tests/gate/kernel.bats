@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # shellcheck shell=bats
-# Check 4 (exactly one non-empty kernel, bytes differ) and check 10 (differs beyond
-# whitespace and comments).
+# Check 4 (check_4_kernel: exactly one non-empty kernel, bytes differ) and check 10
+# (check_10_kernel_change: differs beyond whitespace and comments).
 bats_require_minimum_version 1.5.0
 load test_helper
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # shellcheck shell=bats
-# Check 11: measured.sha256 lists and matches the measured files; run.json stays fixed.
+# Check 11 (check_11_provenance): measured.sha256 lists and matches the measured files; run.json stays fixed.
 bats_require_minimum_version 1.5.0
 load test_helper
 

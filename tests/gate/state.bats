@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # shellcheck shell=bats
-# Checks 5-7 and 13: current_iteration.txt, state drift, who writes the state, the lock.
+# Checks 5-7 (check_5_state, check_6_drift, check_7_advance_state): current_iteration.txt,
+# state drift, who writes the state (--structural never does); the lock.
 bats_require_minimum_version 1.5.0
 load test_helper
 
@@ -78,9 +79,7 @@ load test_helper
 @test "artifacts beyond the recorded version are state drift" {
   advance_to 1
   mkdir -p "$OUT/v2" "$OUT/v5"
-  printf 'notes\n' >"$OUT/v2/notes.txt"
   run -0 gate "$OUT/v1" --structural
-  printf 'v1\n' >"$OUT/current_iteration.txt"
   local f
   for f in kernel.py kernel.cu other.py correctness.md correctness.json ncu.json ncu_summary.md \
     profile.ncu-rep kbs_evidence.md kbs_queries.jsonl hypothesis.txt; do
@@ -89,8 +88,70 @@ load test_helper
     assert_only_failure "state drift: v5 holds $f but current_iteration.txt is at v1"
     rm "$OUT/v5/$f"
   done
-  printf 'x\n' >"$OUT/v5/ref.py"
+}
+
+@test "any file in a version folder beyond the recorded one is drift; empty folders are fine" {
+  advance_to 1
+  mkdir -p "$OUT/v2" "$OUT/v5"
   run -0 gate "$OUT/v1" --structural
+  assert_line 'gate: v1 passed (structural checks, transition); current_iteration.txt not written'
+  local f
+  for f in notes.txt ref.py .hidden README; do
+    printf 'x\n' >"$OUT/v2/$f"
+    run gate "$OUT/v1" --structural
+    assert_only_failure "state drift: v2 holds $f but current_iteration.txt is at v1"
+    run gate "$OUT/v1" --final
+    assert_line --partial "[FAIL] state drift: v2 holds $f but current_iteration.txt is at v1"
+    rm "$OUT/v2/$f"
+  done
+  mkdir "$OUT/v5/sub"
+  run gate "$OUT/v1" --structural
+  assert_only_failure 'state drift: v5 holds sub but current_iteration.txt is at v1'
+  rmdir "$OUT/v5/sub"
+  ln -s /nonexistent "$OUT/v5/dangling"
+  run gate "$OUT/v1" --structural
+  assert_only_failure 'state drift: v5 holds dangling but current_iteration.txt is at v1'
+  rm "$OUT/v5/dangling"
+  printf 'x\n' >"$OUT/v2/a.txt"
+  printf 'x\n' >"$OUT/v2/b.txt"
+  run gate "$OUT/v1"
+  assert_only_failure 'state drift: v2 holds a.txt b.txt but current_iteration.txt is at v1'
+  assert_equal "$(state)" v1
+}
+
+# Every path under $OUT with its type, size, mode, inode, mtime and (files) content hash.
+snapshot() {
+  (cd "$OUT" && find . -printf '%p %y %s %m %i %T@\n' | LC_ALL=C sort &&
+    find . -type f -exec sha256sum {} + | LC_ALL=C sort)
+}
+
+@test "--structural is read-only: it writes nothing, passing or failing" {
+  run -0 gate --help
+  assert_output --partial 'never writes current_iteration.txt, not even the first v0 state'
+  make_run
+  local before
+  before=$(snapshot)
+  run -0 gate "$OUT/v0" --structural
+  refute_line --partial 'note:'
+  assert_line 'gate: v0 passed (structural checks, transition); current_iteration.txt not written'
+  assert_equal "$(snapshot)" "$before"
+  [[ ! -e $OUT/current_iteration.txt && ! -e $OUT/.gate.lock ]]
+
+  "$GATE" "$OUT/v0" >/dev/null
+  make_version 1
+  before=$(snapshot)
+  run -0 gate "$OUT/v1" --structural
+  run -0 gate "$OUT/v1" --structural --verbose
+  run -0 gate "$OUT/v0" --structural
+  assert_equal "$(snapshot)" "$before"
+  assert_equal "$(state)" v1
+
+  rm "$OUT/v1/ncu_summary.md"
+  before=$(snapshot)
+  run -1 gate "$OUT/v1" --structural
+  run -1 gate "$OUT/v1" --structural --final
+  assert_equal "$(snapshot)" "$before"
+  assert_equal "$(state)" v1
 }
 
 @test "final mode requires the state to name vN and never writes it" {
@@ -143,4 +204,39 @@ hold_lock() {
   hold_lock 2
   run -0 gate "$OUT/v0"
   assert_equal "$(state)" v1
+}
+
+@test "--structural shares the lock with readers and waits for a writer" {
+  make_run
+  "$GATE" "$OUT/v0" >/dev/null
+  (flock -s 9 && touch "$BATS_TEST_TMPDIR/locked" && exec sleep 30) 9<"$OUT/.gate.lock" 3>&- &
+  HOLDER=$!
+  local i
+  for ((i = 0; i < 100; i++)); do [[ -e $BATS_TEST_TMPDIR/locked ]] && break; sleep 0.05; done
+  GATE_LOCK_TIMEOUT=1 run -0 gate "$OUT/v0" --structural
+  kill "$HOLDER"
+  rm "$BATS_TEST_TMPDIR/locked"
+  hold_lock 30
+  GATE_LOCK_TIMEOUT=1 run -1 --separate-stderr gate "$OUT/v0" --structural
+  kill "$HOLDER"
+  [[ $stderr == "check_iteration_gate: another gate holds "*"gave up after 1s" ]]
+}
+
+@test "the transition gate refuses the final version and names the final audit" {
+  RUN_ITERATIONS=1 advance_to 1
+  run gate "$OUT/v1"
+  assert_only_failure "v1 is the final version (run.json iterations): run the final audit instead"
+  assert_equal "$(state)" v1
+  [[ ! -e $OUT/v2 ]]
+  RUN_ITERATIONS=1 run -0 gate "$OUT/v1" --final
+}
+
+@test "the final audit refuses a version before the planned final one, unless the run finished there" {
+  RUN_ITERATIONS=3 advance_to 1
+  run gate "$OUT/v1" --final
+  assert_only_failure "v1 is not the final version: the run's final version is v3 (run.json iterations)"
+  printf '{"schema": 1, "version": "v1", "planned_final": "v3", "reason": "at the roofline"}\n' >"$OUT/finish.json"
+  run -0 gate "$OUT/v1" --final
+  run gate "$OUT/v1"
+  assert_only_failure "v1 is the final version (finish.json: the run finished early)"
 }

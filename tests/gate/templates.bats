@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # shellcheck shell=bats
 # references/hypothesis.md and references/kbs_evidence.md stay in step with the gate:
-# their template blocks, filled in, pass; left unfilled, they fail check 9.
+# their template blocks, filled in, pass; left unfilled, they fail check 9
+# (check_9_templates_filled).
 bats_require_minimum_version 1.5.0
 load test_helper
 

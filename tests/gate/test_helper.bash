@@ -28,9 +28,10 @@ setup() {
 # The gate, as "run" sees it: gate <args...>
 gate() { "$GATE" "$@"; }
 
+# run.json; RUN_ITERATIONS set in a test adds the planned final version ("iterations")
 write_run_json() {
-  printf '{"schema": 1, "kernel": "softmax", "kernel_type": "softmax", "impl": "triton", "dims": {"M": 4096, "N": 8192}, "seed": %s}\n' \
-    "${1:-42}" >"$OUT/run.json"
+  printf '{"schema": 1, "kernel": "softmax", "kernel_type": "softmax", "impl": "triton", "dims": {"M": 4096, "N": 8192}, "seed": %s%s}\n' \
+    "${1:-42}" "${RUN_ITERATIONS:+, \"iterations\": $RUN_ITERATIONS}" >"$OUT/run.json"
 }
 
 # A valid run directory with v0 only (no current_iteration.txt yet).
