@@ -1,9 +1,30 @@
-"""Shared pytest set-up: import the helpers from the source tree; the gpu marker."""
+"""Shared pytest set-up: import the helpers from the source tree; the gpu marker; the test inputs.
+
+The test inputs are committed packed (few files, see tests/python/kernels/README.md and
+tests/fixtures/ncu/README.md) and unpacked once per test session, at import of this module, into a
+fresh directory under the system temp area that is removed at exit:
+
+- ``KERNELS``: every member of tests/python/kernels/*.txt as a real file (``KERNELS / "py_vadd.py"``);
+- ``FIXTURES``: a mirror of tests/fixtures in which ``ncu/`` holds the members of
+  ``recordings.tar.xz`` next to its notes, and every other entry links to (or is a copy of) the
+  committed one.
+
+Run as a script: ``unpack DIR`` writes the kernels to DIR/kernels and the ncu recordings to
+DIR/ncu (to read or edit them); ``pack PACK.txt FILE...`` writes a kernel pack from files;
+``pack-ncu DIR`` rebuilds tests/fixtures/ncu/recordings.tar.xz from the recordings in DIR.
+"""
 
 from __future__ import annotations
 
+import atexit
+import io
+import lzma
 import os
+import re
+import shutil
 import sys
+import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,7 +32,125 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "helpers"))
 
-FIXTURES = REPO / "tests" / "fixtures"
+PACKED_KERNELS = REPO / "tests" / "python" / "kernels"
+PACKED_FIXTURES = REPO / "tests" / "fixtures"
+NCU_ARCHIVE = "recordings.tar.xz"
+
+# A pack member starts at a line of exactly this shape; its text runs up to the next such line or EOF.
+MEMBER_HEADER = re.compile(rb"==> ([A-Za-z0-9_][A-Za-z0-9_.-]*) <==\n")
+
+
+def read_pack(path: Path) -> dict[str, bytes]:
+    """The members of one kernel pack, name -> exact bytes."""
+    members: dict[str, bytes] = {}
+    name = None
+    for line in path.read_bytes().splitlines(keepends=True):
+        head = MEMBER_HEADER.fullmatch(line)
+        if head:
+            name = head.group(1).decode("ascii")
+            if name in members:
+                raise ValueError(f"{path}: member {name} appears twice")
+            members[name] = b""
+        elif name is None:
+            raise ValueError(f"{path}: the first line must be a '==> NAME <==' header")
+        else:
+            members[name] += line
+    return members
+
+
+def write_pack(path: Path, files: list[Path]) -> None:
+    """Write ``files`` (in the given order) as one pack; refuses text the format cannot hold."""
+    out = bytearray()
+    for f in files:
+        data = f.read_bytes()
+        if not MEMBER_HEADER.fullmatch(b"==> " + f.name.encode() + b" <==\n"):
+            raise ValueError(f"{f.name}: not a plain file name")
+        if data and not data.endswith(b"\n"):
+            raise ValueError(f"{f}: does not end with a newline")
+        if any(MEMBER_HEADER.fullmatch(line) for line in data.splitlines(keepends=True)):
+            raise ValueError(f"{f}: contains a line that reads as a member header")
+        out += b"==> " + f.name.encode() + b" <==\n" + data
+    path.write_bytes(bytes(out))
+
+
+def unpack_kernels(dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    seen: dict[str, Path] = {}
+    for pack in sorted(PACKED_KERNELS.glob("*.txt")):
+        for name, data in read_pack(pack).items():
+            if name in seen:
+                raise ValueError(f"{name} is in both {seen[name].name} and {pack.name}")
+            seen[name] = pack
+            (dest / name).write_bytes(data)
+
+
+def pack_ncu(src: Path, archive: Path) -> None:
+    """Every plain file of ``src`` but the notes (*.md) into a reproducible tar.xz: sorted names,
+    mtime 0, owner 0:0, mode 0644, ustar headers, xz preset 9e."""
+    files = sorted(p for p in src.iterdir() if p.is_file() and p.suffix != ".md" and p.name != NCU_ARCHIVE)
+    if not files:
+        raise ValueError(f"{src}: no recordings to pack (give the folder that `unpack` wrote)")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for f in files:
+            data = f.read_bytes()
+            info = tarfile.TarInfo(f.name)
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(data))
+    archive.write_bytes(lzma.compress(buf.getvalue(), format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64,
+                                      preset=9 | lzma.PRESET_EXTREME))
+
+
+def _extract_flat(archive: Path, dest: Path) -> None:
+    with tarfile.open(archive, mode="r:xz") as tar:
+        for m in tar.getmembers():
+            if not m.isfile() or "/" in m.name or m.name in ("", ".", ".."):
+                raise ValueError(f"{archive}: unexpected member {m.name!r}")
+            (dest / m.name).write_bytes(tar.extractfile(m).read())
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        dst.symlink_to(src, target_is_directory=src.is_dir())
+    except OSError:
+        if src.is_dir():
+            shutil.copytree(src, dst)
+        else:
+            shutil.copy2(src, dst)
+
+
+def unpack_fixtures(dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for entry in sorted(PACKED_FIXTURES.iterdir()):
+        if entry.name != "ncu":
+            _link_or_copy(entry, dest / entry.name)
+            continue
+        ncu = dest / "ncu"
+        ncu.mkdir()
+        for f in sorted(entry.iterdir()):
+            if f.name != NCU_ARCHIVE:
+                _link_or_copy(f, ncu / f.name)
+        _extract_flat(entry / NCU_ARCHIVE, ncu)
+
+
+def _materialize() -> Path:
+    root = Path(tempfile.mkdtemp(prefix="kl-test-inputs-"))
+    owner = os.getpid()
+    # removed at exit of this process only (not of a forked child that inherits the handler)
+    atexit.register(lambda: os.getpid() == owner and shutil.rmtree(root, ignore_errors=True))
+    unpack_kernels(root / "kernels")
+    unpack_fixtures(root / "fixtures")
+    return root
+
+
+if __name__ == "__main__":       # the command line below unpacks on request only
+    INPUTS = KERNELS = FIXTURES = None
+else:
+    INPUTS = _materialize()
+    KERNELS = INPUTS / "kernels"
+    FIXTURES = INPUTS / "fixtures"
 SHARED_NCU = REPO.parent / "shared" / "fixtures" / "ncu-h100"
 
 
@@ -50,3 +189,27 @@ def helpers_env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO / "helpers") + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+def _main(argv: list[str]) -> int:
+    cmds = {"unpack": 2, "pack": 3, "pack-ncu": 2}
+    if not argv or argv[0] not in cmds or len(argv) < cmds[argv[0]]:
+        print("usage: conftest.py unpack DIR | pack PACK.txt FILE... | pack-ncu DIR", file=sys.stderr)
+        return 2
+    if argv[0] == "unpack":
+        target = Path(argv[1])
+        unpack_kernels(target / "kernels")
+        (target / "ncu").mkdir(parents=True)
+        _extract_flat(PACKED_FIXTURES / "ncu" / NCU_ARCHIVE, target / "ncu")
+        print(f"wrote {target / 'kernels'} and {target / 'ncu'}")
+    elif argv[0] == "pack":
+        write_pack(Path(argv[1]), [Path(a) for a in argv[2:]])
+        print(f"wrote {argv[1]}")
+    else:
+        pack_ncu(Path(argv[1]), PACKED_FIXTURES / "ncu" / NCU_ARCHIVE)
+        print(f"wrote {PACKED_FIXTURES / 'ncu' / NCU_ARCHIVE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

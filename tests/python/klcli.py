@@ -8,9 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import KERNELS  # the test kernels, unpacked from tests/python/kernels/*.txt
+
 REPO = Path(__file__).resolve().parents[2]
 HELPERS = REPO / "helpers"
-KERNELS = Path(__file__).resolve().parent / "kernels"
 
 
 def run(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -29,6 +30,6 @@ def main(*args: str) -> int:
 
 
 def init_run(out: Path, ref: str, kernel: str, impl: str, dims: str, *extra: str) -> int:
-    """``init --skip-env`` with kernels/ref files named relative to tests/python/kernels."""
+    """``init --skip-env`` with kernels/ref files named as members of the kernel packs (klcli.KERNELS)."""
     return main("init", out, "--kernel", Path(kernel).stem, "--ref", KERNELS / ref, "--impl", impl,
                 "--baseline", KERNELS / kernel, "--dims", dims, "--skip-env", *extra)

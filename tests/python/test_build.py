@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import KERNELS
 from kernel_loop import build
 from kernel_loop.common import UsageError
 from kernel_loop.config import RunConfig
-
-KERNELS = Path(__file__).resolve().parent / "kernels"
 
 
 def test_parse_simple_signature():

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import KERNELS
 from kernel_loop import loader
 from kernel_loop.common import UsageError
 from kernel_loop.config import RunConfig
-
-KERNELS = Path(__file__).resolve().parent / "kernels"
 
 
 def _root(tmp_path: Path, ref: str, text: str | None = None) -> Path:
