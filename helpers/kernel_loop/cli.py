@@ -12,11 +12,11 @@ import importlib
 import sys
 
 from . import __version__
-from .common import EXIT_USAGE, PROG, KernelLoopError
+from .common import EXIT_USAGE, PROG, KernelLoopError, missing_module_message, os_error_message
 
 # Loop steps, in loop order: each is a module of kernel_loop.steps with register(subparsers).
-STEPS: tuple[str, ...] = ("init", "env", "correctness", "profile", "kbs", "hypothesis", "next_version", "status",
-                          "benchmark", "report", "demo")
+STEPS: tuple[str, ...] = ("init", "env", "correctness", "profile", "kbs", "hypothesis", "gate", "next_version",
+                          "finish", "status", "benchmark", "report", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     except KernelLoopError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except ModuleNotFoundError as exc:
+        print(f"{PROG}: error: {missing_module_message(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"{PROG}: error: {os_error_message(exc)}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130

@@ -41,6 +41,30 @@ class MeasuredFailure(KernelLoopError):
     exit_code = EXIT_FAILED
 
 
+# Python packages the helpers themselves need, and the pip name that provides each.
+REQUIRED_PACKAGES = {"jinja2": "jinja2", "yaml": "pyyaml"}
+
+
+def missing_module_message(exc: ModuleNotFoundError) -> str:
+    """One line for a package that is not installed: which one, and the pip line that installs it."""
+    name = (exc.name or "").split(".")[0]
+    pip = REQUIRED_PACKAGES.get(name, name)
+    need = ("kernel-loop needs jinja2 and pyyaml" if name in REQUIRED_PACKAGES
+            else "this step needs it in the Python that runs kernel-loop")
+    return f"the Python package '{pip}' is not installed ({need}): pip install {pip}"
+
+
+def os_error_message(exc: OSError) -> str:
+    """One line for a file-system error: what failed, on which path, and what to check."""
+    what = exc.strerror or str(exc)
+    path = exc.filename if exc.filename is not None else ""
+    hint = {13: "check the permissions of the folder and file (a read-only run directory or cache?)",
+            20: "a part of the path is a file, not a folder", 21: "the path is a folder, not a file",
+            28: "the disk is full", 30: "the file system is read-only", 2: "check the path"}.get(exc.errno or 0,
+                                                                                               "check the path")
+    return f"{what}: {path} ({hint})" if path else f"{what} ({hint})"
+
+
 def progress(msg: str) -> None:
     """A progress line on stderr (data goes to stdout)."""
     print(f"[{PROG}] {msg}", file=sys.stderr, flush=True)
@@ -59,14 +83,23 @@ def step(msg: str) -> Iterator[None]:
     progress(f"{msg}: done in {time.monotonic() - t0:.1f} s")
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write through a temporary file in the same folder, then rename."""
+    """Write through a temporary file in the same folder, then rename: a reader sees the old file or the
+    new one, never half of one, and a failed write leaves the old file as it was.  The new file gets
+    the usual mode for the user's umask (mkstemp alone would make it private)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,9 +1,17 @@
 """Tolerances and the one output comparison, shared by correctness and benchmark.
 
-The tolerance of an output, per field: run.json (from init's --atol/--rtol, or ref.py literals
-read at init) > ref.py's module value > the default for the output's dtype.  The comparison
-follows torch.isclose semantics (|got - exp| > atol + rtol * |exp| is a mismatch) with one
-NaN rule: a non-finite value where the reference is finite fails; positions where the reference
+The tolerance of an output, per field: run.json (from init's --atol/--rtol/--rel-l2, or ref.py
+literals read at init) > ref.py's module value > the default for the output's dtype; a ``rel_l2``
+left to its default follows an rtol that was set on purpose (the larger of the two applies).  An output
+passes when both checks hold:
+
+- elementwise, torch.isclose semantics: |got - exp| > atol + rtol * |exp| is a mismatch;
+- normwise: the relative L2 error ||got - exp|| / ||exp|| is at most ``rel_l2``.  The elementwise
+  check alone lets a constant pass when the outputs are small next to atol (a softmax over 8192
+  columns has values near 1.2e-4 < atol); the normwise bound does not, while a kernel that only
+  reorders a reduction stays orders of magnitude below it.
+
+One NaN rule: a non-finite value where the reference is finite fails; positions where the reference
 itself is NaN match only NaN.  A reference output that is nothing but poison fails the check,
 since comparing against it cannot fail.
 """
@@ -23,6 +31,13 @@ DTYPE_TOLERANCE = {
     "float16": (1e-2, 1e-2), "bfloat16": (1e-2, 1e-2),
     "float8_e4m3fn": (1e-1, 1e-1), "float8_e5m2": (2e-1, 2e-1),
 }
+# torch dtype name -> the relative L2 error limit: about 100x what a reordered reduction gives in that
+# precision (float32: ~1e-7; tf32 matmul units: ~3e-4; bf16 operands: 1e-3..1e-2); integers are exact.
+DTYPE_REL_L2 = {
+    "float64": 1e-10, "float32": 1e-5, "tf32": 2e-3, "float16": 5e-3, "bfloat16": 2e-2,
+    "float8_e4m3fn": 1.5e-1, "float8_e5m2": 3e-1,
+}
+FIELDS = ("atol", "rtol", "rel_l2")
 
 
 def dtype_default(dtype: str, tf32: bool = False) -> tuple[float, float]:
@@ -32,18 +47,27 @@ def dtype_default(dtype: str, tf32: bool = False) -> tuple[float, float]:
     return DTYPE_TOLERANCE.get(dtype, (0.0, 0.0))
 
 
+def dtype_rel_l2(dtype: str, tf32: bool = False) -> float:
+    if tf32 and dtype == "float32":
+        return DTYPE_REL_L2["tf32"]
+    return DTYPE_REL_L2.get(dtype, 0.0)
+
+
 def resolve_tolerance(run_tol: dict | None, ref_atol: Any, ref_rtol: Any, dtype: str,
-                      tf32: bool = False) -> dict[str, Any]:
+                      tf32: bool = False, ref_rel_l2: Any = None) -> dict[str, Any]:
     """Per field: run.json (CLI, or ref.py literals read at init) > ref.py module value > dtype default."""
     run_tol = run_tol or {}
     by = run_tol.get("by") or {}
-    default = dtype_default(dtype, tf32)
+    default = (*dtype_default(dtype, tf32), dtype_rel_l2(dtype, tf32))
     out: dict[str, Any] = {}
-    for i, (field, ref_val) in enumerate((("atol", ref_atol), ("rtol", ref_rtol))):
+    for i, (field, ref_val) in enumerate((("atol", ref_atol), ("rtol", ref_rtol), ("rel_l2", ref_rel_l2))):
         if run_tol.get(field) is not None:
             out[field], src = float(run_tol[field]), by.get(field) or run_tol.get("source") or "cli"
         elif ref_val is not None:
             out[field], src = float(ref_val), "ref.py"
+        elif field == "rel_l2" and not out["rtol_source"].startswith("dtype-default"):
+            # an rtol set on purpose loosens the normwise default to match it (never tightens it)
+            out[field], src = max(default[i], out["rtol"]), f"the {out['rtol_source']} rtol"
         else:
             out[field], src = default[i], f"dtype-default ({'tf32' if tf32 and dtype == 'float32' else dtype})"
         out[f"{field}_source"] = src
@@ -77,7 +101,8 @@ def describe_tolerances(run_tol: dict[str, Any] | None, applied: dict[str, dict[
     def one(t: dict[str, Any]) -> str:
         a, r = t["atol_source"], t["rtol_source"]
         src = _source_text(a) if a == r else f"atol {_source_text(a)}, rtol {_source_text(r)}"
-        return f"atol {_short(t['atol'])}, rtol {_short(t['rtol'])} ({src})"
+        l2 = f", rel L2 <= {_short(t['rel_l2'])}" if t.get("rel_l2") is not None else ""
+        return f"atol {_short(t['atol'])}, rtol {_short(t['rtol'])}{l2} ({src})"
 
     texts = {name: one(t) for name, t in applied.items()}
     if len(set(texts.values())) == 1:
@@ -96,7 +121,7 @@ def json_number(x: float) -> float | str | None:
     return x if math.isfinite(x) else str(x)
 
 
-def compare(got, exp, atol: float, rtol: float) -> dict[str, Any]:
+def compare(got, exp, atol: float, rtol: float, l2_limit: float | None = None) -> dict[str, Any]:
     """Error numbers of one output (torch tensors); ``passed`` follows torch.isclose(equal_nan=True)."""
     import torch
 
@@ -132,6 +157,10 @@ def compare(got, exp, atol: float, rtol: float) -> dict[str, Any]:
     info.update(max_abs_err=json_number(max_abs), max_rel_err=json_number(max_rel), rel_l2_err=json_number(rel_l2),
                 mismatches=mismatches, first_bad=first_bad, nonfinite_unexpected=nonfinite,
                 passed=mismatches == 0 and nonfinite == 0)
+    if l2_limit is not None and info["passed"] and rel_l2_value(info) > l2_limit:
+        info.update(passed=False, note=f"relative L2 error {rel_l2_value(info):.3g} is above the limit {l2_limit:.3g}: "
+                    "every element is within atol/rtol, but the output as a whole is wrong (values small next "
+                    "to atol?)")
     return info
 
 
@@ -152,16 +181,24 @@ def _all_poison(exp) -> bool:
     return torch.equal(poisoned, exp)
 
 
-def ref_tolerance(ref: Any) -> tuple[Any, Any, bool]:
-    """ref.py's own (atol, rtol, tf32) module values (None when it sets none)."""
-    return getattr(ref, "atol", None), getattr(ref, "rtol", None), bool(getattr(ref, "tf32", False))
+def rel_l2_value(info: dict[str, Any]) -> float:
+    v = info.get("rel_l2_err")
+    if v is None:
+        return 0.0
+    return float(v) if not isinstance(v, str) else float("inf")
+
+
+def ref_tolerance(ref: Any) -> tuple[Any, Any, bool, Any]:
+    """ref.py's own (atol, rtol, tf32, rel_l2) module values (None when it sets none)."""
+    return (getattr(ref, "atol", None), getattr(ref, "rtol", None), bool(getattr(ref, "tf32", False)),
+            getattr(ref, "rel_l2", None))
 
 
 def applied_tolerances(expected: dict[str, Any], run_tol: dict[str, Any] | None, ref: Any) -> dict[str, dict[str, Any]]:
     """Per output, the tolerance the comparison applies (run.json > ref.py atol/rtol > dtype default)."""
-    ref_atol, ref_rtol, tf32 = ref_tolerance(ref)
+    ref_atol, ref_rtol, tf32, ref_l2 = ref_tolerance(ref)
     return {name: resolve_tolerance(run_tol, ref_atol, ref_rtol, str(getattr(exp, "dtype", "")).replace("torch.", ""),
-                                    tf32)
+                                    tf32, ref_l2)
             for name, exp in expected.items()}
 
 
@@ -185,7 +222,7 @@ def compare_outputs(got: dict, expected: dict, run_tol: dict | None, ref: Any) -
                          "max_abs_err": None, "max_rel_err": None, "rel_l2_err": None, "first_bad": None,
                          "nonfinite_unexpected": 0})
             continue
-        row = {"name": name, **compare(g, exp, tol["atol"], tol["rtol"]), "tolerance": tol}
+        row = {"name": name, **compare(g, exp, tol["atol"], tol["rtol"], tol["rel_l2"]), "tolerance": tol}
         if _all_poison(exp):
             row.update(passed=False, note=f"the reference output '{name}' holds only NaN/Inf or the poison sentinel "
                        "(did reference() write it?): comparing against it cannot fail")
@@ -194,3 +231,13 @@ def compare_outputs(got: dict, expected: dict, run_tol: dict | None, ref: Any) -
             warnings.append(f"reference output '{name}' is constant ({json_number(exp.reshape(-1)[0])}): "
                             "this check cannot tell a constant kernel from a correct one")
     return rows, warnings
+
+
+def changed_input_row(name: str, tensor: Any, n: int) -> dict[str, Any]:
+    """A failing row for an input the kernel modified (inputs that are not declared outputs stay untouched)."""
+    return {"name": f"input {name}", "passed": False, "dtype": str(tensor.dtype).replace("torch.", ""),
+            "shape": list(tensor.shape), "numel": tensor.numel(), "mismatches": n, "max_abs_err": None,
+            "max_rel_err": None, "rel_l2_err": None, "first_bad": None, "nonfinite_unexpected": 0,
+            "tolerance": {"atol": 0.0, "rtol": 0.0, "rel_l2": 0.0, "source": "inputs must not change"},
+            "note": f"the kernel changed its input '{name}' ({n} of {tensor.numel()} elements differ after the call): "
+                    "an input that is not a declared output must stay untouched"}

@@ -29,6 +29,8 @@ CTRPERM_FIX = ("run the profiler as root/admin, or allow profiling for all users
                "`options nvidia NVreg_RestrictProfilingToAdminUsers=0` to a file in /etc/modprobe.d/ "
                f"and reload the nvidia module (or reboot); see {CTRPERM_URL}")
 PACKAGES = {  # shown name -> distribution names tried in order, import name
+    "jinja2": (("jinja2", "Jinja2"), "jinja2"),
+    "pyyaml": (("pyyaml", "PyYAML"), "yaml"),
     "torch": (("torch",), "torch"),
     "triton": (("triton",), "triton"),
     "cuda-python": (("cuda-python", "cuda-bindings"), "cuda"),
@@ -72,6 +74,10 @@ def evaluate(facts: dict[str, Any], impl: str | None) -> list[dict[str, Any]]:
     """Requirement checks; level 'required' failures make env exit 2."""
     checks = []
     v = facts.get("versions", {})
+    for name in ("jinja2", "pyyaml"):  # the helpers' own needs: every rendered file, the KBS pages
+        if name in v:
+            checks.append(_check(name, bool(v.get(name)), "required", f"{name} {v.get(name) or 'not installed'}",
+                                 f"pip install {name} (in the Python that runs kernel-loop)"))
     checks.append(_check("torch", bool(v.get("torch")), "required", f"torch {v.get('torch') or 'not installed'}",
                          "pip install torch (a CUDA build: https://pytorch.org/get-started/locally/)"))
     if v.get("torch"):
@@ -140,6 +146,15 @@ def make_report(facts: dict, impl: str | None, gpu_index: int) -> dict[str, Any]
 
 
 def render_markdown(report: dict) -> str:
+    """env_check.md; without jinja2 a plain listing, so that env can still say what to install."""
+    try:
+        import jinja2  # noqa: F401
+    except ModuleNotFoundError:
+        lines = ["# Environment check", "", "(plain listing: jinja2 is not installed, so the usual template "
+                 "could not be used)", ""]
+        lines += [f"- {c['item']}: {c['status']} ({c['level']}): {c['detail']}"
+                  + (f" -> {c['fix']}" if c.get("fix") else "") for c in report.get("checks", [])]
+        return "\n".join(lines) + "\n"
     return render("env_check.md.j2", r=report)
 
 
@@ -151,18 +166,26 @@ def write_skipped(out: Path) -> None:
 
 
 # --- gathering facts ----------------------------------------------------------------------
+def _importable(mod: str) -> bool:
+    try:
+        return importlib.util.find_spec(mod) is not None
+    except (ImportError, ValueError):  # a module set to None in sys.modules, or a broken parent package
+        return False
+
+
 def package_versions() -> dict[str, str | None]:
+    """Installed version of each package, None when it cannot be imported here (even if metadata remains)."""
     out: dict[str, str | None] = {}
     for shown, (dists, mod) in PACKAGES.items():
         ver = None
-        for d in dists:
-            try:
-                ver = importlib.metadata.version(d)
-                break
-            except importlib.metadata.PackageNotFoundError:
-                continue
-        if ver is None and importlib.util.find_spec(mod) is not None:
-            ver = "installed (version unknown)"
+        if _importable(mod):
+            for d in dists:
+                try:
+                    ver = importlib.metadata.version(d)
+                    break
+                except importlib.metadata.PackageNotFoundError:
+                    continue
+            ver = ver or "installed (version unknown)"
         out[shown] = ver
     return out
 

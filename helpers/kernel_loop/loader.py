@@ -163,6 +163,27 @@ class Case:
     def launch(self) -> dict:
         return self._launch()
 
+    def input_snapshot(self) -> dict:
+        """Clones of every input tensor that is not a declared output, to compare after a call."""
+        return {n: v.detach().clone() for n, v in self.inputs.items() if is_tensor(v) and n not in self.outputs}
+
+    def changed_inputs(self, snapshot: dict) -> list[tuple[str, int]]:
+        """(name, elements that differ) for each input the call changed; NaN in the same place counts as equal."""
+        torch = _torch()
+        out = []
+        for name, before in snapshot.items():
+            now = self.inputs[name]
+            if now.shape != before.shape or now.dtype != before.dtype:
+                out.append((name, before.numel()))
+                continue
+            same = now == before
+            if now.dtype.is_floating_point or now.dtype.is_complex:
+                same |= torch.isnan(now) & torch.isnan(before)
+            n = int((~same).sum())
+            if n:
+                out.append((name, n))
+        return out
+
     def _cloned_ref_kwargs(self) -> dict:
         """Clones of the inputs; output buffers poisoned, so the reference never sees kernel results."""
         kw = {k: clone_value(v) for k, v in self._ref_kwargs.items()}
@@ -265,9 +286,9 @@ def _load_py(ref, kmod, kernel_path: Path, dims: dict, seed: int, device: str) -
     run_kernel = getattr(kmod, "run_kernel", None)
     if not callable(run_kernel):
         raise UsageError(f"{kernel_path.name} defines no run_kernel(**inputs)")
-    setup = getattr(ref, "setup", None) or getattr(kmod, "setup", None)
+    setup = getattr(ref, "setup", None)  # never the kernel's own: a kernel must not choose its inputs
     if not callable(setup):
-        raise UsageError("neither ref.py nor the kernel defines setup(**dims): .py kernels need one to get inputs")
+        raise UsageError("ref.py defines no setup(**dims): .py kernels get their inputs from it")
     inputs, outs = _setup_inputs(setup, dims, seed, device)
     _check_not_zero(inputs, set(outs), seed)
     outputs = {n: inputs[n] for n in outs}

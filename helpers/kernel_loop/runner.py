@@ -1,6 +1,6 @@
 """The one child runner: every piece of user code (ref.py, the kernel) runs in a child process.
 
-Parent side: ``run_child(mode, spec, timeout, prefix=...)`` writes the spec to a temporary
+Parent side: ``run_child(mode, spec, timeout, prefix=...)`` (or ``start_child`` then ``wait``) writes the spec to a temporary
 JSON file and starts ``[prefix...] python -m kernel_loop.runner <mode> <spec.json>`` in its own
 process group (``prefix`` is how ncu and compute-sanitizer wrap the child).  On timeout, or
 when the parent is interrupted, the whole group is killed.  The child's output is forwarded to
@@ -83,52 +83,78 @@ def child_env(extra: dict | None = None) -> dict:
     return env
 
 
-def run_child(mode: str, spec: dict, timeout: float, *, prefix: list[str] | None = None,
-              env: dict | None = None, tail_lines: int = 200) -> ChildOutcome:
-    """Run ``[prefix...] python -m kernel_loop.runner mode spec.json``; never raises for a crash or a hang."""
-    if mode not in MODES:
-        raise ValueError(f"unknown child mode {mode!r}")
-    with tempfile.TemporaryDirectory(prefix="kl-child-") as tmp:
-        spec = dict(spec, mode=mode, result_path=str(Path(tmp) / "result.json"))
-        spec_path = Path(tmp) / "spec.json"
-        write_json(spec_path, spec)
+class Child:
+    """A started child process: ``wait()`` gives its ``ChildOutcome``; ``kill()`` ends its whole group.
+
+    ``run_child`` is ``start_child(...).wait(timeout)``; ``profile`` starts the ncu child early so
+    that its imports overlap the timing run, and releases it through ``spec["go_file"]``."""
+
+    def __init__(self, mode: str, spec: dict, *, prefix: list[str] | None, env: dict | None, tail_lines: int):
+        if mode not in MODES:
+            raise ValueError(f"unknown child mode {mode!r}")
+        self._tmp = tempfile.TemporaryDirectory(prefix="kl-child-")
+        tmp = Path(self._tmp.name)
+        self.result_path = tmp / "result.json"
+        self.spec = dict(spec, mode=mode, result_path=str(self.result_path))
+        spec_path = tmp / "spec.json"
+        write_json(spec_path, self.spec)
         cmd = list(prefix or []) + [sys.executable, "-m", "kernel_loop.runner", mode, str(spec_path)]
-        tail: deque[str] = deque(maxlen=tail_lines)
-        t0 = time.monotonic()
+        self.tail: deque[str] = deque(maxlen=tail_lines)
+        self.t0 = time.monotonic()
         try:
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=child_env(env), start_new_session=True, text=True, errors="replace")
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=child_env(env), start_new_session=True,
+                                         text=True, errors="replace")
         except OSError as exc:
+            self._tmp.cleanup()
             raise UsageError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
+        self.reader = threading.Thread(target=self._pump, daemon=True)
+        self.reader.start()
 
-        def pump() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                tail.append(line.rstrip("\n"))
-                sys.stderr.write(line)
-            sys.stderr.flush()
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.tail.append(line.rstrip("\n"))
+            sys.stderr.write(line)
+        sys.stderr.flush()
 
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
+    def kill(self) -> None:
+        _kill_group(self.proc)
+        self._tmp.cleanup()
+
+    def wait(self, timeout: float) -> ChildOutcome:
         timed_out = False
         try:
-            proc.wait(timeout=timeout)
+            self.proc.wait(timeout=timeout)  # counted from this call
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(proc)
+            _kill_group(self.proc)
         except BaseException:
-            _kill_group(proc)
+            _kill_group(self.proc)
+            self._tmp.cleanup()
             raise
-        reader.join(timeout=5)
-        seconds = time.monotonic() - t0
+        self.reader.join(timeout=5)
+        seconds = time.monotonic() - self.t0
         result = None
-        rpath = Path(spec["result_path"])
-        if not timed_out and rpath.is_file():
+        if not timed_out and self.result_path.is_file():
             try:
-                result = json.loads(rpath.read_text(encoding="utf-8"))
+                result = json.loads(self.result_path.read_text(encoding="utf-8"))
             except json.JSONDecodeError:
                 result = None
-        return ChildOutcome(result, proc.returncode, timed_out, seconds, "\n".join(tail))
+        self._tmp.cleanup()
+        return ChildOutcome(result, self.proc.returncode, timed_out, seconds, "\n".join(self.tail))
+
+
+def start_child(mode: str, spec: dict, *, prefix: list[str] | None = None, env: dict | None = None,
+                tail_lines: int = 200) -> Child:
+    """Start ``[prefix...] python -m kernel_loop.runner mode spec.json`` in its own process group."""
+    return Child(mode, spec, prefix=prefix, env=env, tail_lines=tail_lines)
+
+
+def run_child(mode: str, spec: dict, timeout: float, *, prefix: list[str] | None = None,
+              env: dict | None = None, tail_lines: int = 200) -> ChildOutcome:
+    """Run a child to its end; never raises for a crash or a hang (the outcome says what happened)."""
+    return start_child(mode, spec, prefix=prefix, env=env, tail_lines=tail_lines).wait(timeout)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -136,7 +162,10 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    proc.wait()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:  # a process stuck in the driver; nothing more can be done
+        pass
 
 
 def error_text(exc: BaseException) -> str:

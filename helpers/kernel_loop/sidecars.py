@@ -6,7 +6,8 @@ each one); a step that needs another step's result reads it here, never by impor
 Run level: run.json, env.json, env_check.md, ref.py, current_iteration.txt, benchmark.{json,md},
 final_report.{md,png}.  Version level (``<out>/vK/``): the kernel, correctness.{json,md},
 ncu.json, ncu_summary.md, ncu_details.md, ncu_raw.csv, ncu_details.csv, profile.ncu-rep,
-kbs_queries.jsonl, kbs_evidence.md, hypothesis.{txt,json}, measured.sha256.
+kbs_queries.jsonl, kbs_evidence.md, hypothesis.{txt,json}, measured.sha256; finish.json when the
+run was finished before its planned final version.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ BENCHMARK_JSON = "benchmark.json"
 BENCHMARK_MD = "benchmark.md"
 FINAL_REPORT_MD = "final_report.md"
 FINAL_REPORT_PNG = "final_report.png"
+FINISH_JSON = "finish.json"  # an early finish: the version that became final, and why
 # version level
 KERNEL_FILES = ("kernel.py", "kernel.cu")
 CORRECTNESS_JSON = "correctness.json"

@@ -44,7 +44,7 @@ def fmt(value: Any, digits: int = 2, suffix: str = "") -> str:
     if value is None:
         return NA
     if isinstance(value, bool):
-        return str(value)
+        return "yes" if value else "no"
     if isinstance(value, int):
         return f"{value}{suffix}"
     if isinstance(value, float):

@@ -21,7 +21,7 @@ import time as time_mod
 from pathlib import Path
 from typing import Any
 
-from .compare import applied_tolerances, compare_outputs, derive_seed
+from .compare import applied_tolerances, changed_input_row, compare_outputs, derive_seed
 from .config import RunConfig
 from .sidecars import REF_PY
 
@@ -29,21 +29,50 @@ NVTX_RANGE = "kl_measure"
 
 
 def _setup(spec: dict[str, Any]):
+    """The run configuration, the device (checked here, in the child: the CLI never imports torch)
+    and ref.py imported.  A missing GPU or a ref.py that fails to import is bad input (UsageError)."""
     from . import loader
+    from .common import UsageError
 
     cfg = RunConfig.from_json(spec["cfg"])
     device = spec["device"]
-    if device.startswith("cuda"):
+    kernel = Path(spec.get("kernel") or "kernel")
+    if device == "cpu" and kernel.suffix == ".cu":
+        raise UsageError(f"{kernel.name} is CUDA C++: the cpu test mode (KERNEL_LOOP_DEVICE=cpu) runs .py kernels only")
+    try:
         import torch
-
-        from .common import UsageError
-
+    except ImportError:
+        raise UsageError("torch is not installed: pip install torch (a CUDA build)") from None
+    if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise UsageError(f"no CUDA device (torch.cuda.is_available() is False): {spec['mode']} needs a GPU "
-                             "(KERNEL_LOOP_DEVICE=cpu is the test mode for .py kernels)")
+            raise UsageError(f"no CUDA GPU visible: torch.cuda.is_available() is False (torch {torch.__version__}, "
+                             f"CUDA build {torch.version.cuda}); {spec['mode']} needs a GPU "
+                             "(init --device cpu, or KERNEL_LOOP_DEVICE=cpu, is the test mode for .py kernels)")
+        index = torch.device(device).index or 0
+        if index >= torch.cuda.device_count():
+            raise UsageError(f"run.json gpu {index} does not exist: {torch.cuda.device_count()} GPU(s) visible")
         torch.cuda.set_device(torch.device(device))
-    ref = loader.import_file(Path(spec["run_root"]) / REF_PY, "ref")
+    ref_path = Path(spec["run_root"]) / REF_PY
+    try:
+        ref = loader.import_file(ref_path, "ref")
+    except UsageError:
+        raise
+    except Exception as exc:
+        raise UsageError(f"{ref_path} failed to import: {type(exc).__name__}: {' '.join(str(exc).split())[:300]} "
+                         "(fix ref.py; it is copied into the run by init)") from None
     return cfg, device, ref
+
+
+def _wait_for_go(spec: dict[str, Any]) -> None:
+    """Block until the parent creates ``spec["go_file"]`` (profile's timing run has finished)."""
+    go = spec.get("go_file")
+    if not go:
+        return
+    deadline = time_mod.monotonic() + float(spec.get("go_timeout_s", 600))
+    while not Path(go).exists():
+        if time_mod.monotonic() > deadline:
+            raise RuntimeError("the parent never released the ncu run (its timing run did not finish)")
+        time_mod.sleep(0.05)
 
 
 def _sync(device: str) -> None:
@@ -72,9 +101,12 @@ def correctness(spec: dict[str, Any]) -> dict[str, Any]:
                 expected = case.reference()
                 _sync(device)
                 case.poison()
+                snapshot = case.input_snapshot()
                 got = case.launch()
                 _sync(device)
                 rows, warns = compare_outputs(got, expected, cfg.tolerance, ref)
+                rows += [changed_input_row(n, snapshot[n], count) for n, count in case.changed_inputs(snapshot)]
+                del snapshot
                 trials.append({"seed": seed, "outputs": rows, "passed": all(r["passed"] for r in rows)})
                 result["warnings"] += [w for w in warns if w not in result["warnings"]]
                 del case, expected, got
@@ -103,10 +135,16 @@ def time(spec: dict[str, Any]) -> dict[str, Any]:  # noqa: A001 - the mode's nam
 
 
 def ncu(spec: dict[str, Any]) -> dict[str, Any]:
+    """Under ncu: imports first (they may overlap the parent's timing run), then, once released,
+    the warmup calls outside and one call inside the NVTX range."""
     import torch
 
     from . import loader
 
+    cfg = RunConfig.from_json(spec["cfg"])
+    if Path(spec["kernel"]).suffix == ".py":  # the kernel's own imports (triton, cutlass) before the wait
+        loader.import_file(Path(spec["kernel"]), "kernel")
+    _wait_for_go(spec)
     cfg, device, _ = _setup(spec)
     case = loader.load_case(cfg, Path(spec["run_root"]), Path(spec["kernel"]), cfg.dims, cfg.seed, device)
     for _ in range(max(1, cfg.warmup)):
@@ -170,12 +208,14 @@ def benchmark(spec: dict[str, Any]) -> dict[str, Any]:
     def load(kernel: str):
         return loader.load_case(cfg, root, Path(kernel), cfg.dims, cfg.seed, dev)
 
-    def measure(name: str, call, outputs_of, poison, expected) -> dict[str, Any]:
-        """Check ``call`` against ``expected``, time it, then check the outputs of the timed calls."""
+    def measure(name: str, call, outputs_of, poison, expected, case=None) -> dict[str, Any]:
+        """Check ``call`` against ``expected``, time it, then check the outputs of the timed calls (and, for a
+        kernel, that none of its inputs changed)."""
         item: dict[str, Any] = {"name": name, "available": True, "why": None, "correct": False,
                                 "correct_after": None, "error": None, "samples_us": [], "stats_us": None}
         try:
             poison()
+            snapshot = case.input_snapshot() if case is not None else {}
             item["correct"], item["error"] = _verdict(compare_outputs(outputs_of(call()), expected, run_tol, ref)[0])
             last: dict[str, Any] = {}
 
@@ -186,6 +226,10 @@ def benchmark(spec: dict[str, Any]) -> dict[str, Any]:
             progress(f"timing {name}: {warmup} warmup + {trials} trials ({spec['method']})")
             samples = timer(timed, warmup, trials)[drop:]
             ok_after, err_after = _verdict(compare_outputs(outputs_of(last["value"]), expected, run_tol, ref)[0])
+            changed = case.changed_inputs(snapshot) if case is not None else []
+            if changed:
+                ok_after, err_after = False, changed_input_row(changed[0][0], snapshot[changed[0][0]], changed[0][1])["note"]
+            del snapshot
             item["correct_after"] = ok_after
             item["error"] = item["error"] or err_after
             item["samples_us"], item["stats_us"] = samples, timing.summarize(samples)
@@ -196,7 +240,7 @@ def benchmark(spec: dict[str, Any]) -> dict[str, Any]:
         return item
 
     def kernel_item(name: str, case, expected) -> dict[str, Any]:
-        return measure(name, case.launch, lambda v: v, case.poison, expected)
+        return measure(name, case.launch, lambda v: v, case.poison, expected, case)
 
     def reference_item(name: str, case, expected, wrap=None, **extra) -> dict[str, Any]:
         fn, kw = case.reference_callable_and_args()

@@ -215,7 +215,7 @@ def test_child_without_cuda_gives_a_usage_error(tmp_path):
 
     root = rf.build_complete(tmp_path / "run")
     spec = {"run_root": str(root), "cfg": read_json(root / "run.json"), "device": "cuda:0", "method": "cuda_event"}
-    with pytest.raises(UsageError, match="no CUDA device"):
+    with pytest.raises(UsageError, match="no CUDA GPU visible"):
         run_child("benchmark", spec, 120).checked("the benchmark child")
 
 
@@ -295,11 +295,13 @@ def test_dtype_default_tolerance_is_shown_as_applied(cpu_run, monkeypatch):
     assert rf.cli(B, ["benchmark", str(cpu_run), *CPU_ARGS]) == 0
     bench = read_json(cpu_run / "benchmark.json")
     atol, rtol = dtype_default("float32")
-    assert bench["tolerance_applied"] == {"y": {"atol": atol, "rtol": rtol, "atol_source": "dtype-default (float32)",
+    assert bench["tolerance_applied"] == {"y": {"atol": atol, "rtol": rtol, "rel_l2": 1e-5,
+                                                "atol_source": "dtype-default (float32)",
                                                 "rtol_source": "dtype-default (float32)",
+                                                "rel_l2_source": "dtype-default (float32)",
                                                 "source": "dtype-default (float32)"}}
     md = (cpu_run / "benchmark.md").read_text()
-    assert "Tolerance: atol 1e-4, rtol 1e-3 (dtype default for float32)." in md and "N/A" not in md.split("|")[0]
+    assert "Tolerance: atol 1e-4, rtol 1e-3, rel L2 <= 1e-5 (dtype default for float32)." in md and "N/A" not in md.split("|")[0]
 
 
 def test_tolerance_words():
@@ -309,11 +311,12 @@ def test_tolerance_words():
     bf16 = resolve_tolerance(DTYPE_DEFAULT_TOL, None, None, "bfloat16")
     mixed = resolve_tolerance({"atol": 2.5e-3, "rtol": None, "by": {"atol": "cli"}}, None, None, "float32")
     assert describe_tolerances(DTYPE_DEFAULT_TOL, {"y": fp32, "z": fp32}) == \
-        "atol 1e-4, rtol 1e-3 (dtype default for float32)"
+        "atol 1e-4, rtol 1e-3, rel L2 <= 1e-5 (dtype default for float32)"
     assert describe_tolerances(None, {"y": fp32, "idx": bf16}) == \
-        "y: atol 1e-4, rtol 1e-3 (dtype default for float32); idx: atol 1e-2, rtol 1e-2 (dtype default for bfloat16)"
+        ("y: atol 1e-4, rtol 1e-3, rel L2 <= 1e-5 (dtype default for float32); "
+         "idx: atol 1e-2, rtol 1e-2, rel L2 <= 2e-2 (dtype default for bfloat16)")
     assert describe_tolerances(None, {"y": mixed}) == \
-        "atol 2.5e-3, rtol 1e-3 (atol from cli, rtol dtype default for float32)"
+        "atol 2.5e-3, rtol 1e-3, rel L2 <= 1e-5 (atol from cli, rtol dtype default for float32)"
     # a benchmark.json written before per-output tolerances were recorded: run.json's, as written
     assert describe_tolerances({"atol": 1e-5, "rtol": 1e-5, "source": "cli"}, None) == \
         "atol 1.0e-05, rtol 1.0e-05 (source cli)"

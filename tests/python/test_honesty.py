@@ -13,9 +13,9 @@ import runfixture as rf
 from conftest import REPO
 from kernel_loop import compare as C
 from kernel_loop import predictions, provenance
-from kernel_loop.common import MeasuredFailure, UsageError, read_json, sha256_file, write_json
+from kernel_loop.common import UsageError, read_json, sha256_file, write_json
 from kernel_loop.steps import benchmark as B
-from kernel_loop.steps import hypothesis, kbs, profile, report
+from kernel_loop.steps import hypothesis, kbs, profile
 
 KLOOP = [sys.executable, str(REPO / "helpers" / "kloop.py")]
 
@@ -131,21 +131,6 @@ def test_profile_refuses_a_pass_that_correctness_did_not_write(tmp_path, edit):
     assert provenance.matches(root / "v0", "kernel.py")
     with pytest.raises(UsageError, match=f"{edit} does not match v0/measured.sha256"):
         _profile(root)
-
-
-def test_a_failed_benchmark_leaves_no_older_benchmark_json(tmp_path, monkeypatch):
-    root = rf.build_complete(tmp_path / "run")
-    write_json(root / "benchmark.json", {"schema": 1, "version": "v1", "note": "from an earlier run"})
-    (root / "benchmark.md").write_text("# old\n")
-    monkeypatch.setattr(B, "check_final_gate", lambda rd, n: None)
-
-    def crashed(mode, spec, timeout):
-        raise MeasuredFailure("the benchmark child crashed (exit -11) without a result")
-
-    monkeypatch.setattr(B, "run_child", crashed)
-    assert rf.cli(B, ["benchmark", str(root)]) == 1
-    assert not (root / "benchmark.json").exists() and not (root / "benchmark.md").exists()
-    assert rf.cli(report, ["report", str(root)]) == 2
 
 
 # --- spec defaults and prediction round trips ---------------------------------------------------------

@@ -105,7 +105,7 @@ def test_evidence_ids_must_come_from_the_query_hits(run0):
 
 
 def test_explicit_evidence_wins_and_unknown_ids_warn(run0, capsys):
-    rf.cli(hypothesis, full_args(run0, "--evidence", "dram-bound-streaming", "not-a-hit"))
+    rf.cli(hypothesis, full_args(run0, "--evidence", "dram-bound-streaming", "--evidence", "not-a-hit"))
     assert read_json(run0 / "v0" / "hypothesis.json")["evidence"] == ["dram-bound-streaming", "not-a-hit"]
     assert "'not-a-hit' is not among the hits" in capsys.readouterr().err
 

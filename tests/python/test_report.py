@@ -4,7 +4,6 @@ benchmark.json here comes from a SYNTHETIC child result (runfixture.synthetic_ch
 from __future__ import annotations
 
 import sys
-import types
 
 import pytest
 import runfixture as rf
@@ -71,7 +70,7 @@ def test_tolerance_row_shows_the_applied_dtype_default(tmp_path):
     bench = read_json(root / "benchmark.json")
     bench["tolerance_applied"] = {"y": resolve_tolerance(tol, None, None, "float32")}
     write_json(root / "benchmark.json", bench)
-    assert "| Tolerance | atol 1e-4, rtol 1e-3 (dtype default for float32) |" in render(root)
+    assert "| Tolerance | atol 1e-4, rtol 1e-3, rel L2 <= 1e-5 (dtype default for float32) |" in render(root)
 
 
 def test_null_metrics_are_na_and_missing_files_unknown(tmp_path):
@@ -107,13 +106,18 @@ def test_chart_skipped_without_matplotlib(tmp_path, monkeypatch):
 
 
 def test_kbs_titles_come_from_the_kbs_module(tmp_path, monkeypatch):
+    from kernel_loop.kbs import search
+
     root = finished_run(tmp_path)
-    fake = types.ModuleType("kernel_loop.steps.kbs")
-    fake.get = lambda pid: {"title": rf.KBS_TITLES[pid]} if pid != "dram-bound-streaming" else None
-    fake.register = lambda sub: None  # the front door registers every step; this stand-in adds no parser
-    monkeypatch.setitem(sys.modules, "kernel_loop.steps.kbs", fake)
-    monkeypatch.setattr(sys.modules["kernel_loop"], "kbs", fake, raising=False)
+    asked: list[str] = []
+
+    def fake_get(pid):
+        asked.append(pid)
+        return {"title": rf.KBS_TITLES[pid]} if pid != "dram-bound-streaming" else None
+
+    monkeypatch.setattr(search, "get", fake_get)
     md = render(root)
+    assert "l2-eviction-hints" in asked
     assert "`l2-eviction-hints` (L2 eviction-priority hints); `dram-bound-streaming`\n" in md
 
 
@@ -146,12 +150,12 @@ def test_missing_benchmark_parts(tmp_path, missing):
 
 def test_report_warns_when_a_measured_kernel_changed_afterwards(tmp_path, capsys):
     """A kernel edited after it was measured: the report says so at the top instead of passing its numbers off as current."""
-    import shutil
 
-    from conftest import REPO
 
     run_dir = tmp_path / "run"
-    shutil.copytree(REPO / "examples" / "transpose-cuda" / "run", run_dir)
+    from kernel_loop.steps.demo import unpack_example
+
+    unpack_example("transpose-cuda", run_dir)
     kernel = run_dir / "v2" / "kernel.cu"
     kernel.write_text(kernel.read_text() + "\n// edited after measuring\n")
     assert rf.cli(report, ["report", str(run_dir)]) == 0

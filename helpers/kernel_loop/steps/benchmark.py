@@ -36,8 +36,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .. import sidecars
+from .. import plan, sidecars
 from ..common import (
+    KernelLoopError,
     MeasuredFailure,
     UsageError,
     atomic_write_text,
@@ -57,6 +58,7 @@ from ..templating import render
 BASELINES = ("pytorch-eager", "torch-compile", "flashinfer")
 STAT_KEYS = ("mean", "median", "p20", "p80", "min", "max", "std", "n")
 SPEEDUP_FLAG = 10.0
+BANDWIDTH_SLACK = 1.15
 AB_ALWAYS_MAX_VERSIONS = 8
 DTYPE_PEAK_KEY = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64",
                   "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "int8": "int8"}
@@ -69,7 +71,10 @@ def register(sub) -> None:
         description="After the final gate passes, time the best (or a named) version against PyTorch eager, "
         "torch.compile and FlashInfer baselines in one child process, with correctness checked before and "
         "after timing, a roofline from ref.py's flops()/bytes_moved(), and same-run A/B intervals for each "
-        "transition vK -> vK+1. Writes <out>/benchmark.json and benchmark.md.",
+        "transition vK -> vK+1. Writes <out>/benchmark.json and benchmark.md, replacing an earlier pair only "
+        "when the new benchmark has been measured.",
+        epilog="Exit codes: 0 measured and the solution correct, 1 the benchmark ran and the solution failed (or it "
+               "crashed or timed out), 2 refused (the final gate does not pass, no GPU, bad options).",
     )
     p.add_argument("out", help="run directory")
     p.add_argument("--version", default="best", help="'best' (default) or a version name such as v2")
@@ -158,6 +163,26 @@ def roofline(flops: float | None, nbytes: float | None, median_us: float | None,
             "bandwidth_fraction": gbs / peak_gb if gbs is not None and peak_gb else None, "notes": notes}
 
 
+def impossible(flops: float | None, nbytes: float | None, median_us: float | None, dtype: str | None,
+               env: dict[str, Any] | None) -> str | None:
+    """Why a measured time cannot be real, or None: the bytes ref.py says must move, or its FLOPs, at a rate
+    above what env measured this GPU can do.  Bandwidth may exceed the copy peak by BANDWIDTH_SLACK (a
+    read-mostly kernel streams a little faster than a copy); a FLOP rate may not exceed the matmul peak
+    of the output's dtype at all."""
+    if not (median_us and median_us > 0):
+        return None
+    roof = roofline(flops, nbytes, median_us, dtype, env) or {}
+    gbs, peak_gb = roof.get("achieved_gbs"), roof.get("peak_gbs")
+    if gbs and peak_gb and gbs > peak_gb * BANDWIDTH_SLACK:
+        return (f"{nbytes:.3g} bytes in {median_us:.2f} us is {gbs:.0f} GB/s, above the measured copy peak "
+                f"{peak_gb:.0f} GB/s (x{BANDWIDTH_SLACK:g} allowed): part of the work escaped the timing")
+    tf, peak_tf = roof.get("achieved_tflops"), roof.get("peak_tflops")
+    if tf and peak_tf and tf > peak_tf:
+        return (f"{flops:.3g} FLOP in {median_us:.2f} us is {tf:.1f} TFLOP/s, above the measured {roof.get('dtype')} "
+                f"matmul peak {peak_tf:.1f} TFLOP/s: part of the work escaped the timing")
+    return None
+
+
 def finish(result: dict[str, Any], *, version: str, selection: str, timing: dict[str, Any],
            tolerance: dict[str, Any] | None, env: dict[str, Any] | None) -> dict[str, Any]:
     """benchmark.json from the child's result (no GPU work here)."""
@@ -174,7 +199,15 @@ def finish(result: dict[str, Any], *, version: str, selection: str, timing: dict
     by_name = {r["name"]: r for r in rows}
     sol = by_name.get("solution")
     flags: list[str] = []
-    sol_ok = bool(sol and sol["correct"] and sol["correct_after_timing"] and sol["stats_us"])
+    for r in rows:
+        if r["name"] == "solution" or r["name"].startswith("v"):
+            why = impossible(result.get("flops"), result.get("bytes_moved"), (r["stats_us"] or {}).get("median"),
+                             result.get("output_dtype"), env)
+            if why:
+                r["invalid"] = why
+                flags.append(f"{r['name']} is invalid: {why}")
+    sol_ok = bool(sol and sol["correct"] and sol["correct_after_timing"] and sol["stats_us"]
+                  and not sol.get("invalid"))
     if sol and not sol_ok:
         flags.append(f"the solution ({version}) failed the correctness check: {sol.get('error') or 'see rows'}")
     speedups: dict[str, float] = {}
@@ -193,6 +226,10 @@ def finish(result: dict[str, Any], *, version: str, selection: str, timing: dict
     for r in rows:
         if r["name"].startswith("v") and r["available"] and r["correct"] is False:
             flags.append(f"{r['name']} failed the correctness check in the benchmark: {r.get('error')}")
+    v0 = (by_name.get("v0") or {}).get("stats_us") or {}
+    if sol_ok and v0.get("median") and v0["median"] / sol["stats_us"]["median"] > SPEEDUP_FLAG:
+        flags.append(f"speedup {v0['median'] / sol['stats_us']['median']:.1f}x over v0 is above {SPEEDUP_FLAG:g}x: "
+                     "review that the solution computes the whole result and that v0 was a fair start")
     ab = [ab_entry(rec) for rec in result.get("ab") or []]
     roof = roofline(result.get("flops"), result.get("bytes_moved"),
                     sol["stats_us"]["median"] if sol_ok else None, result.get("output_dtype"), env)
@@ -246,7 +283,7 @@ def select_version(rd: RunDir, n: int, choice: str) -> int:
 def run(args) -> int:
     rd = RunDir.open(args.out)
     cfg = rd.config()
-    n = cfg.iterations
+    n = plan.final_version(rd)
     baselines = parse_baselines(args.baselines)
     warmup = cfg.warmup if args.warmup is None else args.warmup
     trials = cfg.trials if args.trials is None else args.trials
@@ -269,13 +306,18 @@ def run(args) -> int:
     }
     progress(f"benchmarking v{k} ({'best by the loop timings' if args.version == 'best' else 'as named'}) "
              f"against {', '.join(baselines) or 'no baselines'}; {len(spec['ab'])} A/B transition(s)")
-    for path in (rd.benchmark_json, rd.benchmark_md):  # our own output: a failed run must not leave an old one current
-        path.unlink(missing_ok=True)
+    # benchmark.json and benchmark.md are replaced only when a new benchmark has been measured: a refusal,
+    # a crash or a timeout leaves the earlier pair as it was (it keeps its own "created" time)
+    earlier = "; benchmark.json and benchmark.md are left as they were" if rd.benchmark_json.exists() else ""
     outcome = run_child("benchmark", spec, float(cfg.timeout_s))
     if outcome.timed_out:
         raise MeasuredFailure(f"the benchmark child ran past run.json timeout_s ({cfg.timeout_s} s) and was "
-                              "stopped; lower --trials or raise timeout_s")
-    result = outcome.checked("the benchmark child")
+                              f"stopped; lower --trials or raise timeout_s{earlier}")
+    try:
+        result = outcome.checked("the benchmark child")
+    except KernelLoopError as exc:
+        exc.args = (str(exc) + earlier,)
+        raise
     timing = {"method": args.timing, "warmup": warmup, "trials": trials, "discard_first": args.discard_first,
               "l2_flush": args.timing == "cuda_event"}
     env = read_json(rd.env_json) if rd.env_json.exists() else None
@@ -288,6 +330,8 @@ def run(args) -> int:
     sol = next(r for r in bench["rows"] if r["name"] == "solution")
     if not (sol["correct"] and sol["correct_after_timing"]):
         raise MeasuredFailure(f"v{k} failed in the benchmark: {sol.get('error') or sol.get('why')}")
+    if sol.get("invalid"):
+        raise MeasuredFailure(f"v{k}'s benchmark time is invalid: {sol['invalid']}")
     return 0
 
 

@@ -81,25 +81,6 @@ def _overall(res: dict) -> tuple[str, str | None]:
     return "PASS", None
 
 
-def require_device(device: str, kernel: Path) -> None:
-    """UsageError (exit 2) when the run's device cannot run this kernel here."""
-    if device == "cpu":
-        if kernel.suffix == ".cu":
-            raise UsageError(f"{kernel.name} is CUDA C++: the cpu test mode (KERNEL_LOOP_DEVICE=cpu) runs .py kernels only")
-        return
-    try:
-        import torch
-    except ImportError:
-        raise UsageError("torch is not installed: pip install torch (a CUDA build)") from None
-    if not torch.cuda.is_available():
-        raise UsageError(f"no CUDA GPU visible: torch.cuda.is_available() is False (torch {torch.__version__}, "
-                         f"CUDA build {torch.version.cuda}); correctness needs a GPU "
-                         "(KERNEL_LOOP_DEVICE=cpu is a test mode for .py kernels)")
-    index = int(device.split(":")[1]) if ":" in device else 0
-    if index >= torch.cuda.device_count():
-        raise UsageError(f"run.json gpu {index} does not exist: {torch.cuda.device_count()} GPU(s) visible")
-
-
 def run_correctness(args: argparse.Namespace) -> int:
     rd = RunDir.open(args.out)
     cfg = rd.config()
@@ -110,7 +91,6 @@ def run_correctness(args: argparse.Namespace) -> int:
     if kernel.suffix != IMPL_SUFFIX[cfg.impl]:
         raise UsageError(f"{kernel.name} does not match impl {cfg.impl} (needs {IMPL_SUFFIX[cfg.impl]})")
     device = device_for(cfg)
-    require_device(device, kernel)
     if args.sanitize and device == "cpu":
         raise UsageError("--sanitize needs a CUDA device (compute-sanitizer); this run uses the cpu test mode")
     kernel_sha = sha256_file(kernel)
@@ -120,7 +100,9 @@ def run_correctness(args: argparse.Namespace) -> int:
     timeout = float(cfg.timeout_s)
     progress(f"v{k}: checking {kernel.name} on {device}: {len(shapes)} shape(s) x {spec['trials']} trial(s)")
     outcome = run_child("correctness", spec, timeout)
-    res = outcome.result or {"device": device, "shapes": [], "warnings": [], "build": None, "error": None}
+    if outcome.result and outcome.result.get("usage"):  # bad input or environment: nothing was measured
+        raise UsageError(outcome.result["error"])
+    res = {"device": device, "shapes": [], "warnings": [], "build": None, "error": None, **(outcome.result or {})}
     if outcome.failure():
         res["error"] = outcome.failure()
     result, error = _overall(res)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..common import UsageError
 from ..envcheck import check_and_write
 from ..rundir import RunDir
 from ..vocab import IMPLS
@@ -18,6 +19,8 @@ def run_env(args: argparse.Namespace) -> int:
             cfg = RunDir.open(out).config()
             impl, cfg_build = cfg.impl, {"include_dirs": cfg.build.include_dirs}
             gpu = cfg.gpu if gpu is None else gpu
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {args.out} is a file: give a folder to write env.json and env_check.md into")
         out.mkdir(parents=True, exist_ok=True)
     if args.impl:
         impl = args.impl

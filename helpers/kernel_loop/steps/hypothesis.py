@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .. import predictions, provenance
+from .. import plan, predictions, provenance
 from ..common import (
     UsageError,
     atomic_write_text,
@@ -50,7 +50,8 @@ def register(sub) -> None:
         "from ncu.json, correctness.json and kbs_evidence.md, plus the single change, rationale, risk, "
         "decision rule and falsifiable predictions you give. Unfilled fields stay TODO(kernel-loop), "
         "which the gate rejects. Also writes vK/hypothesis.json.",
-        epilog=predictions.FORMS_HELP,
+        epilog=predictions.FORMS_HELP + ". Exit codes: 0 written (the progress line says whether TODO is "
+        "left), 2 refused (vN, stale or missing measurements, a complete hypothesis.txt without --force, bad input).",
     )
     p.add_argument("out", help="run directory")
     p.add_argument("--change", help="the single change the next version makes")
@@ -61,8 +62,9 @@ def register(sub) -> None:
     p.add_argument("--predict", action="append", default=[], metavar="'METRIC: OP VALUE'",
                    help="a falsifiable prediction, e.g. 'duration: -15%%' or 'registers_per_thread: <= 64' "
                    "(repeatable)")
-    p.add_argument("--evidence", nargs="+", action="extend", default=None, metavar="ID",
-                   help="KBS page ids used (repeatable; default: ids cited under ## Selected Evidence)")
+    p.add_argument("--evidence", action="append", default=None, metavar="ID",
+                   help="a KBS page id used; one id per flag, repeat the flag for several "
+                        "(default: the ids cited under ## Selected Evidence)")
     p.add_argument("--force", action="store_true", help="overwrite a hypothesis.txt that has no TODO left")
     p.set_defaults(func=run)
 
@@ -118,11 +120,10 @@ def current_evidence(ncu: dict[str, Any], corr: dict[str, Any]) -> dict[str, Any
 # --- the command ------------------------------------------------------------------------------
 def run(args) -> int:
     rd = RunDir.open(args.out)
-    cfg = rd.config()
     k = rd.current_version()
-    n = cfg.iterations
+    n = plan.final_version(rd)
     if k >= n:
-        raise UsageError(f"v{k} is the final version (run.json iterations = {n}): vN needs no hypothesis; "
+        raise UsageError(f"v{k} is the final version (run.json iterations, or finish): vN needs no hypothesis; "
                          "run the final gate, then benchmark")
     vdir = rd.vdir(k)
     kernel = rd.kernel_file(k)

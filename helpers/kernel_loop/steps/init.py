@@ -24,13 +24,16 @@ from ..config import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_TRIALS,
     DEFAULT_WARMUP,
+    DEVICES,
     BuildConfig,
     NcuConfig,
     RunConfig,
+    format_dims,
     parse_dims,
     parse_extra_shapes,
 )
 from ..rundir import RunDir, copy_new
+from ..sidecars import RUN_JSON
 from ..vocab import IMPL_SUFFIX, IMPLS, KERNEL_TYPES
 
 # Name fragments -> kernel type, checked in order (first match wins).
@@ -84,21 +87,54 @@ def inspect_ref(path: Path) -> dict[str, Any]:
                 except ValueError:
                     consts[name] = None
     kernelbench = "Model" in names and "get_inputs" in names
+    setup_params = None
+    if isinstance(names.get("setup"), (ast.FunctionDef, ast.AsyncFunctionDef)):
+        a = names["setup"].args
+        if not (a.vararg or a.kwarg):  # setup(**dims) takes any dims: nothing to check
+            n_default = len(a.defaults)
+            positional = a.posonlyargs + a.args
+            required = [x.arg for x in positional[:len(positional) - n_default]]
+            required += [x.arg for x, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is None]
+            setup_params = {"all": [x.arg for x in positional + a.kwonlyargs], "required": required}
+    int_consts = sorted(k for k, v in consts.items() if isinstance(v, int) and not isinstance(v, bool))
     if "reference" not in names and not kernelbench:
         raise UsageError(f"--ref {path} defines neither reference(**kwargs) nor a KernelBench Model with "
                          "get_inputs() (see references/kernel_abi.md)")
-    tol = {k: consts.get(k) for k in ("atol", "rtol")}
+    tol = {k: consts.get(k) for k in ("atol", "rtol", "rel_l2")}
     for k, v in tol.items():
         if v is not None and not isinstance(v, (int, float)):
             raise UsageError(f"--ref {path}: {k} must be a number, got {v!r}")
     return {"kernelbench": kernelbench and "reference" not in names, "has_setup": "setup" in names,
-            "atol": tol["atol"], "rtol": tol["rtol"]}
+            "atol": tol["atol"], "rtol": tol["rtol"], "rel_l2": tol["rel_l2"], "setup_params": setup_params, "int_consts": int_consts}
 
 
-def resolve_run_tolerance(cli_atol, cli_rtol, ref_atol, ref_rtol) -> dict[str, Any]:
+def check_dims_against_ref(dims: dict[str, int], ref_info: dict[str, Any], what: str = "--dims") -> None:
+    """Dims must fit ref.py: setup()'s parameters (all required ones named, no unknown ones; ``device``
+    is supplied by the helpers), or for a KernelBench file its module-level integer constants."""
+    params = ref_info.get("setup_params")
+    if params is not None:
+        accepted = set(params["all"]) - {"device"}
+        unknown = [d for d in dims if d not in accepted]
+        missing = [p for p in params["required"] if p not in dims and p != "device"]
+        if unknown or missing:
+            parts = ([f"ref.py setup() takes no {', '.join(unknown)}"] if unknown else []) + \
+                    ([f"setup() needs {', '.join(missing)}"] if missing else [])
+            raise UsageError(f"{what} {format_dims(dims)} does not match ref.py: {'; '.join(parts)} "
+                             f"(setup's parameters: {', '.join(sorted(accepted)) or 'none'})")
+    elif ref_info.get("kernelbench") and not ref_info.get("has_setup"):
+        unknown = [d for d in dims if d not in ref_info.get("int_consts", [])]
+        if unknown:
+            raise UsageError(f"{what}: {', '.join(unknown)} names no module-level integer constant of the KernelBench "
+                             f"file (its constants: {', '.join(ref_info.get('int_consts') or []) or 'none'}); "
+                             "dims override those constants by name")
+
+
+def resolve_run_tolerance(cli_atol, cli_rtol, ref_atol, ref_rtol, cli_rel_l2=None, ref_rel_l2=None) -> dict[str, Any]:
     """run.json tolerance: per field CLI > ref.py; null fields fall back to dtype defaults at check time."""
-    out: dict[str, Any] = {"atol": None, "rtol": None, "by": {"atol": None, "rtol": None}}
-    for field, cli, ref in (("atol", cli_atol, ref_atol), ("rtol", cli_rtol, ref_rtol)):
+    out: dict[str, Any] = {"atol": None, "rtol": None, "rel_l2": None,
+                           "by": {"atol": None, "rtol": None, "rel_l2": None}}
+    for field, cli, ref in (("atol", cli_atol, ref_atol), ("rtol", cli_rtol, ref_rtol),
+                            ("rel_l2", cli_rel_l2, ref_rel_l2)):
         if cli is not None:
             out[field], out["by"][field] = float(cli), "cli"
         elif ref is not None:
@@ -114,8 +150,9 @@ def build_config(args: argparse.Namespace, ref_info: dict) -> dict[str, Any]:
         kernel=args.kernel, impl=args.impl, dims=dims,
         kernel_type=args.kernel_type or guess_kernel_type(args.kernel),
         extra_shapes=parse_extra_shapes(args.extra_shapes, dims), seed=args.seed,
-        tolerance=resolve_run_tolerance(args.atol, args.rtol, ref_info["atol"], ref_info["rtol"]),
-        gpu=args.gpu, iterations=args.iterations, warmup=args.warmup, trials=args.trials,
+        tolerance=resolve_run_tolerance(args.atol, args.rtol, ref_info["atol"], ref_info["rtol"],
+                                        args.rel_l2, ref_info["rel_l2"]),
+        gpu=args.gpu, device=args.device, iterations=args.iterations, warmup=args.warmup, trials=args.trials,
         correctness_trials=args.correctness_trials, ptr_size=args.ptr_size, timeout_s=args.timeout,
         ncu=NcuConfig(set=args.ncu_set, sections=list(args.ncu_section or DEFAULT_NCU_SECTIONS),
                       clock_control=args.clock_control, cache_control=args.cache_control),
@@ -138,13 +175,31 @@ def _validate(args: argparse.Namespace) -> tuple[Path, Path, dict]:
         v = getattr(args, name)
         if v is None or v < (0 if name == "warmup" else 1):
             raise UsageError(f"--{name.replace('_', '-')} must be {'>= 0' if name == 'warmup' else 'positive'}")
+    if args.gpu is None or args.gpu < 0:
+        raise UsageError(f"--gpu must be a CUDA device index (0, 1, ...), got {args.gpu}")
+    for name in ("atol", "rtol", "rel_l2"):
+        v = getattr(args, name)
+        if v is not None and not (v >= 0 and v == v and v != float("inf")):
+            raise UsageError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {v}")
     if args.ptr_size is not None and args.ptr_size <= 0:
         raise UsageError("--ptr-size must be positive")
     if IMPL_SUFFIX[args.impl] == ".cu" and not ref_info["has_setup"] and args.ptr_size is None:
         raise UsageError("ref.py has no setup(): a .cu kernel then gets flat buffers, so give --ptr-size N")
+    if args.device == "cpu" and IMPL_SUFFIX[args.impl] == ".cu":
+        raise UsageError(f"--device cpu runs .py kernels only (Triton under TRITON_INTERPRET=1); --impl {args.impl} "
+                         "needs a CUDA GPU")
+    dims = parse_dims(args.dims)
+    if IMPL_SUFFIX[args.impl] == ".py" or ref_info["has_setup"]:
+        check_dims_against_ref(dims, ref_info)
+    for shape in parse_extra_shapes(args.extra_shapes, dims):
+        check_dims_against_ref(shape, ref_info, "--extra-shapes")
     for d in args.include_dir or []:
         if not Path(d).expanduser().is_dir():
             raise UsageError(f"--include-dir {d} is not a folder")
+    out = Path(args.out).expanduser().resolve()
+    for parent in out.parents:
+        if (parent / RUN_JSON).is_file():
+            raise UsageError(f"{args.out} is inside the run directory {parent}: give a folder outside any run")
     return ref, baseline, ref_info
 
 
@@ -185,7 +240,7 @@ def run_init(args: argparse.Namespace) -> int:
         raise UsageError(f"{rd.ref_py} exists and differs from {ref}; refusing to overwrite it")
     rd.root.mkdir(parents=True, exist_ok=True)
 
-    if args.skip_env:
+    if args.skip_env or args.device == "cpu":  # the cpu mode needs no GPU toolchain
         envcheck.write_skipped(rd.root)
     else:
         envcheck.check_and_write(gpu=args.gpu, impl=args.impl, out=rd.root, cfg_build=cfg["build"])
@@ -217,6 +272,12 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"run seed (default {DEFAULT_SEED})")
     p.add_argument("--atol", type=float, default=None, help="absolute tolerance (beats ref.py and dtype defaults)")
     p.add_argument("--rtol", type=float, default=None, help="relative tolerance (beats ref.py and dtype defaults)")
+    p.add_argument("--rel-l2", type=float, default=None, dest="rel_l2",
+                   help="limit of the relative L2 error ||got - ref|| / ||ref|| of each output (beats ref.py's "
+                        "rel_l2 and the dtype default: float32 1e-5, bfloat16 2e-2, ...; see references/kernel_abi.md)")
+    p.add_argument("--device", choices=DEVICES, default="cuda",
+                   help="cuda (default): measure on the GPU; cpu: a test and dry-run mode that runs .py kernels on "
+                        "the CPU (Triton under TRITON_INTERPRET=1); profile needs a GPU")
     p.add_argument("--gpu", type=int, default=DEFAULT_GPU, help=f"CUDA device index (default {DEFAULT_GPU})")
     p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
                    help=f"planned final version N (default {DEFAULT_ITERATIONS})")

@@ -7,6 +7,7 @@ agent edits a copy and makes exactly one change.  It never overwrites anything.
 
 from __future__ import annotations
 
+from .. import plan
 from ..common import UsageError, progress
 from ..prose import load_hypothesis
 from ..rundir import RunDir, copy_new
@@ -19,6 +20,8 @@ def register(sub) -> None:
         description="After the gate has passed vK and advanced current_iteration.txt to v(K+1), create "
         "v(K+1)/ with a copy of vK's kernel file as the starting point. Refuses when the state has not "
         "advanced, when v(K+1) already holds files, or past the planned final version.",
+        epilog="Exit codes: 0 created, 2 refused (the gate has not advanced the state, the run is complete, or the "
+               "folder already holds files).",
     )
     p.add_argument("out", help="run directory")
     p.set_defaults(func=run)
@@ -26,7 +29,10 @@ def register(sub) -> None:
 
 def run(args) -> int:
     rd = RunDir.open(args.out)
-    n = rd.config().iterations
+    n = plan.final_version(rd)
+    if plan.finish_record(rd) and rd.recorded_version() == n:
+        raise UsageError(f"the run finished at v{n} (finish.json): there is no next version; run the final gate on "
+                         f"v{n} (--final), then benchmark and report")
     new = rd.recorded_version()
     if new is None:
         raise UsageError(f"{rd.state_file} does not exist: run the gate on v0 first "
@@ -41,6 +47,9 @@ def run(args) -> int:
     except UsageError as exc:
         raise UsageError(f"the state names v{new} but v{prev} has no kernel to start from: {exc}") from None
     vdir = rd.vdir(new)
+    if new == n and vdir.exists() and any(vdir.iterdir()):
+        raise UsageError(f"v{n} is the final version and has started: there is no next version. The run is complete "
+                         f"once its final gate passes (check_iteration_gate.sh {vdir} --final), then benchmark and report")
     if vdir.exists() and any(vdir.iterdir()):
         held = ", ".join(sorted(p.name for p in vdir.iterdir()))
         raise UsageError(f"{vdir} already holds files ({held}); refusing to touch it")

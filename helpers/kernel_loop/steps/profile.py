@@ -19,11 +19,13 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .. import classify, metrics, ncu_parse, provenance
+from .. import classify, metrics, ncu_parse, provenance, sidecars
 from ..common import (
     MeasuredFailure,
     UsageError,
@@ -37,8 +39,8 @@ from ..common import (
 from ..config import RunConfig
 from ..gpustate import slowdowns
 from ..rundir import RunDir
-from ..runner import ChildOutcome, run_child
-from ..sidecars import NCU_REPORT
+from ..runner import ChildOutcome, run_child, start_child
+from ..sidecars import NCU_DETAILS_CSV, NCU_JSON, NCU_RAW_CSV, NCU_REPORT
 from ..templating import render
 from ..trials import NVTX_RANGE
 
@@ -168,6 +170,10 @@ def build_profile(raw_csv_text: str | None, details_csv_text: str | None, timing
     slow = slowdowns(gpu_state.get("after"))
     if slow:
         warnings.append(f"the GPU reported clock slowdowns during timing: {', '.join(slow)}")
+    invalid = timing_invalid(total_us, whole.get("event_median_us"), tool.get("clock_control"),
+                             whole.get("sm_clock_hz"), gpu_state.get("sm_clock_mhz"))
+    if invalid:
+        raise MeasuredFailure(invalid)
 
     profile = {
         "schema": 1,
@@ -192,6 +198,36 @@ def build_profile(raw_csv_text: str | None, details_csv_text: str | None, timing
         if diff:
             warnings.append("measured under a different protocol than v0: " + "; ".join(diff))
     return profile
+
+
+def timing_invalid(ncu_us: float, event_us: Any, clock_control: str | None, ncu_sm_clock_hz: Any,
+                   event_sm_clock_mhz: Any) -> str | None:
+    """Why the event timing cannot be right, or None.
+
+    ncu's summed duration covers every kernel the measured call ran, on every stream; the CUDA-event
+    window covers the caller's stream.  Honest timing gives an event median at or above ncu's sum
+    (launch gaps only add), so a sum more than DIFF_WARN above the median means device work escaped
+    the timed window (a side stream never joined back, for example).  When ncu locked the SM clock
+    (any --clock-control but none) its durations run long for compute-bound kernels: the sum is then
+    scaled by the locked clock over the timing run's clock, a bound no honest kernel exceeds; without
+    both clocks the check cannot decide and stays silent.
+    """
+    if not (_finite(event_us) and event_us > 0 and _finite(ncu_us)):
+        return None
+    bound, how = ncu_us, ""
+    if clock_control != "none":
+        if not (_finite(ncu_sm_clock_hz) and _finite(event_sm_clock_mhz) and event_sm_clock_mhz > 0):
+            return None
+        scale = min(1.0, ncu_sm_clock_hz / (event_sm_clock_mhz * 1e6))
+        bound, how = ncu_us * scale, (f" (ncu's {ncu_us:.2f} us scaled by its locked SM clock over the timing "
+                                      f"run's, x{scale:.3f})")
+    if bound > event_us * (1 + DIFF_WARN):
+        return (f"the timing is invalid: ncu's summed kernel duration {bound:.2f} us{how} exceeds the CUDA-event "
+                f"median {event_us:.2f} us by {100 * (bound - event_us) / event_us:.0f}%. Honest timing cannot "
+                "give that: the call returns with device work still pending outside the caller's stream (work "
+                "not joined to the caller's stream), so the events miss it. Join every stream the kernel uses "
+                "back to the current stream before returning")
+    return None
 
 
 def _top_stalls(m: dict[str, Any], n: int = 5) -> list[tuple[str, float]]:
@@ -319,15 +355,6 @@ def _check_correctness(vdir: Path, kernel: Path) -> None:
                              "correctness ran, or never recorded): re-run correctness")
 
 
-def _require_cuda() -> None:
-    try:
-        import torch
-    except ImportError:
-        raise UsageError("profile needs PyTorch with CUDA (pip install torch)") from None
-    if not torch.cuda.is_available():
-        raise UsageError("profile needs a CUDA GPU, and torch.cuda.is_available() is False on this machine")
-
-
 def run(args: argparse.Namespace) -> int:
     rd = RunDir.open(args.out)
     cfg = rd.config()
@@ -337,36 +364,47 @@ def run(args: argparse.Namespace) -> int:
     _check_correctness(vdir, kernel)
     ncfg = ncu_settings(cfg, args)
     ncu = find_ncu()
-    _require_cuda()
     timeout = float(cfg.timeout_s)
     spec = {"cfg": cfg.to_json(), "run_root": str(rd.root), "kernel": str(kernel), "device": f"cuda:{cfg.gpu}"}
     report = vdir / NCU_REPORT
-    with step(f"{vdir.name}: timing with CUDA events ({cfg.warmup} warmup, {cfg.trials} trials, L2 flush)"):
-        timed = run_child("time", spec, timeout).checked("the timing run")
-    prefix = ncu_command(ncu, ncfg, report)
-    report.unlink(missing_ok=True)  # profile's own output: never let a stale report pass for a new one
-    with step(f"{vdir.name}: profiling under ncu (--set {ncfg['set']}, about 10-30 s)"):
-        outcome = run_child("ncu", spec, timeout, prefix=prefix)
-    check_ncu_output(outcome)
-    if not report.is_file():
-        raise MeasuredFailure(f"ncu did not write {report}:\n{_tail(outcome.output_tail)}")
-    pages = {}
-    for page, dest in (("raw", "ncu_raw.csv"), ("details", "ncu_details.csv")):
-        with step(f"{vdir.name}: ncu --import {report.name} --csv --page {page} -> {dest}"):
-            pages[page] = ncu_import(ncu, report, page, timeout)
-        atomic_write_text(vdir / dest, pages[page])
+    # everything is made in a temporary folder and moved into vK only when the whole profile succeeded:
+    # a failed or refused profile leaves the version's earlier files as they were
+    with tempfile.TemporaryDirectory(prefix="kl-profile-") as tmp:
+        new_report = Path(tmp) / NCU_REPORT
+        prefix = ncu_command(ncu, ncfg, new_report)
+        go = Path(tmp) / "go"
+        # the ncu child imports torch and the kernel while the timing run measures; it touches the GPU
+        # only after the timing run has finished and the go file exists
+        ncu_child = start_child("ncu", dict(spec, go_file=str(go), go_timeout_s=timeout), prefix=prefix)
+        try:
+            with step(f"{vdir.name}: timing with CUDA events ({cfg.warmup} warmup, {cfg.trials} trials, L2 flush)"):
+                timed = run_child("time", spec, timeout).checked("the timing run")
+        except BaseException:
+            ncu_child.kill()
+            raise
+        go.touch()
+        with step(f"{vdir.name}: profiling under ncu (--set {ncfg['set']}, about 10-30 s)"):
+            outcome = ncu_child.wait(timeout)
+        check_ncu_output(outcome)
+        if not new_report.is_file():
+            raise MeasuredFailure(f"ncu did not write its report:\n{_tail(outcome.output_tail)}")
+        with step(f"{vdir.name}: ncu --import {report.name} --csv (raw and details pages, in parallel)"):
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                futures = {page: pool.submit(ncu_import, ncu, new_report, page, timeout) for page in ("raw", "details")}
+                pages = {page: f.result() for page, f in futures.items()}
 
-    base = None
-    if k != 0 and (rd.vdir(0) / "ncu.json").is_file():
-        base = protocol(read_json(rd.vdir(0) / "ncu.json"))
-    tool = {"ncu_version": ncu_version(ncu), "command": prefix[:prefix.index("-o")], "set": ncfg["set"],
-            "sections": ncfg["sections"], "clock_control": ncfg["clock_control"],
-            "cache_control": ncfg["cache_control"]}
-    context = {"version": vdir.name, "kernel_file": kernel.name, "kernel_sha256": sha256_file(kernel),
-               "tool": tool, "gpu": timed.get("gpu"), "gpu_state": {**(timed.get("gpu_state") or {}),
-                                                                    **(timed.get("gpu_state") or {}).get("after", {})},
-               "baseline_protocol": base}
-    profile = build_profile(pages["raw"], pages["details"], timed["timing"], context)
+        base_ncu = sidecars.load(rd.vdir(0) / NCU_JSON) if k != 0 else None
+        tool = {"ncu_version": ncu_version(ncu), "command": prefix[:prefix.index("-o")], "set": ncfg["set"],
+                "sections": ncfg["sections"], "clock_control": ncfg["clock_control"],
+                "cache_control": ncfg["cache_control"]}
+        context = {"version": vdir.name, "kernel_file": kernel.name, "kernel_sha256": sha256_file(kernel),
+                   "tool": tool, "gpu": timed.get("gpu"),
+                   "gpu_state": {**(timed.get("gpu_state") or {}), **(timed.get("gpu_state") or {}).get("after", {})},
+                   "baseline_protocol": protocol(base_ncu) if base_ncu else None}
+        profile = build_profile(pages["raw"], pages["details"], timed["timing"], context)
+        for page, dest in (("raw", NCU_RAW_CSV), ("details", NCU_DETAILS_CSV)):
+            atomic_write_text(vdir / dest, pages[page])
+        shutil.move(str(new_report), str(report))
     files = write_profile_artifacts(vdir, profile)
     provenance.record(vdir, [*files, kernel, rd.run_json])
     for w in profile["warnings"]:

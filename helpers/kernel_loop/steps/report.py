@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .. import predictions, provenance
+from .. import plan, predictions, provenance
 from .. import vocab as symptoms
 from ..common import UsageError, atomic_write_text, progress, read_json, warn
 from ..compare import describe_tolerances
@@ -28,6 +28,8 @@ def register(sub) -> None:
         help="render final_report.md from the measured sidecars",
         description="Render <out>/final_report.md and final_report.png from run.json, env.json, the versions' "
         "sidecars and benchmark.json (run benchmark first). See references/report_template.md.",
+        epilog="Exit codes: 0 written (warnings on stderr when measured files changed afterwards), 2 refused "
+               "(no benchmark.json, or a corrupt one).",
     )
     p.add_argument("out", help="run directory")
     p.set_defaults(func=run)
@@ -57,12 +59,12 @@ def _median(ncu: Any) -> Any:
 
 
 def kbs_titles(ids: list[str]) -> dict[str, str]:
-    """{id: title} through the kbs module's ``get`` when it can be used; the id otherwise."""
+    """{id: title} through the knowledge base's ``search.get`` when it can be used; the id otherwise."""
     get = None
     try:
-        from . import kbs
+        from ..kbs import search
 
-        get = getattr(kbs, "get", None)
+        get = getattr(search, "get", None)
     except Exception:  # the knowledge base is optional for the report
         get = None
     out = {}
@@ -84,9 +86,21 @@ def _dims(d: Any) -> Any:
     return d
 
 
-def config_rows(cfg: dict[str, Any], env: Any, bench: Any = None) -> list[tuple[str, Any]]:
-    """(label, value) rows of the environment and fixed-configuration table; the tolerance is the one
-    the benchmark applied to each output when benchmark.json records it, else run.json's."""
+def applied_from_correctness(corr: Any) -> dict[str, dict[str, Any]] | None:
+    """{output: tolerance} as the best version's correctness check applied it (its first trial's rows)."""
+    for shape in dig(corr, "shapes") if isinstance(dig(corr, "shapes"), list) else []:
+        for trial in shape.get("trials") or []:
+            tols = {o["name"]: o["tolerance"] for o in trial.get("outputs") or []
+                    if isinstance(o, dict) and isinstance(o.get("tolerance"), dict) and "atol" in o["tolerance"]}
+            if tols:
+                return tols
+    return None
+
+
+def config_rows(cfg: dict[str, Any], env: Any, bench: Any = None, applied: Any = None) -> list[tuple[str, Any]]:
+    """(label, value) rows of the environment and fixed-configuration table; the tolerance is the one that
+    applied to each output (benchmark.json's record, else the best version's correctness.json), never
+    run.json's nulls for a dtype default."""
     rows: list[tuple[str, Any]] = [("GPU", dig(env, "gpu", "name"))]
     tools = dig(env, "versions")
     rows += [(str(tool), ver) for tool, ver in (tools.items() if isinstance(tools, dict) else [])]
@@ -98,7 +112,8 @@ def config_rows(cfg: dict[str, Any], env: Any, bench: Any = None) -> list[tuple[
         ("Extra shapes checked", "; ".join(_dims(d) for d in extra) or "none" if isinstance(extra, list) else extra),
         ("Seed", dig(cfg, "seed")),
         ("Tolerance", describe_tolerances(tol if isinstance(tol, dict) else None,
-                                          bench.get("tolerance_applied") if isinstance(bench, dict) else None)),
+                                          (bench.get("tolerance_applied") if isinstance(bench, dict) else None)
+                                          or applied)),
         ("Planned iterations", dig(cfg, "iterations")),
         ("Loop timing", f"{fmt(dig(cfg, 'warmup'))} warmup, {fmt(dig(cfg, 'trials'))} trials"),
         ("Nsight Compute set", dig(cfg, "ncu", "set")),
@@ -121,7 +136,8 @@ def _check_bench(bench: dict[str, Any], path: Path) -> None:
 
 def collect(rd: RunDir) -> dict[str, Any]:
     config = rd.config()
-    n = config.iterations
+    n = plan.final_version(rd)
+    finished = plan.finish_record(rd)
     cfg = config.to_json()  # the template and the configuration table read the JSON view
     bench = read_json(rd.root / "benchmark.json")
     _check_bench(bench, rd.root / "benchmark.json")
@@ -139,7 +155,7 @@ def collect(rd: RunDir) -> dict[str, Any]:
             "occupancy": dig(ncu, "metrics", "achieved_occupancy_pct"),
             "registers": dig(ncu, "metrics", "registers_per_thread"), "bottleneck": dig(ncu, "bottleneck"),
             "hypothesis": hyp, "hits": query_hits(vdir) if vdir.is_dir() else [],
-            "ncu": ncu,
+            "ncu": ncu, "corr": corr,
         })
     for v in versions:
         v["speedup_v0"] = _ratio(versions[0]["median_us"], v["median_us"])
@@ -175,41 +191,76 @@ def collect(rd: RunDir) -> dict[str, Any]:
     rules.sort(key=lambda r: -r["est_speedup_pct"])
 
     rows = {r["name"]: r for r in bench.get("rows") or []}
-    return {"cfg": cfg, "env": env, "config_rows": config_rows(cfg, env, bench), "bench": bench, "n": n, "versions": versions, "transitions": transitions,
+    best = next((v for v in versions if v["name"] == bench.get("version")), None)
+    applied = applied_from_correctness(best["corr"]) if best else None
+    return {"cfg": cfg, "env": env, "config_rows": config_rows(cfg, env, bench, applied), "bench": bench, "n": n,
+            "versions": versions, "transitions": transitions, "review": review_flags(rows), "finished": finished,
+            "speedups": ordered_speedups(bench.get("speedups") or {}),
             "evidence": evidence, "opportunities": opportunities, "rules": rules,
             "solution": rows.get("solution"),
             "baselines": [r for r in bench.get("rows") or [] if not r["name"].startswith("v") and r["name"] != "solution"]}
 
 
+BASELINE_ORDER = ("pytorch-eager", "torch-compile", "flashinfer")
+SLOW_V0 = 2.0
+
+
+def ordered_speedups(speedups: dict[str, float]) -> list[tuple[str, float]]:
+    """The speedups over the baselines first, in a fixed order (eager, torch.compile, FlashInfer)."""
+    order = {name: i for i, name in enumerate(BASELINE_ORDER)}
+    return sorted(speedups.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
+
+
+def review_flags(rows: dict[str, Any]) -> list[str]:
+    """Report-level flags: a v0 much slower than PyTorch eager inflates every 'vs v0' number."""
+    v0, eager = dig(rows.get("v0") or {}, "stats_us", "median"), dig(rows.get("pytorch-eager") or {}, "stats_us", "median")
+    if _num(v0) and _num(eager) and eager > 0 and v0 > SLOW_V0 * eager:
+        return [f"v0 is {v0 / eager:.1f}x slower than PyTorch eager ({v0:.1f} vs {eager:.1f} us): the speedups over "
+                "v0 overstate the gain; cite the speedups over the baselines"]
+    return []
+
+
 def chart(path: Path, data: dict[str, Any]) -> str | None:
-    """Time per version with the baselines as horizontal lines; returns why it was skipped, or None."""
+    """Time per version (benchmark medians, else the loop's) with the baselines as horizontal lines, each bar
+    labelled with its value and the best version marked; returns why it was skipped, or None."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return "the chart was skipped because matplotlib is not installed (pip install matplotlib)"
+        return "the chart was skipped because matplotlib is not installed (pip install matplotlib, or pip install .[report])"
     rows = {r["name"]: r for r in data["bench"].get("rows") or []}
-    names, times = [], []
+    names, times, sources = [], [], set()
     for v in data["versions"]:
         med = dig(rows.get(v["name"]) or {}, "stats_us", "median")
-        med = med if _num(med) else v["median_us"]
+        source = "benchmark.json"
+        if not _num(med):
+            med, source = v["median_us"], "ncu.json timing"
         if _num(med):
             names.append(v["name"])
             times.append(med)
+            sources.add(source)
     if not times:
         return "the chart was skipped because no version has a measured time"
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.bar(names, times, color="#4c72b0", label="kernel versions")
+    best = data["bench"].get("version")
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    colors = ["#dd8452" if n == best else "#4c72b0" for n in names]
+    bars = ax.bar(names, times, color=colors)
+    for bar, t_us, n in zip(bars, times, names, strict=True):
+        ax.annotate(f"{t_us:.1f}" + (" (best)" if n == best else ""), (bar.get_x() + bar.get_width() / 2, t_us),
+                    ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
     for i, b in enumerate(data["baselines"]):
         med = dig(b, "stats_us", "median")
         if b["available"] and _num(med):
-            ax.axhline(med, linestyle="--", color=f"C{i + 1}", label=f"{b['name']} ({med:.1f} us)")
+            ax.axhline(med, linestyle="--", color=f"C{i + 2}", label=f"{b['name']} ({med:.1f} us)")
     ax.set_ylabel("median time (us, lower is better)")
-    ax.set_title(f"{data['cfg'].get('kernel', 'kernel')}: time per version")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    ax.set_title(f"{data['cfg'].get('kernel', 'kernel')}: time per version (best: {best})", fontsize=10)
+    fig.text(0.01, 0.01, "source: " + " and ".join(sorted(sources)) + " medians; baselines from benchmark.json",
+             fontsize=7, color="#555555")
+    if data["baselines"]:
+        ax.legend(fontsize=8)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return None

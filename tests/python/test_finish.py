@@ -1,0 +1,75 @@
+"""finish: a recorded early end of the run, and the steps that then treat that version as final."""
+
+from __future__ import annotations
+
+import pytest
+import runfixture as rf
+from kernel_loop import plan
+from kernel_loop.common import UsageError, read_json
+from kernel_loop.rundir import RunDir
+from kernel_loop.steps import benchmark as B
+from kernel_loop.steps import finish
+
+
+def _at_v1(tmp_path, *, filled=True):
+    """A 3-iteration run whose v0 passed its gate and whose v1 is measured (state at v1)."""
+    root = rf.write_run(tmp_path / "run", iterations=3)
+    for k in (0, 1):
+        rf.write_kernel(root, k)
+        rf.write_measurements(root, k)
+        rf.write_kbs(root, k, filled=filled or k == 0)
+    rf.set_state(root, 0)
+    rf.write_hypothesis(root, 0)
+    rf.set_state(root, 1)
+    return root
+
+
+def test_finish_records_the_version_and_every_step_follows(tmp_path, capsys):
+    root = _at_v1(tmp_path)
+    assert rf.cli(finish, ["finish", str(root), "--reason", "v1 reaches 97% of the copy peak"]) == 0
+    rec = read_json(root / "finish.json")
+    assert rec["version"] == "v1" and rec["planned_final"] == "v3" and "copy peak" in rec["reason"]
+    rd = RunDir.open(root)
+    assert plan.final_version(rd) == 1
+    assert rf.cli(finish, ["next", str(root)]) == 2
+    assert "finished at v1" in capsys.readouterr().err
+    assert rf.cli(finish, ["hypothesis", str(root), "--change", "x"]) == 2
+    assert "is the final version" in capsys.readouterr().err
+    # finish.json is written once
+    assert rf.cli(finish, ["finish", str(root), "--reason", "a second reason for stopping"]) == 2
+    assert "already finished at v1" in capsys.readouterr().err
+
+
+def test_benchmark_audits_the_finished_version(tmp_path, monkeypatch):
+    root = _at_v1(tmp_path)
+    assert rf.cli(finish, ["finish", str(root), "--reason", "the user asked to stop here"]) == 0
+    seen = {}
+    monkeypatch.setattr(B, "check_final_gate", lambda rd, n: seen.setdefault("n", n))
+    monkeypatch.setattr(B, "run_child", lambda mode, spec, timeout: rf.outcome(rf.synthetic_child_result(versions=2)))
+    assert rf.cli(B, ["benchmark", str(root)]) == 0
+    assert seen["n"] == 1
+
+
+@pytest.mark.parametrize("problem, message", [
+    ("no-reason", "--reason needs a real sentence"),
+    ("todo", "still has TODO(kernel-loop)"),
+    ("stale", "no correctness PASS"),
+    ("final", "already the planned final version"),
+])
+def test_finish_refuses_an_unfinished_or_final_version(tmp_path, capsys, problem, message):
+    root = _at_v1(tmp_path, filled=problem != "todo")
+    reason = "ok" if problem == "no-reason" else "the kernel is at its roofline"
+    if problem == "stale":
+        (root / "v1" / "kernel.py").write_text((root / "v1" / "kernel.py").read_text() + "# edited\n")
+    if problem == "final":
+        rf.set_state(root, 3)
+    assert rf.cli(finish, ["finish", str(root), "--reason", reason]) == 2
+    assert message in capsys.readouterr().err
+    assert not (root / "finish.json").exists()
+
+
+def test_a_corrupt_finish_file_is_refused(tmp_path):
+    root = _at_v1(tmp_path)
+    (root / "finish.json").write_text('{"version": "v9"}\n')
+    with pytest.raises(UsageError, match="not before the planned final version"):
+        plan.final_version(RunDir.open(root))

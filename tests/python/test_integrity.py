@@ -1,0 +1,169 @@
+"""Kernels that cheat, and the checks that must refuse them (CPU; the GPU-only ones are in *_gpu.py).
+
+Each cheat here is a real kernel (tests/python/kernels/adversarial.txt) run through the real
+correctness step in the CPU mode, or a real profile/benchmark computation on recorded numbers.
+Every cheat must FAIL with a message that names it; the honest kernels beside them must PASS.
+"""
+
+from __future__ import annotations
+
+import json
+
+import klcli
+import pytest
+from conftest import FIXTURES
+from kernel_loop.common import MeasuredFailure
+from kernel_loop.steps import benchmark as B
+from kernel_loop.steps import profile
+
+
+@pytest.fixture(autouse=True)
+def cpu_mode(monkeypatch):
+    monkeypatch.setenv("KERNEL_LOOP_DEVICE", "cpu")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def _correctness(tmp_path, ref, kernel, dims, *extra):
+    out = tmp_path / "run"
+    assert klcli.init_run(out, ref, kernel, "triton", dims, *extra) == 0
+    rc = klcli.main("correctness", out)
+    data = json.loads((out / "v0" / "correctness.json").read_text())
+    return rc, data, (out / "v0" / "correctness.md").read_text()
+
+
+def _rows(data):
+    return [o for s in data["shapes"] for t in s["trials"] for o in t["outputs"]]
+
+
+# --- small outputs cannot hide wrong values ------------------------------------------------------
+def test_constant_softmax_fails_the_normwise_bound(tmp_path):
+    rc, data, md = _correctness(tmp_path, "ref_softmax_rand.py", "cheat_softmax_const.py", "M=16,N=8192")
+    assert rc == 1 and data["result"] == "FAIL"
+    rows = _rows(data)
+    assert all(r["mismatches"] == 0 for r in rows)  # the hole: every element is within atol
+    assert all("relative L2 error" in r["note"] and r["rel_l2_err"] > 0.1 for r in rows)
+    assert "Rel L2 limit" in md and "relative L2 error" in data["error"]
+
+
+def test_an_honest_reordered_softmax_passes_the_normwise_bound(tmp_path):
+    rc, data, _md = _correctness(tmp_path, "ref_softmax_rand.py", "honest_softmax_reordered.py", "M=16,N=8192")
+    assert rc == 0, data["error"]
+    assert all(r["rel_l2_err"] < r["tolerance"]["rel_l2"] / 10 for r in _rows(data))
+
+
+def test_the_normwise_limit_is_overridable_and_recorded(tmp_path):
+    rc, data, md = _correctness(tmp_path, "ref_softmax_rand.py", "cheat_softmax_const.py", "M=16,N=8192",
+                                "--rel-l2", "0.5")
+    assert rc == 0  # the user explicitly allowed 50 %: recorded, and shown in correctness.md
+    assert all(r["tolerance"]["rel_l2"] == 0.5 and r["tolerance"]["rel_l2_source"] == "cli" for r in _rows(data))
+    assert "| 0.500000 |" in md
+
+
+# --- state between calls ------------------------------------------------------------------------
+def test_a_kernel_right_only_on_odd_calls_fails(tmp_path):
+    rc, data, _md = _correctness(tmp_path, "ref_softmax_rand.py", "cheat_softmax_every_other.py", "M=16,N=8192")
+    assert rc == 1
+    passed = [t["passed"] for s in data["shapes"] for t in s["trials"]]
+    assert passed == [True, False, True, False, True]  # the same module instance served every trial
+
+
+def test_a_modelnew_that_replays_its_first_result_fails(tmp_path):
+    out = tmp_path / "run"
+    assert klcli.main("init", out, "--kernel", "softmax", "--ref", klcli.KERNELS / "kb_ref_softmax.py", "--impl",
+                      "triton", "--baseline", klcli.KERNELS / "kb_cheat_cache_first.py", "--dims",
+                      "batch_size=16,dim=8192", "--skip-env") == 0
+    assert klcli.main("correctness", out) == 1
+    data = json.loads((out / "v0" / "correctness.json").read_text())
+    passed = [t["passed"] for s in data["shapes"] for t in s["trials"]]
+    assert passed[0] is True and not any(passed[1:])
+
+
+# --- inputs stay untouched -----------------------------------------------------------------------
+def test_a_kernel_that_zeroes_its_input_fails_naming_the_input(tmp_path):
+    rc, data, _md = _correctness(tmp_path, "ref_vadd.py", "cheat_vadd_zero_input.py", "N=1000")
+    assert rc == 1
+    bad = [r for r in _rows(data) if not r["passed"]]
+    assert bad and all(r["name"] == "input x" and "changed its input 'x'" in r["note"] for r in bad)
+    assert "changed its input 'x'" in data["error"]
+
+
+# --- work outside the timed window ---------------------------------------------------------------
+def _profile(timing_median, clock_control, event_clock_mhz=None):
+    """build_profile on the recorded H100 softmax (86.0 us under ncu) with a chosen event median."""
+    raw = (FIXTURES / "ncu" / "softmax_triton_detailed_raw.csv").read_text()
+    details = (FIXTURES / "ncu" / "softmax_triton_detailed_details.csv").read_text()
+    t = {"method": "cuda_event", "warmup": 1, "trials": 1, "l2_flush": True, "samples_us": [timing_median],
+         "median": timing_median, "p20": timing_median, "p25": timing_median, "p75": timing_median,
+         "p80": timing_median, "mean": timing_median, "min": timing_median, "max": timing_median, "std": 0.0, "n": 1}
+    ctx = {"tool": {"clock_control": clock_control}, "gpu_state": {"sm_clock_mhz": event_clock_mhz}}
+    return profile.build_profile(raw, details, t, ctx)
+
+
+def test_ncu_duration_above_the_event_median_makes_the_timing_invalid():
+    # the recorded softmax ran 86.0 us under ncu; an event median of 30 us cannot be honest
+    with pytest.raises(MeasuredFailure, match="work not joined to the caller's stream"):
+        _profile(30.0, "none")
+    _profile(86.016 * 1.02, "none")  # honest: the event window holds the kernel and its launch
+
+
+def test_locked_ncu_clocks_are_scaled_before_judging():
+    # ncu locked the SM clock (the recording ran at 1598 MHz); the timing ran at 1980 MHz
+    p = _profile(72.0, None, event_clock_mhz=1980.0)  # 86.0 * 1598 / 1980 = 69.4 <= 72 * 1.1: not invalid
+    assert p["metrics"]["event_median_us"] == 72.0
+    with pytest.raises(MeasuredFailure, match="scaled by its locked SM clock"):
+        _profile(40.0, None, event_clock_mhz=1980.0)
+    # without the timing run's clock the check cannot decide and stays a warning
+    p = _profile(40.0, None)
+    assert any("differs from the CUDA-event median" in w for w in p["warnings"])
+
+
+@pytest.mark.parametrize("ncu_us, event_us, clock, ncu_hz, event_mhz, invalid", [
+    (100.0, 100.0, "none", None, None, False),
+    (111.0, 100.0, "none", None, None, True),
+    (109.0, 100.0, "none", None, None, False),
+    (130.0, 100.0, "base", 1.40e9, 1980.0, False),
+    (200.0, 100.0, "base", 1.40e9, 1980.0, True),
+    (500.0, 100.0, "base", None, 1980.0, False),
+])
+def test_timing_invalid_rule(ncu_us, event_us, clock, ncu_hz, event_mhz, invalid):
+    assert bool(profile.timing_invalid(ncu_us, event_us, clock, ncu_hz, event_mhz)) is invalid
+
+
+# --- impossible numbers --------------------------------------------------------------------------
+ENV = {"peaks": {"copy_bandwidth_gbps": 4000.0, "bf16_matmul_tflops": 790.0, "fp32_matmul_tflops": 50.0}}
+
+
+def test_bandwidth_above_the_copy_peak_is_impossible():
+    nbytes = 8e9
+    assert B.impossible(None, nbytes, 2000.0, "float32", ENV) is None            # 4.0 TB/s: at the peak
+    assert B.impossible(None, nbytes, 1800.0, "float32", ENV) is None            # 4.4 TB/s: within the slack
+    why = B.impossible(None, nbytes, 1000.0, "float32", ENV)                     # 8 TB/s
+    assert why and "above the measured copy peak" in why
+
+
+def test_flop_rate_above_the_matmul_peak_is_impossible():
+    flops = 2 * 8192 ** 3
+    assert B.impossible(flops, None, 1500.0, "bfloat16", ENV) is None           # 733 TFLOP/s
+    assert "above the measured bf16 matmul peak" in B.impossible(flops, None, 1000.0, "bfloat16", ENV)
+
+
+def test_an_impossible_solution_row_is_invalid_and_has_no_speedups():
+    import runfixture as rf
+
+    res = rf.synthetic_child_result()
+    res["bytes_moved"] = 1e12  # 1 TB in ~82 us
+    env = {"peaks": {"copy_bandwidth_gbps": 3300.0}}
+    bench = B.finish(res, version="v3", selection="best", timing={}, tolerance=None, env=env)
+    sol = next(r for r in bench["rows"] if r["name"] == "solution")
+    assert "above the measured copy peak" in sol["invalid"]
+    assert bench["speedups"] == {} and any("solution is invalid" in f for f in bench["flags"])
+
+
+def test_a_speedup_above_ten_times_v0_is_flagged():
+    import runfixture as rf
+
+    res = rf.synthetic_child_result()
+    v0 = next(it for it in res["items"] if it["name"] == "v0")
+    v0["stats_us"] = dict(v0["stats_us"], median=v0["stats_us"]["median"] * 20)
+    bench = B.finish(res, version="v3", selection="best", timing={}, tolerance=None, env=None)
+    assert any("over v0 is above 10x" in f for f in bench["flags"])
