@@ -133,3 +133,40 @@ def test_profile_cute_dsl_vadd(tmp_path):
     data, _ = _loop(tmp_path, "ref_vadd.py", text, ".py", "cute-dsl", "N=16777216")
     # the JIT compile happens in warmup; exactly the measured launch is profiled
     assert len(data["kernels"]) == 1 and "add_kernel" in data["kernels"][0]["name"]
+
+
+SIDE_STREAM = '''"""Cheat: the softmax runs on a side stream that is never joined back to the caller's stream."""
+import torch
+
+_side = []
+
+
+def run_kernel(x, M, N):
+    if not _side:
+        _side.append(torch.cuda.Stream())
+    y = torch.empty_like(x)
+    _side[0].wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(_side[0]):
+        for _ in range(8):  # more work than the honest kernel, all of it outside the timed stream
+            y.copy_(torch.softmax(x, dim=-1))
+    return y
+'''
+
+
+@pytest.mark.gpu
+@needs_ncu
+def test_profile_refuses_work_outside_the_callers_stream(tmp_path):
+    """Correctness passes (the harness synchronizes the whole device before comparing), but the CUDA
+    events on the caller's stream miss the side stream's work: ncu's sum exceeds the event median and
+    profile exits 1 with the cause named, writing no profile."""
+    kernel = tmp_path / "side.py"
+    kernel.write_text(SIDE_STREAM)
+    out = tmp_path / "run"
+    _ok(run("init", out, "--kernel", "softmax", "--ref", KERNELS / "ref_softmax.py", "--impl", "triton",
+            "--baseline", kernel, "--dims", "M=4096,N=8192", "--skip-env", "--clock-control", "none",
+            "--warmup", "5", "--trials", "30"))
+    _ok(run("correctness", out))
+    proc = run("profile", out)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "work not joined to the caller's stream" in proc.stderr
+    assert not (out / "v0" / "ncu.json").exists()
