@@ -276,32 +276,41 @@ check_1_files() {
   fi
 }
 
+# Checks 2 and 3: $1's headings $2 ("|"-separated) in order ($3: 1 for markdown); on a miss the
+# [FAIL] line is the printf format $4 with the missing heading, else the [PASS] line $5.
+headings_in_order() {
+  local hits
+  hits=$(first_missing_heading "$2" "$3" "$1")
+  if [[ -n $hits ]]; then
+    # shellcheck disable=SC2059  # $4 is this script's own format string
+    fail "$V: $(printf "$4" "$hits")"
+    return 1
+  fi
+  pass "$V: $5"
+}
+
 # 2. hypothesis headings (hypothesis.bats)
 check_2_hypothesis_headings() {
-  local hyp="$D/hypothesis.txt" hits
+  local hyp="$D/hypothesis.txt"
   ((NEED_HYP)) || [[ -e $hyp ]] || return 0
   if ! nonempty "$hyp"; then
     fail "$V: hypothesis.txt is missing or empty: write the single next change (kernel-loop hypothesis drafts it; format in references/hypothesis.md)"
     return
   fi
-  hits=$(first_missing_heading "$HYP_HEADINGS" 0 "$hyp")
-  if [[ -n $hits ]]; then
-    fail "$V: hypothesis.txt lacks the heading '$hits' (missing, out of order, or not alone on its line); headings in order: ${HYP_HEADINGS//|/ }"
-  else
-    pass "$V: hypothesis.txt has every heading in order"; HYP_OK=1
-  fi
+  headings_in_order "$hyp" "$HYP_HEADINGS" 0 \
+    "hypothesis.txt lacks the heading '%s' (missing, out of order, or not alone on its line); headings in order: ${HYP_HEADINGS//|/ }" \
+    "hypothesis.txt has every heading in order" && HYP_OK=1
+  return 0
 }
 
 # 3. kbs_evidence.md headings (kbs.bats)
 check_3_kbs_headings() {
-  local kbs="$D/kbs_evidence.md" hits
+  local kbs="$D/kbs_evidence.md"
   nonempty "$kbs" || return 0
-  hits=$(first_missing_heading "$KBS_HEADINGS" 1 "$kbs")
-  if [[ -n $hits ]]; then
-    fail "$V: kbs_evidence.md lacks '$hits' (missing or out of order); sections in order: # KBS Evidence, ## NCU Facts, ## Queries, ## Selected Evidence, ## Rejected / Limits, ## Decision Link"
-  else
-    pass "$V: kbs_evidence.md has every section in order"; KBS_OK=1
-  fi
+  headings_in_order "$kbs" "$KBS_HEADINGS" 1 \
+    "kbs_evidence.md lacks '%s' (missing or out of order); sections in order: # KBS Evidence, ## NCU Facts, ## Queries, ## Selected Evidence, ## Rejected / Limits, ## Decision Link" \
+    "kbs_evidence.md has every section in order" && KBS_OK=1
+  return 0
 }
 
 # 4. exactly one kernel, non-empty, bytes differ from the previous version (kernel.bats)

@@ -6,6 +6,7 @@ import hashlib
 import subprocess
 import sys
 
+import klcli
 from conftest import REPO
 
 
@@ -67,3 +68,24 @@ def test_demo_refuses_to_overwrite(tmp_path):
     (tmp_path / "d" / "transpose-cuda").mkdir(parents=True)
     proc, _ = _demo(tmp_path, "--example", "transpose-cuda", "--dir", str(tmp_path / "d"))
     assert proc.returncode == 2 and "already exists" in proc.stderr
+
+
+def test_demo_refuses_a_dir_that_is_a_file_and_live_without_a_gpu(tmp_path, capsys, monkeypatch):
+    from kernel_loop.steps import demo
+
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert klcli.main("demo", "--dir", f) == 2
+    assert "is a file" in capsys.readouterr().err
+    monkeypatch.setattr(demo, "_gpu_available", lambda: False)
+    assert klcli.main("demo", "--live", "--dir", tmp_path / "d") == 2
+    assert "--live needs a CUDA GPU" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
+
+
+def test_demo_without_examples_says_it_needs_the_repository(tmp_path, capsys, monkeypatch):
+    from kernel_loop.steps import demo
+
+    monkeypatch.setattr(demo, "examples_dir", lambda: tmp_path / "none")
+    assert klcli.main("demo") == 2
+    assert "the demo needs the kernel-loop repository" in capsys.readouterr().err

@@ -73,3 +73,13 @@ def test_a_corrupt_finish_file_is_refused(tmp_path):
     (root / "finish.json").write_text('{"version": "v9"}\n')
     with pytest.raises(UsageError, match="not before the planned final version"):
         plan.final_version(RunDir.open(root))
+
+
+def test_status_treats_the_finished_version_as_final(tmp_path):
+    from kernel_loop.steps import status
+
+    root = _at_v1(tmp_path)
+    assert rf.cli(finish, ["finish", str(root), "--reason", "the kernel is at its roofline"]) == 0
+    info = status.collect(root)
+    assert info["planned_final"] == "v1" and info["consistent"], info
+    assert info["next"]["step"] in ("final-gate", "gate", "done") and "--final" in (info["next"]["command"] or "")

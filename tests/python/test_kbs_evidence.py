@@ -134,6 +134,23 @@ def test_draft_is_rewritten_until_filled_then_protected(tmp_path, monkeypatch, c
     assert TODO in draft.read_text()
 
 
+def test_a_partly_filled_draft_is_never_redrafted(tmp_path, monkeypatch, capsys, measured_run):
+    """One section written by hand, TODO markers still elsewhere: the text must survive, and no query
+    is logged twice."""
+    make_corpus(tmp_path, monkeypatch)
+    draft = measured_run / "v0" / "kbs_evidence.md"
+    assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 0
+    text = draft.read_text()
+    assert text.count(TODO) >= 2
+    partly = text.replace(TODO, "The agent's own reading of the profile.", 1)
+    draft.write_text(partly)
+    n = len(queries_log(measured_run))
+    capsys.readouterr()
+    assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 2
+    assert "holds text you wrote" in capsys.readouterr().err
+    assert draft.read_text() == partly and len(queries_log(measured_run)) == n
+
+
 def test_evidence_needs_ncu_json(tmp_path, monkeypatch, capsys):
     make_corpus(tmp_path, monkeypatch)
     out = runfixture.write_run(tmp_path / "run")

@@ -163,3 +163,21 @@ def test_report_warns_when_a_measured_kernel_changed_afterwards(tmp_path, capsys
     summary = (run_dir / "final_report.md").read_text().split("## 2.")[0]
     assert "Warning: measured files changed after they were measured" in summary
     assert "v2/kernel.cu (changed after it was measured)" in summary
+
+
+def test_each_table_says_which_measurement_it_shows_and_booleans_read_yes_no(tmp_path):
+    md = render(finished_run(tmp_path))
+    assert "Times here are the loop's own measurement" in md
+    assert "Medians from one `benchmark` run" in md and "interleave two" in md
+    assert "| yes / yes |" in md and "True" not in md
+
+
+def test_speedups_over_the_baselines_come_first_and_a_slow_v0_is_flagged():
+    from kernel_loop.steps.report import ordered_speedups, review_flags
+
+    assert [n for n, _ in ordered_speedups({"torch-compile": 1.1, "zeta": 2.0, "pytorch-eager": 1.3})] == \
+        ["pytorch-eager", "torch-compile", "zeta"]
+    rows = {"v0": {"stats_us": {"median": 300.0}}, "pytorch-eager": {"stats_us": {"median": 100.0}}}
+    assert "v0 is 3.0x slower than PyTorch eager" in review_flags(rows)[0]
+    rows["v0"]["stats_us"]["median"] = 150.0
+    assert review_flags(rows) == []

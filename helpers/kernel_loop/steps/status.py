@@ -41,7 +41,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import provenance
+from .. import plan, provenance
 from .. import sidecars as sc
 from ..common import UsageError, package_dir, read_json, sha256_file
 from ..prose import TODO
@@ -178,7 +178,7 @@ def _nxt(step: str, why: str, command: str | None, *then: str) -> dict[str, Any]
 
 def collect(out: str | Path) -> dict[str, Any]:
     rd = RunDir.open(out)
-    n = rd.config().iterations
+    n = plan.final_version(rd)  # run.json's planned vN, or the version 'finish' made final
     o = shlex.quote(str(rd.root))
     kl = _kloop()
     info: dict[str, Any] = {"run": str(rd.root), "planned_final": f"v{n}",
