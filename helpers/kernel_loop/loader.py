@@ -23,7 +23,10 @@ import importlib.util
 import inspect
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +68,29 @@ def import_file(path: Path, prefix: str) -> Any:
     sys.modules[name] = mod
     if str(path.parent) not in sys.path:
         sys.path.insert(0, str(path.parent))
-    spec.loader.exec_module(mod)
+    with _heartbeat(f"importing {path.name}" + (" (a load_inline / JIT build runs here; its cache is "
+                                                "$TORCH_EXTENSIONS_DIR)" if prefix == "kernel" else "")):
+        spec.loader.exec_module(mod)
     _MODULES[key] = mod
     return mod
+
+
+@contextmanager
+def _heartbeat(what: str, every: float = 15.0):
+    """A progress line every ``every`` seconds while a long step (a kernel's import and build) runs."""
+    done = threading.Event()
+    t0 = time.monotonic()
+
+    def beat() -> None:
+        while not done.wait(every):
+            print(f"[kernel-loop] still {what}: {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
 
 
 def call_with(fn: Callable, pool: dict, **extra: Any) -> Any:
@@ -110,6 +133,30 @@ def poison_tensor(t) -> None:
     else:
         info = torch.iinfo(t.dtype)
         t.fill_(INT_SENTINEL if info.min <= INT_SENTINEL <= info.max else info.max)
+
+
+FP_CHUNK = 1 << 25
+_INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+def fingerprint(t) -> tuple:
+    """(shape, dtype, two sums) of a tensor's bytes: the plain sum of its elements' bit patterns and a sum
+    weighted by a position-dependent pattern, both exact integer sums (wrapping at 2**64), taken chunk
+    by chunk.  Any change of one or a few elements changes them; equal fingerprints mean unchanged for
+    every practical purpose, without holding a copy."""
+    torch = _torch()
+    flat = t.detach().reshape(-1)
+    size = flat.element_size()
+    if flat.dtype.is_complex or size not in _INT_OF_SIZE:
+        flat, size = flat.view(torch.uint8), 1
+    ints = getattr(torch, _INT_OF_SIZE[size])
+    s1 = s2 = 0
+    for s in range(0, flat.numel(), FP_CHUNK):
+        bits = flat[s:s + FP_CHUNK].view(ints).to(torch.int64)
+        pos = torch.arange(s, s + bits.numel(), device=bits.device, dtype=torch.int64)
+        s1 += int(bits.sum())
+        s2 += int((bits * (pos % 65521 * 31 + 7)).sum())
+    return tuple(t.shape), str(t.dtype), s1 % (1 << 64), s2 % (1 << 64)
 
 
 def normalize_outputs(value: Any, names: list[str]) -> dict:
@@ -164,25 +211,13 @@ class Case:
         return self._launch()
 
     def input_snapshot(self) -> dict:
-        """Clones of every input tensor that is not a declared output, to compare after a call."""
-        return {n: v.detach().clone() for n, v in self.inputs.items() if is_tensor(v) and n not in self.outputs}
+        """A fingerprint of every input tensor that is not a declared output, to compare after a call
+        (no copy of the inputs: the check costs a few chunks of memory, whatever their size)."""
+        return {n: fingerprint(v) for n, v in self.inputs.items() if is_tensor(v) and n not in self.outputs}
 
-    def changed_inputs(self, snapshot: dict) -> list[tuple[str, int]]:
-        """(name, elements that differ) for each input the call changed; NaN in the same place counts as equal."""
-        torch = _torch()
-        out = []
-        for name, before in snapshot.items():
-            now = self.inputs[name]
-            if now.shape != before.shape or now.dtype != before.dtype:
-                out.append((name, before.numel()))
-                continue
-            same = now == before
-            if now.dtype.is_floating_point or now.dtype.is_complex:
-                same |= torch.isnan(now) & torch.isnan(before)
-            n = int((~same).sum())
-            if n:
-                out.append((name, n))
-        return out
+    def changed_inputs(self, snapshot: dict) -> list[str]:
+        """The names of the inputs whose bytes changed since ``snapshot``."""
+        return [n for n, fp in snapshot.items() if fingerprint(self.inputs[n]) != fp]
 
     def _cloned_ref_kwargs(self) -> dict:
         """Clones of the inputs; output buffers poisoned, so the reference never sees kernel results."""
@@ -192,8 +227,17 @@ class Case:
                 poison_tensor(kw[name])
         return kw
 
-    def reference(self, baseline: str | None = None) -> dict:
-        kw = self._cloned_ref_kwargs()
+    def reference(self, baseline: str | None = None, *, in_place: bool = False) -> dict:
+        """The reference outputs.  By default the reference runs on clones of the inputs; ``in_place`` runs it
+        on the case's own tensors (no copy of the inputs: correctness at full size), with the output buffers
+        poisoned first and what it writes copied out, so the kernel later gets the same, untouched inputs."""
+        if in_place:
+            kw = dict(self._ref_kwargs)
+            for name in self.outputs:
+                if name in kw:
+                    poison_tensor(kw[name])
+        else:
+            kw = self._cloned_ref_kwargs()
         extra = {}
         if baseline is not None:
             if not self._baseline_ok:
@@ -206,7 +250,7 @@ class Case:
             missing = [n for n in self.outputs if n not in kw]
             if missing:
                 raise UsageError(f"reference() returned nothing and does not take the outputs {missing}")
-            return {n: kw[n] for n in self.outputs}
+            return {n: kw[n].clone() if in_place else kw[n] for n in self.outputs}
         return normalize_outputs(value, self.out_names)
 
     def reference_fn(self) -> Callable[[], object]:
@@ -319,10 +363,15 @@ def _load_kernelbench(ref, kmod, kernel_path: Path, dims: dict, seed: int, devic
     if key not in _INSTANCES:  # one Model and one ModelNew per shape: every trial calls the same instance
         torch.manual_seed(seed)
         init = list(ref.get_init_inputs()) if hasattr(ref, "get_init_inputs") else []
-        torch.manual_seed(seed)
-        model = ref.Model(*init).to(device).eval()
-        torch.manual_seed(seed)
-        model_new = model_new_cls(*init).to(device).eval()
+        with torch.device(device):  # parameters are created where they are used
+            torch.manual_seed(seed)
+            model = ref.Model(*init).to(device).eval()
+            torch.manual_seed(seed)
+            try:
+                model_new = model_new_cls(*init).to(device).eval()
+            except TypeError as exc:
+                raise UsageError(f"ModelNew({', '.join(map(repr, init))}) failed ({exc}): ModelNew must take the same "
+                                 f"constructor arguments as Model{inspect.signature(ref.Model.__init__)}") from None
         ref_state, new_state = model.state_dict(), model_new.state_dict()
         if ref_state and set(ref_state) == set(new_state) and all(
                 ref_state[k].shape == new_state[k].shape for k in ref_state):
@@ -330,7 +379,8 @@ def _load_kernelbench(ref, kmod, kernel_path: Path, dims: dict, seed: int, devic
         _INSTANCES[key] = (model, model_new)
     model, model_new = _INSTANCES[key]
     torch.manual_seed(seed)
-    args = [_move(a, device) for a in ref.get_inputs()]
+    with torch.device(device):  # drawn on the device under the trial's seed: no host copy, no transfer
+        args = [_move(a, device) for a in ref.get_inputs()]
     inputs = {f"arg{i}": a for i, a in enumerate(args)}
     _check_not_zero(inputs, set(), seed)
     names = list(inputs)

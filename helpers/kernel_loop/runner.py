@@ -79,6 +79,10 @@ def child_env(extra: dict | None = None) -> dict:
     helpers = str(package_dir().parent)
     env["PYTHONPATH"] = helpers + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
+    if "TORCH_EXTENSIONS_DIR" not in env:  # load_inline builds land in the user's cache, never in the run directory
+        from .common import cache_dir
+
+        env["TORCH_EXTENSIONS_DIR"] = str(cache_dir("torch_extensions"))
     env.update(extra or {})
     return env
 

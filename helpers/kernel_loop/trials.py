@@ -21,11 +21,16 @@ import time as time_mod
 from pathlib import Path
 from typing import Any
 
+from .common import UsageError
 from .compare import applied_tolerances, changed_input_row, compare_outputs, derive_seed
 from .config import RunConfig
 from .sidecars import REF_PY
 
 NVTX_RANGE = "kl_measure"
+
+
+class BadReference(UsageError):
+    """ref.py itself misbehaves (it changes its inputs): bad input, not a failed kernel."""
 
 
 def _setup(spec: dict[str, Any]):
@@ -75,6 +80,29 @@ def _wait_for_go(spec: dict[str, Any]) -> None:
         time_mod.sleep(0.05)
 
 
+def _reset_peak(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _memory(device: str, case, expected: dict) -> dict[str, Any]:
+    """Peak device memory of one trial, next to what its inputs and reference outputs take."""
+    from .loader import is_tensor
+
+    def nbytes(ts) -> int:
+        return sum(v.numel() * v.element_size() for v in ts if is_tensor(v))
+
+    out = {"inputs_bytes": nbytes(v for n, v in case.inputs.items() if n not in case.outputs),
+           "outputs_bytes": nbytes(expected.values()), "peak_mem_bytes": None}
+    if device.startswith("cuda"):
+        import torch
+
+        out["peak_mem_bytes"] = int(torch.cuda.max_memory_allocated(device))
+    return out
+
+
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         import torch
@@ -97,19 +125,26 @@ def correctness(spec: dict[str, Any]) -> dict[str, Any]:
             shapes.append({"dims": dims, "trials": trials})
             for t in range(int(spec["trials"])):
                 seed = derive_seed(cfg.seed, si, t)
+                _reset_peak(device)
                 case = loader.load_case(cfg, run_root, kernel, dims, seed, device)
-                expected = case.reference()
-                _sync(device)
-                case.poison()
                 snapshot = case.input_snapshot()
+                expected = case.reference(in_place=True)  # on the case's own inputs: no copy of them
+                _sync(device)
+                changed = case.changed_inputs(snapshot)
+                if changed:
+                    raise BadReference(f"ref.py's reference changed its input {changed[0]!r}: the kernel would get "
+                                     "modified inputs; make the reference work on copies")
+                case.poison()
                 got = case.launch()
                 _sync(device)
                 rows, warns = compare_outputs(got, expected, cfg.tolerance, ref)
-                rows += [changed_input_row(n, snapshot[n], count) for n, count in case.changed_inputs(snapshot)]
-                del snapshot
-                trials.append({"seed": seed, "outputs": rows, "passed": all(r["passed"] for r in rows)})
+                rows += [changed_input_row(n, case.inputs[n]) for n in case.changed_inputs(snapshot)]
+                trials.append({"seed": seed, "outputs": rows, "passed": all(r["passed"] for r in rows),
+                               **_memory(device, case, expected)})
                 result["warnings"] += [w for w in warns if w not in result["warnings"]]
-                del case, expected, got
+                del case, expected, got, snapshot
+    except BadReference:
+        raise
     except Exception as exc:
         result["error"] = error_text(exc)
     result["build"] = loader.last_build()
@@ -228,7 +263,7 @@ def benchmark(spec: dict[str, Any]) -> dict[str, Any]:
             ok_after, err_after = _verdict(compare_outputs(outputs_of(last["value"]), expected, run_tol, ref)[0])
             changed = case.changed_inputs(snapshot) if case is not None else []
             if changed:
-                ok_after, err_after = False, changed_input_row(changed[0][0], snapshot[changed[0][0]], changed[0][1])["note"]
+                ok_after, err_after = False, changed_input_row(changed[0], case.inputs[changed[0]])["note"]
             del snapshot
             item["correct_after"] = ok_after
             item["error"] = item["error"] or err_after

@@ -19,6 +19,9 @@ from __future__ import annotations
 IMPLS = ("cuda-cpp", "cutlass", "cute-dsl", "triton")
 LANGUAGES = IMPLS
 IMPL_SUFFIX = {"cuda-cpp": ".cu", "cutlass": ".cu", "cute-dsl": ".py", "triton": ".py"}
+# Every suffix an implementation's kernel file may have: CUDA C++ and CUTLASS also come as a .py that builds
+# its CUDA source with torch.utils.cpp_extension (load_inline / load), as KernelBench solutions do.
+IMPL_SUFFIXES = {"cuda-cpp": (".cu", ".py"), "cutlass": (".cu", ".py"), "cute-dsl": (".py",), "triton": (".py",)}
 KERNEL_SUFFIXES = (".py", ".cu")
 
 # Kernel families.  ``any`` is what a KBS page lists when its advice holds for every family; a run

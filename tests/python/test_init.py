@@ -86,8 +86,8 @@ def test_bad_dims(tmp_path, capsys, dims, message):
 
 def test_validation_errors(tmp_path, capsys):
     out = tmp_path / "run"
-    assert klcli.init_run(out, "ref_vadd.py", "triton_vadd.py", "cuda-cpp", "N=8") == 2
-    assert "needs a .cu kernel" in capsys.readouterr().err
+    assert klcli.init_run(out, "ref_vadd.py", "cu_vadd.cu", "triton", "N=8") == 2
+    assert "needs a .py kernel" in capsys.readouterr().err
     assert klcli.init_run(out, "missing_ref.py", "triton_vadd.py", "triton", "N=8") == 2
     assert "does not exist" in capsys.readouterr().err
     not_ref = tmp_path / "not_ref.py"

@@ -32,7 +32,7 @@ from ..rundir import RunDir
 from ..runner import run_child
 from ..sidecars import PROFILE_FILES
 from ..templating import render
-from ..vocab import IMPL_SUFFIX
+from ..vocab import IMPL_SUFFIXES
 
 
 # --- the parent -------------------------------------------------------------------------
@@ -88,8 +88,8 @@ def run_correctness(args: argparse.Namespace) -> int:
     k = rd.current_version()
     vdir = rd.vdir(k)
     kernel = rd.kernel_file(k)
-    if kernel.suffix != IMPL_SUFFIX[cfg.impl]:
-        raise UsageError(f"{kernel.name} does not match impl {cfg.impl} (needs {IMPL_SUFFIX[cfg.impl]})")
+    if kernel.suffix not in IMPL_SUFFIXES[cfg.impl]:
+        raise UsageError(f"{kernel.name} does not match impl {cfg.impl} (needs {' or '.join(IMPL_SUFFIXES[cfg.impl])})")
     device = device_for(cfg)
     if args.sanitize and device == "cpu":
         raise UsageError("--sanitize needs a CUDA device (compute-sanitizer); this run uses the cpu test mode")
@@ -129,7 +129,7 @@ def run_correctness(args: argparse.Namespace) -> int:
             "result": result, "error": error, "device": res.get("device", device), "impl": cfg.impl,
             "time": now_iso(), "seconds": round(outcome.seconds, 2),
             "tolerance": cfg.tolerance, "build": res.get("build"), "shapes": res["shapes"],
-            "warnings": res.get("warnings", []), "sanitize": sanitize}
+            "warnings": res.get("warnings", []), "sanitize": sanitize, "memory": memory_summary(res["shapes"])}
     write_json(vdir / "correctness.json", data)
     atomic_write_text(vdir / "correctness.md", render("correctness.md.j2", c=data))
     provenance.record(vdir, [kernel, vdir / "correctness.md", vdir / "correctness.json", rd.run_json],
@@ -139,6 +139,15 @@ def run_correctness(args: argparse.Namespace) -> int:
         raise MeasuredFailure(f"v{k} correctness FAIL: {error.splitlines()[0] if error else 'see correctness.md'} "
                               f"(details in {vdir / 'correctness.md'})")
     return 0
+
+
+def memory_summary(shapes: list[dict]) -> dict | None:
+    """The trial with the highest peak device memory: its peak, inputs and reference outputs (bytes)."""
+    trials = [t for s in shapes for t in s["trials"] if t.get("peak_mem_bytes") is not None]
+    if not trials:
+        return None
+    top = max(trials, key=lambda t: t["peak_mem_bytes"])
+    return {k: top.get(k) for k in ("peak_mem_bytes", "inputs_bytes", "outputs_bytes")}
 
 
 def summary_line(data: dict) -> str:

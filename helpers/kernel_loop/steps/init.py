@@ -34,7 +34,7 @@ from ..config import (
 )
 from ..rundir import RunDir, copy_new
 from ..sidecars import RUN_JSON
-from ..vocab import IMPL_SUFFIX, IMPLS, KERNEL_TYPES
+from ..vocab import IMPL_SUFFIXES, IMPLS, KERNEL_TYPES
 
 # Name fragments -> kernel type, checked in order (first match wins).
 _TYPE_HINTS = [
@@ -105,7 +105,9 @@ def inspect_ref(path: Path) -> dict[str, Any]:
         if v is not None and not isinstance(v, (int, float)):
             raise UsageError(f"--ref {path}: {k} must be a number, got {v!r}")
     return {"kernelbench": kernelbench and "reference" not in names, "has_setup": "setup" in names,
-            "atol": tol["atol"], "rtol": tol["rtol"], "rel_l2": tol["rel_l2"], "setup_params": setup_params, "int_consts": int_consts}
+            "atol": tol["atol"], "rtol": tol["rtol"], "rel_l2": tol["rel_l2"], "setup_params": setup_params,
+            "int_consts": int_consts,
+            "own_sizes": {k: consts[k] for k in int_consts if consts[k] > 0}}  # a KernelBench file's own dims
 
 
 def check_dims_against_ref(dims: dict[str, int], ref_info: dict[str, Any], what: str = "--dims") -> None:
@@ -144,14 +146,31 @@ def resolve_run_tolerance(cli_atol, cli_rtol, ref_atol, ref_rtol, cli_rel_l2=Non
     return out
 
 
+def run_dims(args: argparse.Namespace, ref_info: dict) -> dict[str, int]:
+    """--dims, or for a KernelBench file its own size constants with --dims overriding some by name."""
+    if ref_info.get("kernelbench") and not ref_info.get("has_setup"):
+        own = dict(ref_info.get("own_sizes") or {})
+        if args.dims is None:
+            if not own:
+                raise UsageError("the KernelBench file has no module-level size constants: give --dims")
+            return own
+        return {**own, **parse_dims(args.dims)}
+    if args.dims is None:
+        raise UsageError("--dims is required: the problem size, e.g. --dims M=4096,N=8192")
+    return parse_dims(args.dims)
+
+
 def build_config(args: argparse.Namespace, ref_info: dict) -> dict[str, Any]:
-    dims = parse_dims(args.dims)
+    dims = run_dims(args, ref_info)
+    tolerance = resolve_run_tolerance(args.atol, args.rtol, ref_info["atol"], ref_info["rtol"],
+                                      args.rel_l2, ref_info["rel_l2"])
+    if args.preset == "kernelbench":
+        tolerance = {**tolerance, "preset": "kernelbench", "source": "kernelbench preset"}
     cfg = RunConfig(
         kernel=args.kernel, impl=args.impl, dims=dims,
         kernel_type=args.kernel_type or guess_kernel_type(args.kernel),
         extra_shapes=parse_extra_shapes(args.extra_shapes, dims), seed=args.seed,
-        tolerance=resolve_run_tolerance(args.atol, args.rtol, ref_info["atol"], ref_info["rtol"],
-                                        args.rel_l2, ref_info["rel_l2"]),
+        tolerance=tolerance,
         gpu=args.gpu, device=args.device, iterations=args.iterations, warmup=args.warmup, trials=args.trials,
         correctness_trials=args.correctness_trials, ptr_size=args.ptr_size, timeout_s=args.timeout,
         ncu=NcuConfig(set=args.ncu_set, sections=list(args.ncu_section or DEFAULT_NCU_SECTIONS),
@@ -168,9 +187,9 @@ def _validate(args: argparse.Namespace) -> tuple[Path, Path, dict]:
     baseline = Path(args.baseline).expanduser()
     if not baseline.is_file():
         raise UsageError(f"--baseline {baseline} does not exist")
-    want = IMPL_SUFFIX[args.impl]
-    if baseline.suffix != want:
-        raise UsageError(f"--impl {args.impl} needs a {want} kernel, but --baseline is {baseline.name}")
+    want = IMPL_SUFFIXES[args.impl]
+    if baseline.suffix not in want:
+        raise UsageError(f"--impl {args.impl} needs a {' or '.join(want)} kernel, but --baseline is {baseline.name}")
     for name in ("iterations", "warmup", "trials", "correctness_trials", "timeout"):
         v = getattr(args, name)
         if v is None or v < (0 if name == "warmup" else 1):
@@ -181,15 +200,23 @@ def _validate(args: argparse.Namespace) -> tuple[Path, Path, dict]:
         v = getattr(args, name)
         if v is not None and not (v >= 0 and v == v and v != float("inf")):
             raise UsageError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {v}")
+    if args.preset == "kernelbench":
+        given = [f for f in ("atol", "rtol", "rel_l2") if getattr(args, f) is not None]
+        if given:
+            raise UsageError(f"--preset kernelbench fixes the tolerances (KernelBench's own); drop "
+                             f"{', '.join('--' + g.replace('_', '-') for g in given)}")
+        if args.correctness_trials != DEFAULT_CORRECTNESS_TRIALS:
+            raise UsageError("--preset kernelbench fixes the correctness trials at KernelBench's 5; drop "
+                             "--correctness-trials")
     if args.ptr_size is not None and args.ptr_size <= 0:
         raise UsageError("--ptr-size must be positive")
-    if IMPL_SUFFIX[args.impl] == ".cu" and not ref_info["has_setup"] and args.ptr_size is None:
+    if baseline.suffix == ".cu" and not ref_info["has_setup"] and args.ptr_size is None:
         raise UsageError("ref.py has no setup(): a .cu kernel then gets flat buffers, so give --ptr-size N")
-    if args.device == "cpu" and IMPL_SUFFIX[args.impl] == ".cu":
+    if args.device == "cpu" and ".cu" in IMPL_SUFFIXES[args.impl]:
         raise UsageError(f"--device cpu runs .py kernels only (Triton under TRITON_INTERPRET=1); --impl {args.impl} "
                          "needs a CUDA GPU")
-    dims = parse_dims(args.dims)
-    if IMPL_SUFFIX[args.impl] == ".py" or ref_info["has_setup"]:
+    dims = run_dims(args, ref_info)
+    if baseline.suffix == ".py" or ref_info["has_setup"]:
         check_dims_against_ref(dims, ref_info)
     for shape in parse_extra_shapes(args.extra_shapes, dims):
         check_dims_against_ref(shape, ref_info, "--extra-shapes")
@@ -218,7 +245,7 @@ def run_init(args: argparse.Namespace) -> int:
     rd = RunDir.open(args.out, must_exist=False)
     if rd.root.exists() and not rd.root.is_dir():
         raise UsageError(f"{args.out} exists and is not a folder: give a new or existing run directory")
-    v0_kernel = rd.vdir(0) / f"kernel{IMPL_SUFFIX[args.impl]}"
+    v0_kernel = rd.vdir(0) / f"kernel{Path(args.baseline).suffix}"
     if rd.run_json.exists():
         old = rd.config().to_json()  # normalised: keys an older init did not write take their defaults
         diffs = _differences(old, cfg)
@@ -265,13 +292,22 @@ def register(subparsers) -> None:
     p.add_argument("--kernel", required=True, help="kernel name (free text, used in KBS queries)")
     p.add_argument("--ref", required=True, help="ref.py defining reference(**kwargs) or a KernelBench Model")
     p.add_argument("--impl", required=True, choices=IMPLS, help="implementation language of the kernel")
-    p.add_argument("--baseline", required=True, help="the v0 kernel (.cu for cuda-cpp/cutlass, .py otherwise)")
-    p.add_argument("--dims", required=True, help="problem size, K=V[,K=V...] (positive integers)")
+    p.add_argument("--baseline", required=True,
+                   help="the v0 kernel: .py for triton and cute-dsl; .cu, or a .py that builds CUDA C++ with "
+                        "torch.utils.cpp_extension.load_inline (a KernelBench ModelNew), for cuda-cpp and cutlass")
+    p.add_argument("--dims", default=None,
+                   help="problem size, K=V[,K=V...] (positive integers); required, except for a KernelBench ref.py, "
+                        "whose module-level size constants are its dims (give --dims to override some by name)")
     p.add_argument("--kernel-type", choices=KERNEL_TYPES, default=None,
                    help="kernel family (default: guessed from --kernel, else any)")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"run seed (default {DEFAULT_SEED})")
     p.add_argument("--atol", type=float, default=None, help="absolute tolerance (beats ref.py and dtype defaults)")
     p.add_argument("--rtol", type=float, default=None, help="relative tolerance (beats ref.py and dtype defaults)")
+    p.add_argument("--preset", choices=("kernelbench",), default=None,
+                   help="kernelbench: KernelBench's own correctness protocol (5 trials; torch.allclose with atol = "
+                        "rtol = 1e-4 for float32, 1e-2 for float16/bfloat16; no normwise bound), to compare a "
+                        "result with a KernelBench score; correctness.md warns where kernel-loop's own check "
+                        "would fail")
     p.add_argument("--rel-l2", type=float, default=None, dest="rel_l2",
                    help="limit of the relative L2 error ||got - ref|| / ||ref|| of each output (beats ref.py's "
                         "rel_l2 and the dtype default: float32 1e-5, bfloat16 2e-2, ...; see references/kernel_abi.md)")

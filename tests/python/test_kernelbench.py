@@ -1,0 +1,153 @@
+"""KernelBench files as published (CPU): their own sizes as dims, the KernelBench preset, chunked
+comparison, input fingerprints, one clear line for bad input."""
+
+from __future__ import annotations
+
+import klcli
+import pytest
+import torch
+from kernel_loop import compare as C
+from kernel_loop import loader
+from kernel_loop.common import read_json
+
+KB_REF = '''"""A KernelBench-style problem (scaled down)."""
+import torch
+from torch import nn
+
+batch_size = 8
+dim = 4096
+negative_slope = 0.01
+
+
+class Model(nn.Module):
+    def __init__(self, alpha: float):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x):
+        return torch.nn.functional.leaky_relu(x, negative_slope) * self.alpha
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return [2.0]
+'''
+
+
+@pytest.fixture(autouse=True)
+def cpu_mode(monkeypatch):
+    monkeypatch.setenv("KERNEL_LOOP_DEVICE", "cpu")
+
+
+def _init(tmp_path, kernel_text=None, *extra):
+    ref = tmp_path / "kb.py"
+    ref.write_text(KB_REF)
+    kernel = tmp_path / "new.py"
+    kernel.write_text(kernel_text if kernel_text is not None else KB_REF + "\nModelNew = Model\n")
+    out = tmp_path / "run"
+    rc = klcli.main("init", out, "--kernel", "leaky", "--ref", ref, "--impl", "triton", "--baseline", kernel,
+                    "--skip-env", *extra)
+    return rc, out
+
+
+def test_a_kernelbench_file_runs_at_its_own_sizes(tmp_path):
+    rc, out = _init(tmp_path)
+    assert rc == 0
+    assert read_json(out / "run.json")["dims"] == {"batch_size": 8, "dim": 4096}  # positive int constants only
+    assert klcli.main("correctness", out) == 0
+    data = read_json(out / "v0" / "correctness.json")
+    assert data["shapes"][0]["trials"][0]["outputs"][0]["shape"] == [8, 4096]
+    assert data["memory"] is None  # CPU mode: no device memory to measure
+
+
+def test_dims_override_a_constant_by_name_and_an_unknown_name_is_one_line(tmp_path, capsys):
+    rc, out = _init(tmp_path, None, "--dims", "dim=128")
+    assert rc == 0 and read_json(out / "run.json")["dims"] == {"batch_size": 8, "dim": 128}
+    (tmp_path / "b").mkdir()
+    rc, _ = _init(tmp_path / "b", None, "--dims", "width=3")
+    assert rc == 2 and "width names no module-level integer constant" in capsys.readouterr().err
+
+
+def test_a_modelnew_with_another_constructor_is_one_clear_line(tmp_path):
+    bad = KB_REF.replace("class Model(nn.Module):", "class Other(nn.Module):") + '''
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x
+'''
+    rc, out = _init(tmp_path, bad)
+    assert rc == 0
+    assert klcli.main("correctness", out) == 1
+    err = read_json(out / "v0" / "correctness.json")["error"]
+    assert "ModelNew must take the same constructor arguments as Model" in err and "Traceback" not in err
+
+
+def test_the_kernelbench_preset_reproduces_its_protocol_and_warns(tmp_path, capsys):
+    """KernelBench's check is allclose with atol = rtol = 1e-4 for float32 and no normwise bound: a kernel off
+    by a relative 5e-5 everywhere passes it, with a warning that kernel-loop's own check (rel L2 <= 1e-5)
+    would not."""
+    sloppy = KB_REF + '''
+
+class ModelNew(Model):
+    def forward(self, x):
+        return super().forward(x) * (1 + 5e-5)
+'''
+    rc, out = _init(tmp_path, sloppy, "--preset", "kernelbench")
+    assert rc == 0
+    cfg = read_json(out / "run.json")
+    assert cfg["tolerance"]["preset"] == "kernelbench" and cfg["correctness_trials"] == 5
+    assert klcli.main("correctness", out) == 0
+    data = read_json(out / "v0" / "correctness.json")
+    tol = data["shapes"][0]["trials"][0]["outputs"][0]["tolerance"]
+    assert (tol["atol"], tol["rtol"], tol["rel_l2"]) == (1e-4, 1e-4, None)
+    assert any("not kernel-loop's own normwise check" in w for w in data["warnings"])
+    (tmp_path / "c").mkdir()
+    rc, _ = _init(tmp_path / "c", None, "--preset", "kernelbench", "--atol", "1e-3")
+    assert rc == 2 and "--preset kernelbench fixes the tolerances" in capsys.readouterr().err
+
+
+def test_chunked_comparison_equals_one_pass(monkeypatch):
+    torch.manual_seed(0)
+    exp = torch.randn(1000, 37)
+    got = exp + 1e-3 * torch.randn_like(exp)
+    got[5, 3] = float("nan")
+    whole = C.compare(got, exp, 1e-4, 1e-3, 1e-5)
+    monkeypatch.setattr(C, "CHUNK", 97)  # many chunks, boundaries inside rows
+    chunked = C.compare(got, exp, 1e-4, 1e-3, 1e-5)
+    for k in ("mismatches", "nonfinite_unexpected", "first_bad", "passed"):
+        assert chunked[k] == whole[k], k
+    for k in ("max_abs_err", "max_rel_err", "rel_l2_err"):
+        assert chunked[k] == pytest.approx(whole[k], rel=1e-9), k
+    assert whole["mismatches"] > 0 and whole["nonfinite_unexpected"] == 1
+
+
+def test_input_fingerprints_catch_one_changed_element(monkeypatch):
+    monkeypatch.setattr(loader, "FP_CHUNK", 64)
+    for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.complex64):
+        x = (torch.randn(999) > 0) if dtype == torch.bool else torch.randn(999).to(dtype)
+        before = loader.fingerprint(x)
+        assert loader.fingerprint(x.clone()) == before
+        y = x.clone()
+        y[500] = ~y[500] if dtype == torch.bool else y[500] + 1
+        assert loader.fingerprint(y) != before, dtype
+        z = x.clone()
+        z[[10, 20]] = z[[20, 10]]  # two elements swapped: the plain sum is equal, the weighted one is not
+        if not torch.equal(z, x):
+            assert loader.fingerprint(z) != before, dtype
+
+
+def test_no_dims_for_a_file_without_sizes_is_one_line(tmp_path, capsys):
+    ref = tmp_path / "kb.py"
+    ref.write_text(KB_REF.replace("batch_size = 8\ndim = 4096\n", "").replace("torch.randn(batch_size, dim)",
+                                                                             "torch.randn(4, 4)"))
+    kernel = tmp_path / "new.py"
+    kernel.write_text(ref.read_text() + "\nModelNew = Model\n")
+    assert klcli.main("init", tmp_path / "run", "--kernel", "k", "--ref", ref, "--impl", "triton", "--baseline",
+                      kernel, "--skip-env") == 2
+    assert "has no module-level size constants: give --dims" in capsys.readouterr().err
