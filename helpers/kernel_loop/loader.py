@@ -180,7 +180,7 @@ def _check_not_zero(inputs: dict, outputs: set, seed: int) -> None:
             continue
         if v.dtype == torch.bool:
             continue
-        if not bool(torch.any(v != 0)):
+        if not bool(v.any()):  # no full-size temporary
             raise UsageError(f"input '{name}' is all zeros for seed {seed}: setup() must draw random data "
                              "(torch.randn / torch.rand / torch.randint), never zeros")
 

@@ -61,6 +61,28 @@ def guess_kernel_type(name: str) -> str:
     return "any"
 
 
+_INT_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+            ast.FloorDiv: lambda a, b: a // b, ast.Pow: lambda a, b: a ** b if 0 <= b <= 64 else None}
+
+
+def _int_expression(node: ast.AST, consts: dict[str, Any]) -> int | None:
+    """The value of a constant integer expression such as ``2048 * 2`` or ``N // 4`` (earlier constants may be
+    named), without executing the file; None for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.Name) and isinstance(consts.get(node.id), int):
+        return consts[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        v = _int_expression(node.operand, consts)
+        return None if v is None else -v
+    if isinstance(node, ast.BinOp) and type(node.op) in _INT_OPS:
+        a, b = _int_expression(node.left, consts), _int_expression(node.right, consts)
+        if a is None or b is None or (isinstance(node.op, ast.FloorDiv) and b == 0):
+            return None
+        return _INT_OPS[type(node.op)](a, b)
+    return None
+
+
 def inspect_ref(path: Path) -> dict[str, Any]:
     """Parse ref.py without importing it: what it defines and literal atol/rtol."""
     if not path.is_file():
@@ -85,7 +107,7 @@ def inspect_ref(path: Path) -> dict[str, Any]:
                 try:
                     consts[name] = ast.literal_eval(value)
                 except ValueError:
-                    consts[name] = None
+                    consts[name] = _int_expression(value, consts)
     kernelbench = "Model" in names and "get_inputs" in names
     setup_params = None
     if isinstance(names.get("setup"), (ast.FunctionDef, ast.AsyncFunctionDef)):
