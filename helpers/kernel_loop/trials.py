@@ -151,12 +151,34 @@ def correctness(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+FRESH_SEED_OFFSET = 7_777_777  # the seed of the after-timing check: never one a correctness trial used
+
+
+def fresh_check(cfg: RunConfig, root: Path, kernel: Path, device: str, ref: Any) -> str | None:
+    """Call the kernel once more, after its timed calls, on inputs it has never seen (the same loaded kernel
+    instance, a new seed, outputs poisoned) and compare with the reference: None when right, else why.
+    A kernel that serves timed calls from a cache, or changes its behaviour after many calls, fails here."""
+    from . import loader
+
+    case = loader.load_case(cfg, root, kernel, cfg.dims, cfg.seed + FRESH_SEED_OFFSET, device)
+    snapshot = case.input_snapshot()
+    expected = case.reference(in_place=True)
+    case.poison()
+    got = case.launch()
+    _sync(device)
+    ok, why = _verdict(compare_outputs(got, expected, cfg.tolerance, ref)[0])
+    changed = case.changed_inputs(snapshot)
+    if ok and changed:
+        ok, why = False, changed_input_row(changed[0], case.inputs[changed[0]])["note"]
+    return None if ok else f"with fresh inputs after the timed calls: {why}"
+
+
 def time(spec: dict[str, Any]) -> dict[str, Any]:  # noqa: A001 - the mode's name
     import torch
 
     from . import gpustate, loader, timing
 
-    cfg, device, _ = _setup(spec)
+    cfg, device, ref = _setup(spec)
     case = loader.load_case(cfg, Path(spec["run_root"]), Path(spec["kernel"]), cfg.dims, cfg.seed, device)
     props = torch.cuda.get_device_properties(torch.device(device))
     uuid = str(getattr(props, "uuid", "") or "") or None
@@ -164,6 +186,9 @@ def time(spec: dict[str, Any]) -> dict[str, Any]:  # noqa: A001 - the mode's nam
     before = gpustate.snapshot(index, uuid)
     result = timing.time_callable(case.launch, warmup=cfg.warmup, trials=cfg.trials, flush_l2=True, device=device)
     after = gpustate.snapshot(index, uuid)
+    wrong = fresh_check(cfg, Path(spec["run_root"]), Path(spec["kernel"]), device, ref)
+    if wrong:
+        return {"error": f"the kernel is wrong {wrong}: its timing cannot stand"}
     return {"timing": result, "gpu_state": {"before": before, "after": after},
             "gpu": {"name": props.name, "cc": f"{props.major}.{props.minor}",
                     "sm_count": props.multi_processor_count}}
@@ -274,8 +299,13 @@ def benchmark(spec: dict[str, Any]) -> dict[str, Any]:
             progress(f"{name}: not available ({item['why']})")
         return item
 
-    def kernel_item(name: str, case, expected) -> dict[str, Any]:
-        return measure(name, case.launch, lambda v: v, case.poison, expected, case)
+    def kernel_item(name: str, case, expected, kernel: str) -> dict[str, Any]:
+        item = measure(name, case.launch, lambda v: v, case.poison, expected, case)
+        if item["available"] and item["correct_after"]:
+            wrong = fresh_check(cfg, root, Path(kernel), dev, ref)
+            if wrong:
+                item["correct_after"], item["error"] = False, item["error"] or wrong
+        return item
 
     def reference_item(name: str, case, expected, wrap=None, **extra) -> dict[str, Any]:
         fn, kw = case.reference_callable_and_args()
@@ -302,7 +332,7 @@ def benchmark(spec: dict[str, Any]) -> dict[str, Any]:
     first = next(iter(expected.values()))
     res["output_dtype"] = str(getattr(first, "dtype", "")).replace("torch.", "") or None
     res["tolerances"] = applied_tolerances(expected, run_tol, ref)
-    res["items"].append(kernel_item("solution", sol, expected))
+    res["items"].append(kernel_item("solution", sol, expected, spec["solution"]["kernel"]))
 
     for b in spec["baselines"]:
         if b == "pytorch-eager":
@@ -335,7 +365,7 @@ def benchmark(spec: dict[str, Any]) -> dict[str, Any]:
     for v in spec["versions"]:
         case = load(v["kernel"])
         cases[v["version"]] = case
-        res["items"].append(kernel_item(v["version"], case, case.reference()))
+        res["items"].append(kernel_item(v["version"], case, case.reference(), v["kernel"]))
     for a, b in spec["ab"]:
         ca, cb = cases[a], cases[b]
         for c in (ca, cb):

@@ -269,6 +269,9 @@ def test_cuda_event_needs_a_gpu(cpu_run):
     # adversarial kernels: a wrong result, and one that writes only on its first call
     ("    y.copy_(x)\n", "before"),
     ("    if not _calls:\n        y.copy_(torch.softmax(x, dim=-1))\n    _calls.append(1)\n", "after"),
+    # right on every call with the inputs it was timed on, but after four calls it replays its last
+    # result: only a call with fresh inputs after the timed calls can tell
+    ("    if len(_calls) < 4:\n        _calls.append(torch.softmax(x, dim=-1))\n    y.copy_(_calls[-1])\n", "fresh"),
 ])
 def test_a_wrong_solution_fails_the_benchmark(cpu_run, monkeypatch, capsys, body, where):
     monkeypatch.setattr(B, "check_final_gate", lambda rd, n: None)  # the kernel is swapped after the gate
@@ -279,6 +282,8 @@ def test_a_wrong_solution_fails_the_benchmark(cpu_run, monkeypatch, capsys, body
         assert sol["correct"] is False
     else:
         assert sol["correct"] is True and sol["correct_after_timing"] is False
+    if where == "fresh":
+        assert "with fresh inputs after the timed calls" in sol["error"]
     assert "failed in the benchmark" in capsys.readouterr().err
 
 

@@ -151,3 +151,17 @@ def test_no_dims_for_a_file_without_sizes_is_one_line(tmp_path, capsys):
     assert klcli.main("init", tmp_path / "run", "--kernel", "k", "--ref", ref, "--impl", "triton", "--baseline",
                       kernel, "--skip-env") == 2
     assert "has no module-level size constants: give --dims" in capsys.readouterr().err
+
+
+def test_sizes_written_as_integer_expressions_are_read_without_running_the_file(tmp_path):
+    """KernelBench writes some sizes as expressions (N = 2048 * 2); init evaluates those, never the file."""
+    text = KB_REF.replace("batch_size = 8\ndim = 4096\n", "batch_size = 4 * 2\nunit = 1024\ndim = unit * 4 // 1\n"
+                          "weird = len('abc')\n")
+    ref = tmp_path / "kb.py"
+    ref.write_text(text)
+    kernel = tmp_path / "new.py"
+    kernel.write_text(text + "\nModelNew = Model\n")
+    out = tmp_path / "run"
+    assert klcli.main("init", out, "--kernel", "k", "--ref", ref, "--impl", "triton", "--baseline", kernel,
+                      "--skip-env") == 0
+    assert read_json(out / "run.json")["dims"] == {"batch_size": 8, "dim": 4096, "unit": 1024}
