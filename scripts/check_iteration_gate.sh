@@ -495,18 +495,50 @@ write_state() {
   return 1
 }
 
-# The run's final version N, when the run says: finish.json's version (an early finish), else
-# run.json's "iterations" (the planned vN).  Sets FINAL_N ('' when neither says) and FINAL_WHY.
+# The value of top-level key $2 of the JSON object in file $1: a number, or a string without its
+# quotes (nothing when absent, nested, or neither).  Tracks strings and nesting, so a key of the same
+# name inside another object ("dims": {"iterations": ...}) never counts.
+json_top_value() {
+  awk -v want="$2" '
+    { text = text $0 "\n" }
+    END {
+      depth = 0; n = length(text); key = ""; expect = 0
+      for (i = 1; i <= n; i++) {
+        c = substr(text, i, 1)
+        if (c == "\"") {
+          s = ""; i++
+          while (i <= n) { c = substr(text, i, 1); if (c == "\\") { s = s substr(text, i, 2); i += 2; continue }
+                           if (c == "\"") break; s = s c; i++ }
+          if (expect && depth == 1) { if (key == want) { print s; exit } expect = 0; key = ""; continue }
+          if (depth == 1) key = s
+          continue
+        }
+        if (c == "{" || c == "[") { depth++; expect = 0; continue }
+        if (c == "}" || c == "]") { depth--; continue }
+        if (c == ":" && depth == 1 && key != "") { expect = 1; continue }
+        if (c == ",") { key = ""; expect = 0; continue }
+        if (expect && depth == 1 && c ~ /[-0-9]/) {
+          v = ""; while (i <= n && substr(text, i, 1) ~ /[-0-9.eE+]/) { v = v substr(text, i, 1); i++ }
+          if (key == want) { print v; exit }
+          expect = 0; key = ""; i--
+        }
+      }
+    }' "$1" 2>/dev/null
+}
+
+# The run's final version N, when the run says: finish.json's top-level "version" (an early finish),
+# else run.json's top-level "iterations" (the planned vN).  Sets FINAL_N ('' when neither says) and
+# FINAL_WHY.
 read_final_version() {
-  local text=''
+  local value=''
   FINAL_N='' FINAL_WHY=''
   if [[ -f $OUT/finish.json ]]; then
-    text=$(grep -oE '"version"[[:space:]]*:[[:space:]]*"v(0|[1-9][0-9]{0,8})"' "$OUT/finish.json" | head -n 1)
-    if [[ $text =~ v([0-9]+)\"$ ]]; then FINAL_N=${BASH_REMATCH[1]} FINAL_WHY='finish.json: the run finished early'; fi
+    value=$(json_top_value "$OUT/finish.json" version)
+    if [[ $value =~ ^v(0|[1-9][0-9]{0,8})$ ]]; then FINAL_N=${BASH_REMATCH[1]} FINAL_WHY='finish.json: the run finished early'; fi
   fi
   if [[ -z $FINAL_N && -f $OUT/run.json ]]; then
-    text=$(grep -oE '"iterations"[[:space:]]*:[[:space:]]*(0|[1-9][0-9]{0,8})' "$OUT/run.json" | head -n 1)
-    if [[ $text =~ ([0-9]+)$ ]]; then FINAL_N=${BASH_REMATCH[1]} FINAL_WHY='run.json iterations'; fi
+    value=$(json_top_value "$OUT/run.json" iterations)
+    if [[ $value =~ ^(0|[1-9][0-9]{0,8})$ ]]; then FINAL_N=$value FINAL_WHY='run.json iterations'; fi
   fi
 }
 

@@ -2,7 +2,7 @@
 
 The tolerance of an output, per field: run.json (from init's --atol/--rtol/--rel-l2, or ref.py
 literals read at init) > ref.py's module value > the default for the output's dtype; a ``rel_l2``
-left to its default follows an rtol that was set on purpose (the larger of the two applies).  An output
+left to its default is scaled by the factor an rtol set looser than the dtype's default loosens it.  An output
 passes when both checks hold:
 
 - elementwise, torch.isclose semantics: |got - exp| > atol + rtol * |exp| is a mismatch;
@@ -74,9 +74,10 @@ def resolve_tolerance(run_tol: dict | None, ref_atol: Any, ref_rtol: Any, dtype:
             out[field], src = float(run_tol[field]), by.get(field) or run_tol.get("source") or "cli"
         elif ref_val is not None:
             out[field], src = float(ref_val), "ref.py"
-        elif field == "rel_l2" and not out["rtol_source"].startswith("dtype-default"):
-            # an rtol set on purpose loosens the normwise default to match it (never tightens it)
-            out[field], src = max(default[i], out["rtol"]), f"the {out['rtol_source']} rtol"
+        elif field == "rel_l2" and out["rtol"] > default[1] > 0:
+            # an rtol looser than the dtype's loosens the normwise default by the same factor (never tightens it)
+            out[field] = default[i] * out["rtol"] / default[1]
+            src = f"dtype default scaled by the {out['rtol_source']} rtol"
         else:
             out[field], src = default[i], f"dtype-default ({'tf32' if tf32 and dtype == 'float32' else dtype})"
         out[f"{field}_source"] = src

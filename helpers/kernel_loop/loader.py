@@ -33,8 +33,17 @@ from typing import Any
 from . import build
 from .common import UsageError
 from .config import RunConfig
+from .tensors import (  # noqa: F401 - the tensor helpers are part of what the loader offers
+    FLOAT_SENTINEL,
+    INT_SENTINEL,
+    clone_value,
+    fingerprint,
+    is_tensor,
+    normalize_outputs,
+    poison_tensor,
+    storage_ptr,
+)
 
-INT_SENTINEL = -123456789
 _MODULES: dict[str, Any] = {}
 _LIBS: dict[str, Any] = {}
 _LAST_BUILD: dict[str, Any] = {}
@@ -116,59 +125,6 @@ def _torch():
     return torch
 
 
-def is_tensor(x: Any) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
-
-
-def clone_value(x: Any) -> Any:
-    return x.detach().clone() if is_tensor(x) else x
-
-
-def poison_tensor(t) -> None:
-    torch = _torch()
-    if t.dtype.is_floating_point or t.dtype.is_complex:
-        t.fill_(float("nan"))
-    elif t.dtype == torch.bool:
-        t.fill_(True)
-    else:
-        info = torch.iinfo(t.dtype)
-        t.fill_(INT_SENTINEL if info.min <= INT_SENTINEL <= info.max else info.max)
-
-
-FP_CHUNK = 1 << 25
-_INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
-
-
-def fingerprint(t) -> tuple:
-    """(shape, dtype, two sums) of a tensor's bytes: the plain sum of its elements' bit patterns and a sum
-    weighted by a position-dependent pattern, both exact integer sums (wrapping at 2**64), taken chunk
-    by chunk.  Any change of one or a few elements changes them; equal fingerprints mean unchanged for
-    every practical purpose, without holding a copy."""
-    torch = _torch()
-    flat = t.detach().reshape(-1)
-    size = flat.element_size()
-    if flat.dtype.is_complex or size not in _INT_OF_SIZE:
-        flat, size = flat.view(torch.uint8), 1
-    ints = getattr(torch, _INT_OF_SIZE[size])
-    s1 = s2 = 0
-    for s in range(0, flat.numel(), FP_CHUNK):
-        bits = flat[s:s + FP_CHUNK].view(ints).to(torch.int64)
-        pos = torch.arange(s, s + bits.numel(), device=bits.device, dtype=torch.int64)
-        s1 += int(bits.sum())
-        s2 += int((bits * (pos % 65521 * 31 + 7)).sum())
-    return tuple(t.shape), str(t.dtype), s1 % (1 << 64), s2 % (1 << 64)
-
-
-def normalize_outputs(value: Any, names: list[str]) -> dict:
-    """A kernel's or reference's returned value as {name: tensor}."""
-    if isinstance(value, dict):
-        return dict(value)
-    if isinstance(value, (tuple, list)):
-        keys = names if len(names) == len(value) else [f"out{i}" for i in range(len(value))]
-        return dict(zip(keys, value, strict=False))
-    return {names[0] if len(names) == 1 else "out": value}
-
-
 def _move(x: Any, device: str) -> Any:
     return x.to(device) if is_tensor(x) else x
 
@@ -203,9 +159,9 @@ class Case:
         self.kind = kind
         self.build = build_info
 
-    def poison(self) -> None:
+    def poison(self, variant: int = 0) -> None:
         for t in self.outputs.values():
-            poison_tensor(t)
+            poison_tensor(t, variant)
 
     def launch(self) -> dict:
         return self._launch()
@@ -251,7 +207,11 @@ class Case:
             if missing:
                 raise UsageError(f"reference() returned nothing and does not take the outputs {missing}")
             return {n: kw[n].clone() if in_place else kw[n] for n in self.outputs}
-        return normalize_outputs(value, self.out_names)
+        out = normalize_outputs(value, self.out_names)
+        if in_place:  # a returned tensor that shares memory with an argument would change with the kernel's writes
+            held = {storage_ptr(v) for v in kw.values() if is_tensor(v)}
+            out = {n: v.clone() if is_tensor(v) and storage_ptr(v) in held else v for n, v in out.items()}
+        return out
 
     def reference_fn(self) -> Callable[[], object]:
         kw = self._cloned_ref_kwargs()

@@ -134,11 +134,12 @@ def correctness(spec: dict[str, Any]) -> dict[str, Any]:
                 if changed:
                     raise BadReference(f"ref.py's reference changed its input {changed[0]!r}: the kernel would get "
                                      "modified inputs; make the reference work on copies")
-                case.poison()
+                case.poison(variant=t)  # NaN on even trials, a finite sentinel on odd ones
                 got = case.launch()
                 _sync(device)
                 rows, warns = compare_outputs(got, expected, cfg.tolerance, ref)
                 rows += [changed_input_row(n, case.inputs[n]) for n in case.changed_inputs(snapshot)]
+                _refuse_aliases(rows, got, case)
                 trials.append({"seed": seed, "outputs": rows, "passed": all(r["passed"] for r in rows),
                                **_memory(device, case, expected)})
                 result["warnings"] += [w for w in warns if w not in result["warnings"]]
@@ -149,6 +150,18 @@ def correctness(spec: dict[str, Any]) -> dict[str, Any]:
         result["error"] = error_text(exc)
     result["build"] = loader.last_build()
     return result
+
+
+def _refuse_aliases(rows: list[dict], got: dict, case) -> None:
+    """An output that shares memory with an input the kernel may not write (a view of it) is no result."""
+    from .loader import is_tensor, storage_ptr
+
+    inputs = {storage_ptr(v): n for n, v in case.inputs.items() if is_tensor(v) and n not in case.outputs}
+    for row in rows:
+        g = got.get(row["name"])
+        if is_tensor(g) and storage_ptr(g) in inputs and row["passed"]:
+            row.update(passed=False, note=f"output '{row['name']}' shares memory with the input "
+                       f"'{inputs[storage_ptr(g)]}' (a view of it): the kernel must write its own result")
 
 
 FRESH_SEED_OFFSET = 7_777_777  # the seed of the after-timing check: never one a correctness trial used
@@ -163,7 +176,7 @@ def fresh_check(cfg: RunConfig, root: Path, kernel: Path, device: str, ref: Any)
     case = loader.load_case(cfg, root, kernel, cfg.dims, cfg.seed + FRESH_SEED_OFFSET, device)
     snapshot = case.input_snapshot()
     expected = case.reference(in_place=True)
-    case.poison()
+    case.poison(variant=1)
     got = case.launch()
     _sync(device)
     ok, why = _verdict(compare_outputs(got, expected, cfg.tolerance, ref)[0])

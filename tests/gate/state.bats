@@ -240,3 +240,12 @@ hold_lock() {
   run gate "$OUT/v1"
   assert_only_failure "v1 is the final version (finish.json: the run finished early)"
 }
+
+@test "the final version is read from top-level keys only" {
+  RUN_ITERATIONS=3 advance_to 1
+  printf '{"by": {"version": "v0"}, "note": "\\"version\\": \\"v0\\"", "version": "v1", "reason": "done"}\n' >"$OUT/finish.json"
+  run -0 gate "$OUT/v1" --final
+  printf '{"by": {"version": "v1"}, "reason": "no top-level version"}\n' >"$OUT/finish.json"
+  run gate "$OUT/v1" --final
+  assert_only_failure "v1 is not the final version: the run's final version is v3 (run.json iterations)"
+}

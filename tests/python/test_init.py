@@ -127,7 +127,7 @@ def test_tolerance_from_ref_and_cli(tmp_path):
     assert klcli.init_run(tmp_path / "b", "ref_vadd_tol.py", "py_vadd.py", "triton", "N=8", "--atol", "1e-6") == 0
     tol = _cfg(tmp_path / "b")["tolerance"]
     assert (tol["atol"], tol["rtol"], tol["source"]) == (1e-6, 5e-2, "cli")
-    assert tol["by"] == {"atol": "cli", "rtol": "ref.py", "rel_l2": None}
+    assert tol["by"] == {"atol": "cli", "rtol": "ref.py", "rel_l2": "ref.py"}
 
 
 @pytest.mark.parametrize("name, expected", [

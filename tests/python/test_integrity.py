@@ -167,3 +167,41 @@ def test_a_speedup_above_ten_times_v0_is_flagged():
     v0["stats_us"] = dict(v0["stats_us"], median=v0["stats_us"]["median"] * 20)
     bench = B.finish(res, version="v3", selection="best", timing={}, tolerance=None, env=None)
     assert any("over v0 is above 10x" in f for f in bench["flags"])
+
+
+# --- found by an adversarial review -----------------------------------------------------------------
+def test_a_reference_that_returns_its_output_buffer_still_has_its_own_expected_values(tmp_path):
+    rc, data, _md = _correctness(tmp_path, "ref_double_returns_buffer.py", "cheat_fill_42.py", "N=4096")
+    assert rc == 1 and not any(r["passed"] for r in _rows(data))
+
+
+def test_an_output_that_is_a_view_of_an_input_fails(tmp_path):
+    rc, data, _md = _correctness(tmp_path, "ref_transpose.py", "cheat_transpose_view.py", "N=64")
+    assert rc == 1
+    assert all("shares memory with the input 'x'" in r["note"] for r in _rows(data))
+
+
+def test_unwritten_elements_fail_even_where_the_reference_is_nan(tmp_path):
+    rc, data, _md = _correctness(tmp_path, "ref_sqrt_into.py", "cheat_sqrt_skip_negative.py", "N=4096")
+    assert rc == 1
+    passed = [t["passed"] for s in data["shapes"] for t in s["trials"]]
+    assert passed[1::2] == [False] * len(passed[1::2])  # the finite poison of odd trials shows the gaps
+
+
+def test_an_explicit_default_rtol_does_not_loosen_the_normwise_bound():
+    from kernel_loop.compare import resolve_tolerance
+
+    same = resolve_tolerance({"atol": 1e-4, "rtol": 1e-3, "by": {"atol": "ref.py", "rtol": "ref.py"}}, None, None,
+                             "float32")
+    looser = resolve_tolerance({"atol": None, "rtol": 1e-2, "by": {"rtol": "cli"}}, None, None, "float32")
+    assert same["rel_l2"] == 1e-5 and looser["rel_l2"] == pytest.approx(1e-4)
+
+
+def test_the_input_fingerprint_has_no_short_period():
+    import torch
+    from kernel_loop import loader
+
+    x = torch.randn(200_000)
+    y = x.clone()
+    y[[0, 65521]] = y[[65521, 0]]  # a swap that a weight repeating every 65521 positions would not see
+    assert loader.fingerprint(y) != loader.fingerprint(x)

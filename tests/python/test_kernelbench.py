@@ -128,7 +128,9 @@ def test_chunked_comparison_equals_one_pass(monkeypatch):
 
 
 def test_input_fingerprints_catch_one_changed_element(monkeypatch):
-    monkeypatch.setattr(loader, "FP_CHUNK", 64)
+    from kernel_loop import tensors
+
+    monkeypatch.setattr(tensors, "FP_CHUNK", 64)
     for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.complex64):
         x = (torch.randn(999) > 0) if dtype == torch.bool else torch.randn(999).to(dtype)
         before = loader.fingerprint(x)

@@ -157,15 +157,16 @@ _DRAFT_RE = re.compile(r"^<!-- kernel-loop draft ([0-9a-f]{64}) -->\n", re.M)
 
 
 def mark_draft(text: str) -> str:
-    """The draft with a comment under its title holding the hash of the rest: ``is_untouched_draft`` can then
-    tell a draft nobody edited (safe to redraft) from one that holds the agent's text."""
+    """The draft with a comment under its title holding the hash of the whole draft (title included):
+    ``is_untouched_draft`` can then tell a draft nobody edited (safe to redraft) from one holding the
+    agent's text."""
     title, _, rest = text.partition("\n")
-    return f"{title}\n{DRAFT_MARK.format(sha256_text(rest))}\n{rest}"
+    return f"{title}\n{DRAFT_MARK.format(sha256_text(text))}\n{rest}"
 
 
 def is_untouched_draft(text: str) -> bool:
     m = _DRAFT_RE.search(text)
     if not m:
         return False
-    title, _, rest = (text[:m.start()] + text[m.end():]).partition("\n")
-    return sha256_text(rest) == m.group(1) and title.startswith("# KBS Evidence")
+    unmarked = text[:m.start()] + text[m.end():]
+    return sha256_text(unmarked) == m.group(1) and unmarked.startswith("# KBS Evidence")

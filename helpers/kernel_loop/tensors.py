@@ -1,0 +1,81 @@
+"""Tensor helpers for the checks: poisoning output buffers, fingerprints of inputs, storage identity,
+and turning a kernel's or reference's returned value into named outputs.  torch is imported lazily."""
+
+from __future__ import annotations
+
+from typing import Any
+
+INT_SENTINEL = -123456789
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def is_tensor(x: Any) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
+
+
+def storage_ptr(t) -> int:
+    """The address of a tensor's storage: equal for a tensor and every view of it."""
+    return t.untyped_storage().data_ptr()
+
+
+def clone_value(x: Any) -> Any:
+    return x.detach().clone() if is_tensor(x) else x
+
+
+FLOAT_SENTINEL = -8.5e37  # the second float poison: finite, so a kernel cannot hide behind a NaN reference
+
+
+def poison_tensor(t, variant: int = 0) -> None:
+    """Fill an output buffer with a value no honest kernel leaves behind.  ``variant`` alternates between two
+    poisons (NaN or a finite sentinel; True or False; two integer sentinels), so an element the kernel
+    never writes fails even where the reference happens to equal one of them."""
+    torch = _torch()
+    if t.dtype.is_floating_point or t.dtype.is_complex:
+        t.fill_(float("nan") if variant % 2 == 0 else max(FLOAT_SENTINEL, -torch.finfo(t.dtype).max
+                                                          if t.dtype.is_floating_point else FLOAT_SENTINEL))
+    elif t.dtype == torch.bool:
+        t.fill_(variant % 2 == 0)
+    else:
+        info = torch.iinfo(t.dtype)
+        first = INT_SENTINEL if info.min <= INT_SENTINEL <= info.max else info.max
+        t.fill_(first if variant % 2 == 0 else (info.min if first != info.min else info.max))
+
+
+FP_CHUNK = 1 << 25
+_INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+def fingerprint(t) -> tuple:
+    """(shape, dtype, two sums) of a tensor's bytes: the plain sum of its elements' bit patterns and a sum
+    weighted by a position-dependent pattern, both exact integer sums (wrapping at 2**64), taken chunk
+    by chunk.  Any change of one or a few elements changes them; equal fingerprints mean unchanged for
+    every practical purpose, without holding a copy."""
+    torch = _torch()
+    flat = t.detach().reshape(-1)
+    size = flat.element_size()
+    if flat.dtype.is_complex or size not in _INT_OF_SIZE:
+        flat, size = flat.view(torch.uint8), 1
+    ints = getattr(torch, _INT_OF_SIZE[size])
+    s1 = s2 = 0
+    for s in range(0, flat.numel(), FP_CHUNK):
+        bits = flat[s:s + FP_CHUNK].view(ints).to(torch.int64)
+        pos = torch.arange(s, s + bits.numel(), device=bits.device, dtype=torch.int64)
+        s1 += int(bits.sum())
+        weight = ((pos * -7046029254386353131) >> 20) & 0xFFFFFF | 1  # a multiplicative hash: no period
+        s2 += int((bits * weight).sum())
+    return tuple(t.shape), str(t.dtype), s1 % (1 << 64), s2 % (1 << 64)
+
+
+def normalize_outputs(value: Any, names: list[str]) -> dict:
+    """A kernel's or reference's returned value as {name: tensor}."""
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, (tuple, list)):
+        keys = names if len(names) == len(value) else [f"out{i}" for i in range(len(value))]
+        return dict(zip(keys, value, strict=False))
+    return {names[0] if len(names) == 1 else "out": value}
