@@ -4,10 +4,11 @@ Every function takes the spec the parent wrote (``run_root``, ``cfg``: run.json'
 ``device``, ``kernel`` and the mode's own keys) and returns the mode's result dict.
 
 - ``correctness``: per shape, the kernel is loaded once (the same module, library or ModelNew
-  instance serves every trial); per trial fresh seeded inputs, the reference on clones, the
-  outputs poisoned, one call, then ``compare.compare_outputs``.
+  instance serves every trial); per trial one ``checked_call``: fresh seeded inputs, the reference
+  on them (outputs poisoned first, its results copied out), the outputs poisoned again, one call,
+  then ``compare.compare_outputs``, the inputs' fingerprints and the output aliases.
 - ``time``: CUDA-event timing of the solution (``timing.time_callable``) with the GPU state
-  before and after.
+  before and after, then one ``checked_call`` on inputs the kernel has never seen.
 - ``ncu``: warmup calls outside, then one call inside the NVTX range ``kl_measure`` (run under
   ``ncu --nvtx --nvtx-include kl_measure/``, so only that call's kernels are profiled).
 - ``benchmark``: the solution, each baseline and each version checked against the eager
@@ -37,7 +38,6 @@ def _setup(spec: dict[str, Any]):
     """The run configuration, the device (checked here, in the child: the CLI never imports torch)
     and ref.py imported.  A missing GPU or a ref.py that fails to import is bad input (UsageError)."""
     from . import loader
-    from .common import UsageError
 
     cfg = RunConfig.from_json(spec["cfg"])
     device = spec["device"]
@@ -126,30 +126,41 @@ def correctness(spec: dict[str, Any]) -> dict[str, Any]:
             for t in range(int(spec["trials"])):
                 seed = derive_seed(cfg.seed, si, t)
                 _reset_peak(device)
-                case = loader.load_case(cfg, run_root, kernel, dims, seed, device)
-                snapshot = case.input_snapshot()
-                expected = case.reference(in_place=True)  # on the case's own inputs: no copy of them
-                _sync(device)
-                changed = case.changed_inputs(snapshot)
-                if changed:
-                    raise BadReference(f"ref.py's reference changed its input {changed[0]!r}: the kernel would get "
-                                     "modified inputs; make the reference work on copies")
-                case.poison(variant=t)  # NaN on even trials, a finite sentinel on odd ones
-                got = case.launch()
-                _sync(device)
-                rows, warns = compare_outputs(got, expected, cfg.tolerance, ref)
-                rows += [changed_input_row(n, case.inputs[n]) for n in case.changed_inputs(snapshot)]
-                _refuse_aliases(rows, got, case)
-                trials.append({"seed": seed, "outputs": rows, "passed": all(r["passed"] for r in rows),
-                               **_memory(device, case, expected)})
+                rows, warns, memory = checked_call(cfg, run_root, kernel, dims, seed, device, ref, variant=t)
+                trials.append({"seed": seed, "outputs": rows, "passed": all(r["passed"] for r in rows), **memory})
                 result["warnings"] += [w for w in warns if w not in result["warnings"]]
-                del case, expected, got, snapshot
     except BadReference:
         raise
     except Exception as exc:
         result["error"] = error_text(exc)
     result["build"] = loader.last_build()
     return result
+
+
+def checked_call(cfg: RunConfig, root: Path, kernel: Path, dims: dict, seed: int, device: str, ref: Any,
+                 variant: int = 0) -> tuple[list[dict], list[str], dict[str, Any]]:
+    """One checked call of the loaded kernel on fresh inputs drawn from ``seed``: the reference runs on the
+    case's own inputs (a reference that changes them is bad input), the outputs are poisoned (``variant``
+    alternates NaN and a finite sentinel), the kernel is called once, then every output is compared, every
+    input that is not an output must be unchanged, and no output may be a view of such an input.
+    Returns (rows, warnings, memory of the call)."""
+    from . import loader
+
+    case = loader.load_case(cfg, root, kernel, dims, seed, device)
+    snapshot = case.input_snapshot()
+    expected = case.reference(in_place=True)  # on the case's own inputs: no copy of them
+    _sync(device)
+    changed = case.changed_inputs(snapshot)
+    if changed:
+        raise BadReference(f"ref.py's reference changed its input {changed[0]!r}: the kernel would get "
+                           "modified inputs; make the reference work on copies")
+    case.poison(variant)
+    got = case.launch()
+    _sync(device)
+    rows, warns = compare_outputs(got, expected, cfg.tolerance, ref)
+    rows += [changed_input_row(n, case.inputs[n]) for n in case.changed_inputs(snapshot)]
+    _refuse_aliases(rows, got, case)
+    return rows, warns, _memory(device, case, expected)
 
 
 def _refuse_aliases(rows: list[dict], got: dict, case) -> None:
@@ -169,20 +180,10 @@ FRESH_SEED_OFFSET = 7_777_777  # the seed of the after-timing check: never one a
 
 def fresh_check(cfg: RunConfig, root: Path, kernel: Path, device: str, ref: Any) -> str | None:
     """Call the kernel once more, after its timed calls, on inputs it has never seen (the same loaded kernel
-    instance, a new seed, outputs poisoned) and compare with the reference: None when right, else why.
-    A kernel that serves timed calls from a cache, or changes its behaviour after many calls, fails here."""
-    from . import loader
-
-    case = loader.load_case(cfg, root, kernel, cfg.dims, cfg.seed + FRESH_SEED_OFFSET, device)
-    snapshot = case.input_snapshot()
-    expected = case.reference(in_place=True)
-    case.poison(variant=1)
-    got = case.launch()
-    _sync(device)
-    ok, why = _verdict(compare_outputs(got, expected, cfg.tolerance, ref)[0])
-    changed = case.changed_inputs(snapshot)
-    if ok and changed:
-        ok, why = False, changed_input_row(changed[0], case.inputs[changed[0]])["note"]
+    instance, a new seed): None when right, else why.  A kernel that serves timed calls from a cache, or
+    changes its behaviour after many calls, fails here."""
+    rows, _, _ = checked_call(cfg, root, kernel, cfg.dims, cfg.seed + FRESH_SEED_OFFSET, device, ref, variant=1)
+    ok, why = _verdict(rows)
     return None if ok else f"with fresh inputs after the timed calls: {why}"
 
 
@@ -214,7 +215,6 @@ def ncu(spec: dict[str, Any]) -> dict[str, Any]:
 
     from . import loader
 
-    cfg = RunConfig.from_json(spec["cfg"])
     if Path(spec["kernel"]).suffix == ".py":  # the kernel's own imports (triton, cutlass) before the wait
         loader.import_file(Path(spec["kernel"]), "kernel")
     _wait_for_go(spec)
@@ -234,7 +234,6 @@ def ncu(spec: dict[str, Any]) -> dict[str, Any]:
 def _timer(method: str, device: str):
     """(fn, warmup, trials) -> samples in microseconds."""
     from . import timing
-    from .common import UsageError
 
     if method == "cuda_event":
         if not device.startswith("cuda"):
