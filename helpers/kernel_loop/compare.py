@@ -37,7 +37,6 @@ DTYPE_REL_L2 = {
     "float64": 1e-10, "float32": 1e-5, "tf32": 2e-3, "float16": 5e-3, "bfloat16": 2e-2,
     "float8_e4m3fn": 1.5e-1, "float8_e5m2": 3e-1,
 }
-FIELDS = ("atol", "rtol", "rel_l2")
 # init --preset kernelbench: KernelBench's own check (torch.allclose with atol = rtol by precision, after
 # torchbench: float32 1e-4, float16 and bfloat16 1e-2) and no normwise bound, to compare with its scores
 KERNELBENCH_TOL = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2}
@@ -120,10 +119,6 @@ def describe_tolerances(run_tol: dict[str, Any] | None, applied: dict[str, dict[
     return "; ".join(f"{name}: {text}" for name, text in texts.items())
 
 
-def derive_seed(run_seed: int, shape_index: int, trial: int) -> int:
-    return run_seed * 1000 + trial + 100_003 * shape_index
-
-
 def json_number(x: float) -> float | str | None:
     if x is None:
         return None
@@ -136,7 +131,7 @@ CHUNK = 1 << 25  # elements compared at a time: the comparison's working memory 
 
 def _work_dtype(dtype):
     """The dtype errors are computed in: the output's own, float32 for narrower floats, float64 for
-    float64, integers and bool (exact), complex128 for complex."""
+    float64, integers and bool (exact up to 2**53), complex128 for complex."""
     import torch
 
     if dtype.is_complex:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .common import KernelLoopError, MeasuredFailure, UsageError, package_dir, write_json
+from .common import KernelLoopError, MeasuredFailure, UsageError, cache_dir, package_dir, write_json
 
 MODES = ("correctness", "time", "ncu", "benchmark")
 
@@ -80,8 +80,6 @@ def child_env(extra: dict | None = None) -> dict:
     env["PYTHONPATH"] = helpers + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
     if "TORCH_EXTENSIONS_DIR" not in env:  # load_inline builds land in the user's cache, never in the run directory
-        from .common import cache_dir
-
         env["TORCH_EXTENSIONS_DIR"] = str(cache_dir("torch_extensions"))
     env.update(extra or {})
     return env
