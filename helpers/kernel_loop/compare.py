@@ -298,3 +298,12 @@ def changed_input_row(name: str, tensor: Any) -> dict[str, Any]:
             "tolerance": {"atol": 0.0, "rtol": 0.0, "rel_l2": 0.0, "source": "inputs must not change"},
             "note": f"the kernel changed its input '{name}' (its bytes differ after the call): an input that is not "
                     "a declared output must stay untouched"}
+
+
+def first_failure(rows: list[dict]) -> str | None:
+    """Why a check failed, from its first failing row (None when every row passed)."""
+    bad = [r for r in rows if not r["passed"]]
+    if not bad:
+        return None
+    r = bad[0]
+    return f"{r['name']}: " + (r.get("note") or f"{r['mismatches']} of {r['numel']} elements outside tolerance")

@@ -254,23 +254,32 @@ def _has_kernelbench(ref) -> bool:
     return hasattr(ref, "Model") and hasattr(ref, "get_inputs")
 
 
-def load_case(cfg: RunConfig, run_root: Path, kernel_path: Path, dims: dict, seed: int, device: str) -> Case:
-    """A fresh seeded case for ``kernel_path`` against ``run_root/ref.py``."""
+def load_case(cfg: RunConfig, run_root: Path, kernel_path: Path, dims: dict, seed: int, device: str,
+              *, with_kernel: bool = True) -> Case:
+    """A fresh seeded case for ``kernel_path`` against ``run_root/ref.py``.
+
+    ``with_kernel=False`` is the checker's case: the same seeded inputs and the reference, but the kernel
+    file is never imported, built or loaded (a .cu file's text is read for its signature only), and
+    ``launch`` is not available."""
     run_root = Path(run_root)
     kernel_path = Path(kernel_path)
     if device.startswith("cuda"):
         _torch().cuda.set_device(_torch().device(device))  # .cu kernels launch on the current device
     ref = import_file(run_root / "ref.py", "ref")
     if kernel_path.suffix == ".cu":
-        return _load_cu(cfg, ref, kernel_path, dims, seed, device)
+        return _load_cu(cfg, ref, kernel_path, dims, seed, device, with_kernel)
     if kernel_path.suffix != ".py":
         raise UsageError(f"{kernel_path.name}: kernels are .cu or .py files")
     if device == "cpu" and cfg.impl == "triton":
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    kmod = import_file(kernel_path, "kernel")
+    kmod = import_file(kernel_path, "kernel") if with_kernel else None
     if _has_kernelbench(ref) and not hasattr(ref, "reference"):
         return _load_kernelbench(ref, kmod, kernel_path, dims, seed, device)
     return _load_py(ref, kmod, kernel_path, dims, seed, device)
+
+
+def _no_kernel(**_: Any) -> Any:
+    raise RuntimeError("the checker's case has no kernel: it never imports the kernel file")
 
 
 def _reference_of(ref) -> Callable:
@@ -287,7 +296,7 @@ def accepts_baseline(fn: Callable) -> bool:
 
 def _load_py(ref, kmod, kernel_path: Path, dims: dict, seed: int, device: str) -> Case:
     ref_fn = _reference_of(ref)
-    run_kernel = getattr(kmod, "run_kernel", None)
+    run_kernel = getattr(kmod, "run_kernel", None) if kmod is not None else _no_kernel
     if not callable(run_kernel):
         raise UsageError(f"{kernel_path.name} defines no run_kernel(**inputs)")
     setup = getattr(ref, "setup", None)  # never the kernel's own: a kernel must not choose its inputs
@@ -313,13 +322,13 @@ def _load_py(ref, kmod, kernel_path: Path, dims: dict, seed: int, device: str) -
 
 def _load_kernelbench(ref, kmod, kernel_path: Path, dims: dict, seed: int, device: str) -> Case:
     torch = _torch()
-    model_new_cls = getattr(kmod, "ModelNew", None)
+    model_new_cls = getattr(kmod, "ModelNew", None) if kmod is not None else _no_kernel
     if model_new_cls is None:
         raise UsageError(f"ref.py is in KernelBench format, so {kernel_path.name} must define ModelNew")
     for k, v in dims.items():
         if isinstance(getattr(ref, k, None), int):
             setattr(ref, k, v)
-    key = (str(kernel_path), id(ref), tuple(sorted(dims.items())), device)
+    key = (str(kernel_path), id(ref), tuple(sorted(dims.items())), device, kmod is not None)
     if key not in _INSTANCES:  # one Model and one ModelNew per shape: every trial calls the same instance
         torch.manual_seed(seed)
         init = list(ref.get_init_inputs()) if hasattr(ref, "get_init_inputs") else []
@@ -327,15 +336,18 @@ def _load_kernelbench(ref, kmod, kernel_path: Path, dims: dict, seed: int, devic
             torch.manual_seed(seed)
             model = ref.Model(*init).to(device).eval()
             torch.manual_seed(seed)
-            try:
-                model_new = model_new_cls(*init).to(device).eval()
-            except TypeError as exc:
-                raise UsageError(f"ModelNew({', '.join(map(repr, init))}) failed ({exc}): ModelNew must take the same "
-                                 f"constructor arguments as Model{inspect.signature(ref.Model.__init__)}") from None
-        ref_state, new_state = model.state_dict(), model_new.state_dict()
-        if ref_state and set(ref_state) == set(new_state) and all(
-                ref_state[k].shape == new_state[k].shape for k in ref_state):
-            model_new.load_state_dict(ref_state)
+            model_new = None
+            if kmod is not None:
+                try:
+                    model_new = model_new_cls(*init).to(device).eval()
+                except TypeError as exc:
+                    raise UsageError(f"ModelNew({', '.join(map(repr, init))}) failed ({exc}): ModelNew must take the "
+                                     f"same constructor arguments as Model{inspect.signature(ref.Model.__init__)}") from None
+        if model_new is not None:
+            ref_state, new_state = model.state_dict(), model_new.state_dict()
+            if ref_state and set(ref_state) == set(new_state) and all(
+                    ref_state[k].shape == new_state[k].shape for k in ref_state):
+                model_new.load_state_dict(ref_state)
         _INSTANCES[key] = (model, model_new)
     model, model_new = _INSTANCES[key]
     torch.manual_seed(seed)
@@ -350,6 +362,8 @@ def _load_kernelbench(ref, kmod, kernel_path: Path, dims: dict, seed: int, devic
             return model(*(kw[n] for n in names))
 
     def launch() -> dict:
+        if model_new is None:
+            _no_kernel()
         with torch.no_grad():
             return normalize_outputs(model_new(*args), [])
 
@@ -384,7 +398,8 @@ def _lookup_int(name: str, dims: dict, inputs: dict) -> Any:
     return None
 
 
-def _load_cu(cfg: RunConfig, ref, kernel_path: Path, dims: dict, seed: int, device: str) -> Case:
+def _load_cu(cfg: RunConfig, ref, kernel_path: Path, dims: dict, seed: int, device: str,
+             with_kernel: bool = True) -> Case:
     torch = _torch()
     if not device.startswith("cuda"):
         raise UsageError(f"{kernel_path.name} is CUDA C++: it needs a CUDA device, not '{device}'")
@@ -393,7 +408,7 @@ def _load_cu(cfg: RunConfig, ref, kernel_path: Path, dims: dict, seed: int, devi
                          "work with .py kernels defining ModelNew")
     ref_fn = _reference_of(ref)
     params = build.parse_signature(kernel_path.read_text(encoding="utf-8"))
-    lib, info = _load_library(cfg, kernel_path, device)
+    lib, info = _load_library(cfg, kernel_path, device) if with_kernel else (None, None)
     setup = getattr(ref, "setup", None)
     if callable(setup):
         inputs, outs = _setup_inputs(setup, dims, seed, device)
@@ -439,11 +454,14 @@ def _load_cu(cfg: RunConfig, ref, kernel_path: Path, dims: dict, seed: int, devi
             args.append(ct(v))
             argtypes.append(ct)
     _check_not_zero(inputs, set(outs), seed)
-    lib.solve.argtypes = argtypes
-    lib.solve.restype = None
+    if lib is not None:
+        lib.solve.argtypes = argtypes
+        lib.solve.restype = None
     outputs = {n: inputs[n] for n in outs}
 
     def launch() -> dict:
+        if lib is None:
+            _no_kernel()
         lib.solve(*args)
         err = lib.kl_last_error()
         if err:

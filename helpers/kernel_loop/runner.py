@@ -14,7 +14,14 @@ failed measurement).  A crash, a hang or an exit without a result is reported by
 
 Modes: ``correctness`` (every shape and trial), ``time`` (CUDA-event timing of the solution),
 ``ncu`` (the measured call inside the NVTX range, run under ncu), ``benchmark`` (solution,
-baselines and A/B transitions).
+versions and A/B transitions), ``baselines`` (eager, torch.compile, FlashInfer; no kernel
+imported) and ``check`` (the checker, ``checker.check``: it never imports the kernel file).
+
+``run_checked`` runs a kernel child together with a checker: both get the same list of checks
+(``correctness_checks``, ``fresh_check``, ``benchmark_checks``: tag, kernel, dims, seed, variant),
+the kernel child hands each call's tensors over (``handoff``), and the checker's verdicts are
+merged back by the step.  Before any user code runs, a child binds the timing primitives
+(``timing.bind``).
 """
 
 from __future__ import annotations
@@ -35,7 +42,8 @@ from typing import Any
 
 from .common import KernelLoopError, MeasuredFailure, UsageError, cache_dir, package_dir, write_json
 
-MODES = ("correctness", "time", "ncu", "benchmark")
+MODES = ("correctness", "time", "ncu", "benchmark", "baselines", "check")
+FRESH_SEED_OFFSET = 7_777_777  # the seed of the after-timing checks: never one a correctness trial used
 
 
 @dataclass
@@ -159,6 +167,94 @@ def run_child(mode: str, spec: dict, timeout: float, *, prefix: list[str] | None
     return start_child(mode, spec, prefix=prefix, env=env, tail_lines=tail_lines).wait(timeout)
 
 
+# --- the checks a kernel child and its checker share ------------------------------------------------
+def derive_seed(run_seed: int, shape_index: int, trial: int) -> int:
+    """The seed of one correctness trial: distinct per shape and trial, fixed by the run seed."""
+    return run_seed * 1000 + trial + 100_003 * shape_index
+
+
+def correctness_checks(cfg_seed: int, kernel: str, shapes: list[dict], trials: int) -> list[dict]:
+    return [{"tag": f"{si}:{t}", "kernel": kernel, "dims": dims, "seed": derive_seed(cfg_seed, si, t),
+             "variant": t, "trial": t} for si, dims in enumerate(shapes) for t in range(trials)]
+
+
+def fresh_check(name: str, kernel: str, dims: dict, cfg_seed: int) -> dict:
+    """The check on inputs the kernel has never seen, after its timed calls."""
+    return {"tag": f"{name}:fresh", "kernel": kernel, "dims": dims, "seed": cfg_seed + FRESH_SEED_OFFSET,
+            "variant": 1}
+
+
+def benchmark_checks(kernels: list[dict], dims: dict, cfg_seed: int) -> list[dict]:
+    """Per kernel: before its timed calls, the last timed call's outputs, and fresh inputs."""
+    out = []
+    for k in kernels:
+        out.append({"tag": f"{k['name']}:before", "kernel": k["kernel"], "dims": dims, "seed": cfg_seed, "variant": 0})
+        out.append({"tag": f"{k['name']}:after", "kernel": k["kernel"], "dims": dims, "seed": cfg_seed, "variant": 0})
+        out.append(fresh_check(k["name"], k["kernel"], dims, cfg_seed))
+    return out
+
+
+@dataclass
+class CheckedOutcome:
+    """A kernel child's outcome and its checker's: ``verdicts`` maps each check's tag to its rows
+    (or to {"error": ...} where the kernel raised)."""
+
+    kernel: ChildOutcome
+    checker: ChildOutcome
+
+    @property
+    def verdicts(self) -> dict[str, dict]:
+        res = self.checker.result or {}
+        return {c["tag"]: c for c in res.get("checks", [])}
+
+    def checker_failure(self) -> str | None:
+        """Why the checker gave no verdicts (None when it finished)."""
+        why = self.checker.failure()
+        if why:
+            return f"the checker failed: {why}"
+        if (self.checker.result or {}).get("error"):
+            return f"the checker failed: {self.checker.result['error']}"
+        return None
+
+    def raise_usage(self) -> None:
+        """Bad input found by either process (a ref.py that changes its inputs, no GPU) is a UsageError."""
+        for o in (self.checker, self.kernel):
+            if o.result and o.result.get("usage"):
+                raise UsageError(o.result["error"])
+
+
+def run_checked(mode: str, spec: dict, checks: list[dict], timeout: float, *, prefix: list[str] | None = None,
+                env: dict | None = None) -> CheckedOutcome:
+    """Run the kernel child ``mode`` and the checker side by side over ``checks``."""
+    from . import handoff
+
+    with handoff.make_dir() as folder:
+        cspec = dict(spec, checks=checks, handoff_dir=folder, timeout_s=timeout)
+        checker = start_child("check", cspec)
+        try:
+            kernel = start_child(mode, dict(cspec, checker_pid=checker.proc.pid), prefix=prefix, env=env)
+            deadline = time.monotonic() + timeout
+            while kernel.proc.poll() is None and time.monotonic() < deadline:
+                if checker.proc.poll() is not None and not (Path(folder) / "done").exists():
+                    # the checker ended first (it failed, or it judged an error): the kernel's process
+                    # would wait for acknowledgements that never come
+                    time.sleep(0.5)
+                    if kernel.proc.poll() is None:
+                        kernel.kill()
+                    break
+                time.sleep(0.01)
+            ko = kernel.wait(max(1.0, deadline - time.monotonic()))
+        except BaseException:
+            checker.kill()
+            raise
+        if ko.failure() and checker.proc.poll() is None:  # its manifests will never come: stop the checker
+            checker.kill()
+            co = ChildOutcome(None, None, False, 0.0, "")
+        else:
+            co = checker.wait(timeout)
+    return CheckedOutcome(ko, co)
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -186,9 +282,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: python -m kernel_loop.runner {{{','.join(MODES)}}} SPEC.json", file=sys.stderr)
         return 2
     spec = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
-    from . import trials
+    from . import timing
 
-    fn = getattr(trials, argv[0])
+    try:
+        timing.bind()  # before any user code: a kernel that patches the clock changes nothing measured
+    except ImportError:
+        pass  # no torch: the mode reports it
+    if argv[0] == "check":
+        from .checker import check as fn
+    else:
+        from . import trials
+
+        fn = getattr(trials, argv[0])
     try:
         result: dict[str, Any] = fn(spec)
         result.setdefault("error", None)
@@ -197,6 +302,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the kernel's failure is the result
         result = {"error": error_text(exc)}
     write_json(Path(spec["result_path"]), result)
+    if spec.get("handoff_dir") and argv[0] != "check":
+        from .handoff import mark_done
+
+        mark_done(spec["handoff_dir"])
     return 0
 
 

@@ -79,3 +79,21 @@ def normalize_outputs(value: Any, names: list[str]) -> dict:
         keys = names if len(names) == len(value) else [f"out{i}" for i in range(len(value))]
         return dict(zip(keys, value, strict=False))
     return {names[0] if len(names) == 1 else "out": value}
+
+
+def same_bytes(a, b) -> bool:
+    """Whether two tensors hold the same shape, dtype and bytes (compared chunk by chunk, no full copy)."""
+    torch = _torch()
+    if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
+        return False
+    fa, fb = a.detach().reshape(-1), b.detach().reshape(-1)
+    if fa.device != fb.device:
+        fb = fb.to(fa.device)
+    size = fa.element_size()
+    if fa.dtype.is_complex or size not in _INT_OF_SIZE:
+        fa, fb, size = fa.view(torch.uint8), fb.view(torch.uint8), 1
+    ints = getattr(torch, _INT_OF_SIZE[size])
+    for s in range(0, fa.numel(), FP_CHUNK):
+        if not torch.equal(fa[s:s + FP_CHUNK].view(ints), fb[s:s + FP_CHUNK].view(ints)):
+            return False
+    return True

@@ -1,29 +1,32 @@
-"""What the child processes of ``runner`` do, one function per mode.  Never run in the CLI process.
+"""What the kernel's child processes of ``runner`` do, one function per mode.  Never run in the CLI process.
 
 Every function takes the spec the parent wrote (``run_root``, ``cfg``: run.json's object,
-``device``, ``kernel`` and the mode's own keys) and returns the mode's result dict.
+``device``, ``kernel`` and the mode's own keys) and returns the mode's result dict.  The modes that
+check outputs follow the parent's list ``spec["checks"]`` (tag, kernel, dims, seed, variant) and hand
+each call's outputs and inputs to the checker (``checker``, another process, which never imports
+the kernel file); the verdicts come from there, never from this process.
 
 - ``correctness``: per shape, the kernel is loaded once (the same module, library or ModelNew
-  instance serves every trial); per trial one ``checked_call``: fresh seeded inputs, the reference
-  on them (outputs poisoned first, its results copied out), the outputs poisoned again, one call,
-  then ``compare.compare_outputs``, the inputs' fingerprints and the output aliases.
+  instance serves every trial); per trial one ``checked_call``: fresh seeded inputs, the outputs
+  poisoned, one call, everything handed over.
 - ``time``: CUDA-event timing of the solution (``timing.time_callable``) with the GPU state
   before and after, then one ``checked_call`` on inputs the kernel has never seen.
 - ``ncu``: warmup calls outside, then one call inside the NVTX range ``kl_measure`` (run under
   ``ncu --nvtx --nvtx-include kl_measure/``, so only that call's kernels are profiled).
-- ``benchmark``: the solution, each baseline and each version checked against the eager
-  reference, timed, and checked again on the timed calls' outputs; then the A/B transitions
-  timed interleaved (A, B, B, A, ...).
+- ``benchmark``: the solution and each version, checked before, after and on fresh inputs around
+  their timed calls; then the A/B transitions timed alternating (A, B, B, A, ...).
+- ``baselines``: eager, torch.compile and FlashInfer timed in a process that imports no kernel.
 """
 
 from __future__ import annotations
 
+import os
 import time as time_mod
 from pathlib import Path
 from typing import Any
 
 from .common import UsageError
-from .compare import applied_tolerances, changed_input_row, compare_outputs
+from .compare import applied_tolerances, compare_outputs, first_failure
 from .config import RunConfig
 from .sidecars import REF_PY
 
@@ -34,7 +37,7 @@ class BadReference(UsageError):
     """ref.py itself misbehaves (it changes its inputs): bad input, not a failed kernel."""
 
 
-def _setup(spec: dict[str, Any]):
+def setup_child(spec: dict[str, Any]):
     """The run configuration, the device (checked here, in the child: the CLI never imports torch)
     and ref.py imported.  A missing GPU or a ref.py that fails to import is bad input (UsageError)."""
     from . import loader
@@ -103,101 +106,88 @@ def _memory(device: str, case, expected: dict) -> dict[str, Any]:
     return out
 
 
-def _sync(device: str) -> None:
+def sync(device: str) -> None:
     if device.startswith("cuda"):
         import torch
 
         torch.cuda.synchronize(device)
 
 
-def correctness(spec: dict[str, Any]) -> dict[str, Any]:
-    """Every shape and trial; stops at the first exception (reported as ``error``, results so far kept)."""
+def _hand_over(spec: dict[str, Any], n: int, case, got: dict | None, error: str | None = None) -> None:
+    """Give check ``n`` (outputs and the inputs after the call, or the error) to the checker; return once
+    it has read them, so the tensors stay alive while it does."""
+    from . import handoff
+
+    item = spec["checks"][n]
+    inputs = {k: v for k, v in case.inputs.items() if k not in case.outputs} if case is not None else {}
+    handoff.publish(spec["handoff_dir"], n, item["tag"], outputs=got, inputs=inputs, error=error)
+    pid = spec.get("checker_pid")
+    handoff.wait_ack(spec["handoff_dir"], n, float(spec.get("timeout_s", 600)),
+                     alive=(lambda: _alive(pid)) if pid else None)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def checked_call(spec: dict[str, Any], n: int, cfg: RunConfig, device: str) -> dict[str, Any]:
+    """Check ``n`` of the spec: fresh inputs from its seed, the outputs poisoned (its ``variant`` alternates
+    NaN and a finite sentinel), one call of the loaded kernel, then everything handed to the checker.
+    Returns the call's memory figures; a kernel that raises is handed over as the check's error, then
+    re-raised."""
     from . import loader
     from .runner import error_text
 
-    cfg, device, ref = _setup(spec)
-    run_root, kernel = Path(spec["run_root"]), Path(spec["kernel"])
+    item = spec["checks"][n]
+    _reset_peak(device)
+    case = loader.load_case(cfg, Path(spec["run_root"]), Path(item["kernel"]), item["dims"], int(item["seed"]),
+                            device)
+    case.poison(int(item.get("variant", 0)))
+    try:
+        got = case.launch()
+        sync(device)
+    except Exception as exc:
+        _hand_over(spec, n, None, None, error=error_text(exc))
+        raise
+    memory = _memory(device, case, got)
+    _hand_over(spec, n, case, got)
+    return memory
+
+
+def correctness(spec: dict[str, Any]) -> dict[str, Any]:
+    """Every check (shape x trial); stops at the first exception (reported as ``error``).  The verdicts
+    come from the checker; this process records each trial's seed and memory."""
+    from . import loader
+    from .runner import error_text
+
+    cfg, device, _ = setup_child(spec)
     shapes: list[dict] = []
     result: dict[str, Any] = {"device": device, "shapes": shapes, "warnings": [], "error": None, "build": None}
     try:
-        for si, dims in enumerate(spec["shapes"]):
-            trials: list[dict] = []
-            shapes.append({"dims": dims, "trials": trials})
-            for t in range(int(spec["trials"])):
-                seed = derive_seed(cfg.seed, si, t)
-                _reset_peak(device)
-                rows, warns, memory = checked_call(cfg, run_root, kernel, dims, seed, device, ref, variant=t)
-                trials.append({"seed": seed, "outputs": rows, "passed": all(r["passed"] for r in rows), **memory})
-                result["warnings"] += [w for w in warns if w not in result["warnings"]]
-    except BadReference:
-        raise
+        for n, item in enumerate(spec["checks"]):
+            if int(item["trial"]) == 0:
+                shapes.append({"dims": item["dims"], "trials": []})
+            memory = checked_call(spec, n, cfg, device)
+            shapes[-1]["trials"].append({"seed": int(item["seed"]), "tag": item["tag"], **memory})
     except Exception as exc:
         result["error"] = error_text(exc)
     result["build"] = loader.last_build()
     return result
 
 
-def checked_call(cfg: RunConfig, root: Path, kernel: Path, dims: dict, seed: int, device: str, ref: Any,
-                 variant: int = 0) -> tuple[list[dict], list[str], dict[str, Any]]:
-    """One checked call of the loaded kernel on fresh inputs drawn from ``seed``: the reference runs on the
-    case's own inputs (a reference that changes them is bad input), the outputs are poisoned (``variant``
-    alternates NaN and a finite sentinel), the kernel is called once, then every output is compared, every
-    input that is not an output must be unchanged, and no output may be a view of such an input.
-    Returns (rows, warnings, memory of the call)."""
-    from . import loader
-
-    case = loader.load_case(cfg, root, kernel, dims, seed, device)
-    snapshot = case.input_snapshot()
-    expected = case.reference(in_place=True)  # on the case's own inputs: no copy of them
-    _sync(device)
-    changed = case.changed_inputs(snapshot)
-    if changed:
-        raise BadReference(f"ref.py's reference changed its input {changed[0]!r}: the kernel would get "
-                           "modified inputs; make the reference work on copies")
-    case.poison(variant)
-    got = case.launch()
-    _sync(device)
-    rows, warns = compare_outputs(got, expected, cfg.tolerance, ref)
-    rows += [changed_input_row(n, case.inputs[n]) for n in case.changed_inputs(snapshot)]
-    _refuse_aliases(rows, got, case)
-    return rows, warns, _memory(device, case, expected)
-
-
-def _refuse_aliases(rows: list[dict], got: dict, case) -> None:
-    """An output that shares memory with an input the kernel may not write (a view of it) is no result."""
-    from .loader import is_tensor, storage_ptr
-
-    inputs = {storage_ptr(v): n for n, v in case.inputs.items() if is_tensor(v) and n not in case.outputs}
-    for row in rows:
-        g = got.get(row["name"])
-        if is_tensor(g) and storage_ptr(g) in inputs and row["passed"]:
-            row.update(passed=False, note=f"output '{row['name']}' shares memory with the input "
-                       f"'{inputs[storage_ptr(g)]}' (a view of it): the kernel must write its own result")
-
-
-FRESH_SEED_OFFSET = 7_777_777  # the seed of the after-timing check: never one a correctness trial used
-
-
-def derive_seed(run_seed: int, shape_index: int, trial: int) -> int:
-    """The seed of one correctness trial: distinct per shape and trial, fixed by the run seed."""
-    return run_seed * 1000 + trial + 100_003 * shape_index
-
-
-def fresh_check(cfg: RunConfig, root: Path, kernel: Path, device: str, ref: Any) -> str | None:
-    """Call the kernel once more, after its timed calls, on inputs it has never seen (the same loaded kernel
-    instance, a new seed): None when right, else why.  A kernel that serves timed calls from a cache, or
-    changes its behaviour after many calls, fails here."""
-    rows, _, _ = checked_call(cfg, root, kernel, cfg.dims, cfg.seed + FRESH_SEED_OFFSET, device, ref, variant=1)
-    ok, why = _verdict(rows)
-    return None if ok else f"with fresh inputs after the timed calls: {why}"
-
-
 def time(spec: dict[str, Any]) -> dict[str, Any]:  # noqa: A001 - the mode's name
+    """The timing run, then one checked call on inputs the kernel has never seen (check 0 of the spec)."""
     import torch
 
     from . import gpustate, loader, timing
 
-    cfg, device, ref = _setup(spec)
+    cfg, device, _ = setup_child(spec)
     case = loader.load_case(cfg, Path(spec["run_root"]), Path(spec["kernel"]), cfg.dims, cfg.seed, device)
     props = torch.cuda.get_device_properties(torch.device(device))
     uuid = str(getattr(props, "uuid", "") or "") or None
@@ -205,9 +195,7 @@ def time(spec: dict[str, Any]) -> dict[str, Any]:  # noqa: A001 - the mode's nam
     before = gpustate.snapshot(index, uuid)
     result = timing.time_callable(case.launch, warmup=cfg.warmup, trials=cfg.trials, flush_l2=True, device=device)
     after = gpustate.snapshot(index, uuid)
-    wrong = fresh_check(cfg, Path(spec["run_root"]), Path(spec["kernel"]), device, ref)
-    if wrong:
-        return {"error": f"the kernel is wrong {wrong}: its timing cannot stand"}
+    checked_call(spec, 0, cfg, device)
     return {"timing": result, "gpu_state": {"before": before, "after": after},
             "gpu": {"name": props.name, "cc": f"{props.major}.{props.minor}",
                     "sm_count": props.multi_processor_count}}
@@ -223,7 +211,7 @@ def ncu(spec: dict[str, Any]) -> dict[str, Any]:
     if Path(spec["kernel"]).suffix == ".py":  # the kernel's own imports (triton, cutlass) before the wait
         loader.import_file(Path(spec["kernel"]), "kernel")
     _wait_for_go(spec)
-    cfg, device, _ = _setup(spec)
+    cfg, device, _ = setup_child(spec)
     case = loader.load_case(cfg, Path(spec["run_root"]), Path(spec["kernel"]), cfg.dims, cfg.seed, device)
     for _ in range(max(1, cfg.warmup)):
         case.launch()
@@ -237,94 +225,103 @@ def ncu(spec: dict[str, Any]) -> dict[str, Any]:
 
 # --- benchmark ----------------------------------------------------------------------------------
 def _timer(method: str, device: str):
-    """(fn, warmup, trials) -> samples in microseconds."""
+    """(fns, warmup, trials, order) -> one timing result per callable, by the run's method."""
     from . import timing
 
     if method == "cuda_event":
         if not device.startswith("cuda"):
             raise UsageError("cuda_event timing needs a GPU; in the CPU dev mode use --timing host_time")
-        return lambda fn, warmup, trials: list(timing.time_callable(fn, warmup=warmup, trials=trials,
-                                                                     flush_l2=True)["samples_us"])
-
-    def host(fn, warmup, trials):
-        for _ in range(warmup):
-            fn()
-        _sync(device)
-        out = []
-        for _ in range(trials):
-            t0 = time_mod.perf_counter()
-            fn()
-            _sync(device)
-            out.append((time_mod.perf_counter() - t0) * 1e6)
-        return out
-
-    return host
-
+        return lambda fns, warmup, trials, order="same": timing.time_callables(
+            fns, warmup=warmup, trials=trials, order=order, flush_l2=True)
+    return lambda fns, warmup, trials, order="same": timing.host_time_callables(
+        fns, warmup=warmup, trials=trials, order=order, sync=lambda: sync(device))
 
 
 def _verdict(rows: list[dict]) -> tuple[bool, str | None]:
-    bad = [r for r in rows if not r["passed"]]
-    if not bad:
-        return True, None
-    r = bad[0]
-    return False, f"{r['name']}: " + (r.get("note") or f"{r['mismatches']} of {r['numel']} elements outside tolerance")
+    why = first_failure(rows)
+    return why is None, why
+
+
+def _item(name: str) -> dict[str, Any]:
+    return {"name": name, "available": True, "why": None, "correct": False, "correct_after": None,
+            "error": None, "samples_us": [], "timing": None}
 
 
 def benchmark(spec: dict[str, Any]) -> dict[str, Any]:
+    """The kernels' part of the benchmark: the solution and each version, every one handed to the checker
+    before its timed calls (``<name>:before``), with the last timed call's outputs (``:after``) and on fresh
+    inputs (``:fresh``); then the A/B transitions, timed alternating.  The baselines are timed elsewhere
+    (``baselines``): a process that has imported a kernel file never times them."""
     import torch
 
-    from . import loader, timing
+    from . import loader
     from .common import progress
 
-    cfg, dev, ref = _setup(spec)
+    cfg, dev, _ = setup_child(spec)
     timer = _timer(spec["method"], dev)
     warmup, trials, drop = spec["warmup"], spec["trials"], spec["discard_first"]
-    root = Path(spec["run_root"])
-    run_tol = spec["tolerance"]
-
-    def load(kernel: str):
-        return loader.load_case(cfg, root, Path(kernel), cfg.dims, cfg.seed, dev)
-
-    def measure(name: str, call, outputs_of, poison, expected, case=None) -> dict[str, Any]:
-        """Check ``call`` against ``expected``, time it, then check the outputs of the timed calls (and, for a
-        kernel, that none of its inputs changed)."""
-        item: dict[str, Any] = {"name": name, "available": True, "why": None, "correct": False,
-                                "correct_after": None, "error": None, "samples_us": [], "stats_us": None}
+    checks = {c["tag"]: n for n, c in enumerate(spec["checks"])}
+    res: dict[str, Any] = {"device": {"name": dev}, "torch": torch.__version__, "items": [], "ab": []}
+    if dev.startswith("cuda"):
+        res["device"] = {"name": torch.cuda.get_device_name(),
+                         "capability": ".".join(map(str, torch.cuda.get_device_capability()))}
+    cases = {}
+    for v in spec["kernels"]:
+        name = v["name"]
+        item = _item(name)
+        res["items"].append(item)
         try:
-            poison()
-            snapshot = case.input_snapshot() if case is not None else {}
-            item["correct"], item["error"] = _verdict(compare_outputs(outputs_of(call()), expected, run_tol, ref)[0])
+            checked_call(spec, checks[f"{name}:before"], cfg, dev)
+            case = loader.load_case(cfg, Path(spec["run_root"]), Path(v["kernel"]), cfg.dims, cfg.seed, dev)
+            cases[name] = case
             last: dict[str, Any] = {}
 
-            def timed():
-                last["value"] = call()
+            def timed(case=case, last=last):
+                last["value"] = case.launch()
 
-            poison()
+            case.poison()
             progress(f"timing {name}: {warmup} warmup + {trials} trials ({spec['method']})")
-            samples = timer(timed, warmup, trials)[drop:]
-            ok_after, err_after = _verdict(compare_outputs(outputs_of(last["value"]), expected, run_tol, ref)[0])
-            changed = case.changed_inputs(snapshot) if case is not None else []
-            if changed:
-                ok_after, err_after = False, changed_input_row(changed[0], case.inputs[changed[0]])["note"]
-            del snapshot
-            item["correct_after"] = ok_after
-            item["error"] = item["error"] or err_after
-            item["samples_us"], item["stats_us"] = samples, timing.summarize(samples)
-            progress(f"{name}: median {item['stats_us']['median']:.2f} us, correct {item['correct'] and ok_after}")
-        except Exception as exc:  # a baseline that cannot run is reported, not fatal
+            item["timing"] = timer([timed], warmup, trials)[0]
+            item["samples_us"] = item["timing"].pop("samples_us")[drop:]
+            sync(dev)
+            _hand_over(spec, checks[f"{name}:after"], case, last["value"])
+            checked_call(spec, checks[f"{name}:fresh"], cfg, dev)
+        except Exception as exc:
             item.update(available=False, why=f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
             progress(f"{name}: not available ({item['why']})")
-        return item
+            break  # the checks that follow would wait for manifests this process no longer writes
+    for a, b in spec["ab"]:
+        if a not in cases or b not in cases:
+            continue
+        progress(f"A/B {a} -> {b}: {trials} alternating trials each")
+        ta, tb = timer([cases[a].launch, cases[b].launch], warmup, trials, "alternate")
+        res["ab"].append({"from": a, "to": b, "samples_a": ta["samples_us"][drop:], "samples_b": tb["samples_us"][drop:],
+                          "host_overhead_us": [ta["host_overhead_us"], tb["host_overhead_us"]]})
+    return res
 
-    def kernel_item(name: str, case, expected, kernel: str) -> dict[str, Any]:
-        item = measure(name, case.launch, lambda v: v, case.poison, expected, case)
-        if item["available"] and item["correct_after"]:
-            wrong = fresh_check(cfg, root, Path(kernel), dev, ref)
-            if wrong:
-                item["correct_after"], item["error"] = False, item["error"] or wrong
-        return item
 
-    def reference_item(name: str, case, expected, wrap=None, **extra) -> dict[str, Any]:
+def baselines(spec: dict[str, Any]) -> dict[str, Any]:
+    """The baselines' part of the benchmark, in a process that never imports a kernel file: the eager
+    reference, torch.compile of it and FlashInfer (when ref.py's reference takes ``baseline``), each
+    checked against the eager reference before and after its timed calls."""
+    import torch
+
+    from . import loader
+    from .common import progress
+
+    cfg, dev, ref = setup_child(spec)
+    timer = _timer(spec["method"], dev)
+    warmup, trials, drop = spec["warmup"], spec["trials"], spec["discard_first"]
+    run_tol = spec["tolerance"]
+    case = loader.load_case(cfg, Path(spec["run_root"]), Path(spec["kernel"]), cfg.dims, cfg.seed, dev,
+                            with_kernel=False)
+    expected = case.reference()
+    first = next(iter(expected.values()))
+    res: dict[str, Any] = {"items": [], "output_dtype": str(getattr(first, "dtype", "")).replace("torch.", "") or None,
+                           "tolerances": applied_tolerances(expected, run_tol, ref)}
+
+    def measure(name: str, wrap=None, **extra) -> dict[str, Any]:
+        item = _item(name)
         fn, kw = case.reference_callable_and_args()
         fn = wrap(fn) if wrap else fn
 
@@ -338,61 +335,56 @@ def benchmark(spec: dict[str, Any]) -> dict[str, Any]:
                 if n in kw:
                     loader.poison_tensor(kw[n])
 
-        return measure(name, lambda: fn(**kw, **extra), outputs_of, poison, expected)
+        try:
+            poison()
+            item["correct"], item["error"] = _verdict(compare_outputs(outputs_of(fn(**kw, **extra)), expected,
+                                                                      run_tol, ref)[0])
+            last: dict[str, Any] = {}
 
-    res: dict[str, Any] = {"device": {"name": dev}, "torch": torch.__version__, "items": [], "ab": []}
-    if dev.startswith("cuda"):
-        res["device"] = {"name": torch.cuda.get_device_name(),
-                         "capability": ".".join(map(str, torch.cuda.get_device_capability()))}
-    sol = load(spec["solution"]["kernel"])
-    expected = sol.reference()
-    first = next(iter(expected.values()))
-    res["output_dtype"] = str(getattr(first, "dtype", "")).replace("torch.", "") or None
-    res["tolerances"] = applied_tolerances(expected, run_tol, ref)
-    res["items"].append(kernel_item("solution", sol, expected, spec["solution"]["kernel"]))
+            def timed():
+                last["value"] = fn(**kw, **extra)
+
+            poison()
+            progress(f"timing {name}: {warmup} warmup + {trials} trials ({spec['method']})")
+            item["timing"] = timer([timed], warmup, trials)[0]
+            item["samples_us"] = item["timing"].pop("samples_us")[drop:]
+            item["correct_after"], err = _verdict(compare_outputs(outputs_of(last["value"]), expected, run_tol, ref)[0])
+            item["error"] = item["error"] or err
+        except Exception as exc:  # a baseline that cannot run is reported, not fatal
+            item.update(available=False, why=f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+            progress(f"{name}: not available ({item['why']})")
+        return item
 
     for b in spec["baselines"]:
         if b == "pytorch-eager":
-            res["items"].append(reference_item(b, sol, expected))
+            res["items"].append(measure(b))
         elif b == "torch-compile":
-            res["items"].append(reference_item(b, sol, expected, wrap=torch.compile))
+            res["items"].append(measure(b, wrap=torch.compile))
         elif b == "flashinfer":
-            why = None
-            if not loader.accepts_baseline(ref.reference):
-                why = "ref.py's reference() takes no 'baseline' argument"
-            else:
-                try:
-                    import flashinfer  # noqa: F401
-                except Exception as exc:
-                    why = f"import flashinfer failed: {exc}"
+            why = flashinfer_missing(ref)
             if why:
-                res["items"].append({"name": b, "available": False, "why": why, "correct": None,
-                                     "correct_after": None, "error": None, "samples_us": [], "stats_us": None})
+                res["items"].append(dict(_item(b), available=False, why=why, correct=None))
                 progress(f"{b}: not available ({why})")
             else:
-                res["items"].append(reference_item(b, sol, expected, baseline="flashinfer"))
-
+                res["items"].append(measure(b, baseline="flashinfer"))
     flops_fn, bytes_fn = getattr(ref, "flops", None), getattr(ref, "bytes_moved", None)
     res["flops"] = float(loader.call_with(flops_fn, cfg.dims)) if callable(flops_fn) else None
     res["bytes_moved"] = float(loader.call_with(bytes_fn, cfg.dims)) if callable(bytes_fn) else None
     res["roofline_why"] = None if (res["flops"] or res["bytes_moved"]) else \
         "ref.py declares neither flops(**dims) nor bytes_moved(**dims)"
-
-    cases = {}
-    for v in spec["versions"]:
-        case = load(v["kernel"])
-        cases[v["version"]] = case
-        res["items"].append(kernel_item(v["version"], case, case.reference(), v["kernel"]))
-    for a, b in spec["ab"]:
-        ca, cb = cases[a], cases[b]
-        for c in (ca, cb):
-            for _ in range(warmup):
-                c.launch()
-        progress(f"A/B {a} -> {b}: {trials} interleaved trials each")
-        sa, sb = [], []
-        for i in range(trials):
-            order = ((ca, sa), (cb, sb)) if i % 2 == 0 else ((cb, sb), (ca, sa))
-            for c, dst in order:
-                dst.extend(timer(c.launch, 0, 1))
-        res["ab"].append({"from": a, "to": b, "samples_a": sa[drop:], "samples_b": sb[drop:]})
     return res
+
+
+def flashinfer_missing(ref) -> str | None:
+    """Why the FlashInfer baseline cannot run (None when it can), with what to do about it."""
+    from . import loader
+
+    if not loader.accepts_baseline(ref.reference if hasattr(ref, "reference") else (lambda: None)):
+        return ("ref.py's reference() takes no 'baseline' argument (see references/kernel_abi.md: "
+                "reference(..., baseline=None) that calls FlashInfer when baseline == 'flashinfer')")
+    try:
+        import flashinfer
+    except Exception as exc:
+        return (f"import flashinfer failed ({type(exc).__name__}: {' '.join(str(exc).split())[:160]}); "
+                "pip install flashinfer-python, or see references/troubleshooting.md for a machine without network")
+    return None if getattr(flashinfer, "__version__", None) else "flashinfer has no __version__ (a broken install)"

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 # Implementations (languages) and the kernel file suffixes each accepts; the first is the default.
 IMPLS = ("cuda-cpp", "cutlass", "cute-dsl", "triton")
-LANGUAGES = IMPLS
+# the languages a KBS page may name: the implementations, plus the tile languages and kernel
+# libraries precedents are written in (a PR note on TileLang or ThunderKittens names its own)
+LANGUAGES = (*IMPLS, "tilelang", "thunderkittens", "cuda-python")
 IMPL_SUFFIX = {"cuda-cpp": ".cu", "cutlass": ".cu", "cute-dsl": ".py", "triton": ".py"}
 # Every suffix an implementation's kernel file may have: CUDA C++ and CUTLASS also come as a .py that builds
 # its CUDA source with torch.utils.cpp_extension (load_inline / load), as KernelBench solutions do.
@@ -29,7 +31,9 @@ KERNEL_SUFFIXES = (".py", ".cu")
 KERNEL_TYPES = ("gemm", "attention", "softmax", "norm", "reduction", "scan", "elementwise",
                 "transpose", "conv", "moe", "any")
 ARCHITECTURES = ("sm70", "sm75", "sm80", "sm86", "sm89", "sm90", "sm100", "sm120")
-KBS_KINDS = ("pattern", "hardware", "language", "kernel-playbook", "pitfall", "tool")
+KBS_KINDS = ("pattern", "hardware", "language", "kernel-playbook", "pitfall", "tool", "pr-note")
+# the benchmark's baselines, timed by a child that imports no kernel file
+BASELINES = ("pytorch-eager", "torch-compile", "flashinfer")
 CONFIDENCE = ("verified", "source-reported", "inferred", "experimental")
 
 # Bottleneck classes, decided from speed-of-light throughput (see classify.py).

@@ -86,7 +86,7 @@ def test_finish_computes_speedups_and_flags():
     assert set(rows["solution"]["stats_us"]) == set(B.STAT_KEYS)
 
     eager = next(it for it in res["items"] if it["name"] == "pytorch-eager")
-    eager["stats_us"] = dict(eager["stats_us"], median=sol * 12)
+    eager["samples_us"] = [x * sol * 12 / eager["stats_us"]["median"] for x in eager["samples_us"]]
     compile_ = next(it for it in res["items"] if it["name"] == "torch-compile")
     compile_.update(correct=False, error="y: max abs err 0.3")
     b = B.finish(res, version="v3", selection="best", timing=TIMING, tolerance=None, env=None)
@@ -146,7 +146,7 @@ def needs_gate():
 def test_real_final_gate_decides(tmp_path, monkeypatch, capsys):
     needs_gate()
     root = rf.build_with_gate(tmp_path / "run")
-    monkeypatch.setattr(B, "run_child", lambda mode, spec, timeout: rf.outcome(rf.synthetic_child_result()))
+    rf.fake_benchmark_children(monkeypatch, B, rf.synthetic_child_result())
     (root / "v3" / "ncu_summary.md").write_text("edited after it was measured\n")
     assert rf.cli(B, ["benchmark", str(root)]) == 2
     err = capsys.readouterr().err
@@ -161,12 +161,7 @@ def test_run_with_a_synthetic_child_result(tmp_path, fake_gate, monkeypatch, cap
     root = rf.build_complete(tmp_path / "run")
     fake_gate(0, "PASS")
     seen = {}
-
-    def child(mode, spec, timeout):
-        seen.update(mode=mode, spec=spec, timeout=timeout)
-        return rf.outcome(rf.synthetic_child_result())
-
-    monkeypatch.setattr(B, "run_child", child)
+    rf.fake_benchmark_children(monkeypatch, B, rf.synthetic_child_result(), seen)
     assert rf.cli(B, ["benchmark", str(root), "--baselines", "pytorch-eager,torch-compile", "--trials", "40"]) == 0
     spec = seen["spec"]
     assert seen["mode"] == "benchmark" and spec["solution"]["version"] == "v3"
@@ -188,7 +183,7 @@ def test_run_fails_when_the_solution_is_wrong(tmp_path, fake_gate, monkeypatch):
     fake_gate(0, "PASS")
     res = rf.synthetic_child_result()
     res["items"][0].update(correct=False, error="y: 12 mismatches")
-    monkeypatch.setattr(B, "run_child", lambda mode, spec, timeout: rf.outcome(res))
+    rf.fake_benchmark_children(monkeypatch, B, res)
     with pytest.raises(MeasuredFailure, match="12 mismatches"):
         B.run(B_args(root))
     assert read_json(root / "benchmark.json")["flags"]
@@ -224,10 +219,10 @@ def test_child_crash_and_timeout_are_clear_failures(tmp_path, fake_gate, monkeyp
 
     root = rf.build_complete(tmp_path / "run")
     fake_gate(0, "PASS")
-    monkeypatch.setattr(B, "run_child", lambda mode, spec, timeout: ChildOutcome(None, -11, False, 3.0, "boom"))
+    rf.fake_benchmark_children(monkeypatch, B, ChildOutcome(None, -11, False, 3.0, "boom"))
     with pytest.raises(MeasuredFailure, match="killed by SIGSEGV"):
         B.run(B_args(root))
-    monkeypatch.setattr(B, "run_child", lambda mode, spec, timeout: ChildOutcome(None, None, True, 7.0, ""))
+    rf.fake_benchmark_children(monkeypatch, B, ChildOutcome(None, None, True, 7.0, ""))
     with pytest.raises(MeasuredFailure, match="timeout_s \\(600 s\\)"):
         B.run(B_args(root))
 

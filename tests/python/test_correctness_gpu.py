@@ -162,3 +162,21 @@ def test_init_runs_env_on_gpu(tmp_path):
     report = json.loads((out / "env.json").read_text())
     assert report["ok"] and report["gpu"]["name"] in (out / "env_check.md").read_text()
     assert (out / "run.json").is_file()
+
+
+@pytest.mark.parametrize("transport", ["cuda-ipc", "file"])
+def test_the_checker_judges_gpu_outputs_through_either_transport(tmp_path, monkeypatch, transport):
+    """The checker maps the kernel's device memory through CUDA IPC (or reads copied bytes): right kernels
+    pass, and a wrong output, a changed input and a comparator patched at import all fail."""
+    monkeypatch.setenv("KERNEL_LOOP_HANDOFF", transport)
+    rc, data, md = _run(tmp_path, "ref_vadd.py", "triton_vadd.py", "triton", "N=1000003", name="ok")
+    assert rc == 0, md
+    rc, data, md = _run(tmp_path, "ref_softmax_rand.py", "honest_softmax_reordered.py", "triton", "M=64,N=8192",
+                        name="softmax")
+    assert rc == 0, md
+    for kernel, ref, dims, why in (("triton_vadd_input.py", "ref_vadd.py", "N=4096", "out"),
+                                   ("cheat_patch_comparator.py", "ref_softmax_rand.py", "M=16,N=256", "5 of 5 trials failed"),
+                                   ("cheat_vadd_zero_input.py", "ref_vadd.py", "N=4096", "changed its input")):
+        rc, data, md = _run(tmp_path, ref, kernel, "triton", dims, name=kernel)
+        assert rc == 1 and "| Result | FAIL |" in md, kernel
+        assert why in (data["error"] or ""), (kernel, data["error"])

@@ -45,7 +45,7 @@ def test_benchmark_audits_the_finished_version(tmp_path, monkeypatch):
     assert rf.cli(finish, ["finish", str(root), "--reason", "the user asked to stop here"]) == 0
     seen = {}
     monkeypatch.setattr(B, "check_final_gate", lambda rd, n: seen.setdefault("n", n))
-    monkeypatch.setattr(B, "run_child", lambda mode, spec, timeout: rf.outcome(rf.synthetic_child_result(versions=2)))
+    rf.fake_benchmark_children(monkeypatch, B, rf.synthetic_child_result(versions=2))
     assert rf.cli(B, ["benchmark", str(root)]) == 0
     assert seen["n"] == 1
 

@@ -49,7 +49,7 @@ def benchmarked(tmp_path, monkeypatch):
 ], ids=["refused", "crashed", "timed-out"])
 def test_benchmark_that_does_not_measure_leaves_the_earlier_results(benchmarked, monkeypatch, capsys, outcome, code):
     before = {n: (benchmarked / n).read_bytes() for n in ("benchmark.json", "benchmark.md")}
-    monkeypatch.setattr(B, "run_child", lambda mode, spec, timeout: outcome)
+    rf.fake_benchmark_children(monkeypatch, B, outcome)
     assert rf.cli(B, ["benchmark", str(benchmarked)]) == code
     assert "left as they were" in capsys.readouterr().err
     assert {n: (benchmarked / n).read_bytes() for n in before} == before

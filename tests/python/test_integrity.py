@@ -164,7 +164,7 @@ def test_a_speedup_above_ten_times_v0_is_flagged():
 
     res = rf.synthetic_child_result()
     v0 = next(it for it in res["items"] if it["name"] == "v0")
-    v0["stats_us"] = dict(v0["stats_us"], median=v0["stats_us"]["median"] * 20)
+    v0["samples_us"] = [x * 20 for x in v0["samples_us"]]
     bench = B.finish(res, version="v3", selection="best", timing={}, tolerance=None, env=None)
     assert any("over v0 is above 10x" in f for f in bench["flags"])
 
@@ -205,3 +205,54 @@ def test_the_input_fingerprint_has_no_short_period():
     y = x.clone()
     y[[0, 65521]] = y[[65521, 0]]  # a swap that a weight repeating every 65521 positions would not see
     assert loader.fingerprint(y) != loader.fingerprint(x)
+
+
+# --- isolation: the verdict and the clock live where the kernel's code never ran -------------------
+def test_a_kernel_that_patches_the_comparison_at_import_still_fails(tmp_path):
+    rc, data, _md = _correctness(tmp_path, "ref_softmax_rand.py", "cheat_patch_comparator.py", "M=16,N=256")
+    assert rc == 1 and data["result"] == "FAIL"
+    assert _rows(data) and not any(r["passed"] for r in _rows(data))
+
+
+def test_a_kernel_that_patches_the_clock_and_torch_at_import_changes_no_timing(tmp_path):
+    out = tmp_path / "run"
+    assert klcli.init_run(out, "ref_softmax_rand.py", "cheat_patch_clock.py", "triton", "M=16,N=256") == 0
+    assert klcli.main("correctness", out) == 0  # its outputs are right: only its timing tricks are under test
+    from kernel_loop.config import RunConfig
+
+    cfg = RunConfig.from_json(json.loads((out / "run.json").read_text()))
+    spec = {"run_root": str(out), "cfg": cfg.to_json(), "device": "cpu", "tolerance": cfg.tolerance,
+            "solution": {"version": "v0", "kernel": str(out / "v0" / "kernel.py")}, "versions": [], "ab": [],
+            "baselines": ["pytorch-eager"], "method": "host_time", "warmup": 1, "trials": 5, "discard_first": 0}
+    res = B.measure_all(spec, cfg, 120.0)
+    items = {it["name"]: it for it in res["items"]}
+    sol, eager = items["solution"], items["pytorch-eager"]
+    assert sol["correct"] and sol["correct_after"]
+    assert min(sol["samples_us"]) > 0  # the frozen perf_counter did not reach the timer
+    assert max(eager["samples_us"]) < 100_000  # the 200 ms slowed-down torch.softmax never reached the baselines
+
+
+# --- library fallbacks are visible --------------------------------------------------------------------
+def test_kernel_names_are_read_from_every_kind_of_source():
+    from kernel_loop.kernel_names import defined_kernels
+
+    cu = "template <int B>\n__global__ void __launch_bounds__(256) transpose_tile(const float* x) {}\n" \
+         "__global__ static void k2(int n) {}\n"
+    py = ("import triton\n@triton.autotune(configs=[], key=['N'])\n@triton.jit\ndef softmax_kernel(x, N):\n    pass\n"
+          "@cute.kernel\ndef gemm_k(a):\n    pass\n@staticmethod\ndef helper():\n    pass\n"
+          "src = '''__global__ void relu_kernel(float* x) {}'''\n")
+    assert defined_kernels(cu) == ["transpose_tile", "k2"]
+    assert defined_kernels(py) == ["relu_kernel", "softmax_kernel", "gemm_k"]
+
+
+def test_a_version_that_runs_only_library_kernels_is_noted_not_failed():
+    from kernel_loop.kernel_names import library_note
+
+    torch_only = ["void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*, ...)"]
+    note = library_note(torch_only, ["softmax_kernel"], "kernel.py")
+    assert note and note.startswith("library fallback") and "softmax_kernel" in note and "cunn_SoftMaxForward" in note
+    assert library_note(["softmax_kernel_0d1d2d"], ["softmax_kernel"], "kernel.py") is None  # Triton's suffix
+    assert library_note(["softmax_kernel_fast"], ["softmax_kernel"], "kernel.py") is not None  # another kernel
+    assert library_note(["softmax_kernel"], ["softmax_kernel"], "kernel.py") is None
+    assert library_note(["void transpose_tile<32>(float const*)"], ["transpose_tile"], "kernel.cu") is None
+    assert "defines no kernel of its own" in library_note(torch_only, [], "kernel.py")

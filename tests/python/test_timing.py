@@ -98,6 +98,7 @@ def test_flush_buffer_is_allocated_once_per_device_and_written_every_trial(monke
     fake = _FakeTorch()
     monkeypatch.setitem(sys.modules, "torch", fake)
     monkeypatch.setattr(timing, "_FLUSH_BUFFERS", {})
+    monkeypatch.setattr(timing, "_P", None)  # bind the fake's primitives
     calls = []
     for _ in range(5):  # benchmark's A/B: one trial per call
         r = timing.time_callable(lambda: calls.append(1), warmup=0, trials=1)
@@ -110,3 +111,24 @@ def test_flush_buffer_is_allocated_once_per_device_and_written_every_trial(monke
     assert [v for _, v in fake.fills[5:]] == [1, 2, 3]  # still one write per trial
     r = timing.time_callable(lambda: None, warmup=0, trials=2, flush_l2=False, device="cuda")
     assert r["flush_bytes"] == 0 and len(fake.fills) == 8 and len(fake.allocations) == 2
+
+
+def test_alternating_plan_and_the_host_timer_time_every_callable_in_turn():
+    assert timing._plan(2, 3, "alternate") == [(0, 0), (1, 0), (1, 1), (0, 1), (0, 2), (1, 2)]
+    assert timing._plan(2, 2, "same") == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    order = []
+    res = timing.host_time_callables([lambda: order.append("a"), lambda: order.append("b")], warmup=1, trials=3,
+                                     order="alternate")
+    assert order == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warmup of each, then A B, B A, A B
+    assert [r["n"] for r in res] == [3, 3] and all(r["host_overhead_us"] >= 0 for r in res)
+
+
+def test_the_timer_keeps_the_clock_it_bound_before_a_kernel_patched_it(monkeypatch):
+    import time as time_mod
+
+    monkeypatch.setattr(timing, "_P", None)
+    timing.bind()
+    frozen = time_mod.perf_counter()
+    monkeypatch.setattr(time_mod, "perf_counter", lambda: frozen)  # what a cheating kernel does at import
+    res = timing.host_time_callables([lambda: sum(range(20000))], warmup=0, trials=3)[0]
+    assert min(res["samples_us"]) > 0

@@ -32,9 +32,13 @@ from .. import vocab
 from ..common import UsageError, package_dir, warn
 from .schema import (
     CLAIM_KEYS,
+    CLAIM_OPTIONAL_KEYS,
+    DATE_RE,
     ID_RE,
     MIN_BODY_CHARS,
     OPTIONAL_KEYS,
+    PR_KEYS,
+    REPO_RE,
     REQUIRED_KEYS,
     URL_RE,
     as_list,
@@ -205,8 +209,65 @@ def suggest(word: str, options) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def _page_problems(page: PageText, front: dict[str, Any], body: str, ids: dict[str, str]) -> list[str]:
-    """The problems of one parsed page; records its id in ``ids`` (id -> where it was first seen)."""
+def pr_link(repo: str, number: int) -> str:
+    return f"https://github.com/{repo}/pull/{number}"
+
+
+def _pr_problems(front: dict[str, Any], prs: dict[tuple[str, int], str], where: str) -> list[str]:
+    """The problems of a PR note's own keys; records (repo, pr) in ``prs``."""
+    out: list[str] = []
+    if front.get("kind") != "pr-note":
+        present = [k for k in PR_KEYS if k in front]
+        return [f"'{k}' belongs to PR notes (kind pr-note) only" for k in present]
+    repo, number, merged = front.get("repo"), front.get("pr"), front.get("merged")
+    if not isinstance(repo, str) or not REPO_RE.match(repo):
+        out.append("'repo' must be owner/name")
+    if not isinstance(number, int) or isinstance(number, bool) or number <= 0:
+        out.append("'pr' must be the pull request's number")
+    if not DATE_RE.match(str(merged or "")):
+        out.append("'merged' must be a date, YYYY-MM-DD")
+    if out:
+        return out
+    sources = front.get("sources")
+    first = sources[0].get("url") if isinstance(sources, list) and sources and isinstance(sources[0], dict) else None
+    link = pr_link(repo, number)
+    if str(first or "").rstrip("/") != link:
+        out.append(f"the first source must be the PR's own link, {link}")
+    key = (repo.lower(), number)
+    if key in prs:
+        out.append(f"{repo}#{number} already has a note (in {prs[key]})")
+    else:
+        prs[key] = where
+    return out
+
+
+def _claim_problems(claims: Any, pr_note: bool) -> list[str]:
+    if claims is None:
+        return []
+    if not isinstance(claims, list):
+        return ["'perf_claims' must be a list"]
+    out: list[str] = []
+    for i, claim in enumerate(claims, 1):
+        if not isinstance(claim, dict):
+            out.append(f"perf claim {i} is not a mapping")
+            continue
+        missing = [k for k in CLAIM_KEYS if not str(claim.get(k) or "").strip()]
+        if missing:
+            out.append(f"perf claim {i} lacks {', '.join(missing)}")
+        unknown = sorted(set(claim) - set(CLAIM_KEYS) - set(CLAIM_OPTIONAL_KEYS))
+        if unknown:
+            out.append(f"perf claim {i} has unknown key(s) {', '.join(unknown)}")
+        if pr_note and claim.get("source") and not URL_RE.match(str(claim["source"])):
+            out.append(f"perf claim {i}: the source must be a link")
+        if not any(ch.isdigit() for ch in str(claim.get("value") or "")):
+            out.append(f"perf claim {i}: the value holds no number")
+    return out
+
+
+def _page_problems(page: PageText, front: dict[str, Any], body: str, ids: dict[str, str],
+                   prs: dict[tuple[str, int], str] | None = None) -> list[str]:
+    """The problems of one parsed page; records its id in ``ids`` (id -> where it was first seen)
+    and a PR note's (repo, number) in ``prs``."""
     out: list[str] = []
     for key in REQUIRED_KEYS:
         # an overview page may match no symptom, but it says so: ``symptoms: []``
@@ -254,13 +315,8 @@ def _page_problems(page: PageText, front: dict[str, Any], body: str, ids: dict[s
                 out.append(f"source {i} has an empty 'supports'")
     elif sources is not None:
         out.append("'sources' must be a list")
-    claims = front.get("perf_claims")
-    if claims is not None and not isinstance(claims, list):
-        out.append("'perf_claims' must be a list")
-    for i, claim in enumerate(claims if isinstance(claims, list) else [], 1):
-        missing = [k for k in CLAIM_KEYS if not isinstance(claim, dict) or not str(claim.get(k) or "").strip()]
-        if missing:
-            out.append(f"perf claim {i} lacks {', '.join(missing)}")
+    out += _claim_problems(front.get("perf_claims"), kind == "pr-note")
+    out += _pr_problems(front, {} if prs is None else prs, page.where(pid))
     if len(body.strip()) < MIN_BODY_CHARS:
         out.append(f"the body has {len(body.strip())} characters; at least {MIN_BODY_CHARS} are needed")
     fence = unclosed_fence(body)
@@ -277,6 +333,7 @@ def check_corpus(roots: list[Path]) -> tuple[list[tuple[str, str]], int]:
     files = corpus_files(roots)
     problems: list[tuple[str, str]] = []
     ids: dict[str, str] = {}
+    prs: dict[tuple[str, int], str] = {}
     links: list[tuple[str, str, str]] = []
     if not files:
         problems.append((str(roots[0]), "no pages (*.md) found in any corpus folder"))
@@ -288,7 +345,7 @@ def check_corpus(roots: list[Path]) -> tuple[list[tuple[str, str]], int]:
             continue
         pid = front.get("id")
         where = page.where(pid)
-        problems += [(where, msg) for msg in _page_problems(page, front, body, ids)]
+        problems += [(where, msg) for msg in _page_problems(page, front, body, ids, prs)]
         related = front.get("related")
         for target in as_list(related) if isinstance(related, list) else []:
             links.append((where, target, "related"))

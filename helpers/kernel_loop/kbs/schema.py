@@ -16,7 +16,12 @@ from .. import vocab
 
 REQUIRED_KEYS = ("id", "title", "kind", "symptoms", "architectures", "languages", "kernel_types",
                  "confidence", "sources")
-OPTIONAL_KEYS = ("tags", "perf_claims", "related")
+OPTIONAL_KEYS = ("tags", "perf_claims", "related", "repo", "pr", "merged")
+# a PR note (kind pr-note) records the merged pull request it describes: these keys are required
+# for it, its first source is the PR's own link, and no two notes describe the same PR
+PR_KEYS = ("repo", "pr", "merged")
+REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 # what each key holds, as ``kbs schema`` prints it
 KEY_HELP: dict[str, str] = {
@@ -32,8 +37,12 @@ KEY_HELP: dict[str, str] = {
     "confidence": "one of the confidence levels",
     "sources": "list of {url: http(s) address, supports: what the source backs up}",
     "tags": "list of free keywords",
-    "perf_claims": "list of {gpu, metric, value, source}: measured numbers the page quotes",
+    "perf_claims": "list of {gpu, metric, value, source} and optional dtype, shape, baseline: "
+    "measured numbers the page quotes (a PR note: the numbers the PR itself reports)",
     "related": "list of ids of related pages",
+    "repo": "pr-note only (required): the repository, owner/name",
+    "pr": "pr-note only (required): the pull request's number",
+    "merged": "pr-note only (required): the date it was merged, YYYY-MM-DD",
 }
 
 # list-valued keys and the vocabulary each must come from (None: free words)
@@ -51,6 +60,7 @@ LINK_RE = re.compile(r"\]\(kbs:([^)\s]*)\)")
 URL_RE = re.compile(r"^https?://\S+$")
 MIN_BODY_CHARS = 200
 CLAIM_KEYS = ("gpu", "metric", "value", "source")
+CLAIM_OPTIONAL_KEYS = ("dtype", "shape", "baseline")
 
 
 def symptom_tags() -> tuple[str, ...]:
@@ -83,6 +93,9 @@ def describe() -> dict[str, Any]:
         "optional_keys": list(OPTIONAL_KEYS),
         "keys": dict(KEY_HELP),
         "min_body_chars": MIN_BODY_CHARS,
+        "pr_note_keys": list(PR_KEYS),
+        "claim_keys": list(CLAIM_KEYS),
+        "claim_optional_keys": list(CLAIM_OPTIONAL_KEYS),
         "vocabularies": {
             "kind": list(vocab.KBS_KINDS),
             "architectures": list(vocab.ARCHITECTURES),

@@ -48,14 +48,15 @@ from ..common import (
     warn,
     write_json,
 )
-from ..compare import describe_tolerances
+from ..compare import describe_tolerances, first_failure
 from ..loader import device_for
 from ..rundir import RunDir, gate_script, parse_version
-from ..runner import run_child
+from ..runner import benchmark_checks, run_checked, run_child
 from ..sidecars import CORRECTNESS_JSON, NCU_JSON, event_median
 from ..templating import render
+from ..timing import summarize
+from ..vocab import BASELINES
 
-BASELINES = ("pytorch-eager", "torch-compile", "flashinfer")
 STAT_KEYS = ("mean", "median", "p20", "p80", "min", "max", "std", "n")
 SPEEDUP_FLAG = 10.0
 BANDWIDTH_SLACK = 1.15
@@ -137,7 +138,8 @@ def ab_entry(rec: dict[str, Any]) -> dict[str, Any]:
     ma, mb = statistics.median(a), statistics.median(b)
     ci = bootstrap_ci(a, b)
     return {"from": rec["from"], "to": rec["to"], "median_a_us": ma, "median_b_us": mb, "speedup": ma / mb,
-            "ci95": [ci[0], ci[1]], "verdict": verdict(ci), "n": [len(a), len(b)]}
+            "ci95": [ci[0], ci[1]], "verdict": verdict(ci), "n": [len(a), len(b)],
+            "host_overhead_us": rec.get("host_overhead_us")}
 
 
 def roofline(flops: float | None, nbytes: float | None, median_us: float | None, dtype: str | None,
@@ -188,13 +190,14 @@ def finish(result: dict[str, Any], *, version: str, selection: str, timing: dict
     """benchmark.json from the child's result (no GPU work here)."""
     rows = []
     for it in result["items"]:
-        stats = it.get("stats_us")
+        stats = summarize(it["samples_us"]) if it.get("samples_us") else None  # recomputed here, from the raw samples
         rows.append({
             "name": it["name"], "available": bool(it.get("available")), "why": it.get("why"),
             "correct": it.get("correct"), "correct_after_timing": it.get("correct_after"),
             "error": it.get("error"),
             "stats_us": {k: stats.get(k) for k in STAT_KEYS} if stats else None,
             "samples_us": it.get("samples_us") or [],
+            "host_overhead_us": (it.get("timing") or {}).get("host_overhead_us"),
         })
     by_name = {r["name"]: r for r in rows}
     sol = by_name.get("solution")
@@ -309,12 +312,8 @@ def run(args) -> int:
     # benchmark.json and benchmark.md are replaced only when a new benchmark has been measured: a refusal,
     # a crash or a timeout leaves the earlier pair as it was (it keeps its own "created" time)
     earlier = "; benchmark.json and benchmark.md are left as they were" if rd.benchmark_json.exists() else ""
-    outcome = run_child("benchmark", spec, float(cfg.timeout_s))
-    if outcome.timed_out:
-        raise MeasuredFailure(f"the benchmark child ran past run.json timeout_s ({cfg.timeout_s} s) and was "
-                              f"stopped; lower --trials or raise timeout_s{earlier}")
     try:
-        result = outcome.checked("the benchmark child")
+        result = measure_all(spec, cfg, float(cfg.timeout_s))
     except KernelLoopError as exc:
         exc.args = (str(exc) + earlier,)
         raise
@@ -333,6 +332,38 @@ def run(args) -> int:
     if sol.get("invalid"):
         raise MeasuredFailure(f"v{k}'s benchmark time is invalid: {sol['invalid']}")
     return 0
+
+
+def measure_all(spec: dict[str, Any], cfg, timeout: float) -> dict[str, Any]:
+    """The kernels' child with its checker, then the baselines' child (which imports no kernel file):
+    one result, the verdicts on the kernels taken from the checker."""
+    kernels = [{"name": "solution", "kernel": spec["solution"]["kernel"]}]
+    kernels += [{"name": v["version"], "kernel": v["kernel"]} for v in spec["versions"]]
+    checks = benchmark_checks(kernels, dict(cfg.dims), cfg.seed)
+    both = run_checked("benchmark", dict(spec, kernels=kernels), checks, timeout)
+    both.raise_usage()
+    if both.kernel.timed_out:
+        raise MeasuredFailure(f"the benchmark child ran past run.json timeout_s ({cfg.timeout_s} s) and was "
+                              "stopped; lower --trials or raise timeout_s")
+    kres = both.kernel.checked("the benchmark child")
+    why = both.checker_failure()
+    if why:
+        raise MeasuredFailure(f"the benchmark's checks got no verdict: {why}")
+    verdicts = both.verdicts
+    for item in kres["items"]:
+        judged = [verdicts.get(f"{item['name']}:{when}") for when in ("before", "after", "fresh")]
+        whys = [None if v is None else (v.get("error") or first_failure(v.get("rows", []))) for v in judged]
+        item["correct"] = judged[0] is not None and whys[0] is None
+        item["correct_after"] = all(v is not None for v in judged[1:]) and whys[1] is None and whys[2] is None
+        if whys[2] and not whys[1]:
+            whys[2] = f"with fresh inputs after the timed calls: {whys[2]}"
+        item["error"] = next((w for w in whys if w), None) or (None if all(judged) else "the checker gave no verdict")
+    base = run_child("baselines", dict(spec, kernel=spec["solution"]["kernel"]), timeout)
+    if base.result and base.result.get("usage"):
+        raise UsageError(base.result["error"])
+    bres = base.checked("the baselines child")
+    items = kres["items"]
+    return {**kres, **{k: v for k, v in bres.items() if k != "items"}, "items": items[:1] + bres["items"] + items[1:]}
 
 
 def write_outputs(root: Path, bench: dict[str, Any]) -> None:

@@ -29,7 +29,7 @@ from ..common import (
 from ..config import add_check_flags, check_flags_against_run, parse_dims
 from ..loader import device_for
 from ..rundir import RunDir
-from ..runner import run_child
+from ..runner import correctness_checks, run_checked
 from ..sidecars import PROFILE_FILES
 from ..templating import render
 from ..vocab import IMPL_SUFFIXES
@@ -51,16 +51,40 @@ def run_sanitizer(tool: str, spec: dict, timeout: float) -> dict[str, Any]:
         log_path = Path(tmp) / f"{tool}.log"
         prefix = [exe, "--tool", tool, "--log-file", str(log_path), "--print-limit", "20"]
         progress(f"running under compute-sanitizer --tool {tool} at {spec['shapes'][0]} ...")
-        outcome = run_child("correctness", spec, timeout, prefix=prefix,
-                            env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
+        both = run_checked("correctness", spec, _checks(spec), timeout, prefix=prefix,
+                           env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "KERNEL_LOOP_HANDOFF": "file"})
         log = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
     errors = _sanitizer_errors(log)
-    problem = outcome.failure() or (outcome.result or {}).get("error")
+    outcome = both.kernel
+    problem = outcome.failure() or (outcome.result or {}).get("error") or both.checker_failure()
     if errors is None and problem is None:
         problem = "compute-sanitizer printed no error summary"
     tail = "\n".join(log.strip().splitlines()[-40:])
     return {"tool": tool, "dims": spec["shapes"][0], "errors": errors, "error": problem, "log": tail,
             "passed": errors == 0 and problem is None}
+
+
+def _checks(spec: dict) -> list[dict]:
+    cfg = spec["cfg"]
+    return correctness_checks(int(cfg["seed"]), spec["kernel"], spec["shapes"], int(spec["trials"]))
+
+
+def merge_verdicts(both, device: str) -> dict[str, Any]:
+    """The kernel child's trials (seed, memory) with the checker's verdicts on them."""
+    res = {"device": device, "shapes": [], "warnings": [], "build": None, "error": None, **(both.kernel.result or {})}
+    verdicts = both.verdicts
+    for shape in res["shapes"]:
+        for t in shape["trials"]:
+            v = verdicts.get(t.get("tag"), {})
+            t["outputs"] = v.get("rows") or []
+            t["passed"] = bool(t["outputs"]) and all(r["passed"] for r in t["outputs"]) and not v.get("error")
+            if not v:
+                t["passed"] = False
+                t["outputs"] = [{"name": "(no verdict)", "passed": False, "mismatches": 0, "numel": 0,
+                                 "note": "the checker gave no verdict on this trial"}]
+            res["warnings"] += [w for w in v.get("warnings", []) if w not in res["warnings"]]
+    res["error"] = both.kernel.failure() or res.get("error") or both.checker_failure()
+    return res
 
 
 def _overall(res: dict) -> tuple[str, str | None]:
@@ -98,13 +122,12 @@ def run_correctness(args: argparse.Namespace) -> int:
     spec = {"cfg": cfg.to_json(), "device": device, "run_root": str(rd.root), "kernel": str(kernel),
             "shapes": shapes, "trials": cfg.correctness_trials}
     timeout = float(cfg.timeout_s)
-    progress(f"v{k}: checking {kernel.name} on {device}: {len(shapes)} shape(s) x {spec['trials']} trial(s)")
-    outcome = run_child("correctness", spec, timeout)
-    if outcome.result and outcome.result.get("usage"):  # bad input or environment: nothing was measured
-        raise UsageError(outcome.result["error"])
-    res = {"device": device, "shapes": [], "warnings": [], "build": None, "error": None, **(outcome.result or {})}
-    if outcome.failure():
-        res["error"] = outcome.failure()
+    progress(f"v{k}: checking {kernel.name} on {device}: {len(shapes)} shape(s) x {spec['trials']} trial(s); "
+             "the verdicts come from a checker process that never imports the kernel")
+    both = run_checked("correctness", spec, _checks(spec), timeout)
+    both.raise_usage()  # bad input or environment: nothing was measured
+    outcome = both.kernel
+    res = merge_verdicts(both, device)
     result, error = _overall(res)
 
     sanitize = None

@@ -38,8 +38,9 @@ from ..common import (
 )
 from ..config import RunConfig
 from ..gpustate import slowdowns
+from ..kernel_names import defined_kernels, library_note
 from ..rundir import RunDir
-from ..runner import ChildOutcome, run_child, start_child
+from ..runner import ChildOutcome, fresh_check, run_checked, start_child
 from ..sidecars import NCU_DETAILS_CSV, NCU_JSON, NCU_RAW_CSV, NCU_REPORT
 from ..templating import render
 from ..trials import NVTX_RANGE
@@ -92,6 +93,8 @@ def _timing_block(timing: dict[str, Any]) -> dict[str, Any]:
     for k in ("median", "p20", "p25", "p75", "p80", "mean", "min", "max", "std"):
         out[f"{k}_us"] = timing.get(k)
     out["n"] = timing.get("n")
+    out["host_overhead_us"] = timing.get("host_overhead_us")
+    out["device_delay_us"] = timing.get("device_delay_us")
     out["samples_us"] = timing.get("samples_us")
     return out
 
@@ -191,6 +194,8 @@ def build_profile(raw_csv_text: str | None, details_csv_text: str | None, timing
         "symptoms": sym_list,
         "not_evaluated": longest["not_evaluated"],
         "warnings": warnings,
+        "library_fallback": library_note([k["name"] for k in kernels], context.get("defined_kernels") or [],
+                                         context.get("kernel_file") or "the kernel file"),
     }
     base = context.get("baseline_protocol")
     if base:
@@ -355,6 +360,27 @@ def _check_correctness(vdir: Path, kernel: Path) -> None:
                              "correctness ran, or never recorded): re-run correctness")
 
 
+def timing_run(spec: dict, kernel: Path, cfg: RunConfig, timeout: float) -> dict[str, Any]:
+    """The timing child, then its after-timing call judged by the checker; the statistics are recomputed
+    here from the raw samples (the kernel's process only measured them)."""
+    from ..compare import first_failure
+    from ..timing import summarize
+
+    both = run_checked("time", spec, [fresh_check("solution", str(kernel), dict(cfg.dims), cfg.seed)], timeout)
+    both.raise_usage()
+    timed = both.kernel.checked("the timing run")
+    why = both.checker_failure()
+    verdict = both.verdicts.get("solution:fresh")
+    if why or not verdict:
+        raise MeasuredFailure(f"the timing run's after-timing check got no verdict: {why or 'none given'}")
+    what = verdict.get("error") or first_failure(verdict.get("rows", []))
+    if what:
+        raise MeasuredFailure(f"the timing run failed: the kernel is wrong with fresh inputs after the timed calls: "
+                              f"{what}: its timing cannot stand")
+    timed["timing"].update(summarize(timed["timing"]["samples_us"]))
+    return timed
+
+
 def run(args: argparse.Namespace) -> int:
     rd = RunDir.open(args.out)
     cfg = rd.config()
@@ -378,7 +404,7 @@ def run(args: argparse.Namespace) -> int:
         ncu_child = start_child("ncu", dict(spec, go_file=str(go), go_timeout_s=timeout), prefix=prefix)
         try:
             with step(f"{vdir.name}: timing with CUDA events ({cfg.warmup} warmup, {cfg.trials} trials, L2 flush)"):
-                timed = run_child("time", spec, timeout).checked("the timing run")
+                timed = timing_run(spec, kernel, cfg, timeout)
         except BaseException:
             ncu_child.kill()
             raise
@@ -398,6 +424,7 @@ def run(args: argparse.Namespace) -> int:
                 "sections": ncfg["sections"], "clock_control": ncfg["clock_control"],
                 "cache_control": ncfg["cache_control"]}
         context = {"version": vdir.name, "kernel_file": kernel.name, "kernel_sha256": sha256_file(kernel),
+                   "defined_kernels": defined_kernels(kernel.read_text(encoding="utf-8", errors="replace")),
                    "tool": tool, "gpu": timed.get("gpu"),
                    "gpu_state": {**(timed.get("gpu_state") or {}), **(timed.get("gpu_state") or {}).get("after", {})},
                    "baseline_protocol": protocol(base_ncu) if base_ncu else None}
@@ -409,6 +436,8 @@ def run(args: argparse.Namespace) -> int:
     provenance.record(vdir, [*files, kernel, rd.run_json])
     for w in profile["warnings"]:
         warn(w)
+    if profile.get("library_fallback"):
+        warn(profile["library_fallback"])
     m = profile["metrics"]
     print(f"{vdir.name}: {profile['bottleneck']}; ncu duration {m['duration_us']:.2f} us, event median "
           f"{m['event_median_us']:.2f} us; tags: {', '.join(s['tag'] for s in profile['symptoms']) or 'none'}")

@@ -216,6 +216,8 @@ def collect(out: str | Path) -> dict[str, Any]:
 
     art = _artifacts(vdir, final)
     info["artifacts"] = art
+    if sc.NCU_JSON in art["present"]:
+        info["library_fallback"] = read_json(vdir / sc.NCU_JSON).get("library_fallback")
     if drift:
         return _stop(info)
 
@@ -295,6 +297,8 @@ def format_text(info: dict[str, Any]) -> str:
         lines.append(f"present: {', '.join(art['present']) or 'nothing'}")
         lines.append(f"missing: {', '.join(art['missing']) or 'nothing'}")
         lines.append("stale: " + (", ".join(f"{k} ({v})" for k, v in art["stale"].items()) or "nothing"))
+    if info.get("library_fallback"):
+        lines.append(f"note: {info['library_fallback']}")
     lines.append("drift: " + ("none" if not info["drift"] else ""))
     lines += [f"  - {d}" for d in info["drift"]]
     gate = info["gate"]

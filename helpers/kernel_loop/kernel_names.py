@@ -1,0 +1,46 @@
+"""The GPU kernels a kernel file defines, by name, and whether a profile caught any of them.
+
+A version whose measured call ran only kernels from PyTorch or its libraries (cuBLAS, cuDNN,
+Inductor's own Triton code) is honest for a v0, but it is not a kernel of the run's own: the
+profile, ``status`` and the report say so.  Names are read from the source text, never by
+importing it:
+
+- CUDA C++ (a ``.cu`` file, or CUDA source in a ``.py`` string for ``load_inline``): ``__global__``
+  functions;
+- Triton: functions decorated with ``@triton.jit`` (or ``@jit``), autotuned or not;
+- CuTe DSL: functions decorated with ``@cute.kernel``.
+"""
+
+from __future__ import annotations
+
+import re
+
+_GLOBAL = re.compile(r"__global__\s+[\w:<>,\s*&]*?\b(\w+)\s*\(")
+_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")
+_DECORATED = re.compile(r"((?:^[ \t]*@[^\n]*\n)+)[ \t]*def\s+(\w+)", re.MULTILINE)
+_KERNEL_DECORATOR = re.compile(r"@\s*(?:triton\.)?jit\b|@\s*cute\.kernel\b")
+
+
+def defined_kernels(source: str) -> list[str]:
+    """The kernel names ``source`` defines, in order of appearance, without repeats."""
+    names = [m.group(1) for m in _GLOBAL.finditer(_BOUNDS.sub(" ", source))]
+    names += [m.group(2) for m in _DECORATED.finditer(source) if _KERNEL_DECORATOR.search(m.group(1))]
+    return list(dict.fromkeys(n for n in names if n not in ("void", "static", "inline")))
+
+
+def own_kernels(profiled: list[str], defined: list[str]) -> list[str]:
+    """The profiled kernel names that contain one of the defined names as a word (Triton may append its
+    signature suffix, as in ``softmax_kernel_0d1d2d``)."""
+    pats = [re.compile(rf"(?<![A-Za-z0-9_]){re.escape(d)}(?:_[0-9][0-9a-z]*)*(?![A-Za-z0-9_])") for d in defined]
+    return [p for p in profiled if any(rx.search(p) for rx in pats)]
+
+
+def library_note(profiled: list[str], defined: list[str], kernel_file: str) -> str | None:
+    """The note when no profiled kernel comes from the kernel file (None when one does)."""
+    if not profiled or own_kernels(profiled, defined):
+        return None
+    shown = ", ".join(f"`{n[:80]}`" for n in profiled[:4]) + (" ..." if len(profiled) > 4 else "")
+    where = (f"none of the kernels {kernel_file} defines ({', '.join(defined[:6])})" if defined
+             else f"{kernel_file}, which defines no kernel of its own (no __global__, @triton.jit or @cute.kernel)")
+    return (f"library fallback: every kernel the profile caught in the measured call comes from PyTorch or its "
+            f"libraries, not from {where}; caught: {shown}")

@@ -1,0 +1,41 @@
+"""The manifests between a kernel's process and the checker (file transport, CPU): round trips and refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kernel_loop import handoff
+
+torch = pytest.importorskip("torch")
+
+
+def test_tensors_round_trip_by_file_with_their_dtype_shape_and_values(tmp_path):
+    outs = {"y": torch.randn(3, 5), "b": torch.rand(4) > 0.5, "h": torch.randn(2, 3).to(torch.bfloat16).t()}
+    ins = {"x": torch.arange(12, dtype=torch.int64).reshape(3, 4)}
+    handoff.publish(tmp_path, 0, "0:0", outputs={**outs, "scalar": 3}, inputs=ins)
+    doc = handoff.wait_manifest(tmp_path, 0, 1.0)
+    assert doc["tag"] == "0:0" and doc["values"] == {"scalar": 3}
+    for name, t in outs.items():
+        got = handoff.open_tensor(tmp_path, doc["outputs"][name])
+        assert got.dtype == t.dtype and got.shape == t.shape and torch.equal(got, t)
+    assert torch.equal(handoff.open_tensor(tmp_path, doc["inputs"]["x"]), ins["x"])
+    assert doc["outputs"]["y"]["range"][1] == 60  # the storage's bytes, for the alias check
+
+
+def test_a_manifest_is_plain_json_and_its_file_names_stay_in_the_folder(tmp_path):
+    handoff.publish(tmp_path, 0, "t", outputs={"y": torch.ones(2)})
+    doc = json.loads((tmp_path / "0.json").read_text())  # JSON, never a pickle
+    doc["outputs"]["y"]["file"] = "../../etc/passwd"
+    with pytest.raises(ValueError, match="passwd, which is not a file"):  # looked up inside the folder only
+        handoff.open_tensor(tmp_path, doc["outputs"]["y"])
+    with pytest.raises(ValueError, match="unknown dtype"):
+        handoff.open_tensor(tmp_path, dict(doc["outputs"]["y"], dtype="os.system"))
+
+
+def test_the_checker_stops_waiting_when_the_kernel_process_is_done(tmp_path):
+    handoff.mark_done(tmp_path)
+    with pytest.raises(handoff.KernelEnded):
+        handoff.wait_manifest(tmp_path, 0, 5.0)
+    with pytest.raises(RuntimeError, match="never read check 3"):
+        handoff.wait_ack(tmp_path, 3, 5.0, alive=lambda: False)
