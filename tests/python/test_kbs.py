@@ -503,7 +503,8 @@ def test_schema_json(monkeypatch, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["required_keys"] == ["id", "title", "kind", "symptoms", "architectures", "languages",
                                      "kernel_types", "confidence", "sources"]
-    assert data["optional_keys"] == ["tags", "perf_claims", "related"]
+    assert data["optional_keys"] == ["tags", "perf_claims", "related", "repo", "pr", "merged"]
+    assert data["pr_note_keys"] == ["repo", "pr", "merged"] and "baseline" in data["claim_optional_keys"]
     assert set(data["keys"]) == set(data["required_keys"]) | set(data["optional_keys"])
     voc = data["vocabularies"]
     assert voc["kind"] == list(vocab.KBS_KINDS) and voc["architectures"] == list(vocab.ARCHITECTURES)
@@ -565,3 +566,59 @@ def test_bundled_triton_gemm_on_hopper(bundled, monkeypatch, capsys):
     assert run(argv, monkeypatch) == 0
     top5 = ids(json.loads(capsys.readouterr().out))[:5]
     assert {"triton-tl-dot", "hopper-wgmma"} <= set(top5), top5
+
+
+# --- PR notes -----------------------------------------------------------------------------------
+def pr_note(pid: str, repo: str = "acme/kernels", pr: int = 12, merged: str = "2025-03-04", link: str | None = None,
+            claims: str | None = None, **kw) -> dict:
+    link = link or f"https://github.com/{repo}/pull/{pr}"
+    claims = claims if claims is not None else (
+        "perf_claims:\n  - gpu: H100\n    metric: kernel time\n    value: 1.8x faster\n"
+        f"    dtype: bf16\n    source: {link}\n")
+    return dict(kind="pr-note", confidence="source-reported", sources=[(link, "the change and its numbers")],
+                extra=f"repo: {repo}\npr: {pr}\nmerged: {merged}\n{claims}", **kw)
+
+
+@pytest.mark.parametrize("kw, problem", [
+    ({"link": "https://github.com/acme/kernels/pull/13"}, "the first source must be the PR's own link"),
+    ({"merged": "March 2025"}, "'merged' must be a date"),
+    ({"repo": "kernels"}, "'repo' must be owner/name"),
+    ({"claims": "perf_claims:\n  - gpu: H100\n    metric: time\n    value: faster\n    source: x\n"},
+     "perf claim 1: the value holds no number"),
+    ({"claims": "perf_claims:\n  - gpu: H100\n    metric: time\n    value: 2x\n    source: see the PR\n"},
+     "perf claim 1: the source must be a link"),
+    ({"claims": "perf_claims:\n  - gpu: H100\n    value: 2x\n    source: https://x.org/a\n"}, "perf claim 1 lacks metric"),
+])
+def test_check_catches_each_pr_note_problem(corpus, monkeypatch, capsys, kw, problem):
+    write_page(corpus, "pr-acme-kernels-12", **pr_note("pr-acme-kernels-12", **kw))
+    assert run(["kbs", "check"], monkeypatch) == 1
+    assert problem in capsys.readouterr().out
+
+
+def test_check_refuses_two_notes_on_one_pr_and_pr_keys_on_other_kinds(corpus, monkeypatch, capsys):
+    write_page(corpus, "pr-acme-kernels-12", **pr_note("pr-acme-kernels-12"))
+    write_page(corpus, "pr-acme-kernels-12-again", **pr_note("pr-acme-kernels-12-again", repo="Acme/kernels"))
+    write_page(corpus, "a-pattern", extra="repo: acme/kernels\n")
+    assert run(["kbs", "check"], monkeypatch) == 1
+    out = capsys.readouterr().out
+    assert "kernels#12 already has a note" in out and "'repo' belongs to PR notes (kind pr-note) only" in out
+
+
+def test_repo_confidence_and_claims_filters(corpus, monkeypatch, capsys):
+    write_page(corpus, "pr-acme-kernels-12", **pr_note("pr-acme-kernels-12", body="coalesced loads in softmax"))
+    write_page(corpus, "pr-other-lib-7", **pr_note("pr-other-lib-7", repo="other/lib", pr=7, claims="",
+                                                   body="coalesced loads in softmax"))
+    assert run(["kbs", "query", "coalesced", "--repo", "acme/kernels", "--json"], monkeypatch) == 0
+    assert ids(json.loads(capsys.readouterr().out)) == ["pr-acme-kernels-12"]
+    assert run(["kbs", "query", "coalesced", "--kind", "pr-note", "--has-claims", "--json"], monkeypatch) == 0
+    assert ids(json.loads(capsys.readouterr().out)) == ["pr-acme-kernels-12"]
+    assert run(["kbs", "query", "coalesced", "--confidence", "verified", "--json"], monkeypatch) == 0
+    assert "pr-acme-kernels-12" not in ids(json.loads(capsys.readouterr().out))
+    assert run(["kbs", "query", "x", "--repo", "acme/kernel"], monkeypatch) == 2
+    assert "did you mean acme/kernels" in capsys.readouterr().err
+    assert run(["kbs", "get", "pr-acme-kernels-12"], monkeypatch) == 0
+    out = capsys.readouterr().out
+    assert "repo: acme/kernels" in out and "1.8x faster (kernel time; H100; bf16)" in out
+    assert run(["kbs", "stats"], monkeypatch) == 0
+    out = capsys.readouterr().out
+    assert "repository: acme/kernels 1, other/lib 1" in out and "(6 quote measured numbers)" not in out

@@ -15,6 +15,8 @@ QUERIES = [
     ("memory-bound uncoalesced-global", {"symptoms": ["memory-bound", "uncoalesced-global"]}),
     ("gemm", {"symptoms": ["tensor-cores-unused"], "arch": "sm90", "language": "triton", "kernel_type": "gemm"}),
     ("", {"symptoms": ["register-spills", "occupancy-limited-registers"]}),
+    ("fp8 gemm", {"kind": "pr-note", "repo": "vllm-project/vllm", "has_claims": True}),
+    ("memory-bound", {"symptoms": ["memory-bound", "dram-near-peak"], "exclude_kinds": ["pr-note"]}),
 ]
 
 

@@ -76,13 +76,15 @@ def test_evidence_draft_and_log(tmp_path, monkeypatch, capsys, measured_run):
             assert f"`{key}` {threshold}" in line
 
     log = queries_log(measured_run)
-    assert [x["purpose"] for x in log] == ["kernel", "bottleneck"]
-    kernel_q, bottleneck_q = log
+    assert [x["purpose"] for x in log] == ["kernel", "bottleneck", "precedent"]
+    kernel_q, bottleneck_q, precedent_q = log
+    assert precedent_q["filters"]["kind"] == "pr-note" and precedent_q["filters"]["has_claims"] is True
     assert kernel_q["query"] == "row softmax triton"
-    assert kernel_q["filters"] == {"arch": "sm90", "language": "triton", "kernel_type": "softmax"}
+    assert kernel_q["filters"] == {"arch": "sm90", "language": "triton", "kernel_type": "softmax",
+                                   "exclude_kinds": ["pr-note"]}
     tags = symptoms.by_priority([ncu["bottleneck"]] + [s["tag"] for s in ncu["symptoms"]])
     assert bottleneck_q["filters"] == {"symptoms": tags, "arch": "sm90", "language": "triton",
-                                       "kernel_type": "softmax"}
+                                       "kernel_type": "softmax", "exclude_kinds": ["pr-note"]}
     # the three pages that list a fired tag come first; the others only share the architecture
     assert set(bottleneck_q["hits"][:3]) == {"coalesce-loads", "vector-loads", "spill-fix"}
     for q in log:
@@ -121,14 +123,14 @@ def test_draft_is_rewritten_until_filled_then_protected(tmp_path, monkeypatch, c
     draft = measured_run / "v0" / "kbs_evidence.md"
     assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 0
     assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 0  # markers left: redraft
-    assert len(queries_log(measured_run)) == 4  # appended, never truncated
+    assert len(queries_log(measured_run)) == 6  # appended, never truncated
 
     filled = draft.read_text().replace(TODO, "Chosen by the agent")
     draft.write_text(filled)
     capsys.readouterr()
     assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 2
     assert "--force" in capsys.readouterr().err
-    assert draft.read_text() == filled and len(queries_log(measured_run)) == 4
+    assert draft.read_text() == filled and len(queries_log(measured_run)) == 6
 
     assert run(["kbs", "evidence", str(measured_run), "--force"], monkeypatch) == 0
     assert TODO in draft.read_text()
@@ -178,11 +180,12 @@ def test_evidence_on_the_real_h100_softmax_profile(tmp_path, monkeypatch, capsys
     body = assert_draft_shape(draft.read_text())
     assert ncu["bottleneck"] in body["## NCU Facts"]
     log = queries_log(out)
-    assert [x["purpose"] for x in log] == ["kernel", "bottleneck"]
+    assert [x["purpose"] for x in log] == ["kernel", "bottleneck", "precedent"]
     assert all(x["hits"] for x in log), log
     assert log[1]["filters"]["symptoms"] == symptoms.by_priority([ncu["bottleneck"]] + [s["tag"] for s in ncu["symptoms"]])
     assert all(x["filters"]["arch"] == "sm90" for x in log)  # the recording's cc 9.0
     assert log[0]["hits"][0] == "playbook-softmax"  # run.json says: row softmax, triton
+    assert "Precedents:" in draft.read_text() and "; merged 20" in draft.read_text()  # PR notes with their numbers
     for s in ncu["symptoms"]:
         assert f"- `{s['tag']}`: measured" in body["## NCU Facts"]
     assert all(pid in printed for x in log for pid in x["hits"])
@@ -200,9 +203,9 @@ def test_draft_when_no_page_matches(tmp_path, monkeypatch, measured_run):
     monkeypatch.delenv(kbs_corpus.ENV_PATH, raising=False)
     assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 0
     body = assert_draft_shape((measured_run / "v0" / "kbs_evidence.md").read_text())
-    assert body["## Queries"].count("No page matched this query.") == 2
+    assert body["## Queries"].count("No page matched this query.") == 3
     assert "No candidate page" in body["## Selected Evidence"]
-    assert [x["hits"] for x in queries_log(measured_run)] == [[], []]
+    assert [x["hits"] for x in queries_log(measured_run)] == [[], [], []]
 
 
 def test_candidate_from_both_queries_gives_each_reason_once(tmp_path, monkeypatch, measured_run):

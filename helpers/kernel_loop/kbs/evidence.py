@@ -24,7 +24,7 @@ from ..rundir import RunDir
 from ..sidecars import KBS_EVIDENCE, NCU_JSON
 from ..templating import fmt, render
 from .index import open_index
-from .search import filters_of, log_query, query_command, search
+from .search import filters_of, log_query, query_command, search_filtered
 
 KEY_METRICS = ("duration_us", "sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct",
                "l1_hit_rate_pct", "l2_hit_rate_pct", "achieved_occupancy_pct", "theoretical_occupancy_pct",
@@ -33,6 +33,7 @@ KEY_METRICS = ("duration_us", "sm_throughput_pct", "memory_throughput_pct", "dra
                "tensor_pipe_pct", "fma_pipe_pct")
 MAX_BOTTLENECK_TAGS = 6
 EVIDENCE_HITS = 5
+PRECEDENT_HITS = 3  # merged PRs that made a change for the fired symptoms, with their claimed numbers
 
 
 def arch_of_cc(cc: Any) -> str | None:
@@ -61,6 +62,13 @@ def _why(hit: dict[str, Any], filters: dict[str, Any]) -> list[str]:
     return reasons or ["matches the query text"]
 
 
+def claim_line(c: dict[str, Any]) -> str:
+    """One claimed number as the PR reports it: value, metric, GPU, dtype, shape, against what."""
+    extra = [str(c[k]) for k in ("dtype", "shape") if c.get(k)]
+    against = f", vs {c['baseline']}" if c.get("baseline") else ""
+    return f"{c.get('value')} ({c.get('metric')}; {c.get('gpu')}{'; ' + '; '.join(extra) if extra else ''}{against})"
+
+
 def _dedupe_words(text: str) -> str:
     return " ".join(dict.fromkeys(text.split()))
 
@@ -76,15 +84,18 @@ def _run_queries(rd: RunDir, ncu: dict[str, Any], cfg: Any, arch: str | None,
 
     conn = open_index(corpus)
     queries = []
+    no_notes = ("pr-note",)  # the pattern queries; PR notes answer the precedent query
     specs = [
         ("kernel", _dedupe_words(" ".join(str(getattr(cfg, key) or "") for key in ("kernel", "kernel_type", "impl"))),
-         filters_of(arch=arch, language=impl, kernel_type=ktype)),
-        ("bottleneck", " ".join(tags), filters_of(symptoms=tags, arch=arch, language=impl, kernel_type=ktype)),
+         filters_of(arch=arch, language=impl, kernel_type=ktype, exclude_kinds=no_notes)),
+        ("bottleneck", " ".join(tags), filters_of(symptoms=tags, arch=arch, language=impl, kernel_type=ktype,
+                                                  exclude_kinds=no_notes)),
+        ("precedent", " ".join(tags), filters_of(symptoms=tags, arch=arch, language=impl, kernel_type=ktype,
+                                                 kind="pr-note", has_claims=True)),
     ]
     for purpose, terms, filters in specs:
-        hits = search(conn, terms, symptoms=filters.get("symptoms", ()), arch=filters.get("arch"),
-                      language=filters.get("language"), kernel_type=filters.get("kernel_type"),
-                      limit=EVIDENCE_HITS) if (terms or filters) else []
+        limit = PRECEDENT_HITS if purpose == "precedent" else EVIDENCE_HITS
+        hits = search_filtered(conn, terms, filters, limit) if (terms or filters.get("symptoms")) else []
         command = query_command(terms, filters, corpus)
         log_query(rd, purpose, terms, filters, hits, command)
         queries.append({"purpose": purpose, "terms": terms, "filters": filters, "command": command,
@@ -93,9 +104,11 @@ def _run_queries(rd: RunDir, ncu: dict[str, Any], cfg: Any, arch: str | None,
 
 
 def _candidates(queries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every page either query returned, once, with the reasons and the queries that found it."""
+    """Every page the pattern queries returned, once, with the reasons and the queries that found it."""
     candidates: dict[str, dict[str, Any]] = {}
     for q in queries:
+        if q["purpose"] == "precedent":
+            continue
         for h in q["hits"]:
             c = candidates.setdefault(h["id"], {**h, "why": [], "queries": []})
             c["queries"].append(q["purpose"])
@@ -147,6 +160,8 @@ def draft_evidence(rd: RunDir, *, corpus: list[str], force: bool = False) -> tup
         bottleneck_why=vocab.BOTTLENECK_CLASSES.get(ncu.get("bottleneck") or "", ""),
         n_kernels=len(ncu.get("kernels") or []), key_metrics=key_metrics, fired=fired_view,
         queries=queries, candidates=_candidates(queries),
+        precedents=[dict(h, claims=[claim_line(c) for c in h.get("perf_claims") or []])
+                    for q in queries if q["purpose"] == "precedent" for h in q["hits"]],
     )
     atomic_write_text(target, mark_draft(text))
     return target, queries

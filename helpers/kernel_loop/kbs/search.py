@@ -13,7 +13,9 @@ higher and one matching none can still rank on its text:
 * ``tags``: the share of the given tags the page lists;
 * always: a small prior for pages that many other pages link to.
 
-``kind`` is the one hard filter.  Ties go to the more confident page, then to the smaller id.
+Hard filters: ``kind`` (only that kind), ``exclude_kinds`` (none of these), ``repo`` (PR notes on that
+repository), ``confidence`` (only that level) and ``has_claims`` (only pages quoting a measured
+number, ``perf_claims``).  Ties go to the more confident page, then to the smaller id.
 
 Every query a run relies on is appended to ``vK/kbs_queries.jsonl`` with the exact command that
 re-runs it (``log_query``, ``query_command``).
@@ -42,7 +44,7 @@ W_SYMPTOMS, W_FOCUS, W_ARCH, W_LANG, W_KTYPE, W_TAG, W_LINKS = 2.0, 0.5, 0.3, 0.
 SPECIFIC_SYMPTOMS = 5  # pages listing more symptoms than this get a damped symptom boost
 GENERALITY = 0.3  # share of a filter's weight that broad pages get when that filter is not given
 CONFIDENCE_RANK = {c: i for i, c in enumerate(vocab.CONFIDENCE)}
-PURPOSES = ("kernel", "bottleneck", "extra")
+PURPOSES = ("kernel", "bottleneck", "precedent", "extra")
 
 
 def fts_expression(terms: str) -> str:
@@ -104,14 +106,19 @@ def search(
     kind: str | None = None,
     tags: list[str] | tuple[str, ...] = (),
     limit: int = 10,
+    exclude_kinds: list[str] | tuple[str, ...] = (),
+    repo: str | None = None,
+    confidence: str | None = None,
+    has_claims: bool = False,
 ) -> list[dict[str, Any]]:
     """Ranked hits; see the module docstring for the scoring."""
     expr = fts_expression(terms or "")
     symptoms = list(dict.fromkeys(symptoms))
     soft = bool(symptoms or arch or language or kernel_type or tags)
-    if not expr and not (soft or kind):
+    hard = bool(kind or repo or confidence or has_claims)
+    if not expr and not (soft or hard):
         raise UsageError("give search terms or at least one filter (--symptom, --arch, --language, "
-                         "--kernel-type, --kind, --tag)")
+                         "--kernel-type, --kind, --tag, --repo, --confidence, --has-claims)")
     pages = all_pages(conn)
     text: dict[int, float] = {}
     if expr:
@@ -129,7 +136,11 @@ def search(
 
     hits = []
     for p in pages:
-        if kind and p.get("kind") != kind:
+        if (kind and p.get("kind") != kind) or p.get("kind") in exclude_kinds:
+            continue
+        if repo and str(p.get("repo") or "").lower() != repo.lower():
+            continue
+        if (confidence and p.get("confidence") != confidence) or (has_claims and not p.get("perf_claims")):
             continue
         page_syms = as_list(p.get("symptoms"))
         matched = [s for s in symptoms if s in page_syms]
@@ -140,7 +151,7 @@ def search(
             sum(w * _fit(v, as_list(p.get(field)), voc) for w, v, field, voc in dims if v),
         ]
         t = text.get(p["rowid"], 0.0) / best_text
-        if not (t > 0 or any(boosts) or (not expr and not soft)):
+        if not (t > 0 or any(boosts) or (not expr and not soft)):  # hard filters alone list every page they keep
             continue
         boosts.append(sum(w * _fit(None, as_list(p.get(field)), voc) for w, v, field, voc in dims if not v))
         boosts.append(W_LINKS * math.log1p(p["inlinks"]) / max_links)
@@ -156,6 +167,10 @@ def search(
             "languages": as_list(p.get("languages")),
             "kernel_types": as_list(p.get("kernel_types")),
             "sources": [s for s in (p.get("sources") or []) if isinstance(s, dict)],
+            "repo": p.get("repo"),
+            "pr": p.get("pr"),
+            "merged": p.get("merged"),
+            "perf_claims": [c for c in (p.get("perf_claims") or []) if isinstance(c, dict)],
             "path": p["path"],
             "line": p["line"],
             "_rowid": p["rowid"],
@@ -186,21 +201,34 @@ def get(page_id: str, extra_roots: list[str] | None = None) -> dict[str, Any] | 
 
 
 def corpus_stats(pages: list[dict[str, Any]]) -> dict[str, Any]:
-    """Page counts by kind, symptom, architecture, language, kernel type and confidence."""
-    out: dict[str, Any] = {"pages": len(pages)}
-    for key, field in (("kind", "kind"), ("symptom", "symptoms"), ("architecture", "architectures"),
-                       ("language", "languages"), ("kernel_type", "kernel_types"), ("confidence", "confidence")):
+    """Page counts by kind, repository (PR notes), symptom, architecture, language, kernel type and
+    confidence, and how many pages quote a measured number."""
+    out: dict[str, Any] = {"pages": len(pages), "with_perf_claims": sum(1 for p in pages if p.get("perf_claims"))}
+    for key, field in (("kind", "kind"), ("repository", "repo"), ("symptom", "symptoms"),
+                       ("architecture", "architectures"), ("language", "languages"),
+                       ("kernel_type", "kernel_types"), ("confidence", "confidence")):
         counts = Counter(v for p in pages for v in as_list(p.get(field)))
         out[key] = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     return out
 
 
 # --- the query log ---------------------------------------------------------------------------
-def filters_of(symptoms=(), arch=None, language=None, kernel_type=None, kind=None, tags=()) -> dict[str, Any]:
+def filters_of(symptoms=(), arch=None, language=None, kernel_type=None, kind=None, tags=(), *,
+               exclude_kinds=(), repo=None, confidence=None, has_claims=False) -> dict[str, Any]:
     """The filters that were given, as logged in kbs_queries.jsonl."""
     given = {"symptoms": list(symptoms), "arch": arch, "language": language,
-             "kernel_type": kernel_type, "kind": kind, "tags": list(tags)}
+             "kernel_type": kernel_type, "kind": kind, "tags": list(tags), "exclude_kinds": list(exclude_kinds),
+             "repo": repo, "confidence": confidence, "has_claims": bool(has_claims)}
     return {k: v for k, v in given.items() if v}
+
+
+def search_filtered(conn: sqlite3.Connection, terms: str, filters: dict[str, Any], limit: int) -> list[dict[str, Any]]:
+    """``search`` with the filters as ``filters_of`` gives them (what the query log records)."""
+    return search(conn, terms, symptoms=filters.get("symptoms", ()), arch=filters.get("arch"),
+                  language=filters.get("language"), kernel_type=filters.get("kernel_type"), kind=filters.get("kind"),
+                  tags=filters.get("tags", ()), limit=limit, exclude_kinds=filters.get("exclude_kinds", ()),
+                  repo=filters.get("repo"), confidence=filters.get("confidence"),
+                  has_claims=bool(filters.get("has_claims")))
 
 
 def _quote(s: str) -> str:
@@ -215,9 +243,13 @@ def query_command(terms: str, filters: dict[str, Any], corpus: list[str]) -> str
     parts += ["query", _quote(terms)]
     for s in filters.get("symptoms", []):
         parts += ["--symptom", s]
-    for key in ("arch", "language", "kernel_type", "kind"):
+    for key in ("arch", "language", "kernel_type", "kind", "repo", "confidence"):
         if filters.get(key):
             parts += [f"--{key.replace('_', '-')}", filters[key]]
+    for k in filters.get("exclude_kinds", []):
+        parts += ["--exclude-kind", k]
+    if filters.get("has_claims"):
+        parts.append("--has-claims")
     for t in filters.get("tags", []):
         parts += ["--tag", _quote(t)]
     return " ".join(parts)

@@ -23,7 +23,7 @@ from .. import vocab
 from ..common import UsageError, progress
 from ..kbs import corpus, index, schema, search
 from ..kbs.corpus import ENV_PATH
-from ..kbs.evidence import draft_evidence
+from ..kbs.evidence import claim_line, draft_evidence
 from ..prose import TODO
 from ..rundir import RunDir
 
@@ -47,6 +47,8 @@ def _print_hit(i: int, h: dict[str, Any]) -> None:
         print(f"   {h['excerpt']}")
     for s in h["sources"]:
         print(f"   source: {s.get('url')}")
+    for c in h.get("perf_claims") or []:
+        print(f"   claim: {claim_line(c)}")
 
 
 def cmd_query(args) -> int:
@@ -58,11 +60,18 @@ def cmd_query(args) -> int:
     roots = _corpus_args(args)
     rd = RunDir.open(args.log) if args.log else None
     conn = index.open_index(roots)
-    hits = search.search(conn, terms, symptoms=args.symptom or [], arch=args.arch, language=args.language,
-                         kernel_type=args.kernel_type, kind=args.kind, tags=args.tag or [], limit=args.limit)
+    if args.repo:
+        repos = sorted({str(p.get("repo")) for p in index.all_pages(conn) if p.get("repo")})
+        if args.repo.lower() not in {r.lower() for r in repos}:
+            close = difflib.get_close_matches(args.repo, repos, n=3, cutoff=0.4)
+            raise UsageError(f"--repo {args.repo}: no PR note names that repository"
+                             + (f" (did you mean {', '.join(close)}?)" if close else f"; {len(repos)} do: "
+                                f"{', '.join(repos[:8])}{' ...' if len(repos) > 8 else ''}"))
+    filters = search.filters_of(args.symptom or [], args.arch, args.language, args.kernel_type, args.kind,
+                                args.tag or [], exclude_kinds=args.exclude_kind or [], repo=args.repo,
+                                confidence=args.confidence, has_claims=args.has_claims)
+    hits = search.search_filtered(conn, terms, filters, args.limit)
     if rd is not None:
-        filters = search.filters_of(args.symptom or [], args.arch, args.language, args.kernel_type, args.kind,
-                                    args.tag or [])
         path = search.log_query(rd, args.purpose, terms, filters, hits,
                                 search.query_command(terms, filters, roots))
         progress(f"query logged to {path}")
@@ -87,15 +96,19 @@ def cmd_get(args) -> int:
         return 0
     print(f"# {page.get('title')}  ({page['id']})")
     print(f"path: {page['path']}:{page['line']}")
-    for key in ("kind", "confidence", "symptoms", "architectures", "languages", "kernel_types", "tags", "related"):
+    for key in ("kind", "repo", "pr", "merged", "confidence", "symptoms", "architectures", "languages",
+                "kernel_types", "tags", "related"):
         value = page.get(key)
         if value:
             print(f"{key}: {', '.join(map(str, value)) if isinstance(value, list) else value}")
     print("sources:")
     for s in page.get("sources") or []:
         print(f"  - {s.get('url')}  ({s.get('supports')})" if isinstance(s, dict) else f"  - {s}")
-    for c in page.get("perf_claims") or []:
-        print(f"perf claim: {json.dumps(c, default=str)}")
+    claims = page.get("perf_claims") or []
+    if claims:
+        print("perf claims (as the source reports them):")
+    for c in claims:
+        print(f"  - {claim_line(c)}  [{c.get('source')}]" if isinstance(c, dict) else f"  - {c}")
     print()
     print(page["body"].strip())
     return 0
@@ -106,9 +119,9 @@ def cmd_stats(args) -> int:
     if args.json:
         print(json.dumps(stats, indent=2))
         return 0
-    print(f"pages: {stats['pages']}")
+    print(f"pages: {stats['pages']} ({stats['with_perf_claims']} quote measured numbers)")
     for key, counts in stats.items():
-        if key != "pages":
+        if isinstance(counts, dict):
             print(f"{key}: " + (", ".join(f"{k} {n}" for k, n in counts.items()) or "-"))
     return 0
 
@@ -191,6 +204,11 @@ def register(subparsers) -> None:
     q.add_argument("--kernel-type", choices=vocab.KERNEL_TYPES, help="favour pages for this kernel family (soft)")
     q.add_argument("--kind", choices=vocab.KBS_KINDS, help="only pages of this kind (hard filter)")
     q.add_argument("--tag", action="append", metavar="T", help="a free keyword the page lists (repeatable)")
+    q.add_argument("--exclude-kind", action="append", choices=vocab.KBS_KINDS, metavar="KIND",
+                   help="leave out pages of this kind (hard filter, repeatable)")
+    q.add_argument("--repo", metavar="OWNER/NAME", help="only PR notes on this repository (hard filter)")
+    q.add_argument("--confidence", choices=vocab.CONFIDENCE, help="only pages of this confidence (hard filter)")
+    q.add_argument("--has-claims", action="store_true", help="only pages that quote a measured number (perf_claims)")
     q.add_argument("--limit", type=int, default=10, help="how many hits to print (default 10)")
     q.add_argument("--json", action="store_true", help="print the hits as a JSON list")
     q.add_argument("--log", metavar="OUT", help="append the query to OUT/vK/kbs_queries.jsonl (current version)")
