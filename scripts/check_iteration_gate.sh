@@ -557,6 +557,8 @@ check_5_state() {
   if ((FINAL)); then
     if [[ $STATE == "$K" ]]; then
       pass "current_iteration.txt names v$K"
+    elif [[ -z $STATE ]] && ((K == 0)); then
+      pass "v0 is the final version ($FINAL_WHY): no transition gate comes before it"
     elif [[ -z $STATE ]]; then
       fail "current_iteration.txt is missing: the final audit needs every transition gate v0..v$((K - 1)) passed first"
     else

@@ -249,3 +249,12 @@ hold_lock() {
   run gate "$OUT/v1" --final
   assert_only_failure "v1 is not the final version: the run's final version is v3 (run.json iterations)"
 }
+
+@test "a run finished at v0 passes its final audit without a state file; a later version still needs it" {
+  RUN_ITERATIONS=3 advance_to 0
+  run gate "$OUT/v0" --final
+  assert_only_failure "v0 is not the final version: the run's final version is v3 (run.json iterations)"
+  printf '{"schema": 1, "version": "v0", "planned_final": "v3", "reason": "a baseline check"}\n' >"$OUT/finish.json"
+  run -0 gate "$OUT/v0" --final
+  [[ ! -e $OUT/current_iteration.txt ]]
+}

@@ -155,7 +155,7 @@ def collect(rd: RunDir) -> dict[str, Any]:
             "occupancy": dig(ncu, "metrics", "achieved_occupancy_pct"),
             "registers": dig(ncu, "metrics", "registers_per_thread"), "bottleneck": dig(ncu, "bottleneck"),
             "hypothesis": hyp, "hits": query_hits(vdir) if vdir.is_dir() else [],
-            "library_fallback": dig(ncu, "library_fallback"),
+            "library_fallback": (ncu or {}).get("library_fallback") if isinstance(ncu, dict) else None,
             "ncu": ncu, "corr": corr,
         })
     for v in versions:
