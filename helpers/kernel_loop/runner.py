@@ -207,6 +207,16 @@ class CheckedOutcome:
         res = self.checker.result or {}
         return {c["tag"]: c for c in res.get("checks", [])}
 
+    def failure_of(self, tag: str) -> str | None:
+        """Why check ``tag`` failed (the kernel's error, or its first failing row), "no verdict" when the
+        checker gave none, None when it passed."""
+        from .compare import first_failure
+
+        v = self.verdicts.get(tag)
+        if v is None:
+            return "the checker gave no verdict"
+        return v.get("error") or first_failure(v.get("rows") or [])
+
     def checker_failure(self) -> str | None:
         """Why the checker gave no verdicts (None when it finished)."""
         why = self.checker.failure()

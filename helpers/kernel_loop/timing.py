@@ -108,10 +108,6 @@ def bind() -> _Primitives:
     return _P
 
 
-def perf_counter() -> float:
-    return bind().perf_counter()
-
-
 def _ns_per_cycle(p: _Primitives) -> float:
     """How long one cycle of the sleep kernel lasts on this device, measured once per process."""
     if p.ns_per_cycle is None:

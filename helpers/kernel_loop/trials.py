@@ -379,7 +379,8 @@ def flashinfer_missing(ref) -> str | None:
     """Why the FlashInfer baseline cannot run (None when it can), with what to do about it."""
     from . import loader
 
-    if not loader.accepts_baseline(ref.reference if hasattr(ref, "reference") else (lambda: None)):
+    fn = getattr(ref, "reference", None)
+    if not callable(fn) or not loader.accepts_baseline(fn):
         return ("ref.py's reference() takes no 'baseline' argument (see references/kernel_abi.md: "
                 "reference(..., baseline=None) that calls FlashInfer when baseline == 'flashinfer')")
     try:

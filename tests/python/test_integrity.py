@@ -181,6 +181,12 @@ def test_an_output_that_is_a_view_of_an_input_fails(tmp_path):
     assert all("shares memory with the input 'x'" in r["note"] for r in _rows(data))
 
 
+def test_an_output_that_views_an_input_at_an_offset_fails(tmp_path):
+    rc, data, _md = _correctness(tmp_path, "ref_drop_first_row.py", "cheat_drop_first_row_view.py", "N=64")
+    assert rc == 1
+    assert all("shares memory with the input 'x'" in r["note"] for r in _rows(data))
+
+
 def test_unwritten_elements_fail_even_where_the_reference_is_nan(tmp_path):
     rc, data, _md = _correctness(tmp_path, "ref_sqrt_into.py", "cheat_sqrt_skip_negative.py", "N=4096")
     assert rc == 1

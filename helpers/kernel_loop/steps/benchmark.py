@@ -48,7 +48,7 @@ from ..common import (
     warn,
     write_json,
 )
-from ..compare import describe_tolerances, first_failure
+from ..compare import describe_tolerances
 from ..loader import device_for
 from ..rundir import RunDir, gate_script, parse_version
 from ..runner import benchmark_checks, run_checked, run_child
@@ -349,15 +349,11 @@ def measure_all(spec: dict[str, Any], cfg, timeout: float) -> dict[str, Any]:
     why = both.checker_failure()
     if why:
         raise MeasuredFailure(f"the benchmark's checks got no verdict: {why}")
-    verdicts = both.verdicts
     for item in kres["items"]:
-        judged = [verdicts.get(f"{item['name']}:{when}") for when in ("before", "after", "fresh")]
-        whys = [None if v is None else (v.get("error") or first_failure(v.get("rows", []))) for v in judged]
-        item["correct"] = judged[0] is not None and whys[0] is None
-        item["correct_after"] = all(v is not None for v in judged[1:]) and whys[1] is None and whys[2] is None
-        if whys[2] and not whys[1]:
-            whys[2] = f"with fresh inputs after the timed calls: {whys[2]}"
-        item["error"] = next((w for w in whys if w), None) or (None if all(judged) else "the checker gave no verdict")
+        before, after, fresh = (both.failure_of(f"{item['name']}:{when}") for when in ("before", "after", "fresh"))
+        item["correct"], item["correct_after"] = before is None, after is None and fresh is None
+        fresh = fresh and f"with fresh inputs after the timed calls: {fresh}"
+        item["error"] = before or after or fresh
     base = run_child("baselines", dict(spec, kernel=spec["solution"]["kernel"]), timeout)
     if base.result and base.result.get("usage"):
         raise UsageError(base.result["error"])

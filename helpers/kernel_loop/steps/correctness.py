@@ -75,13 +75,10 @@ def merge_verdicts(both, device: str) -> dict[str, Any]:
     verdicts = both.verdicts
     for shape in res["shapes"]:
         for t in shape["trials"]:
-            v = verdicts.get(t.get("tag"), {})
+            v = verdicts.get(t.get("tag")) or {"rows": [{"name": "(no verdict)", "passed": False, "mismatches": 0,
+                                                           "numel": 0, "note": "the checker gave no verdict on this trial"}]}
             t["outputs"] = v.get("rows") or []
-            t["passed"] = bool(t["outputs"]) and all(r["passed"] for r in t["outputs"]) and not v.get("error")
-            if not v:
-                t["passed"] = False
-                t["outputs"] = [{"name": "(no verdict)", "passed": False, "mismatches": 0, "numel": 0,
-                                 "note": "the checker gave no verdict on this trial"}]
+            t["passed"] = both.failure_of(t.get("tag")) is None and bool(t["outputs"])
             res["warnings"] += [w for w in v.get("warnings", []) if w not in res["warnings"]]
     res["error"] = both.kernel.failure() or res.get("error") or both.checker_failure()
     return res

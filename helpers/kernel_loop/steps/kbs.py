@@ -232,7 +232,9 @@ def register(subparsers) -> None:
         "kebab-case ids unique across every file and folder (a file holding one page is named after its "
         "id; the pages of a file named after a kind are of that kind), sources with http(s) urls and "
         "'supports', internal links (related and [text](kbs:id)) that resolve, a body of at least "
-        f"{schema.MIN_BODY_CHARS} characters with every code fence closed. Prints 'where: problem' lines "
+        f"{schema.MIN_BODY_CHARS} characters with every code fence closed; PR notes (kind pr-note) with repo, pr "
+        "and merged, the PR's own link as first source, one note per PR, and perf claims whose fields are "
+        "complete and whose value holds a number. Prints 'where: problem' lines "
         "(the file, or file:line (id) for a page of a multi-page file) and exits 1 if there is any.",
     )
     c.set_defaults(func=cmd_check)
@@ -245,10 +247,11 @@ def register(subparsers) -> None:
     sc.set_defaults(func=cmd_schema)
 
     e = sub.add_parser(
-        "evidence", parents=[common], help="run the kernel and bottleneck queries; draft vK/kbs_evidence.md",
+        "evidence", parents=[common], help="run the kernel, bottleneck and precedent queries; draft vK/kbs_evidence.md",
         description="For the current version K: read vK/ncu.json and run.json, run the 'kernel' query "
-        "(kernel name, type, language) and the 'bottleneck' query (bottleneck class and fired symptoms), "
-        f"append both to vK/kbs_queries.jsonl and draft vK/kbs_evidence.md with {TODO} markers for the "
+        "(kernel name, type, language) and the 'bottleneck' query (bottleneck class and fired symptoms) over "
+        "the pattern pages, and the 'precedent' query (the same symptoms over PR notes with claimed numbers), "
+        f"append them to vK/kbs_queries.jsonl and draft vK/kbs_evidence.md with {TODO} markers for the "
         "agent. A kbs_evidence.md that differs from the helper's own draft (it holds your text) is never "
         "overwritten without --force.",
         epilog="Exit codes: 0 drafted, 2 refused (no current ncu.json, or a draft with your text and no --force).",

@@ -363,17 +363,15 @@ def _check_correctness(vdir: Path, kernel: Path) -> None:
 def timing_run(spec: dict, kernel: Path, cfg: RunConfig, timeout: float) -> dict[str, Any]:
     """The timing child, then its after-timing call judged by the checker; the statistics are recomputed
     here from the raw samples (the kernel's process only measured them)."""
-    from ..compare import first_failure
     from ..timing import summarize
 
     both = run_checked("time", spec, [fresh_check("solution", str(kernel), dict(cfg.dims), cfg.seed)], timeout)
     both.raise_usage()
     timed = both.kernel.checked("the timing run")
     why = both.checker_failure()
-    verdict = both.verdicts.get("solution:fresh")
-    if why or not verdict:
-        raise MeasuredFailure(f"the timing run's after-timing check got no verdict: {why or 'none given'}")
-    what = verdict.get("error") or first_failure(verdict.get("rows", []))
+    if why:
+        raise MeasuredFailure(f"the timing run's after-timing check got no verdict: {why}")
+    what = both.failure_of("solution:fresh")
     if what:
         raise MeasuredFailure(f"the timing run failed: the kernel is wrong with fresh inputs after the timed calls: "
                               f"{what}: its timing cannot stand")
