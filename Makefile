@@ -29,7 +29,7 @@ node_modules/.ready: package.json package-lock.json
 lint: setup
 	$(VENV)/bin/shellcheck -x scripts/*.sh .ci/run tests/validate_skill.sh tests/skill_pack.sh tests/gate/*.bash
 	$(VENV)/bin/shellcheck -x --shell=bash tests/gate/*.bats
-	$(VENV)/bin/ruff check helpers tests
+	$(VENV)/bin/ruff check helpers tests examples
 
 skill-check: setup
 	bash tests/validate_skill.sh

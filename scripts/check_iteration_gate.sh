@@ -13,6 +13,11 @@ readonly PROG=check_iteration_gate
 readonly HYP_HEADINGS='Version:|Current evidence:|Decision link:|Single change:|Rationale:|Expected metric movement:|Risk:|Evidence used:|Decision rule:'
 readonly KBS_HEADINGS='# KBS Evidence|## NCU Facts|## Queries|## Selected Evidence|## Rejected / Limits|## Decision Link'
 readonly TODO_MARK='TODO(kernel-loop)'
+readonly RECORDS=records.log
+readonly ZERO_HASH=0000000000000000000000000000000000000000000000000000000000000000
+declare -A R=()      # the records: R["<n>.<field>"], n = 1..REC_N (load_records)
+declare -a REC_LINE=()
+REC_N=0 REC_OK=0 REC_TAIL=''
 
 usage() {
   cat <<'EOF'
@@ -31,7 +36,7 @@ Options:
   --final       final audit of v0..vN: every version must pass its checks and
                 current_iteration.txt must name vN; nothing is written
   --structural  run only the structural checks 1-7 (files, headings, kernel,
-                state, drift); skips the content checks 8-12.  Read-only: it
+                state, drift); skips the content checks 8-15.  Read-only: it
                 never writes current_iteration.txt, not even the first v0 state
                 (kernel-loop status uses it to ask where the run stands)
   --verbose     also print a [PASS] line for every check that passed
@@ -50,12 +55,15 @@ Checks (each failure prints one "[FAIL] vK: ..." line saying what to fix):
      "## Rejected / Limits", "## Decision Link" (lines inside ``` fences are
      ignored).
   4  exactly one kernel file: kernel.py or kernel.cu (not both), else the one
-     .py/.cu file other than ref.py; non-empty, not a symbolic link; for
+     .py/.cu file other than ref.py; its name only letters, digits, '.', '_'
+     and '-'; no other source file beside it (.py .cu .cuh .h .hpp .cpp .cc
+     .c .so .ptx .cubin; ref.py is fine); non-empty, not a symbolic link; for
      K > 0 its bytes differ from the previous version's kernel.  A version
      directory that is a symbolic link fails too.
   5  state: current_iteration.txt must name vK (transition) or vN (final).
-     The final version N is finish.json's "version" when the run finished
-     early (kernel-loop finish), else run.json's "iterations": the
+     The final version N is the last signed finish record's version (kernel-
+     loop finish) or extend record's iterations (kernel-loop extend), else
+     run.json's "iterations"; a finish.json without a finish record fails: the
      transition gate refuses vN, and --final refuses any other version.
      The first v0 transition gate creates it with "v0" when it is absent;
      with --structural an absent state passes for v0 and nothing is created.
@@ -69,20 +77,47 @@ Checks (each failure prints one "[FAIL] vK: ..." line saying what to fix):
      Every Result line present must pass; lines inside ``` or ~~~ fences
      and indented code blocks (4 spaces or a tab) are ignored.
   9  no TODO(kernel-loop) left in kbs_evidence.md or hypothesis.txt; every
-     hypothesis heading and every "##" section of kbs_evidence.md has a
-     non-blank line before the next heading.
+     hypothesis heading and every "##" section of kbs_evidence.md has real
+     text before the next heading: at least 4 letters besides filler words
+     (TBD, TBA, todo, n/a, none, fixme, xxx, placeholder, ...).
   10 the kernel differs from the previous version beyond whitespace and
      comments. Approximation: .py drops everything from "#" to the end of the
      line and all whitespace except indentation; .cu drops "//" to the end of
      the line, "/* ... */" blocks and all whitespace. Comment markers inside
      string literals are treated as comments too; docstrings count as code.
-  11 provenance: vK/measured.sha256 (sha256sum format, paths relative to vK)
-     lists the kernel file, correctness.md, ncu_summary.md, ncu_details.md
-     and ../run.json; no path is absolute or leaves <out> (../run.json is
-     fine, ../../x is not); every listed file still has its recorded hash; the
-     ../run.json hash equals the one v0 recorded (final: for every version).
-  12 vK/kbs_queries.jsonl has a "purpose": "kernel" line and a
-     "purpose": "bottleneck" line.
+  11 provenance: records.log holds a signed correctness record of vK that
+     says PASS and a signed profile record, each for the kernel as it is now,
+     with init's ref.py and run.json, on the run's device (cuda:<gpu>; a
+     CPU-mode result never counts for a GPU run), and the files they wrote
+     (correctness.md/.json, ncu.json, ncu_summary.md, ncu_details.md)
+     unchanged since.
+  12 vK/kbs_queries.jsonl: every line is a JSON object, there is a
+     "purpose": "kernel" and a "purpose": "bottleneck" line, and the file is
+     the one a signed kbs record (kernel-loop kbs) names.
+  13 records.log: the record key is there (outside <out>), every line is the
+     next link of the hash chain and its HMAC-SHA256 verifies; the first record
+     is init's, and ref.py and run.json still have the hashes it recorded.
+  14 hypothesis.txt: Version: names vK; at least one line under Expected
+     metric movement: parses as a prediction, and one is on duration (or
+     event_median_us); every
+     id under Evidence used: is a page that vK's logged queries returned.
+  15 frozen decisions: every version before vK (final: before vN) has exactly
+     one signed gate record, so no version was skipped or re-gated, and its
+     hypothesis.txt, kbs_evidence.md and kernel are unchanged since that gate
+     passed.  With check 5, current_iteration.txt must name the version after
+     the last gate record, and (check 11) each version's records must come
+     after the previous version's gate record: a version measured before the
+     previous decision was frozen fails.
+  A transition that changes more than one launch or tuning value (num_warps,
+  num_stages, BLOCK/TILE/WARPS/STAGES/THREADS names, grid, <<<...>>>, template
+  arguments) prints a [WARN] line naming them; it never fails.
+
+  The record key is $KERNEL_LOOP_RECORD_KEY, else
+  ${XDG_CONFIG_HOME:-~/.config}/kernel-loop/record.key; the format of
+  records.log and the threat model are in references/artifacts.md.  A passed
+  transition gate appends its own signed gate record before it writes the
+  state.  --structural reads records.log without verifying it and skips
+  checks 8-15.
   The gate holds flock(1) on <out>/.gate.lock while it checks and writes
   (wait limit GATE_LOCK_TIMEOUT seconds, default 120) and writes the state
   through a temporary file in <out> and mv, so concurrent gates are safe.
@@ -199,44 +234,178 @@ first_missing_heading() {
     END { if (i <= n) print H[i] }' "$3"
 }
 
-# Print every heading/section whose body has no non-blank line (check 9).
+# Print every heading/section whose body holds no real text (check 9): a body counts when its words,
+# filler words aside (tbd, tba, todo, n/a, na, none, nothing, fixme, xxx, placeholder, ...), hold at least
+# 4 letters; a fenced block counts.  Version: is exempt (check 14 reads it).
 empty_sections() {
   awk -v hs="$1" -v md="$2" '
-    BEGIN { n = split(hs, H, "|"); for (j = 1; j <= n; j++) isH[H[j]] = 1 }
+    BEGIN { n = split(hs, H, "|"); for (j = 1; j <= n; j++) isH[H[j]] = 1
+            nf = split("tbd tba todo n/a na none nothing fixme xxx placeholder same above idem etc", F, " ")
+            for (j = 1; j <= nf; j++) filler[F[j]] = 1 }
+    function real(text,   w, m, j, letters) {
+      m = split(tolower(text), w, /[^a-z0-9\/]+/); letters = 0
+      for (j = 1; j <= m; j++) if (!(w[j] in filler)) { gsub(/[^a-z]/, "", w[j]); letters += length(w[j]) }
+      return letters >= 4
+    }
+    function close_section() { if (cur != "" && cur != "Version:" && !body && !real(text)) print cur }
     { sub(/\r$/, ""); t = $0; sub(/[ \t]+$/, "", t)
       if (md && t ~ /^```/) { fence = !fence; body = 1; next }
       head = md ? (!fence && t ~ /^##?[ \t]/) : (t in isH)
-      if (head) { if (cur != "" && !body) print cur; cur = (md && t ~ /^# /) ? "" : t; body = 0; next }
-      if (t ~ /[^ \t]/) body = 1 }
-    END { if (cur != "" && !body) print cur }' "$3"
+      if (head) { close_section(); cur = (md && t ~ /^# /) ? "" : t; body = 0; text = ""; next }
+      text = text " " t }
+    END { close_section() }' "$3"
 }
 
-# Parse vdir/measured.sha256 into M_PATH[]/M_HASH[]; M_BAD counts malformed lines.
-parse_manifest() {
-  local line re='^\\?([0-9a-fA-F]{64}) [ *](.+)$' p
-  M_PATH=() M_HASH=() M_BAD=0
-  [[ -f $1/measured.sha256 ]] || return 1
+# --- signed records (records.log; format in references/artifacts.md) -------------------------
+# The key: $KERNEL_LOOP_RECORD_KEY names its file, else ${XDG_CONFIG_HOME:-$HOME/.config}/kernel-loop/record.key:
+# 64 hex characters, the 32 bytes of an HMAC-SHA256 key.  HMAC is computed here with sha256sum alone
+# (RFC 2104: sha256((K ^ opad) || sha256((K ^ ipad) || message))), so the key never appears in a process list.
+key_file() {
+  if [[ -n ${KERNEL_LOOP_RECORD_KEY:-} ]]; then printf '%s' "$KERNEL_LOOP_RECORD_KEY"
+  else printf '%s' "${XDG_CONFIG_HOME:-$HOME/.config}/kernel-loop/record.key"; fi
+}
+
+# Sets IPAD, OPAD (printf escape strings of the padded key) and KEY_ID, or KEY_ERR and returns 1.
+load_key() {
+  local f text='' i b esc='' id
+  f=$(key_file)
+  KEY_ERR='' IPAD='' OPAD='' KEY_ID=''
+  if [[ ! -f $f ]]; then
+    KEY_ERR="no record key at $f (set KERNEL_LOOP_RECORD_KEY to its file): the helpers create it at kernel-loop init; without it no record can be verified"
+    return 1
+  fi
+  case $(cd -- "$(dirname -- "$f")" 2>/dev/null && pwd)/ in
+    "$OUT"/*) KEY_ERR="the record key $f lies inside the run directory: it must live outside it"; return 1 ;;
+  esac
+  IFS= read -r text <"$f" || true
+  text=${text%$'\r'}
+  if [[ ! $text =~ ^[0-9a-f]{64}$ ]]; then
+    KEY_ERR="the record key $f is not 64 lowercase hex characters: it is corrupt"
+    return 1
+  fi
+  for ((i = 0; i < 64; i++)); do
+    b=0
+    ((i < 32)) && b=$((16#${text:i*2:2}))
+    printf -v esc '\\x%02x' $((b ^ 0x36)); IPAD+=$esc
+    printf -v esc '\\x%02x' $((b ^ 0x5c)); OPAD+=$esc
+  done
+  esc=''
+  for ((i = 0; i < 64; i += 2)); do esc+="\\x${text:i:2}"; done
+  # shellcheck disable=SC2059  # esc holds this function's own \xHH escapes
+  id=$(printf "$esc" | sha256sum)
+  KEY_ID=${id:0:16}
+}
+
+# HMAC-SHA256 (hex) of the string $1 with the loaded key.
+hmac_hex() {
+  local inner outer esc='' i
+  # shellcheck disable=SC2059  # IPAD/OPAD/esc hold this script's own \xHH escapes
+  inner=$({ printf "$IPAD"; printf '%s' "$1"; } | sha256sum)
+  for ((i = 0; i < 64; i += 2)); do esc+="\\x${inner:i:2}"; done
+  # shellcheck disable=SC2059
+  outer=$({ printf "$OPAD"; printf "$esc"; } | sha256sum)
+  printf '%s' "${outer%% *}"
+}
+
+# Parse <out>/records.log into R["<n>.<field>"] (n = 1..REC_N) and REC_LINE[n]; $1 = 1 verifies the chain
+# and every signature (the key must be loaded).  Stops at the first bad line: REC_ERR says why.
+load_records() {
+  local verify=$1 path="$OUT/$RECORDS" line n=0 prev=$ZERO_HASH f k fields i body sum
+  R=() REC_LINE=() REC_N=0 REC_ERR=''
+  if [[ ! -f $path ]]; then
+    REC_ERR="records.log is missing: the helpers sign every result there (kernel-loop init starts it); a run without it cannot pass"
+    return 1
+  fi
   while IFS= read -r line || [[ -n $line ]]; do
-    line=${line%$'\r'}
-    [[ -n ${line//[[:space:]]/} ]] || continue
-    if [[ $line =~ $re ]]; then
-      p=${BASH_REMATCH[2]}
-      M_PATH+=("${p#./}"); M_HASH+=("${BASH_REMATCH[1],,}")
-    else
-      M_BAD=$((M_BAD + 1))
+    n=$((n + 1))
+    [[ -n $line ]] || continue
+    i=$((REC_N + 1))
+    if [[ $line == *$'\t\t'* || $line == $'\t'* || $line == *$'\t' || $line == *$'\r'* ]]; then
+      REC_ERR="records.log line $n is not a record (an empty field or a CR): records.log is written only by the helpers and the gate"; return 1
     fi
-  done <"$1/measured.sha256"
-  return 0
+    IFS=$'\t' read -r -a fields <<<"$line"
+    for f in "${fields[@]}"; do
+      k=${f%%=*}
+      if [[ $f != *=* || -n ${R[$i.$k]+x} ]]; then
+        REC_ERR="records.log line $n is not a record (field '${f:0:30}' is not key=value, or repeats a key): records.log is written only by the helpers and the gate"; return 1
+      fi
+      R[$i.$k]=${f#*=}
+    done
+    if [[ ${R[$i.rec]:-} != 1 || ${R[$i.seq]:-} != "$i" || -z ${R[$i.mac]:-} ]]; then
+      REC_ERR="records.log line $n is not record $i of the chain: a line was added, removed or reordered by hand"; return 1
+    fi
+    if [[ ${R[$i.prev]:-} != "$prev" ]]; then
+      REC_ERR="records.log line $n does not follow the line before it: the chain is broken (a line was edited, removed or reordered)"; return 1
+    fi
+    if ((verify)); then
+      body=${line%$'\t'mac=*}
+      if [[ $(hmac_hex "$body") != "${R[$i.mac]}" ]]; then
+        if [[ -n ${R[$i.keyid]:-} && ${R[$i.keyid]} != "$KEY_ID" ]]; then
+          REC_ERR="records.log line $n was signed with another key (key id ${R[$i.keyid]}, yours is $KEY_ID at $(key_file)): use the key the run was made with"
+        else
+          REC_ERR="records.log line $n: the signature does not verify: the record was edited after it was signed"
+        fi
+        return 1
+      fi
+    fi
+    sum=$(printf '%s' "$line" | sha256sum); prev=${sum%% *}
+    REC_LINE[i]=$n REC_N=$i
+  done <"$path"
+  REC_TAIL=$prev
 }
 
-# The hash vdir recorded for path $2, or nothing.
-recorded_hash() {
+# Sets LATEST to the index of the last record of step $1 for version $2 ("" for any); returns 1 if none.
+latest_record() {
   local i
-  parse_manifest "$1" || return 1
-  for i in "${!M_PATH[@]}"; do
-    if [[ ${M_PATH[$i]} == "$2" ]]; then printf '%s' "${M_HASH[$i]}"; return 0; fi
+  LATEST=''
+  for ((i = REC_N; i >= 1; i--)); do
+    if [[ ${R[$i.step]:-} == "$1" && ( -z $2 || ${R[$i.version]:-} == "$2" ) ]]; then LATEST=$i; return 0; fi
   done
   return 1
+}
+
+# Sets FIRST to the index of the first record of step $1 for version $2, and COUNT to how many there are.
+latest_record_first() {
+  local i
+  FIRST='' COUNT=0
+  for ((i = 1; i <= REC_N; i++)); do
+    if [[ ${R[$i.step]:-} == "$1" && ${R[$i.version]:-} == "$2" ]]; then
+      [[ -n $FIRST ]] || FIRST=$i
+      COUNT=$((COUNT + 1))
+    fi
+  done
+  [[ -n $FIRST ]]
+}
+
+# The first file of record $1's "files" list (relative to folder $2) that is missing or changed, as
+# "name" on stdout; nothing when every one matches.
+changed_file() {
+  local item name items=()
+  IFS=, read -r -a items <<<"${R[$1.files]:-}"
+  for item in "${items[@]}"; do
+    name=${item%:*}
+    if [[ ! -f $2/$name || $(digest "$2/$name") != "${item##*:}" ]]; then printf '%s' "$name"; return; fi
+  done
+}
+
+# The device a run measures on, as the helpers record it: cpu, or cuda:<run.json gpu>.
+run_device() {
+  local dev gpu
+  dev=$(json_top_value "$OUT/run.json" device)
+  gpu=$(json_top_value "$OUT/run.json" gpu)
+  if [[ $dev == cpu ]]; then printf cpu; else printf 'cuda:%s' "${gpu:-0}"; fi
+}
+
+# Append a signed gate record for version $1 (the key is loaded).  Returns 1 when it cannot be written.
+append_gate_record() {
+  local kd=$1 d="$OUT/v$1" prev=${REC_TAIL:-$ZERO_HASH} body files='' f names=(hypothesis.txt kbs_evidence.md) t
+  find_kernel "$d" && [[ $KERNEL =~ ^[A-Za-z0-9._-]+$ ]] && names+=("$KERNEL")  # check 4 refused any other name
+  for f in "${names[@]}"; do
+    [[ -f $d/$f ]] && files+="${files:+,}$f:$(digest "$d/$f")"
+  done
+  t=$(date +%Y-%m-%dT%H:%M:%S%z)
+  body="rec=1"$'\t'"seq=$((REC_N + 1))"$'\t'"prev=$prev"$'\t'"step=gate"$'\t'"version=v$kd"$'\t'"time=$t"$'\t'"result=passed"$'\t'"files=$files"$'\t'"keyid=$KEY_ID"
+  printf '%s\tmac=%s\n' "$body" "$(hmac_hex "$body")" >>"$OUT/$RECORDS" || return 1
 }
 
 # --- per-version checks (1-4, 8-12) -------------------------------------------------
@@ -252,7 +421,7 @@ recorded_hash() {
 # version folder is missing (final audit) or is a symbolic link (check 4).
 begin_version() {
   VK=$1 NEED_HYP=$2 V="v$1" D="$OUT/v$1"
-  HYP_OK=0 KBS_OK=0 KERNEL='' KERNEL_OK=0 PREV_KERNEL=''
+  HYP_OK=0 KBS_OK=0 KERNEL='' KERNEL_OK=0 PREV_KERNEL='' HITS='' HITS_OK=0
   if [[ ! -d $D ]]; then
     fail "$V: the folder $V is missing: every version v0..v$N must exist for the final audit"
     return 1
@@ -313,11 +482,26 @@ check_3_kbs_headings() {
   return 0
 }
 
+# Other source-like files in folder $1 besides kernel $2 and ref.py, space-separated (check 4): code a
+# kernel would load from beside itself is not what the records bind.
+extra_sources() {
+  local f n out=()
+  for f in "$1"/*.py "$1"/*.cu "$1"/*.cuh "$1"/*.h "$1"/*.hpp "$1"/*.cpp "$1"/*.cc "$1"/*.c "$1"/*.so "$1"/*.ptx "$1"/*.cubin; do
+    n=${f##*/}
+    [[ $n == "$2" || $n == ref.py ]] || out+=("$n")
+  done
+  printf '%s' "${out[*]}"
+}
+
 # 4. exactly one kernel, non-empty, bytes differ from the previous version (kernel.bats)
 check_4_kernel() {
-  local kname prev="$OUT/v$((VK - 1))"
+  local kname prev="$OUT/v$((VK - 1))" extra
   if ! find_kernel "$D"; then
     fail "$V: $KERNEL_ERR"
+  elif [[ ! $KERNEL =~ ^[A-Za-z0-9._-]+$ ]]; then
+    fail "$V: the kernel file name '$KERNEL' holds characters other than letters, digits, '.', '_' and '-': rename it kernel.py or kernel.cu"
+  elif extra=$(extra_sources "$D" "$KERNEL") && [[ -n $extra ]]; then
+    fail "$V: $V holds source files besides $KERNEL: $extra (a version is one kernel file; code it loads from beside it is not measured): move them out"
   elif [[ -L $D/$KERNEL ]]; then
     fail "$V: $KERNEL is a symbolic link: copy the kernel into $V so the version keeps its own source"
   elif [[ ! -s $D/$KERNEL ]]; then
@@ -375,12 +559,12 @@ check_9_templates_filled() {
   done
   if ((HYP_OK)); then
     hits=$(empty_sections "$HYP_HEADINGS" 0 "$D/hypothesis.txt" | tr '\n' ' ')
-    if [[ -n $hits ]]; then fail "$V: hypothesis.txt has empty heading(s): ${hits% } (write at least one line under each)"
+    if [[ -n $hits ]]; then fail "$V: hypothesis.txt has empty heading(s): ${hits% } (write a real line under each: TBD, n/a, - or a word or two do not count)"
     else pass "$V: every hypothesis.txt heading has content"; fi
   fi
   if ((KBS_OK)); then
     hits=$(empty_sections '' 1 "$D/kbs_evidence.md" | awk '{ printf "%s\"%s\"", sep, $0; sep = ", " }')
-    if [[ -n $hits ]]; then fail "$V: kbs_evidence.md has empty section(s): $hits (write at least one line under each)"
+    if [[ -n $hits ]]; then fail "$V: kbs_evidence.md has empty section(s): $hits (write a real line under each: TBD, n/a, - do not count)"
     else pass "$V: every kbs_evidence.md section has content"; fi
   fi
 }
@@ -395,61 +579,125 @@ check_10_kernel_change() {
   fi
 }
 
-# 11. provenance (provenance.bats)
-check_11_provenance() {
-  if ! parse_manifest "$D"; then
-    fail "$V: measured.sha256 is missing: run kernel-loop correctness and kernel-loop profile, which record what they measured"
-    return
-  fi
-  local paths=("${M_PATH[@]}") hashes=("${M_HASH[@]}") i rel want have prov_fail=0
-  local wanted=(correctness.md ncu_summary.md ncu_details.md ../run.json)
-  ((KERNEL_OK)) && wanted=("$KERNEL" "${wanted[@]}")
-  ((M_BAD)) && { fail "$V: measured.sha256 has $M_BAD malformed line(s): expected '<sha256>  <path>'"; prov_fail=1; }
-  for want in "${wanted[@]}"; do
-    have=0
-    for rel in "${paths[@]}"; do [[ $rel == "$want" ]] && have=1; done
-    if ((!have)); then
-      fail "$V: measured.sha256 does not list $want: re-run $( [[ $want == ncu_* ]] && printf 'kernel-loop profile' || printf 'kernel-loop correctness and profiling')"
-      prov_fail=1
-    fi
-  done
-  for i in "${!paths[@]}"; do
-    rel=${paths[$i]}
-    if [[ $rel == /* || /${rel#../}/ == */../* ]]; then
-      fail "$V: measured.sha256 lists '$rel', outside the run directory: paths must be relative to $V and stay inside <out>"; prov_fail=1
-    elif [[ ! -f $D/$rel ]]; then
-      fail "$V: $rel is listed in measured.sha256 but missing: re-run correctness and profiling"; prov_fail=1
-    elif [[ $(digest "$D/$rel") != "${hashes[$i]}" ]]; then
-      if [[ $rel == ../run.json ]]; then
-        fail "$V: run configuration changed during the run: ../run.json changed after $V was measured (restore it or start a new run)"
-      elif [[ $rel == ncu* ]]; then
-        fail "$V: $rel changed after it was measured: re-run profiling"
-      else
-        fail "$V: $rel changed after it was measured: re-run correctness and profiling"
-      fi
-      prov_fail=1
-    fi
-  done
-  if ((VK > 0)); then
-    have=''
-    for i in "${!paths[@]}"; do [[ ${paths[$i]} == ../run.json ]] && have=${hashes[$i]}; done
-    want=$(recorded_hash "$OUT/v0" ../run.json)
-    if [[ -z $want ]]; then
-      fail "$V: run configuration cannot be compared: v0/measured.sha256 records no ../run.json"; prov_fail=1
-    elif [[ -n $have && $have != "$want" ]]; then
-      fail "$V: run configuration changed during the run: $V measured a different run.json than v0"; prov_fail=1
-    fi
-  fi
-  ((prov_fail)) || pass "$V: measured.sha256 lists and matches every measured file"
+# Launch and tuning values of kernel file $1, one "name=value" per line: num_warps, num_stages, num_ctas,
+# maxnreg, names holding BLOCK, TILE, WARPS, STAGES or THREADS, grid (as assignments, keyword arguments,
+# constexpr or #define), each <<<...>>> launch configuration and each template argument list before one.
+# A heuristic for the one-change warning, not a parser.
+tuning_values() {
+  awk '
+    function arg_value(t,   i, c, d, v) {  # up to the first , ; or ) outside parentheses
+      d = 0; v = ""
+      for (i = 1; i <= length(t); i++) {
+        c = substr(t, i, 1)
+        if (c == "(" || c == "[") d++
+        else if (c == ")" || c == "]") { if (d == 0) break; d-- }
+        else if ((c == "," || c == ";") && d == 0) break
+        v = v c
+      }
+      return v
+    }
+    function emit(name, val) {
+      gsub(/^[ \t]+|[ \t]+$/, "", val)
+      if (val == "" || val ~ /constexpr/) return
+      if (name in V) V[name] = V[name] "|" val; else V[name] = val
+    }
+    { line = $0; sub(/\r$/, "", line)
+      if (FILENAME ~ /\.py$/) sub(/#.*/, "", line); else sub(/\/\/.*/, "", line)
+      if (match(line, /^[ \t]*#[ \t]*define[ \t]+[A-Za-z_][A-Za-z0-9_]*[ \t]+/)) {
+        split(substr(line, RSTART), w, /[ \t]+/); nm = (w[1] == "#") ? w[3] : w[2]
+        if (w[1] == "") nm = (w[2] == "#") ? w[4] : w[3]
+        if (nm ~ /(BLOCK|TILE|WARPS|STAGES|THREADS)/) emit(nm, substr(line, RSTART + RLENGTH))
+      }
+      rest = line
+      while (match(rest, /(num_warps|num_stages|num_ctas|maxnreg|grid|[A-Za-z0-9_]*(BLOCK|TILE|WARPS|STAGES|THREADS)[A-Za-z0-9_]*)[ \t]*[:=][^=]/)) {
+        frag = substr(rest, RSTART, RLENGTH - 1); rest = substr(rest, RSTART + RLENGTH - 1)
+        nm = frag; sub(/[ \t]*[:=]$/, "", nm)
+        emit(nm, arg_value(rest))
+      }
+      rest = line
+      while (match(rest, /<<<[^>]*>>>/)) { emit("<<<launch>>>", substr(rest, RSTART + 3, RLENGTH - 6)); pre = substr(rest, 1, RSTART - 1)
+        if (match(pre, /<[^<>]*>[ \t]*$/)) emit("<template args>", substr(pre, RSTART + 1, RLENGTH - 2))
+        rest = substr(rest, index(rest, ">>>") + 3) }
+    }
+    END { for (k in V) print k "=" V[k] }' "$1" | LC_ALL=C sort
 }
 
-# 12. KBS queries (kbs.bats)
+# Warn (never fail) when vK changes more than one launch or tuning value against v(K-1).
+warn_tuning_changes() {
+  [[ -n $PREV_KERNEL ]] || return 0
+  local changed
+  changed=$(LC_ALL=C join -t $'\x1f' -a1 -a2 -e '(none)' -o 0,1.2,2.2 \
+    <(tuning_values "$PREV_KERNEL" | sed 's/=/\x1f/') <(tuning_values "$D/$KERNEL" | sed 's/=/\x1f/') |
+    awk -F '\x1f' '$2 != $3 { printf "%s%s (%s -> %s)", sep, $1, $2, $3; n++; sep = ", " } END { if (n < 2) printf "" ; else printf "\n%d", n }')
+  [[ $changed == *$'\n'* ]] || return 0
+  printf '[WARN] %s: %s changes %s launch/tuning values against v%s: %s (one change per version makes each measurement attributable)\n' \
+    "$V" "$KERNEL" "${changed##*$'\n'}" "$((VK - 1))" "${changed%$'\n'*}"
+}
+
+# One [FAIL] for the first problem with record $1 (step $2 of version $V, files in $D), else nothing.
+# Returns 0 when the record holds.
+record_holds() {
+  local i=$1 what=$2 want line bad
+  line=${REC_LINE[$i]}
+  if ((KERNEL_OK)) && [[ ${R[$i.kernel]:-} != "$(digest "$D/$KERNEL")" ]]; then
+    fail "$V: $KERNEL changed after $what ran (records.log line $line holds another hash): re-run kernel-loop $what"
+    return 1
+  fi
+  if [[ ${R[$i.ref]:-} != "${R[1.ref]:-}" || ${R[$i.run]:-} != "${R[1.run]:-}" ]]; then
+    fail "$V: $what ran with a ref.py or run.json other than the one init recorded (records.log line $line): re-run kernel-loop $what"
+    return 1
+  fi
+  want=$(run_device)
+  if [[ ${R[1.gpu]:--} != - && ${R[$i.gpu]:--} != "${R[1.gpu]}" ]]; then
+    fail "$V: $what ran on a ${R[$i.gpu]:-unknown GPU}, but init measured this run's peaks on a ${R[1.gpu]} (records.log line $line): measure every version on the run's GPU"
+    return 1
+  fi
+  if (( VK > 0 )) && latest_record_first gate "v$((VK - 1))" && (( i < FIRST )); then
+    fail "$V: its $what record (records.log line $line) comes before v$((VK - 1)) passed its gate (line ${REC_LINE[$FIRST]}): $V was measured before v$((VK - 1))'s decision was frozen; re-run kernel-loop $what"
+    return 1
+  fi
+  if [[ ${R[$i.device]:-} != "$want" ]]; then
+    fail "$V: $what ran on ${R[$i.device]:-an unknown device}, but this run measures on $want (records.log line $line): a CPU-mode result does not count for a GPU run; re-run kernel-loop $what on $want"
+    return 1
+  fi
+  bad=$(changed_file "$i" "$D")
+  if [[ -n $bad ]]; then
+    fail "$V: $bad changed after kernel-loop $what wrote it (records.log line $line): re-run kernel-loop $what"
+    return 1
+  fi
+}
+
+# 11. provenance: the signed correctness and profile records hold for vK as it is now (provenance.bats)
+check_11_provenance() {
+  ((REC_OK)) || return 0  # check 13 failed: no record can be trusted
+  local ok=1
+  if ! latest_record correctness "$V"; then
+    fail "$V: records.log has no correctness record for $V: run kernel-loop correctness"; ok=0
+  elif [[ ${R[$LATEST.result]:-} != PASS ]]; then
+    fail "$V: the last correctness record of $V says ${R[$LATEST.result]:-nothing}, not PASS (records.log line ${REC_LINE[$LATEST]}): fix the kernel and re-run kernel-loop correctness"; ok=0
+  else
+    record_holds "$LATEST" correctness || ok=0
+  fi
+  if ! latest_record profile "$V"; then
+    fail "$V: records.log has no profile record for $V: run kernel-loop profile"; ok=0
+  else
+    record_holds "$LATEST" profile || ok=0
+  fi
+  ((ok)) && pass "$V: the signed correctness (PASS) and profile records match $V as it is now"
+  return 0
+}
+
+# 12. KBS queries, logged by the helper (kbs.bats).  Sets HITS (comma list of the page ids they returned).
 check_12_kbs_queries() {
-  local q="$D/kbs_queries.jsonl" purpose
+  local q="$D/kbs_queries.jsonl" purpose bad
+  HITS='' HITS_OK=0
   if [[ ! -f $q ]]; then
     fail "$V: kbs_queries.jsonl is missing: run kernel-loop kbs (it logs a kernel and a bottleneck query)"
     return
   fi
+  bad=$(awk '{ sub(/\r$/, ""); t = $0; gsub(/^[ \t]+|[ \t]+$/, "", t) }
+             t != "" && (substr(t, 1, 1) != "{" || substr(t, length(t)) != "}") { print NR; exit }' "$q")
+  [[ -n $bad ]] && fail "$V: kbs_queries.jsonl line $bad is not a JSON object: only kernel-loop kbs writes this log"
   for purpose in kernel bottleneck; do
     if grep -Eq "\"purpose\"[[:space:]]*:[[:space:]]*\"$purpose\"" "$q"; then
       pass "$V: kbs_queries.jsonl has a $purpose query"
@@ -457,6 +705,87 @@ check_12_kbs_queries() {
       fail "$V: kbs_queries.jsonl has no \"purpose\": \"$purpose\" query: run kernel-loop kbs"
     fi
   done
+  ((REC_OK)) || return 0
+  if ! latest_record kbs "$V"; then
+    fail "$V: records.log has no kbs record for $V: log the queries with kernel-loop kbs evidence (or kbs query --log)"
+  elif [[ ${R[$LATEST.corpus]:-bundled} != bundled ]]; then
+    fail "$V: a logged query searched a corpus other than the bundled KBS (${R[$LATEST.corpus]}): cite only the bundled knowledge base; query other corpora without --log"
+  elif [[ -n $(changed_file "$LATEST" "$D") ]]; then
+    fail "$V: kbs_queries.jsonl differs from what kernel-loop kbs logged (records.log line ${REC_LINE[$LATEST]}): it was edited by hand; log queries only through kernel-loop kbs"
+  else
+    HITS=${R[$LATEST.hits]:-} HITS_OK=1
+    pass "$V: kbs_queries.jsonl is the one kernel-loop kbs logged"
+  fi
+}
+
+# The body of hypothesis.txt heading $1 (lines up to the next heading).
+hyp_body() {
+  awk -v want="$1" -v hs="$HYP_HEADINGS" '
+    BEGIN { n = split(hs, H, "|"); for (j = 1; j <= n; j++) isH[H[j]] = 1 }
+    { sub(/\r$/, ""); t = $0; sub(/[ \t]+$/, "", t) }
+    t in isH { on = (t == want); next }
+    on' "$D/hypothesis.txt"
+}
+
+# 14. hypothesis content: Version: names vK, a parsable prediction on duration, evidence ids that this
+# version's logged queries returned (hypothesis.bats)
+check_14_hypothesis_content() {
+  ((HYP_OK)) || return 0
+  local body preds id ids=() unknown=() ok=1 num='([0-9]+([.][0-9]*)?|[.][0-9]+)([eE][-+]?[0-9]+)?'
+  body=$(hyp_body 'Version:')
+  if [[ $body == *"$TODO_MARK"* ]]; then
+    :  # check 9 names the TODO
+  elif ! grep -Eq "(^|[^A-Za-z0-9_])$V([^0-9]|\$)" <<<"$body"; then
+    fail "$V: hypothesis.txt's Version: does not name $V: it says '$(head -c 60 <<<"${body//$'\n'/ }")'"; ok=0
+  fi
+  body=$(hyp_body 'Expected metric movement:')
+  preds=$(printf '%s\n' "$body" |
+    grep -E "^[[:space:]]*[A-Za-z_][A-Za-z0-9_]*[[:space:]]*:[[:space:]]*([-+][[:space:]]*${num}[[:space:]]*%?|(<=|>=|==|<|>|=)[[:space:]]*-?${num}[[:space:]]*%?)[[:space:]]*\$")
+  if [[ $body == *"$TODO_MARK"* && -z $preds ]]; then
+    :
+  elif [[ -z $preds ]]; then
+    fail "$V: hypothesis.txt has no prediction that parses under Expected metric movement: (one per line, e.g. 'duration: -20%'; forms in references/hypothesis.md)"; ok=0
+  elif ! grep -Eq '^[[:space:]]*(duration|event_median_us)[[:space:]]*:' <<<"$preds"; then
+    fail "$V: hypothesis.txt predicts nothing about duration: add a line such as 'duration: -15%' under Expected metric movement: (duration or event_median_us)"; ok=0
+  fi
+  body=$(hyp_body 'Evidence used:')
+  if ((HITS_OK)) && [[ $body != *"$TODO_MARK"* ]]; then
+    while IFS= read -r id; do
+      [[ -n ${id//[[:space:]]/} ]] || continue
+      id=${id#"${id%%[![:space:]*-]*}"}; id=${id#kbs:}; id=${id#"${id%%[![:space:]]*}"}; id=${id%%[[:space:]]*}; id=${id%%[:,;.]}
+      ids+=("${id:-(a line with no id)}")
+    done <<<"$body"
+    if ((${#ids[@]} == 0)); then
+      fail "$V: Evidence used: names no KBS page id (one per line, as '- <page-id>')"; ok=0
+    fi
+    for id in "${ids[@]}"; do [[ ,$HITS, == *,"$id",* ]] || unknown+=("$id"); done
+    if ((${#unknown[@]})); then
+      fail "$V: Evidence used: cites ${unknown[*]}, which no query logged for $V returned: cite only pages your kernel-loop kbs queries found (log another query with kbs query --log)"; ok=0
+    fi
+  fi
+  ((ok)) && pass "$V: hypothesis.txt names $V, predicts duration, and cites only logged hits"
+  return 0
+}
+
+# 15. decisions frozen: vK passed its transition gate (a signed gate record), and its hypothesis.txt,
+# kbs_evidence.md and kernel are unchanged since (sequence.bats)
+check_15_frozen() {
+  ((REC_OK)) || return 0
+  local d="$OUT/v$1" bad
+  if ! latest_record_first gate "v$1"; then
+    fail "v$1: records.log has no gate record for v$1: v$1 never passed its transition gate (current_iteration.txt edited by hand?); gate v$1 first"
+    return
+  fi
+  if ((COUNT > 1)); then
+    fail "v$1: records.log holds $COUNT gate records for v$1: a version passes its gate once (the state was rewound to re-gate it)"
+    return
+  fi
+  bad=$(changed_file "$FIRST" "$d")
+  if [[ -n $bad ]]; then
+    fail "v$1: v$1/$bad is missing or changed since v$1 passed its gate (records.log line ${REC_LINE[$FIRST]}): a passed version's decision is frozen; restore it"
+  else
+    pass "v$1: passed its gate, and its hypothesis, evidence and kernel are unchanged since"
+  fi
 }
 
 # Every per-version check, in order; --structural stops after check 4.
@@ -471,8 +800,12 @@ check_version() {
   check_8_correctness
   check_9_templates_filled
   check_10_kernel_change
+  warn_tuning_changes
   check_11_provenance
   check_12_kbs_queries
+  check_14_hypothesis_content
+  ((FINAL && $1 < K)) && check_15_frozen "$1"
+  return 0
 }
 
 # --- run-level checks (5-7) -----------------------------------------------------------
@@ -526,19 +859,42 @@ json_top_value() {
     }' "$1" 2>/dev/null
 }
 
-# The run's final version N, when the run says: finish.json's top-level "version" (an early finish),
-# else run.json's top-level "iterations" (the planned vN).  Sets FINAL_N ('' when neither says) and
-# FINAL_WHY.
+# The run's final version N: the last signed finish record's version (an early finish) or extend
+# record's iterations, else finish.json's "version" when the run has no records to read, else run.json's
+# "iterations" (the planned vN).  Sets FINAL_N ('' when nothing says) and FINAL_WHY.
 read_final_version() {
-  local value=''
+  local value='' i
   FINAL_N='' FINAL_WHY=''
-  if [[ -f $OUT/finish.json ]]; then
-    value=$(json_top_value "$OUT/finish.json" version)
-    if [[ $value =~ ^v(0|[1-9][0-9]{0,8})$ ]]; then FINAL_N=${BASH_REMATCH[1]} FINAL_WHY='finish.json: the run finished early'; fi
+  for ((i = REC_N; i >= 1; i--)); do
+    case ${R[$i.step]:-} in
+      finish) value=${R[$i.version]:-}; value=${value#v}
+              FINAL_WHY="kernel-loop finish ended the run early (records.log line ${REC_LINE[$i]})"; break ;;
+      extend) value=${R[$i.iterations]:-}
+              FINAL_WHY="kernel-loop extend set the final version (records.log line ${REC_LINE[$i]})"; break ;;
+    esac
+  done
+  if [[ -z $FINAL_WHY && $REC_N == 0 && -f $OUT/finish.json ]]; then
+    value=$(json_top_value "$OUT/finish.json" version); value=${value#v}
+    FINAL_WHY='finish.json: the run finished early'
   fi
-  if [[ -z $FINAL_N && -f $OUT/run.json ]]; then
+  if [[ $value =~ ^(0|[1-9][0-9]{0,8})$ ]]; then FINAL_N=$value; return 0; fi
+  FINAL_WHY=''
+  if [[ -f $OUT/run.json ]]; then
     value=$(json_top_value "$OUT/run.json" iterations)
     if [[ $value =~ ^(0|[1-9][0-9]{0,8})$ ]]; then FINAL_N=$value FINAL_WHY='run.json iterations'; fi
+  fi
+}
+
+# Part of check 5: the state must be where the signed gate records put the run (one past the last version
+# that passed its gate; v0 before the first gate), so a hand-edited current_iteration.txt cannot rewind the
+# run to re-gate a version, nor skip one.
+records_agree_with_state() {
+  ((REC_OK)) || return 0
+  [[ -n $STATE && $STATE != '?' ]] || return 0
+  local want=0 line=''
+  if latest_record gate ''; then want=$(( ${R[$LATEST.version]#v} + 1 )) line=" (records.log line ${REC_LINE[$LATEST]})"; fi
+  if [[ $STATE != "$want" ]]; then
+    fail "current_iteration.txt names v$STATE, but the last signed gate record$line puts the run at v$want: the state was edited by hand; write v$want back into it"
   fi
 }
 
@@ -548,6 +904,13 @@ read_final_version() {
 check_5_state() {
   RERUN=0 DRIFT_LIMIT=$K NOTE=''
   read_final_version
+  if ((REC_OK)) && [[ -f $OUT/finish.json ]] && ! latest_record finish ''; then
+    fail "finish.json has no signed finish record in records.log: only kernel-loop finish ends a run early"
+  fi
+  records_agree_with_state
+  if ((FINAL && REC_OK)) && latest_record extend ''; then
+    NOTE="the run was extended: ${R[$LATEST.note]:-final version v${R[$LATEST.iterations]:-?}} (records.log line ${REC_LINE[$LATEST]})"
+  fi
   if [[ -n $FINAL_N ]] && ((FINAL && K != FINAL_N)); then
     fail "v$K is not the final version: the run's final version is v$FINAL_N ($FINAL_WHY); run the final audit on v$FINAL_N, or end the run at v$K with 'kernel-loop finish <out> --reason ...' first"
   elif [[ -n $FINAL_N ]] && ((!FINAL && K >= FINAL_N)); then
@@ -626,6 +989,9 @@ check_7_advance_state() {
     printf 'gate: v%s passed (structural checks, transition); current_iteration.txt not written\n' "$K"
   elif ((RERUN)); then
     printf 'gate: v%s passed (transition, already recorded); current_iteration.txt stays v%s\n' "$K" "$((K + 1))"
+  elif ! append_gate_record "$K"; then
+    printf '%s: v%s passed but its gate record could not be appended to %s\n' "$PROG" "$K" "$OUT/$RECORDS" >&2
+    exit 1
   elif write_state $((K + 1)); then
     printf 'gate: v%s passed (transition); current_iteration.txt -> v%s\n' "$K" "$((K + 1))"
   else
@@ -684,16 +1050,42 @@ take_lock() {
   fi
 }
 
+# 13. the signed records: the key is there, records.log's chain and every signature verify, and
+# ref.py and run.json are what init recorded (provenance.bats).  Sets REC_OK.  --structural reads the
+# records without verifying them (it only needs the final version) and fails nothing here.
+check_13_records() {
+  REC_OK=0
+  if ((STRUCTURAL)); then
+    load_records 0 || true
+    return 0
+  fi
+  if ! load_key; then fail "$KEY_ERR"; return 0; fi
+  if ! load_records 1; then fail "$REC_ERR"; return 0; fi
+  if [[ ${R[1.step]:-} != init ]]; then
+    fail "records.log does not start with an init record: start the run with kernel-loop init"; return 0
+  fi
+  if [[ ! -f $OUT/ref.py || $(digest "$OUT/ref.py") != "${R[1.ref]:-}" ]]; then
+    fail "ref.py changed after kernel-loop init recorded it (records.log line 1): restore it, or start a new run"; return 0
+  fi
+  if [[ ! -f $OUT/run.json || $(digest "$OUT/run.json") != "${R[1.run]:-}" ]]; then
+    fail "run configuration changed during the run: run.json differs from what kernel-loop init recorded (records.log line 1): restore it, or start a new run"; return 0
+  fi
+  REC_OK=1
+  pass "records.log: $REC_N signed records verify (key $KEY_ID); ref.py and run.json are as init recorded them"
+}
+
 main() {
   local j
   parse_args "$@"
   take_lock
   read_state
+  check_13_records
   check_5_state
   check_6_drift "$DRIFT_LIMIT"
   if ((FINAL)); then
     for ((j = 0; j <= K; j++)); do check_version "$j" $((j < K)); done
   else
+    for ((j = 0; j < K + RERUN; j++)); do check_15_frozen "$j"; done
     check_version "$K" 1
   fi
   check_7_advance_state

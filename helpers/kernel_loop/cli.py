@@ -16,7 +16,7 @@ from .common import EXIT_USAGE, PROG, KernelLoopError, missing_module_message, o
 
 # Loop steps, in loop order: each is a module of kernel_loop.steps with register(subparsers).
 STEPS: tuple[str, ...] = ("init", "env", "correctness", "profile", "kbs", "hypothesis", "gate", "next_version",
-                          "finish", "status", "benchmark", "report", "demo")
+                          "finish", "extend", "status", "benchmark", "report", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,6 +24,7 @@ from .config import RunConfig
 from .vocab import KERNEL_SUFFIXES
 
 VERSION_RE = re.compile(r"^v(0|[1-9][0-9]*)$")
+SAFE_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")  # the gate's rule for a kernel file name (check 4)
 
 
 def parse_version(name: str) -> int:
@@ -138,6 +139,9 @@ class RunDir:
             raise UsageError(
                 f"{vd} must hold exactly one kernel file (kernel.py or kernel.cu); found {len(cands)}"
             )
+        if not SAFE_NAME_RE.match(cands[0].name):
+            raise UsageError(f"{vd.name}/{cands[0].name!r}: a kernel file name may hold only letters, digits, '.', "
+                             "'_' and '-' (the gate refuses others); rename it kernel.py or kernel.cu")
         return cands[0]
 
 

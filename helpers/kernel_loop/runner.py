@@ -201,6 +201,8 @@ class CheckedOutcome:
 
     kernel: ChildOutcome
     checker: ChildOutcome
+    # "checker": the kernel's process was stopped because its checker failed first (report the checker)
+    stopped_by: str | None = None
 
     @property
     def verdicts(self) -> dict[str, dict]:
@@ -244,25 +246,32 @@ def run_checked(mode: str, spec: dict, checks: list[dict], timeout: float, *, pr
         try:
             kernel = start_child(mode, dict(cspec, checker_pid=checker.proc.pid), prefix=prefix, env=env)
             deadline = time.monotonic() + timeout
+            co, stopped_by = None, None
             while kernel.proc.poll() is None and time.monotonic() < deadline:
-                if checker.proc.poll() is not None and not (Path(folder) / "done").exists():
-                    # the checker ended first (it failed, or it judged an error): the kernel's process
-                    # would wait for acknowledgements that never come
-                    time.sleep(0.5)
-                    if kernel.proc.poll() is None:
-                        kernel.kill()
-                    break
+                if co is None and checker.proc.poll() is not None:
+                    co = checker.wait(1.0)
+                    if co.failure() or (co.result or {}).get("error"):
+                        # the checker failed (or judged an error) before the kernel's process finished: that
+                        # process would wait for acknowledgements that never come
+                        time.sleep(0.5)
+                        if kernel.proc.poll() is None:
+                            kernel.kill()
+                            stopped_by = "checker"
+                        break
+                    # else it judged every check; the kernel's process may still be timing (an A/B run)
                 time.sleep(0.01)
             ko = kernel.wait(max(1.0, deadline - time.monotonic()))
         except BaseException:
             checker.kill()
             raise
-        if ko.failure() and checker.proc.poll() is None:  # its manifests will never come: stop the checker
+        if co is not None:
+            pass
+        elif ko.failure() and checker.proc.poll() is None:  # its manifests will never come: stop the checker
             checker.kill()
             co = ChildOutcome(None, None, False, 0.0, "")
         else:
             co = checker.wait(timeout)
-    return CheckedOutcome(ko, co)
+    return CheckedOutcome(ko, co, stopped_by)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -163,12 +163,15 @@ def checked_call(spec: dict[str, Any], n: int, cfg: RunConfig, device: str) -> d
 def correctness(spec: dict[str, Any]) -> dict[str, Any]:
     """Every check (shape x trial); stops at the first exception (reported as ``error``).  The verdicts
     come from the checker; this process records each trial's seed and memory."""
+    import torch
+
     from . import loader
     from .runner import error_text
 
     cfg, device, _ = setup_child(spec)
     shapes: list[dict] = []
-    result: dict[str, Any] = {"device": device, "shapes": shapes, "warnings": [], "error": None, "build": None}
+    result: dict[str, Any] = {"device": device, "shapes": shapes, "warnings": [], "error": None, "build": None,
+                              "gpu_name": torch.cuda.get_device_name(device) if device.startswith("cuda") else None}
     try:
         for n, item in enumerate(spec["checks"]):
             if int(item["trial"]) == 0:

@@ -89,8 +89,10 @@ load test_helper
   rm "$OUT/v1/hypothesis.txt"
   run -0 gate "$OUT/v1" --final
   rm "$OUT/v0/hypothesis.txt"
-  run gate "$OUT/v1" --final
-  assert_only_failure 'v0: hypothesis.txt is missing or empty'
+  run -1 gate "$OUT/v1" --final
+  assert_line --partial 'v0: hypothesis.txt is missing or empty'
+  assert_line --partial 'v0: v0/hypothesis.txt is missing or changed since v0 passed its gate'
+  assert_line 'gate: v1 FAILED: 2 checks'
 }
 
 @test "final mode: a hypothesis present in vN is checked" {
@@ -98,4 +100,38 @@ load test_helper
   sed -i '/^Rationale:$/d' "$OUT/v1/hypothesis.txt"
   run gate "$OUT/v1" --final
   assert_only_failure "v1: hypothesis.txt lacks the heading 'Rationale:'"
+}
+
+@test "a body that is only filler fails check 9: TBD, n/a, -, ., todo, a word too short" {
+  local filler
+  for filler in TBD 'n/a' '-' '.' todo 'None.' 'ok' 'TBD TBD n/a'; do
+    rm -rf "$OUT" && mkdir -p "$OUT"
+    make_run
+    awk -v f="$filler" '/^Risk:$/ { print; print f; skip = 1; next } /^Evidence used:$/ { skip = 0 } !skip' \
+      "$OUT/v0/hypothesis.txt" >"$BATS_TEST_TMPDIR/h" && cp "$BATS_TEST_TMPDIR/h" "$OUT/v0/hypothesis.txt"
+    run gate "$OUT/v0"
+    assert_only_failure 'v0: hypothesis.txt has empty heading(s): Risk:'
+  done
+}
+
+@test "Version: must name this version" {
+  make_run
+  sed -i '0,/^v0$/s//v7: kernel.py/' "$OUT/v0/hypothesis.txt"
+  run gate "$OUT/v0"
+  assert_only_failure "v0: hypothesis.txt's Version: does not name v0: it says 'v7: kernel.py'"
+  sed -i 's/^v7: kernel.py$/v0: kernel.py (sha256 ...)/' "$OUT/v0/hypothesis.txt"
+  run -0 gate "$OUT/v0"
+}
+
+@test "at least one prediction must parse, and one must be on duration" {
+  make_run
+  sed -i '/^duration: -20%$/d' "$OUT/v0/hypothesis.txt"
+  run gate "$OUT/v0"
+  assert_only_failure 'v0: hypothesis.txt predicts nothing about duration'
+  rm -rf "$OUT" && mkdir -p "$OUT"
+  make_run
+  sed -i 's/^duration: -20%$/duration should drop a lot/; s/^dram_throughput_pct: +15$/more bandwidth/; s/^registers_per_thread: <= 64$/fewer registers/' \
+    "$OUT/v0/hypothesis.txt"
+  run gate "$OUT/v0"
+  assert_only_failure 'v0: hypothesis.txt has no prediction that parses under Expected metric movement:'
 }

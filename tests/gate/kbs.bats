@@ -90,27 +90,58 @@ load test_helper
   local q="$OUT/v0/kbs_queries.jsonl"
   cp "$q" "$BATS_TEST_TMPDIR/q"
   grep -v '"bottleneck"' "$BATS_TEST_TMPDIR/q" >"$q"
+  sign_kbs 0
   run gate "$OUT/v0"
-  assert_only_failure 'kbs_queries.jsonl has no "purpose": "bottleneck" query'
+  assert_line --partial 'kbs_queries.jsonl has no "purpose": "bottleneck" query'
   grep -v '"kernel"' "$BATS_TEST_TMPDIR/q" >"$q"
+  sign_kbs 0
   run gate "$OUT/v0"
-  assert_only_failure 'kbs_queries.jsonl has no "purpose": "kernel" query'
-  printf '{"purpose": "extra", "query": "kernel bottleneck"}\n' >"$q"
+  assert_line --partial 'kbs_queries.jsonl has no "purpose": "kernel" query'
+  printf '{"purpose": "extra", "query": "kernel bottleneck", "hits": ["triton-block-size", "gpu-latency-hiding"]}\n' >"$q"
+  sign_kbs 0
   run -1 gate "$OUT/v0"
   assert_line 'gate: v0 FAILED: 2 checks'
 }
 
+@test "kbs_queries.jsonl edited by hand fails, even when it still parses and names both purposes" {
+  make_run
+  local q="$OUT/v0/kbs_queries.jsonl"
+  printf '%s\n' '{"purpose": "kernel", "query": "anything", "hits": ["triton-block-size", "gpu-latency-hiding"]}' \
+    '{"purpose": "bottleneck", "query": "x", "hits": []}' >"$q"
+  run gate "$OUT/v0"
+  assert_only_failure 'v0: kbs_queries.jsonl differs from what kernel-loop kbs logged'
+}
+
+@test "kbs_queries.jsonl as one line of plain text holding both purpose strings fails" {
+  make_run
+  printf '"purpose": "kernel" "purpose": "bottleneck"\n' >"$OUT/v0/kbs_queries.jsonl"
+  sign_kbs 0
+  run -1 gate "$OUT/v0"
+  assert_line --partial 'v0: kbs_queries.jsonl line 1 is not a JSON object'
+}
+
+@test "Evidence used: must cite pages that this version's logged queries returned" {
+  make_run
+  sed -i 's/^- gpu-latency-hiding$/- invented-page/' "$OUT/v0/hypothesis.txt"
+  run gate "$OUT/v0"
+  assert_only_failure 'v0: Evidence used: cites invented-page, which no query logged for v0 returned'
+  sed -i 's/^- invented-page$/- kbs:gpu-latency-hiding: hides the latency/' "$OUT/v0/hypothesis.txt"
+  run -0 gate "$OUT/v0"
+}
+
 @test "kbs_queries.jsonl: compact JSON and extra queries pass" {
   make_run
-  printf '%s\n' '{"purpose":"bottleneck","query":"x","hits":[]}' '{"purpose": "extra", "query": "y"}' \
-    '{"query":"z","purpose":  "kernel"}' >"$OUT/v0/kbs_queries.jsonl"
+  printf '%s\n' '{"purpose":"bottleneck","query":"x","hits":["gpu-latency-hiding"]}' '{"purpose": "extra", "query": "y"}' \
+    '{"query":"z","purpose":  "kernel","hits":["triton-block-size"]}' >"$OUT/v0/kbs_queries.jsonl"
+  sign_kbs 0
   run -0 gate "$OUT/v0"
 }
 
 @test "kbs_queries.jsonl: \"purpose\" inside another string value does not count" {
   make_run
   printf '%s\n' '{"purpose": "extra", "query": "\"purpose\": \"kernel\" and purpose: kernel"}' \
-    '{"purpose" : "bottleneck", "query": "latency-bound"}' >"$OUT/v0/kbs_queries.jsonl"
+    '{"purpose" : "bottleneck", "query": "latency-bound", "hits": ["triton-block-size", "gpu-latency-hiding"]}' >"$OUT/v0/kbs_queries.jsonl"
+  sign_kbs 0
   run gate "$OUT/v0"
   assert_only_failure 'kbs_queries.jsonl has no "purpose": "kernel" query'
 }

@@ -26,11 +26,28 @@ load test_helper
   assert_only_failure 'holds both kernel.py and kernel.cu'
 }
 
-@test "kernel.py next to other .py files is fine; ref.py never counts" {
+@test "ref.py beside the kernel never counts; any other source file beside it fails" {
   make_run
-  printf 'X = 1\n' >"$OUT/v0/launch_helpers.py"
   cp "$OUT/ref.py" "$OUT/v0/ref.py"
   run -0 gate "$OUT/v0" --structural
+  printf 'X = 1\n' >"$OUT/v0/launch_helpers.py"
+  run gate "$OUT/v0" --structural
+  assert_only_failure 'v0: v0 holds source files besides kernel.py: launch_helpers.py'
+  rm "$OUT/v0/launch_helpers.py"
+  printf '#define T 4\n' >"$OUT/v0/tile.cuh"
+  run gate "$OUT/v0" --structural
+  assert_only_failure 'v0 holds source files besides kernel.py: tile.cuh'
+}
+
+@test "a kernel file name with a space, a glob character or a tab fails" {
+  make_run
+  local name
+  for name in 'my kernel.py' 'k[3].py' $'k\tx.py'; do
+    rm -f "$OUT"/v0/*.py
+    kernel_text 0 >"$OUT/v0/$name"
+    run gate "$OUT/v0" --structural
+    assert_only_failure "holds characters other than letters, digits"
+  done
 }
 
 @test "one other-named kernel file is accepted, two are not" {
@@ -140,4 +157,18 @@ cu_run() {
   rm "$OUT/v1"
   mv "$OUT/v1-real" "$OUT/v1"
   run -0 gate "$OUT/v1"
+}
+
+@test "a transition that changes more than one launch or tuning value warns, and still passes" {
+  advance_to 1
+  run -0 gate "$OUT/v1" --verbose
+  refute_line --partial '[WARN]'
+  rm -rf "$OUT" && mkdir -p "$OUT"
+  make_run
+  run -0 gate "$OUT/v0"
+  make_version 1
+  printf '\nsoftmax_kernel[(1,)](x, y, n, num_warps=8)\n' >>"$OUT/v1/kernel.py"
+  measure 1
+  run -0 gate "$OUT/v1"
+  assert_line '[WARN] v1: kernel.py changes 2 launch/tuning values against v0: BLOCK (64 -> 128), num_warps ((none) -> 8) (one change per version makes each measurement attributable)'
 }

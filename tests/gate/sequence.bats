@@ -20,8 +20,50 @@ load test_helper
 @test "the final audit re-checks every earlier version" {
   advance_to 2
   printf 'BLOCK = 1024\n' >>"$OUT/v0/kernel.py"
+  run -1 gate "$OUT/v2" --final
+  assert_line --partial 'v0: kernel.py changed after correctness ran'
+  assert_line --partial 'v0: kernel.py changed after profile ran'
+  assert_line --partial 'v0: v0/kernel.py is missing or changed since v0 passed its gate'
+  assert_line 'gate: v2 FAILED: 3 checks'
+}
+
+@test "v0's hypothesis rewritten after v1 was measured fails the final audit, naming the file" {
+  advance_to 2
+  sed -i 's/^duration: -20%$/duration: -2%/' "$OUT/v0/hypothesis.txt"
   run gate "$OUT/v2" --final
-  assert_only_failure 'v0: kernel.py changed after it was measured'
+  assert_only_failure 'v0: v0/hypothesis.txt is missing or changed since v0 passed its gate'
+  rm -rf "$OUT" && mkdir -p "$OUT"
+  advance_to 2
+  printf '\nMore evidence.\n' >>"$OUT/v1/kbs_evidence.md"
+  run gate "$OUT/v2" --final
+  assert_only_failure 'v1: v1/kbs_evidence.md is missing or changed since v1 passed its gate'
+}
+
+@test "a hand-edited current_iteration.txt cannot skip a version's gate" {
+  make_run
+  make_version 1
+  printf 'v1\n' >"$OUT/current_iteration.txt"
+  run -1 gate "$OUT/v1"
+  assert_line --partial 'current_iteration.txt names v1, but the last signed gate record puts the run at v0'
+  assert_line --partial 'v0: records.log has no gate record for v0: v0 never passed its transition gate'
+  assert_equal "$(state)" v1
+  make_version 2
+  printf 'v2\n' >"$OUT/current_iteration.txt"
+  run -1 gate "$OUT/v2" --final
+  assert_line --partial 'v0: records.log has no gate record for v0'
+  assert_line --partial 'v1: records.log has no gate record for v1'
+}
+
+@test "a passed transition gate appends a signed gate record; a re-run appends none" {
+  make_run
+  run -0 gate "$OUT/v0"
+  assert_equal "$(tail -n 1 "$OUT/records.log" | cut -f4,5)" $'step=gate\tversion=v0'
+  local n
+  n=$(wc -l <"$OUT/records.log")
+  run -0 gate "$OUT/v0"
+  assert_equal "$(wc -l <"$OUT/records.log")" "$n"
+  run -0 gate "$OUT/v0" --structural
+  assert_equal "$(wc -l <"$OUT/records.log")" "$n"
 }
 
 @test "the final audit needs every version folder" {
@@ -58,7 +100,7 @@ load test_helper
   advance_to 1
   printf 'oops\n' >>"$OUT/v0/ncu_details.md"
   run gate "$OUT/v0"
-  assert_only_failure 'v0: ncu_details.md changed after it was measured: re-run profiling'
+  assert_only_failure 'v0: ncu_details.md changed after kernel-loop profile wrote it'
   assert_equal "$(state)" v1
 }
 
@@ -98,4 +140,24 @@ load test_helper
   assert_equal "$(grep -c 'stays v1$' <<<"$output")" 5
   run -0 find "$OUT" -maxdepth 1 -name '.current_iteration.*'
   assert_output ''
+}
+
+@test "a rewound state cannot re-gate a passed version, and a version measured early fails" {
+  advance_to 2
+  sed -i 's/^duration: -20%$/duration: -2%/' "$OUT/v1/hypothesis.txt"
+  printf 'v1\n' >"$OUT/current_iteration.txt"
+  mv "$OUT/v2" "$BATS_TEST_TMPDIR/v2"
+  run gate "$OUT/v1"
+  assert_line --partial 'current_iteration.txt names v1, but the last signed gate record (records.log line'
+  assert_line --partial 'puts the run at v2: the state was edited by hand'
+  assert_equal "$(grep -c $'step=gate\tversion=v1' "$OUT/records.log")" 1
+  rm -rf "$OUT" && mkdir -p "$OUT"
+  make_run
+  make_version 1  # v1 measured before v0 passed its gate (v0's hypothesis not yet frozen)
+  mv "$OUT/v1" "$BATS_TEST_TMPDIR/early-v1"
+  run -0 gate "$OUT/v0"
+  mv "$BATS_TEST_TMPDIR/early-v1" "$OUT/v1"
+  run gate "$OUT/v1"
+  assert_line --partial 'v1: its correctness record (records.log line'
+  assert_line --partial 'comes before v0 passed its gate'
 }

@@ -167,8 +167,9 @@ snapshot() {
   assert_only_failure 'current_iteration.txt is missing: the final audit needs'
   [[ ! -e $OUT/current_iteration.txt ]]
   printf 'v0\n' >"$OUT/current_iteration.txt"
-  run gate "$OUT/v1" --final
-  assert_only_failure "current_iteration.txt names 'v0', not v1"
+  run -1 gate "$OUT/v1" --final
+  assert_line --partial "current_iteration.txt names 'v0', not v1"
+  assert_line --partial 'puts the run at v1: the state was edited by hand'
   assert_equal "$(state)" v0
 }
 
@@ -236,17 +237,22 @@ hold_lock() {
   run gate "$OUT/v1" --final
   assert_only_failure "v1 is not the final version: the run's final version is v3 (run.json iterations)"
   printf '{"schema": 1, "version": "v1", "planned_final": "v3", "reason": "at the roofline"}\n' >"$OUT/finish.json"
+  run gate "$OUT/v1" --final
+  assert_line --partial 'finish.json has no signed finish record in records.log: only kernel-loop finish ends a run early'
+  sign_record finish v1 "reason=at the roofline"
   run -0 gate "$OUT/v1" --final
   run gate "$OUT/v1"
-  assert_only_failure "v1 is the final version (finish.json: the run finished early)"
+  assert_only_failure "v1 is the final version (kernel-loop finish ended the run early (records.log line"
 }
 
 @test "the final version is read from top-level keys only" {
+  # read from finish.json only when the run has no records (--structural on a run made before them)
   RUN_ITERATIONS=3 advance_to 1
+  rm "$OUT/records.log"
   printf '{"by": {"version": "v0"}, "note": "\\"version\\": \\"v0\\"", "version": "v1", "reason": "done"}\n' >"$OUT/finish.json"
-  run -0 gate "$OUT/v1" --final
+  run -0 gate "$OUT/v1" --final --structural
   printf '{"by": {"version": "v1"}, "reason": "no top-level version"}\n' >"$OUT/finish.json"
-  run gate "$OUT/v1" --final
+  run gate "$OUT/v1" --final --structural
   assert_only_failure "v1 is not the final version: the run's final version is v3 (run.json iterations)"
 }
 
@@ -255,6 +261,7 @@ hold_lock() {
   run gate "$OUT/v0" --final
   assert_only_failure "v0 is not the final version: the run's final version is v3 (run.json iterations)"
   printf '{"schema": 1, "version": "v0", "planned_final": "v3", "reason": "a baseline check"}\n' >"$OUT/finish.json"
+  sign_record finish v0 "reason=a baseline check"
   run -0 gate "$OUT/v0" --final
   [[ ! -e $OUT/current_iteration.txt ]]
 }

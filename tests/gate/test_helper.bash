@@ -5,7 +5,11 @@
 # Each test gets a hermetic run directory "$OUT" (its path holds a space to catch
 # quoting bugs), a temporary HOME and a reset PATH.  make_run builds a complete,
 # valid v0; make_version K adds a valid vK whose kernel differs from v(K-1);
-# measure K re-hashes vK like the correctness/profile helpers do.
+# measure K signs vK's correctness, profile and kbs records like the helpers do.
+#
+# Records are signed here with openssl (the helpers use Python's hmac, the gate
+# plain bash and sha256sum: three implementations of one format, see
+# references/artifacts.md), with a key of the test's own in $BATS_TEST_TMPDIR.
 #
 # failsafe.bats holds one test that must fail; it is skipped unless
 # BATS_RUN_FAILSAFE=1 (then bats reports exactly that one failure).
@@ -23,6 +27,39 @@ setup() {
   OUT="$BATS_TEST_TMPDIR/kernel run"
   mkdir -p "$TEST_HOME" "$OUT"
   export HOME="$TEST_HOME" PATH=/usr/local/bin:/usr/bin:/bin
+  export KERNEL_LOOP_RECORD_KEY="$BATS_TEST_TMPDIR/record key"
+  openssl rand -hex 32 >"$KERNEL_LOOP_RECORD_KEY"
+}
+
+sha() { sha256sum <"$1" | cut -d' ' -f1; }
+
+# sign_record step version [field=value ...]: append one signed record to $OUT/records.log.
+sign_record() {
+  local log="$OUT/records.log" step=$1 version=$2 n=0 prev key keyid body f esc='' i
+  shift 2
+  prev=0000000000000000000000000000000000000000000000000000000000000000
+  if [[ -s $log ]]; then
+    n=$(grep -c . "$log")
+    prev=$(tail -n 1 "$log" | tr -d '\n' | sha256sum | cut -d' ' -f1)
+  fi
+  key=$(cat "$KERNEL_LOOP_RECORD_KEY")
+  for ((i = 0; i < 64; i += 2)); do esc+="\\x${key:i:2}"; done
+  # shellcheck disable=SC2059  # the format is the key as \xHH escapes
+  keyid=$(printf "$esc" | sha256sum | cut -c1-16)
+  body="rec=1"$'\t'"seq=$((n + 1))"$'\t'"prev=$prev"$'\t'"step=$step"$'\t'"version=$version"$'\t'"time=2025-01-01T00:00:00+0000"
+  for f in "$@"; do body+=$'\t'"$f"; done
+  body+=$'\t'"keyid=$keyid"
+  printf '%s\tmac=%s\n' "$body" "$(printf '%s' "$body" | openssl dgst -sha256 -mac HMAC -macopt "hexkey:$key" -r | cut -d' ' -f1)" >>"$log"
+}
+
+# The hashes every measurement record carries.
+run_fields() { printf 'ref=%s\nrun=%s\n' "$(sha "$OUT/ref.py")" "$(sha "$OUT/run.json")"; }
+
+# init's record (make_run calls it).
+sign_init() {
+  local fields
+  mapfile -t fields < <(run_fields)
+  sign_record init - "iterations=${RUN_ITERATIONS:-3}" device=cuda:0 "gpu=NVIDIA H200" "${fields[@]}" files=
 }
 
 # The gate, as "run" sees it: gate <args...>
@@ -38,6 +75,7 @@ write_run_json() {
 make_run() {
   write_run_json
   printf 'def reference(x):\n    return x.softmax(-1)\n' >"$OUT/ref.py"
+  sign_init
   make_version 0
 }
 
@@ -108,9 +146,23 @@ Long-scoreboard stalls -> triton-block-size -> double BLOCK.
 EOF
 }
 
-# Re-hash vK's measured files, as correctness + profile do.
+# Sign vK's correctness (PASS), profile and kbs records, as the helpers do; DEVICE overrides cuda:0.
 measure() {
-  (cd "$OUT/v$1" && sha256sum "$(kernel_name "$1")" correctness.md ncu_summary.md ncu_details.md ../run.json >measured.sha256)
+  local d="$OUT/v$1" v="v$1" fields k
+  mapfile -t fields < <(run_fields)
+  k=$(sha "$d/$(kernel_name "$1")")
+  sign_record correctness "$v" result=PASS "device=${DEVICE:-cuda:0}" "gpu=NVIDIA H200" "kernel=$k" "${fields[@]}" \
+    "files=correctness.md:$(sha "$d/correctness.md"),correctness.json:$(sha "$d/correctness.json")"
+  sign_record profile "$v" result=ok "device=${DEVICE:-cuda:0}" "gpu=NVIDIA H200" "kernel=$k" "${fields[@]}" \
+    "files=ncu.json:$(sha "$d/ncu.json"),ncu_summary.md:$(sha "$d/ncu_summary.md"),ncu_details.md:$(sha "$d/ncu_details.md")"
+  sign_kbs "$1"
+}
+
+# Sign vK's kbs record: kbs_queries.jsonl as it is now and the ids its lines returned.
+sign_kbs() {
+  local d="$OUT/v$1" hits
+  hits=$(grep -o '"hits": *\[[^]]*\]' "$d/kbs_queries.jsonl" | grep -o '"[a-z0-9-]*"' | grep -v '"hits"' | tr -d '"' | awk '!seen[$0]++' | paste -sd, -)
+  sign_record kbs "v$1" "files=kbs_queries.jsonl:$(sha "$d/kbs_queries.jsonl")" "hits=$hits"
 }
 
 kernel_name() {
@@ -129,6 +181,8 @@ make_version() {
   printf '# Correctness - v%s\n\n| field | value |\n|---|---|\n| Result | PASS |\n| max_abs_err | 3.1e-07 |\n' "$1" >"$d/correctness.md"
   printf '# NCU summary - v%s\n\nduration_us = %s\nbottleneck: latency-bound\n' "$1" "$((90 - 10 * $1))" >"$d/ncu_summary.md"
   printf '# NCU details - v%s\n\n| metric | value |\n|---|---|\n| dram_throughput_pct | 41.5 |\n' "$1" >"$d/ncu_details.md"
+  printf '{"schema": 1, "version": "v%s", "result": "PASS"}\n' "$1" >"$d/correctness.json"
+  printf '{"schema": 1, "version": "v%s", "metrics": {"duration_us": %s}}\n' "$1" "$((90 - 10 * $1))" >"$d/ncu.json"
   write_kbs_evidence "$d"
   write_hypothesis "$d"
   printf '%s\n' '{"purpose": "kernel", "query": "triton softmax", "filters": {}, "hits": ["triton-block-size"], "time": "2025-01-01T00:00:00"}' \
@@ -171,7 +225,7 @@ fill_template() {
       F["Rationale:"] = "Contiguous lanes merge into full 32-byte sectors."
       F["Expected metric movement:"] = "duration: -25%\nsectors_per_request_ld: <= 4"
       F["Risk:"] = "Tail rows need a mask; a wrong mask corrupts the last row."
-      F["Evidence used:"] = "- coalescing-basics"
+      F["Evidence used:"] = "- triton-block-size"
       F["Decision rule:"] = "Keep it if correctness passes and duration drops 10% or more."
       F["TITLE"] = "v0"
       F["## NCU Facts"] = "- sectors_per_request_ld = 16.0"

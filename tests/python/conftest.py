@@ -176,6 +176,8 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     """Keep the KBS index and build caches out of the user's home during tests."""
     cache = tmp_path_factory.getbasetemp() / "kl-cache"
     monkeypatch.setenv("KERNEL_LOOP_CACHE", str(cache))
+    # a record key of the test session's own, never the user's (created on first use, like the real one)
+    monkeypatch.setenv("KERNEL_LOOP_RECORD_KEY", str(tmp_path_factory.getbasetemp() / "kl-key" / "record.key"))
     yield
 
 

@@ -34,7 +34,7 @@ import statistics
 from argparse import Namespace
 from pathlib import Path
 
-from kernel_loop import provenance
+from kernel_loop import provenance, records
 from kernel_loop.common import sha256_file, write_json
 from kernel_loop.steps import hypothesis
 
@@ -200,6 +200,8 @@ def write_run(root: Path, iterations: int = 3, dims: dict | None = None) -> Path
     })
     (root / "ref.py").write_text(REF_PY, encoding="utf-8")
     write_kernel(root, 0)
+    records.append(root, "init", iterations=str(iterations), device="cuda:0", gpu="NVIDIA H100 80GB HBM3",
+                   **records.run_hashes(root), files=records.files_field(root, ["v0/kernel.py"]))
     return root
 
 
@@ -252,6 +254,11 @@ def write_measurements(root: Path, k: int) -> None:
     (vdir / "ncu_details.md").write_text(f"# NCU details v{k}\n\n(all metrics)\n", encoding="utf-8")
     provenance.record(vdir, ["kernel.py", "correctness.md", "correctness.json", "../run.json",
                              "ncu_summary.md", "ncu_details.md", "ncu.json"])
+    common = {"device": "cuda:0", "gpu": "NVIDIA H100 80GB HBM3", "kernel": ksha, **records.run_hashes(root)}
+    records.append(root, "correctness", f"v{k}", result="PASS", **common,
+                   files=records.files_field(vdir, ["correctness.md", "correctness.json"]))
+    records.append(root, "profile", f"v{k}", result="ok", **common,
+                   files=records.files_field(vdir, ["ncu.json", "ncu_summary.md", "ncu_details.md"]))
 
 
 def write_kbs(root: Path, k: int, *, filled: bool = True) -> None:
@@ -265,6 +272,8 @@ def write_kbs(root: Path, k: int, *, filled: bool = True) -> None:
          "hits": pages[1:] + ["dram-bound-streaming"], "time": "2026-11-29T10:05:01+0000"},
     ]
     (vdir / "kbs_queries.jsonl").write_text("".join(json.dumps(rec) + "\n" for rec in lines), encoding="utf-8")
+    records.append(root, "kbs", f"v{k}", files=records.files_field(vdir, ["kbs_queries.jsonl"]),
+                   hits=",".join(dict.fromkeys(h for rec in lines for h in rec["hits"])))
     selected = "\n".join(f"- kbs:{p}: {KBS_TITLES[p]}" for p in pages) if filled else "TODO(kernel-loop)"
     if not filled:
         link = "TODO(kernel-loop): tie the facts to one change"
@@ -301,8 +310,15 @@ def build_complete(root: Path, iterations: int = 3, dims: dict | None = None) ->
         if k < iterations:
             set_state(root, k)
             write_hypothesis(root, k)
+            sign_gate(root, k)
     set_state(root, iterations)
     return root
+
+
+def sign_gate(root: Path, k: int) -> None:
+    """The gate record the transition gate of vK appends (its files: hypothesis, evidence, kernel)."""
+    records.append(root, "gate", f"v{k}", result="passed",
+                   files=records.files_field(root / f"v{k}", ["hypothesis.txt", "kbs_evidence.md", "kernel.py"]))
 
 
 def _stats(samples: list[float]) -> dict:

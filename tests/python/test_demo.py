@@ -28,7 +28,7 @@ def test_demo_lists_the_bundled_examples(tmp_path):
     assert proc.returncode == 0, proc.stderr
     archives = sorted(p.parent.name for p in (REPO / "examples").glob("*/run.tar.gz"))
     assert proc.stdout.split() == archives
-    assert {"softmax-triton", "transpose-cuda"} <= set(archives)
+    assert {"softmax-triton", "transpose-cuda", "kernelbench-l1norm-cuda"} <= set(archives)
 
 
 def test_demo_replays_an_example_in_the_given_dir(tmp_path):
@@ -39,7 +39,8 @@ def test_demo_replays_an_example_in_the_given_dir(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run = tmp_path / "demo" / "transpose-cuda"
     assert (run / "final_report.md").is_file() and (run / "final_report.png").is_file()
-    assert "gate: v3 passed (final audit" in proc.stdout
+    assert "gate: v6 passed (final audit of v0..v6)" in proc.stdout  # extended from v3 to v6
+    assert "note: the run was extended: final version v3 -> v6" in proc.stdout
     assert "next step (done)" in proc.stdout
     assert "nothing re-measured" in proc.stdout
     # nothing outside the demo dir: the fake HOME stays empty and no new top-level entries appear

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -13,14 +14,17 @@ import tarfile
 
 import pytest
 from conftest import REPO
+from kernel_loop import plan, records
 from kernel_loop.common import UsageError
-from kernel_loop.steps.demo import ARCHIVE, list_examples, unpack_archive, unpack_example
+from kernel_loop.rundir import RunDir
+from kernel_loop.steps.demo import ARCHIVE, example_key, list_examples, unpack_archive, unpack_example
 
 EXAMPLES = sorted(p.parent.name for p in (REPO / "examples").glob(f"*/{ARCHIVE}"))
 
 
 @pytest.fixture(params=EXAMPLES)
-def example_copy(request, tmp_path):
+def example_copy(request, tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNEL_LOOP_RECORD_KEY", str(example_key(request.param, tmp_path)))  # status, report too
     return unpack_example(request.param, tmp_path / request.param)
 
 
@@ -29,13 +33,31 @@ def test_there_are_examples():
     assert list_examples() == EXAMPLES
 
 
+def _key(example_copy) -> dict:
+    """The environment with the example's own record key (from its loop.json; not secret)."""
+    return dict(os.environ, KERNEL_LOOP_RECORD_KEY=str(example_key(example_copy.name, example_copy.parent)))
+
+
 def test_final_gate_passes(example_copy):
-    n = json.loads((example_copy / "run.json").read_text())["iterations"]
+    n = plan.final_version(RunDir.open(example_copy))
     gate = REPO / "scripts" / "check_iteration_gate.sh"
     proc = subprocess.run(["bash", str(gate), str(example_copy / f"v{n}"), "--final"],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=_key(example_copy))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "passed (final audit" in proc.stdout
+
+
+def test_every_record_of_an_example_verifies_and_a_forged_one_fails(example_copy, monkeypatch):
+    monkeypatch.setenv("KERNEL_LOOP_RECORD_KEY", str(example_key(example_copy.name, example_copy.parent)))
+    recs = records.read(example_copy)
+    assert recs[0]["step"] == "init" and {"correctness", "profile", "kbs", "gate", "benchmark"} <= {r["step"] for r in recs}
+    assert all(r["device"].startswith("cuda:") for r in recs if r["step"] in ("correctness", "profile"))
+    n = plan.final_version(RunDir.open(example_copy))
+    corr = example_copy / f"v{n}" / "correctness.json"
+    corr.write_text(corr.read_text().replace('"PASS"', '"FAIL"', 1))
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "check_iteration_gate.sh"), str(example_copy / f"v{n}"),
+                           "--final"], capture_output=True, text=True, env=_key(example_copy))
+    assert proc.returncode == 1 and "correctness.json changed after kernel-loop correctness wrote it" in proc.stdout
 
 
 def test_status_is_consistent(example_copy, helpers_env):

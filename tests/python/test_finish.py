@@ -53,7 +53,7 @@ def test_benchmark_audits_the_finished_version(tmp_path, monkeypatch):
 @pytest.mark.parametrize("problem, message", [
     ("no-reason", "--reason needs a real sentence"),
     ("todo", "still has TODO(kernel-loop)"),
-    ("stale", "no correctness PASS"),
+    ("stale", "kernel.py changed after correctness passed"),
     ("final", "already the planned final version"),
 ])
 def test_finish_refuses_an_unfinished_or_final_version(tmp_path, capsys, problem, message):

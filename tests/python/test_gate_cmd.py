@@ -70,7 +70,7 @@ def test_a_real_run_passes_output_and_exit_code_through(tmp_path):
 
     proc = klcli.run("gate", root / "v0", "--verbose")  # a re-run of a passed gate writes nothing
     same(proc, direct(root / "v0", "--verbose"))
-    assert proc.returncode == 0 and "[PASS] v0: measured.sha256 lists and matches every measured file" in proc.stdout
+    assert proc.returncode == 0 and "[PASS] v0: the signed correctness (PASS) and profile records match v0 as it is now" in proc.stdout
 
     (root / "v0" / "ncu_details.md").unlink()
     proc = klcli.run("gate", root / "v0")

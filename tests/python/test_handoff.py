@@ -39,3 +39,57 @@ def test_the_checker_stops_waiting_when_the_kernel_process_is_done(tmp_path):
         handoff.wait_manifest(tmp_path, 0, 5.0)
     with pytest.raises(RuntimeError, match="never read check 3"):
         handoff.wait_ack(tmp_path, 3, 5.0, alive=lambda: False)
+
+
+class _FakeChild:
+    """A child whose process sleeps ``seconds`` and then 'writes' ``result``."""
+
+    def __init__(self, seconds: float, result: dict | None):
+        import subprocess
+        import sys
+
+        self.proc = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"])
+        self.result, self.killed = result, False
+
+    def kill(self):
+        self.killed = True
+        self.proc.kill()
+        self.proc.wait()
+
+    def wait(self, timeout):
+        from kernel_loop.runner import ChildOutcome
+
+        rc = self.proc.wait(timeout)
+        return ChildOutcome(None if self.killed else self.result, rc, False, 0.0, "")
+
+
+def _fake_pair(monkeypatch, kernel_s, checker_s, checker_result):
+    from kernel_loop import runner
+
+    made = {}
+
+    def start(mode, spec, prefix=None, env=None):
+        made[mode] = _FakeChild(checker_s, checker_result) if mode == "check" else _FakeChild(kernel_s, {"ok": True})
+        return made[mode]
+
+    monkeypatch.setattr(runner, "start_child", start)
+    return made
+
+
+def test_a_checker_that_judged_everything_does_not_stop_a_kernel_still_timing(monkeypatch):
+    """The checker ends after the last check; the kernel's process then times its A/B runs: it must finish."""
+    from kernel_loop import runner
+
+    made = _fake_pair(monkeypatch, kernel_s=1.5, checker_s=0.0, checker_result={"verdicts": {}, "error": None})
+    both = runner.run_checked("benchmark", {}, [], 30)
+    assert not made["benchmark"].killed and both.kernel.result == {"ok": True} and both.checker_failure() is None
+    assert both.stopped_by is None
+
+
+def test_a_checker_that_failed_stops_the_kernel_and_is_named(monkeypatch):
+    from kernel_loop import runner
+
+    made = _fake_pair(monkeypatch, kernel_s=30, checker_s=0.0, checker_result={"error": "reference crashed"})
+    both = runner.run_checked("benchmark", {}, [], 60)
+    assert made["benchmark"].killed and both.checker_failure() == "the checker failed: reference crashed"
+    assert both.stopped_by == "checker"

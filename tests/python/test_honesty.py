@@ -129,7 +129,9 @@ def test_profile_refuses_a_pass_that_correctness_did_not_write(tmp_path, edit):
         cfg = read_json(root / "run.json")
         write_json(root / "run.json", dict(cfg, dims={"M": 16, "N": 16}))
     assert provenance.matches(root / "v0", "kernel.py")
-    with pytest.raises(UsageError, match=f"{edit} does not match v0/measured.sha256"):
+    why = "v0/correctness.json changed after correctness wrote it" if edit == "correctness.json" else \
+        "run.json changed after init recorded it"
+    with pytest.raises(UsageError, match=why):
         _profile(root)
 
 

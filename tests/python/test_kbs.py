@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from kernel_loop import cli, vocab
-from kernel_loop.common import UsageError, cache_dir
+from kernel_loop import cli, records, vocab
+from kernel_loop.common import UsageError, cache_dir, sha256_file
 from kernel_loop.kbs import corpus as kbs_corpus
 from kernel_loop.kbs import evidence, index
 from kernel_loop.kbs.search import fts_expression, get, search
@@ -224,6 +224,8 @@ def test_query_json_and_log(corpus, tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
     (out / "v0").mkdir(parents=True)
     (out / "run.json").write_text(json.dumps({"schema": 1, "kernel": "k"}), encoding="utf-8")
+    (out / "ref.py").write_text("def reference(x):\n    return x\n", encoding="utf-8")
+    records.append(out, "init", **records.run_hashes(out))
     argv = ["kbs", "query", "global", "loads", "--symptom", "uncoalesced-global", "--arch", "sm90",
             "--json", "--log", str(out), "--purpose", "bottleneck"]
     assert run(argv, monkeypatch) == 0
@@ -238,6 +240,9 @@ def test_query_json_and_log(corpus, tmp_path, monkeypatch, capsys):
     assert lines[0]["filters"] == {"symptoms": ["uncoalesced-global"], "arch": "sm90"}
     assert lines[0]["hits"] == ids(hits)
     assert lines[0]["time"]
+    signed = [r for r in records.read(out) if r["step"] == "kbs"]  # each logged query is signed, file and hits
+    assert len(signed) == 2 and signed[-1].files() == {"kbs_queries.jsonl": sha256_file(out / "v0" / "kbs_queries.jsonl")}
+    assert set(signed[-1].hits()) == {h for x in lines for h in x["hits"]}
 
 
 def test_unknown_symptom_suggests(corpus, monkeypatch, capsys):

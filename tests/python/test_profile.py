@@ -9,8 +9,15 @@ import json
 
 import pytest
 from conftest import FIXTURES
-from kernel_loop import gpustate, metrics, provenance
-from kernel_loop.common import KernelLoopError, MeasuredFailure, UsageError, sha256_file, write_json
+from kernel_loop import gpustate, metrics, records
+from kernel_loop.common import (
+    KernelLoopError,
+    MeasuredFailure,
+    UsageError,
+    read_json,
+    sha256_file,
+    write_json,
+)
 from kernel_loop.config import DEFAULT_NCU_SECTIONS, RunConfig
 from kernel_loop.runner import ChildOutcome, run_child
 from kernel_loop.steps import profile
@@ -226,18 +233,23 @@ def test_write_profile_artifacts(tmp_path):
 
 
 # --- the CLI step without a GPU: refusals --------------------------------------------------------
-def _run_dir(tmp_path, *, result="PASS", ncu=None):
+def _run_dir(tmp_path, *, result="PASS", ncu=None, device="cuda:0"):
+    """A run whose v0 has a signed correctness record (``result`` None: none) made on ``device``."""
     root = tmp_path / "run"
     v0 = root / "v0"
     v0.mkdir(parents=True)
     write_json(root / "run.json", {"schema": 1, "kernel": "vadd", "impl": "triton", "dims": {"N": 1024}, "gpu": 0, "warmup": 2, "trials": 3,
                                    "ncu": ncu or {"set": "detailed", "sections": [], "clock_control": "none",
                                                   "cache_control": None, "extra_args": []}})
+    (root / "ref.py").write_text("def reference(x):\n    return x\n")
     kernel = v0 / "kernel.py"
     kernel.write_text("def run_kernel(x):\n    pass\n")
+    records.append(root, "init", iterations="3", device="cuda:0", **records.run_hashes(root))
     write_json(v0 / "correctness.json", {"schema": 1, "version": "v0", "kernel_file": "kernel.py",
                                          "kernel_sha256": sha256_file(kernel), "result": result})
-    provenance.record(v0, [kernel, v0 / "correctness.json", root / "run.json"])  # as correctness records them
+    if result is not None:  # as correctness signs it
+        records.append(root, "correctness", "v0", result=result, device=device, kernel=sha256_file(kernel),
+                       **records.run_hashes(root), files=records.files_field(v0, ["correctness.json"]))
     return root
 
 
@@ -262,10 +274,28 @@ def test_refuses_without_pass(tmp_path):
 
 
 def test_refuses_without_correctness(tmp_path):
+    args = _profile_args(str(_run_dir(tmp_path, result=None)))
+    with pytest.raises(UsageError, match="has no correctness record .*run 'kernel-loop correctness' first"):
+        args.func(args)
+
+
+def test_refuses_a_cpu_mode_pass_for_a_gpu_run(tmp_path):
+    args = _profile_args(str(_run_dir(tmp_path, device="cpu")))
+    with pytest.raises(UsageError, match="passed correctness on cpu, but this run measures on cuda:0: a CPU-mode "
+                                         "result does not count"):
+        args.func(args)
+
+
+def test_refuses_a_pass_whose_file_or_record_was_edited(tmp_path):
     root = _run_dir(tmp_path)
-    (root / "v0" / "correctness.json").unlink()
+    corr = read_json(root / "v0" / "correctness.json")
+    write_json(root / "v0" / "correctness.json", dict(corr, note="edited"))
     args = _profile_args(str(root))
-    with pytest.raises(UsageError, match="run 'kernel-loop correctness' first"):
+    with pytest.raises(UsageError, match="v0/correctness.json changed after correctness wrote it"):
+        args.func(args)
+    log = root / "records.log"
+    log.write_text(log.read_text().replace("result=PASS", "result=PASS "))
+    with pytest.raises(UsageError, match="records.log:2: the signature does not verify"):
         args.func(args)
 
 

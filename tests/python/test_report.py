@@ -70,6 +70,7 @@ def test_tolerance_row_shows_the_applied_dtype_default(tmp_path):
     bench = read_json(root / "benchmark.json")
     bench["tolerance_applied"] = {"y": resolve_tolerance(tol, None, None, "float32")}
     write_json(root / "benchmark.json", bench)
+    _signed_as_benchmark(root)
     assert "| Tolerance | atol 1e-4, rtol 1e-3, rel L2 <= 1e-5 (dtype default for float32) |" in render(root)
 
 
@@ -131,6 +132,22 @@ def test_a_filled_discussion_survives_a_re_render(tmp_path):
     assert "TODO(kernel-loop)" not in again.split("## 8. Discussion")[1]
 
 
+def _signed_as_benchmark(root):
+    """Sign the edited benchmark.json as a benchmark run would have written it (the test stands in for one)."""
+    from kernel_loop import records
+
+    records.append(root, "benchmark", "v3", files=records.files_field(root, ["benchmark.json", "benchmark.md"]))
+
+
+def test_a_benchmark_json_edited_after_the_benchmark_is_refused(tmp_path, capsys):
+    root = finished_run(tmp_path)
+    bench = read_json(root / "benchmark.json")
+    bench["speedups"] = {k: v * 10 for k, v in bench["speedups"].items()}
+    write_json(root / "benchmark.json", bench)
+    assert rf.cli(report, ["report", str(root)]) == 2
+    assert "benchmark.json changed after kernel-loop benchmark wrote it" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("missing", ["benchmark_rows", "ab"])
 def test_missing_benchmark_parts(tmp_path, missing):
     root = finished_run(tmp_path)
@@ -141,6 +158,7 @@ def test_missing_benchmark_parts(tmp_path, missing):
         bench["rows"] = [r for r in bench["rows"] if r["name"] != "solution"]
         bench["speedups"] = {}
     write_json(root / "benchmark.json", bench)
+    _signed_as_benchmark(root)
     md = render(root)
     if missing == "ab":
         assert md.count("Same-run A/B: N/A (not in benchmark.json)") == 3

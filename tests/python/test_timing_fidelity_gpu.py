@@ -17,15 +17,27 @@ host time as kernel time, and the device-side delay should not.
 
 Targets from the issue this answers: helper / do_bench within 3 %, CV at most 2 %, A/B / table within 3 %.
 Run: ``pytest -m gpu -s tests/python/test_timing_fidelity_gpu.py``.
+
+The second benchmark here, ``test_one_version_of_tooling``: How long one version's tooling takes: correctness + profile + kbs evidence on a Triton softmax.
+
+A benchmark, reported and not asserted (timings depend on the machine): it prints one line per step
+and the total, and writes them as JSON to ``$KERNEL_LOOP_BENCH_OUT`` when that is set.  Run on a GPU
+machine with Nsight Compute: ``pytest -m gpu -s tests/python/test_timing_fidelity_gpu.py -k tooling``.
+Each step is run twice: the first pass includes cold caches (Triton compile, page cache), the
+second is what an agent sees from the second version on.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
+import time
+from pathlib import Path
 
 import pytest
+from klcli import KERNELS, run
 
 pytestmark = [pytest.mark.gpu, pytest.mark.bench]
 M, N = 4096, 8192
@@ -139,3 +151,31 @@ def _measure(label):
               f"({row['old_over_do_bench']:.3f}x do_bench); targets {row['targets_met']}")
         assert all(v > 0 for v in (row["helper_median_us"], row["do_bench_median_us"], row["ab_median_us"]))
     return report
+
+
+# --- how long one version's tooling takes ---------------------------------------------------------------
+STEPS = (("correctness",), ("profile",), ("kbs", "evidence", "--force"))
+
+
+@pytest.mark.skipif(shutil.which("ncu") is None and not Path("/usr/local/cuda/bin/ncu").exists(),
+                    reason="Nsight Compute (ncu) is not installed")
+def test_one_version_of_tooling(tmp_path):
+    out = tmp_path / "run"
+    proc = run("init", out, "--kernel", "softmax", "--ref", KERNELS / "ref_softmax.py", "--impl", "triton",
+               "--baseline", KERNELS / "triton_softmax.py", "--dims", "M=4096,N=8192", "--skip-env",
+               "--clock-control", "none")
+    assert proc.returncode == 0, proc.stderr
+    passes = {}
+    for name in ("cold", "warm"):
+        times = {}
+        for step in STEPS:
+            t0 = time.monotonic()
+            proc = run(*step, out)
+            times[" ".join(step)] = round(time.monotonic() - t0, 2)
+            assert proc.returncode == 0, f"{step}: {proc.stderr[-2000:]}"
+        times["total"] = round(sum(times.values()), 2)
+        passes[name] = times
+        print(f"\nloop tooling, {name} pass: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
+    target = os.environ.get("KERNEL_LOOP_BENCH_OUT")
+    if target:
+        Path(target).write_text(json.dumps({"problem": "triton softmax 4096 x 8192 fp32", **passes}, indent=2) + "\n")

@@ -32,10 +32,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .. import vocab
-from ..common import UsageError, now_iso
+from .. import records, vocab
+from ..common import UsageError, now_iso, sha256_file
 from ..rundir import RunDir
 from ..sidecars import KBS_QUERIES
+from .corpus import corpus_roots
 from .index import BM25_WEIGHTS, FTS_COLUMNS, all_pages, open_index, page_row
 from .schema import as_list
 
@@ -256,14 +257,51 @@ def query_command(terms: str, filters: dict[str, Any], corpus: list[str]) -> str
 
 
 def log_query(rd: RunDir, purpose: str, terms: str, filters: dict[str, Any], hits: list[dict],
-              command: str) -> Path:
-    """Append one line to vK/kbs_queries.jsonl of the run's current version."""
+              command: str, *, roots: list[str] | None = None, sign: bool = True) -> Path:
+    """Append one line to vK/kbs_queries.jsonl of the run's current version (``sign``: and sign it).
+
+    The log must be the one the last kbs record signed: a hand edit is refused, never signed over."""
     vdir = rd.vdir(rd.current_version())
     if not vdir.is_dir():
         raise UsageError(f"{vdir} does not exist: cannot log the query there")
+    prior = signed_hits(rd, vdir) if sign else None
     path = vdir / KBS_QUERIES
     line = {"purpose": purpose, "query": terms, "filters": filters, "hits": [h["id"] for h in hits],
             "time": now_iso(), "command": command}
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(line) + "\n")
+    if prior is not None:
+        sign_queries(rd, vdir, prior + line["hits"], roots)
     return path
+
+
+def signed_hits(rd: RunDir, vdir: Path) -> list[str]:
+    """The page ids vK's last kbs record signed; refuses a query log that is not the one it signed."""
+    last = records.latest(records.read(rd.root), "kbs", vdir.name)
+    path = vdir / KBS_QUERIES
+    if last is None:
+        if path.is_file() and path.stat().st_size:
+            raise UsageError(f"{path} exists but no kernel-loop kbs record signed it: it was written by hand; "
+                             "move it aside and log the queries again with kernel-loop kbs")
+        return []
+    if not path.is_file() or sha256_file(path) != last.files().get(KBS_QUERIES):
+        raise UsageError(f"{path} differs from what kernel-loop kbs last logged (records.log line {last.line}): it "
+                         "was edited by hand; restore it (a hand-edited log is never signed over)")
+    return last.hits()
+
+
+def corpus_label(roots: list[str] | None) -> str:
+    """'bundled' when the search used the bundled KBS alone, else the other roots (the gate refuses those)."""
+    extra = [str(p) for p in corpus_roots(roots)[1:]]
+    return "bundled" if not extra else "extra:" + ";".join(extra)
+
+
+def sign_queries(rd: RunDir, vdir: Path, hits: list[str], roots: list[str] | None = None) -> None:
+    """A signed kbs record of vK/kbs_queries.jsonl as it is now, with the page ids its signed queries
+    returned: the gate accepts the query log, and the ids under 'Evidence used:', only through it."""
+    label = corpus_label(roots)
+    last = records.latest(records.read(rd.root), "kbs", vdir.name)
+    if last is not None and last.get("corpus", "bundled") != "bundled":  # an earlier query's corpus sticks
+        label = last["corpus"] if label == "bundled" else label
+    records.append(rd.root, "kbs", vdir.name, files=records.files_field(vdir, [KBS_QUERIES]),
+                   hits=",".join(dict.fromkeys(hits)), corpus=label)

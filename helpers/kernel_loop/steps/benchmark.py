@@ -36,7 +36,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .. import plan, sidecars
+from .. import plan, records, sidecars
 from ..common import (
     KernelLoopError,
     MeasuredFailure,
@@ -345,8 +345,10 @@ def measure_all(spec: dict[str, Any], cfg, timeout: float) -> dict[str, Any]:
     if both.kernel.timed_out:
         raise MeasuredFailure(f"the benchmark child ran past run.json timeout_s ({cfg.timeout_s} s) and was "
                               "stopped; lower --trials or raise timeout_s")
-    kres = both.kernel.checked("the benchmark child")
     why = both.checker_failure()
+    if why and both.stopped_by == "checker":  # the kernel's process was stopped because its checker failed
+        raise MeasuredFailure(f"the benchmark's checks got no verdict: {why}")
+    kres = both.kernel.checked("the benchmark child")
     if why:
         raise MeasuredFailure(f"the benchmark's checks got no verdict: {why}")
     for item in kres["items"]:
@@ -366,3 +368,5 @@ def write_outputs(root: Path, bench: dict[str, Any]) -> None:
     write_json(root / "benchmark.json", bench)
     tolerance = describe_tolerances(bench.get("tolerance"), bench.get("tolerance_applied"))
     atomic_write_text(root / "benchmark.md", render("benchmark.md.j2", b=bench, tolerance=tolerance))
+    records.append(root, "benchmark", str(bench.get("version") or "-"),
+                   **records.run_hashes(root), files=records.files_field(root, ["benchmark.json", "benchmark.md"]))

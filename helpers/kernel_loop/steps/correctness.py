@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .. import provenance
+from .. import provenance, records
 from ..common import (
     MeasuredFailure,
     UsageError,
@@ -30,7 +30,7 @@ from ..config import add_check_flags, check_flags_against_run, parse_dims
 from ..loader import device_for
 from ..rundir import RunDir
 from ..runner import correctness_checks, run_checked
-from ..sidecars import PROFILE_FILES
+from ..sidecars import CORRECTNESS_FILES, PROFILE_FILES
 from ..templating import render
 from ..vocab import IMPL_SUFFIXES
 
@@ -80,7 +80,8 @@ def merge_verdicts(both, device: str) -> dict[str, Any]:
             t["outputs"] = v.get("rows") or []
             t["passed"] = both.failure_of(t.get("tag")) is None and bool(t["outputs"])
             res["warnings"] += [w for w in v.get("warnings", []) if w not in res["warnings"]]
-    res["error"] = both.kernel.failure() or res.get("error") or both.checker_failure()
+    first = both.checker_failure() if both.stopped_by == "checker" else None  # the checker failed first
+    res["error"] = first or both.kernel.failure() or res.get("error") or both.checker_failure()
     return res
 
 
@@ -114,6 +115,7 @@ def run_correctness(args: argparse.Namespace) -> int:
     device = device_for(cfg)
     if args.sanitize and device == "cpu":
         raise UsageError("--sanitize needs a CUDA device (compute-sanitizer); this run uses the cpu test mode")
+    records.check_run_files(rd.root, records.read(rd.root))
     kernel_sha = sha256_file(kernel)
     shapes = cfg.shapes
     spec = {"cfg": cfg.to_json(), "device": device, "run_root": str(rd.root), "kernel": str(kernel),
@@ -154,6 +156,9 @@ def run_correctness(args: argparse.Namespace) -> int:
     atomic_write_text(vdir / "correctness.md", render("correctness.md.j2", c=data))
     provenance.record(vdir, [kernel, vdir / "correctness.md", vdir / "correctness.json", rd.run_json],
                       drop=PROFILE_FILES)
+    records.append(rd.root, "correctness", f"v{k}", result=result, device=data["device"],
+                   gpu=(outcome.result or {}).get("gpu_name") or "-", kernel=kernel_sha,
+                   **records.run_hashes(rd.root), files=records.files_field(vdir, list(CORRECTNESS_FILES)))
     print(summary_line(data))
     if result != "PASS":
         raise MeasuredFailure(f"v{k} correctness FAIL: {error.splitlines()[0] if error else 'see correctness.md'} "

@@ -19,8 +19,9 @@ import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
 
+from .. import plan
 from ..common import UsageError, progress, skill_root
-from ..rundir import gate_script
+from ..rundir import RunDir, gate_script
 
 FILE_GUIDE = [
     ("final_report.md", "the report: versions, predictions scored, A/B verdicts, speedups"),
@@ -40,6 +41,21 @@ def examples_dir() -> Path:
 # each example is one archive, examples/<name>/run.tar.gz, holding the run directory as run/
 ARCHIVE = "run.tar.gz"
 TOP = "run"
+
+
+def example_key(name: str, where: Path) -> Path:
+    """The record key an example was signed with, written to ``where``/<name>.record.key (outside the run
+    folder): the ``record_key`` of examples/<name>/loop.json, committed and not secret."""
+    plan = examples_dir() / name / "loop.json"
+    try:
+        hexkey = json.loads(plan.read_text(encoding="utf-8"))["record_key"]
+    except (OSError, ValueError, KeyError):
+        raise UsageError(f"{plan} holds no record_key: the example's records cannot be verified") from None
+    path = Path(where) / f"{name}.record.key"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(hexkey + "\n", encoding="ascii")
+    path.chmod(0o600)
+    return path
 
 
 def list_examples() -> list[str]:
@@ -143,11 +159,15 @@ def run(example: str | None, keep_dir: str | None, live: bool | None) -> int:
     unpack_example(name, out)
     # every cache the run may fill (KBS index, nvcc builds, Triton, TorchInductor, matplotlib) stays here
     cache = base / ".cache"
+    # the example's records are signed with its own key, shipped beside it and not secret (anyone can forge
+    # them: they show the format, not a proof); a run of yours is signed with your own key
+    key = example_key(name, base)
     env = dict(os.environ, KERNEL_LOOP_CACHE=str(cache), TRITON_CACHE_DIR=str(cache / "triton"),
-               TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), MPLCONFIGDIR=str(cache / "matplotlib"))
-    cfg = json.loads((out / "run.json").read_text())
-    last = f"v{cfg['iterations']}"
-    progress(f"example '{name}' unpacked to {out}")
+               TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), MPLCONFIGDIR=str(cache / "matplotlib"),
+               KERNEL_LOOP_RECORD_KEY=str(key))
+    last = f"v{plan.final_version(RunDir.open(out))}"
+    progress(f"example '{name}' unpacked to {out}; its records are signed with the example's own key (not "
+             f"secret, from examples/{name}/loop.json), written to {key}")
 
     gate = subprocess.run(["bash", str(gate_script()), str(out / last), "--final"],
                           text=True, capture_output=True, env=env)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from .. import plan, sidecars
+from .. import plan, records, sidecars
 from ..common import UsageError, now_iso, progress, sha256_file, write_json
 from ..prose import TODO
 from ..rundir import RunDir
@@ -35,13 +35,12 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rd = RunDir.open(args.out)
-    cfg = rd.config()
     done = plan.finish_record(rd)
     if done:
         raise UsageError(f"the run already finished at {done['version']} ({done.get('reason')}); "
                          "finish.json is never rewritten")
     k = rd.current_version()
-    if k >= cfg.iterations:
+    if k >= plan.planned_final(rd):
         raise UsageError(f"v{k} is already the planned final version: run the final gate on it (--final)")
     reason = " ".join((args.reason or "").split())
     if sum(c.isalpha() for c in reason) < MIN_REASON:
@@ -49,18 +48,21 @@ def run(args: argparse.Namespace) -> int:
     v = rd.v(k)
     kernel = rd.kernel_file(k)
     ksha = sha256_file(kernel)
-    corr = sidecars.require(v.correctness_json, "correctness")
-    if corr.get("result") != "PASS" or corr.get("kernel_sha256") != ksha:
-        raise UsageError(f"v{k} has no correctness PASS for {kernel.name} as it is now: run correctness first")
+    cfg = rd.config()
+    records.require_correctness(rd.root, f"v{k}", kernel, cfg.device, cfg.gpu)  # signed PASS, this kernel
+    prof = records.latest(records.read(rd.root), "profile", f"v{k}")
     ncu = sidecars.require(v.ncu_json, "profile")
-    if ncu.get("kernel_sha256") != ksha:
-        raise UsageError(f"v{k}/ncu.json was measured on a different {kernel.name}: run profile again")
+    if prof is None or prof.get("kernel") != ksha or ncu.get("kernel_sha256") != ksha:
+        raise UsageError(f"v{k} has no signed profile of {kernel.name} as it is now: run profile again")
+    if any(sha256_file(v.path / n) != h for n, h in prof.files().items() if (v.path / n).is_file()):
+        raise UsageError(f"v{k}'s profile files changed after profile wrote them: run profile again")
     if not v.kbs_evidence.is_file() or TODO in v.kbs_evidence.read_text(encoding="utf-8"):
         raise UsageError(f"v{k}/kbs_evidence.md is missing or still has {TODO}: run 'kbs evidence' and fill it in")
-    rec = {"schema": 1, "version": f"v{k}", "planned_final": f"v{cfg.iterations}", "reason": reason,
+    rec = {"schema": 1, "version": f"v{k}", "planned_final": f"v{plan.planned_final(rd)}", "reason": reason,
            "kernel_sha256": ksha, "time": now_iso()}
+    records.append(rd.root, "finish", f"v{k}", kernel=ksha, reason=reason)
     write_json(rd.root / sidecars.FINISH_JSON, rec)
     print(rd.root / sidecars.FINISH_JSON)
-    progress(f"v{k} is now the final version (planned: v{cfg.iterations}); next: the final gate on v{k} "
+    progress(f"v{k} is now the final version (planned: v{plan.planned_final(rd)}); next: the final gate on v{k} "
              "(--final), then benchmark and report")
     return 0

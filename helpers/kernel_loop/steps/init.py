@@ -12,8 +12,8 @@ import ast
 from pathlib import Path
 from typing import Any
 
-from .. import envcheck
-from ..common import UsageError, now_iso, progress, sha256_file, write_json
+from .. import envcheck, records
+from ..common import UsageError, now_iso, progress, read_json, sha256_file, write_json
 from ..config import (
     DEFAULT_CORRECTNESS_TRIALS,
     DEFAULT_GPU,
@@ -261,6 +261,15 @@ def _same_file(a: Path, b: Path) -> bool:
     return a.is_file() and b.is_file() and sha256_file(a) == sha256_file(b)
 
 
+def _record_init(rd: RunDir, cfg: dict[str, Any], v0_kernel: Path) -> None:
+    """The first signed record: ref.py, run.json and the baseline kernel as init wrote them."""
+    env = read_json(rd.env_json) if rd.env_json.is_file() else {}
+    records.append(rd.root, "init", iterations=str(cfg["iterations"]),
+                   device="cpu" if cfg.get("device") == "cpu" else f"cuda:{cfg['gpu']}",
+                   gpu=(env.get("gpu") or {}).get("name") or "-", **records.run_hashes(rd.root),
+                   files=records.files_field(rd.root, [f"v0/{v0_kernel.name}"] if v0_kernel.is_file() else []))
+
+
 def run_init(args: argparse.Namespace) -> int:
     ref, baseline, ref_info = _validate(args)
     cfg = build_config(args, ref_info)
@@ -278,6 +287,8 @@ def run_init(args: argparse.Namespace) -> int:
         if diffs:
             raise UsageError(f"{rd.root} is already initialised with a different configuration; differing: "
                              + ", ".join(diffs) + ". run.json is fixed for a run: use a new <out> folder")
+        if not (rd.root / records.FILENAME).is_file():
+            _record_init(rd, cfg, v0_kernel)
         print(f"{rd.root} is already initialised with this configuration; nothing to do")
         return 0
     if rd.vdir(0).is_dir():
@@ -287,6 +298,7 @@ def run_init(args: argparse.Namespace) -> int:
                              "overwrite it (use a new <out> folder)")
     if rd.ref_py.exists() and not _same_file(rd.ref_py, ref):
         raise UsageError(f"{rd.ref_py} exists and differs from {ref}; refusing to overwrite it")
+    records.load_key(rd.root)  # made (or refused: inside the run directory) before anything is written
     rd.root.mkdir(parents=True, exist_ok=True)
 
     if args.skip_env or args.device == "cpu":  # the cpu mode needs no GPU toolchain
@@ -298,6 +310,7 @@ def run_init(args: argparse.Namespace) -> int:
     if not v0_kernel.exists():
         copy_new(baseline, v0_kernel)
     write_json(rd.run_json, cfg)
+    _record_init(rd, cfg, v0_kernel)
     progress(f"run.json written ({cfg['impl']}, dims {', '.join(f'{k}={v}' for k, v in cfg['dims'].items())})")
     print(f"initialised {rd.root}: v0 = {v0_kernel.relative_to(rd.root)}; next: kernel-loop correctness {args.out}")
     return 0

@@ -73,7 +73,7 @@ def cmd_query(args) -> int:
     hits = search.search_filtered(conn, terms, filters, args.limit)
     if rd is not None:
         path = search.log_query(rd, args.purpose, terms, filters, hits,
-                                search.query_command(terms, filters, roots))
+                                search.query_command(terms, filters, roots), roots=roots)
         progress(f"query logged to {path}")
     if args.json:
         print(json.dumps(hits, indent=2, default=str))

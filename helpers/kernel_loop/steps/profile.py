@@ -25,12 +25,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .. import classify, metrics, ncu_parse, provenance, sidecars
+from .. import classify, metrics, ncu_parse, provenance, records, sidecars
 from ..common import (
     MeasuredFailure,
     UsageError,
     atomic_write_text,
-    read_json,
     sha256_file,
     step,
     warn,
@@ -344,20 +343,11 @@ def ncu_settings(cfg: RunConfig, args: argparse.Namespace) -> dict[str, Any]:
     return n
 
 
-def _check_correctness(vdir: Path, kernel: Path) -> None:
-    cpath = vdir / "correctness.json"
-    if not cpath.is_file():
-        raise UsageError(f"{vdir.name} has no correctness.json: run 'kernel-loop correctness' first")
-    corr = read_json(cpath)
-    if corr.get("result") != "PASS":
-        raise UsageError(f"{vdir.name} correctness is {corr.get('result')!r}, not PASS: fix the kernel and "
-                         "re-run correctness before profiling")
-    if not provenance.matches(vdir, kernel.name) or corr.get("kernel_sha256") != sha256_file(kernel):
-        raise UsageError(f"{kernel.name} changed after correctness passed: re-run correctness")
-    for rel in ("correctness.json", "../run.json"):  # the PASS must be the one correctness wrote, for this config
-        if not provenance.matches(vdir, rel):
-            raise UsageError(f"{vdir.name}/{rel} does not match {vdir.name}/{provenance.FILENAME} (changed after "
-                             "correctness ran, or never recorded): re-run correctness")
+def _check_correctness(rd: RunDir, cfg: RunConfig, vdir: Path, kernel: Path) -> None:
+    """Profile only a kernel whose correctness PASS is on record: for this kernel, on this run's GPU."""
+    if cfg.device == "cpu":
+        raise UsageError("this run uses the cpu test mode (run.json device cpu): profile needs a GPU run")
+    records.require_correctness(rd.root, vdir.name, kernel, cfg.device, cfg.gpu)
 
 
 def timing_run(spec: dict, kernel: Path, cfg: RunConfig, timeout: float) -> dict[str, Any]:
@@ -367,8 +357,10 @@ def timing_run(spec: dict, kernel: Path, cfg: RunConfig, timeout: float) -> dict
 
     both = run_checked("time", spec, [fresh_check("solution", str(kernel), dict(cfg.dims), cfg.seed)], timeout)
     both.raise_usage()
-    timed = both.kernel.checked("the timing run")
     why = both.checker_failure()
+    if why and both.stopped_by == "checker":
+        raise MeasuredFailure(f"the timing run's after-timing check got no verdict: {why}")
+    timed = both.kernel.checked("the timing run")
     if why:
         raise MeasuredFailure(f"the timing run's after-timing check got no verdict: {why}")
     what = both.failure_of("solution:fresh")
@@ -385,7 +377,8 @@ def run(args: argparse.Namespace) -> int:
     k = rd.current_version()
     vdir = rd.vdir(k)
     kernel = rd.kernel_file(k)
-    _check_correctness(vdir, kernel)
+    _check_correctness(rd, cfg, vdir, kernel)
+    kernel_sha = sha256_file(kernel)
     ncfg = ncu_settings(cfg, args)
     ncu = find_ncu()
     timeout = float(cfg.timeout_s)
@@ -430,8 +423,13 @@ def run(args: argparse.Namespace) -> int:
         for page, dest in (("raw", NCU_RAW_CSV), ("details", NCU_DETAILS_CSV)):
             atomic_write_text(vdir / dest, pages[page])
         shutil.move(str(new_report), str(report))
+    if sha256_file(kernel) != kernel_sha:
+        raise UsageError(f"{kernel} changed while it was being profiled; run correctness and profile again")
     files = write_profile_artifacts(vdir, profile)
     provenance.record(vdir, [*files, kernel, rd.run_json])
+    records.append(rd.root, "profile", vdir.name, result="ok", device=f"cuda:{cfg.gpu}",
+                   gpu=(timed.get("gpu") or {}).get("name") or "-", kernel=context["kernel_sha256"],
+                   **records.run_hashes(rd.root), files=records.files_field(vdir, [f.name for f in files]))
     for w in profile["warnings"]:
         warn(w)
     if profile.get("library_fallback"):

@@ -9,12 +9,13 @@ and benchmark.json; the section order is documented in references/report_templat
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any
 
-from .. import plan, predictions, provenance
+from .. import plan, predictions, provenance, records
 from .. import vocab as symptoms
-from ..common import UsageError, atomic_write_text, progress, read_json, warn
+from ..common import UsageError, atomic_write_text, progress, read_json, sha256_file, warn
 from ..compare import describe_tolerances
 from ..prose import TODO, load_hypothesis, markdown_section
 from ..rundir import RunDir
@@ -134,6 +135,50 @@ def _check_bench(bench: dict[str, Any], path: Path) -> None:
         raise UsageError(f"{path} is incomplete or corrupt (bad or missing: {', '.join(bad)}): run benchmark again")
 
 
+DIFF_LINES = 40  # a transition's kernel diff in the report is cut to this many lines
+
+
+def kernel_diff(rd: RunDir, k: int) -> dict[str, Any] | None:
+    """The unified diff of v(k+1)'s kernel against vk's (3 lines of context), cut to DIFF_LINES."""
+    try:
+        a, b = rd.kernel_file(k), rd.kernel_file(k + 1)
+    except UsageError:
+        return None
+    lines = list(difflib.unified_diff(a.read_text(encoding="utf-8", errors="replace").splitlines(),
+                                      b.read_text(encoding="utf-8", errors="replace").splitlines(),
+                                      f"v{k}/{a.name}", f"v{k + 1}/{b.name}", lineterm="", n=3))
+    changed = sum(1 for ln in lines if ln[:1] in "+-" and not ln.startswith(("+++", "---")))
+    return {"lines": lines[:DIFF_LINES], "cut": max(0, len(lines) - DIFF_LINES), "changed": changed}
+
+
+def record_status(rd: RunDir) -> str:
+    """One line on the signed records: how many verify, or why they do not."""
+    try:
+        recs = records.read(rd.root)
+    except UsageError as exc:
+        return f"do not verify: {exc}"
+    if not recs:
+        return "none (the run was made before signed records)"
+    return f"{len(recs)} signed records verify with key {records.key_id(records.load_key(create=False))}"
+
+
+def _check_signed_benchmark(rd: RunDir) -> None:
+    """benchmark.json/.md must be what the last signed benchmark record names (when the run has records)."""
+    try:
+        recs = records.read(rd.root, verify=False)  # the gate verifies signatures; this catches hand edits
+    except UsageError:
+        return
+    if not recs:
+        return
+    last = records.latest(recs, "benchmark")
+    if last is None:
+        raise UsageError("records.log has no benchmark record: run 'kernel-loop benchmark' before the report")
+    for name, digest in last.files().items():
+        if not (rd.root / name).is_file() or sha256_file(rd.root / name) != digest:
+            raise UsageError(f"{name} changed after kernel-loop benchmark wrote it (records.log line {last.line}): "
+                             "the report cites only measured numbers; run benchmark again")
+
+
 def collect(rd: RunDir) -> dict[str, Any]:
     config = rd.config()
     n = plan.final_version(rd)
@@ -141,6 +186,7 @@ def collect(rd: RunDir) -> dict[str, Any]:
     cfg = config.to_json()  # the template and the configuration table read the JSON view
     bench = read_json(rd.root / "benchmark.json")
     _check_bench(bench, rd.root / "benchmark.json")
+    _check_signed_benchmark(rd)
     env = _opt_json(rd.root / "env.json")
     versions = []
     for k in range(n + 1):
@@ -172,6 +218,7 @@ def collect(rd: RunDir) -> dict[str, Any]:
             "single_change": hyp.get("single_change"), "decision_rule": hyp.get("decision_rule"),
             "scorecard": scored, "held": sum(s["status"] == "held" for s in scored),
             "ab": ab.get((before["name"], after["name"])),
+            "diff": kernel_diff(rd, k),
         })
         cited += [pid for pid in hyp.get("evidence") or [] if pid not in cited]
     titles = kbs_titles(cited)
@@ -196,6 +243,7 @@ def collect(rd: RunDir) -> dict[str, Any]:
     applied = applied_from_correctness(best["corr"]) if best else None
     return {"cfg": cfg, "env": env, "config_rows": config_rows(cfg, env, bench, applied), "bench": bench, "n": n,
             "versions": versions, "transitions": transitions, "review": review_flags(rows), "finished": finished,
+            "extensions": plan.extensions(rd), "records": record_status(rd),
             "speedups": ordered_speedups(bench.get("speedups") or {}),
             "evidence": evidence, "opportunities": opportunities, "rules": rules,
             "solution": rows.get("solution"),

@@ -1,0 +1,186 @@
+"""records.log: the key, signing, the chain, what a forgery looks like to Python and to the bash gate,
+and ``extend``, which is recorded there."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import os
+import stat
+
+import pytest
+import runfixture as rf
+from kernel_loop import plan, records
+from kernel_loop.common import UsageError
+from kernel_loop.rundir import RunDir
+from kernel_loop.steps import extend
+
+
+def _run(tmp_path):
+    root = tmp_path / "run"
+    root.mkdir()
+    (root / "run.json").write_text('{"schema": 1, "kernel": "k", "impl": "triton", "dims": {"N": 8}}\n')
+    (root / "ref.py").write_text("def reference(x):\n    return x\n")
+    records.append(root, "init", **records.run_hashes(root))
+    return root
+
+
+def test_the_key_is_made_once_private_and_never_inside_a_run(tmp_path, monkeypatch):
+    key = tmp_path / "cfg" / "kernel-loop" / "record.key"
+    monkeypatch.delenv(records.KEY_ENV)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    assert records.key_path() == key
+    first = records.load_key()
+    assert len(first) == 32 and records.load_key() == first  # made once, then read
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600 and stat.S_IMODE(key.parent.stat().st_mode) == 0o700
+    monkeypatch.setenv(records.KEY_ENV, str(tmp_path / "run" / "k.key"))
+    (tmp_path / "run").mkdir()
+    with pytest.raises(UsageError, match="lies inside the run directory"):
+        records.load_key(tmp_path / "run")
+    (tmp_path / "bad.key").write_text("xyz\n")
+    monkeypatch.setenv(records.KEY_ENV, str(tmp_path / "bad.key"))
+    with pytest.raises(UsageError, match="not 64 lowercase hex characters"):
+        records.load_key()
+
+
+def test_a_line_is_chained_and_signed_as_documented(tmp_path):
+    root = _run(tmp_path)
+    rec = records.append(root, "kbs", "v0", files="kbs_queries.jsonl:" + "a" * 64, hits="x,y")
+    lines = (root / "records.log").read_text().splitlines()
+    body, _, mac = lines[1].rpartition("\tmac=")
+    key = records.load_key()
+    assert mac == hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+    assert rec["prev"] == hashlib.sha256(lines[0].encode()).hexdigest()
+    assert [f.split("=")[0] for f in body.split("\t")][:6] == ["rec", "seq", "prev", "step", "version", "time"]
+    assert rec.hits() == ["x", "y"] and records.read(root)[1].files() == {"kbs_queries.jsonl": "a" * 64}
+
+
+@pytest.mark.parametrize("forgery, why", [
+    (lambda ls: [ls[0], ls[1].replace("result=FAIL", "result=PASS"), *ls[2:]], "the signature does not verify"),
+    (lambda ls: [ls[0], *ls[2:]], "is not record 2 of the chain"),
+    (lambda ls: [ls[0], ls[2], ls[1]], "is not record 2 of the chain"),
+    (lambda ls: [*ls, "step=correctness\tresult=PASS"], "is not record 4 of the chain"),
+    (lambda ls: [*ls, "just text"], "is not a record"),
+])
+def test_python_names_every_forgery(tmp_path, forgery, why):
+    root = _run(tmp_path)
+    records.append(root, "correctness", "v0", result="FAIL")
+    records.append(root, "profile", "v0", result="ok")
+    log = root / "records.log"
+    log.write_text("\n".join(forgery(log.read_text().splitlines())) + "\n")
+    with pytest.raises(UsageError, match=why):
+        records.read(root)
+
+
+def test_a_record_signed_with_another_key_is_named(tmp_path, monkeypatch):
+    root = _run(tmp_path)
+    monkeypatch.setenv(records.KEY_ENV, str(tmp_path / "other.key"))
+    records.load_key()
+    with pytest.raises(UsageError, match="signed with key .* not yours"):
+        records.read(root)
+
+
+def test_the_bash_gate_verifies_what_python_signed_odd_values_included(tmp_path):
+    """Python's hmac and the gate's sha256sum-only HMAC agree, on values with %, backslashes, $ and UTF-8."""
+    root = rf.build_with_gate(tmp_path / "run", iterations=1)
+    reason = "50% faster — naïve \\n $HOME `x` \\x41 done"
+    records.append(root, "benchmark", "v1", note=reason)
+    proc = rf.gate(root / "v1", "--final", "--verbose")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{len(records.read(root))} signed records verify" in proc.stdout
+
+
+def _extend(root, m):
+    return extend.run(argparse.Namespace(out=str(root), iterations=m))
+
+
+def test_extend_records_the_extension_and_the_loop_goes_on(tmp_path):
+    root = rf.build_with_gate(tmp_path / "run", iterations=1)
+    assert rf.gate(root / "v1", "--final").returncode == 0
+    (root / "benchmark.json").write_text("{}\n")
+    with pytest.raises(UsageError, match="not past the run's final version v1"):
+        _extend(root, 1)
+    run_json = (root / "run.json").read_bytes()
+    assert _extend(root, 2) == 0
+    assert (root / "run.json").read_bytes() == run_json  # the extension is a record, not a config edit
+    assert (root / "before-extend-v1" / "benchmark.json").is_file() and not (root / "benchmark.json").exists()
+    last = records.read(root)[-1]
+    assert (last["step"], last["from"], last["iterations"]) == ("extend", "1", "2")
+    assert plan.final_version(rd := RunDir.open(root)) == 2 and plan.planned_final(rd) == 2
+    # v1 is now an ordinary version: the final audit refuses it, its transition gate needs a hypothesis
+    assert rf.gate(root / "v1", "--final").returncode == 1
+    proc = rf.gate(root / "v1")
+    assert proc.returncode == 1 and "hypothesis.txt is missing or empty" in proc.stdout
+    rf.write_hypothesis(root, 1)
+    proc = rf.gate(root / "v1")
+    assert proc.returncode == 0, proc.stdout
+    assert rf.cli(None, ["next", str(root)]) == 0
+    rf.write_kernel(root, 2)
+    rf.write_measurements(root, 2)
+    rf.write_kbs(root, 2)
+    proc = rf.gate(root / "v2", "--final")
+    assert proc.returncode == 0, proc.stdout
+    assert "note: the run was extended: final version v1 -> v2" in proc.stdout
+    with pytest.raises(UsageError, match="the run is not at its final version"):
+        (root / "current_iteration.txt").write_text("v1\n")
+        _extend(root, 3)
+
+
+def test_extend_refuses_a_run_whose_gates_are_not_on_record(tmp_path):
+    root = rf.build_complete(tmp_path / "run", iterations=1)
+    log = root / "records.log"
+    log.write_text("".join(ln + "\n" for ln in log.read_text().splitlines() if "\tstep=gate\t" not in ln))
+    with pytest.raises(UsageError):  # the chain no longer holds once a line is cut out
+        _extend(root, 2)
+    assert os.path.exists(root / "run.json")
+
+
+def test_a_hand_edited_query_log_is_never_signed_over(tmp_path, monkeypatch):
+    root = rf.build_complete(tmp_path / "run", iterations=1)
+    q = root / "v1" / "kbs_queries.jsonl"
+    q.write_text(q.read_text() + '{"purpose": "bottleneck", "query": "x", "hits": ["i-made-this-up"]}\n')
+    monkeypatch.chdir(tmp_path)
+    import klcli
+
+    assert klcli.main("kbs", "query", "coalesced loads", "--log", str(root)) == 2  # refused, nothing signed
+    assert "i-made-this-up" not in records.latest(records.read(root), "kbs", "v1").hits()
+
+
+def test_a_query_against_another_corpus_is_marked_and_the_gate_refuses_it(tmp_path):
+    root = rf.build_complete(tmp_path / "run", iterations=1)
+    corp = tmp_path / "corp"
+    corp.mkdir()
+    import klcli
+
+    (root / "current_iteration.txt").write_text("v1\n")
+    assert klcli.main("kbs", "--corpus", str(corp), "query", "coalesced loads", "--log", str(root)) == 0
+    assert records.latest(records.read(root), "kbs", "v1")["corpus"].startswith("extra:")
+    proc = rf.gate(root / "v1", "--final")
+    assert proc.returncode == 1 and "searched a corpus other than the bundled KBS" in proc.stdout
+
+
+def test_the_kernel_runs_from_its_hashed_bytes_never_a_planted_cache_nor_a_sibling(tmp_path):
+    import py_compile
+
+    from kernel_loop import loader
+
+    d = tmp_path / "v0"
+    d.mkdir()
+    honest, wrong = "ANSWER = 'honest'\n", "ANSWER = 'forged'\n"  # same size: the pyc header would match
+    k = d / "kernel.py"
+    k.write_text(honest)
+    cache = d / "__pycache__"
+    cache.mkdir()
+    src = tmp_path / "other.py"
+    src.write_text(wrong)
+    st = k.stat()
+    os.utime(src, (st.st_atime, st.st_mtime))
+    import importlib.util
+    py_compile.compile(str(src), cfile=str(cache / importlib.util.cache_from_source(str(k)).rsplit("/", 1)[1]))
+    assert loader.import_file(k, "kernel").ANSWER == "honest"
+    (d / "impl.py").write_text("X = 1\n")
+    k2 = d / "kernel2.py"
+    k2.write_text("from impl import X\n")
+    with pytest.raises(ModuleNotFoundError):
+        loader.import_file(k2, "kernel")
