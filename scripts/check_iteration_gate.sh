@@ -365,7 +365,7 @@ latest_record() {
 }
 
 # Sets FIRST to the index of the first record of step $1 for version $2, and COUNT to how many there are.
-latest_record_first() {
+first_record() {
   local i
   FIRST='' COUNT=0
   for ((i = 1; i <= REC_N; i++)); do
@@ -652,7 +652,7 @@ record_holds() {
     fail "$V: $what ran on a ${R[$i.gpu]:-unknown GPU}, but init measured this run's peaks on a ${R[1.gpu]} (records.log line $line): measure every version on the run's GPU"
     return 1
   fi
-  if (( VK > 0 )) && latest_record_first gate "v$((VK - 1))" && (( i < FIRST )); then
+  if (( VK > 0 )) && first_record gate "v$((VK - 1))" && (( i < FIRST )); then
     fail "$V: its $what record (records.log line $line) comes before v$((VK - 1)) passed its gate (line ${REC_LINE[$FIRST]}): $V was measured before v$((VK - 1))'s decision was frozen; re-run kernel-loop $what"
     return 1
   fi
@@ -772,7 +772,7 @@ check_14_hypothesis_content() {
 check_15_frozen() {
   ((REC_OK)) || return 0
   local d="$OUT/v$1" bad
-  if ! latest_record_first gate "v$1"; then
+  if ! first_record gate "v$1"; then
     fail "v$1: records.log has no gate record for v$1: v$1 never passed its transition gate (current_iteration.txt edited by hand?); gate v$1 first"
     return
   fi

@@ -15,18 +15,18 @@ from .common import UsageError
 from .rundir import RunDir, parse_version
 
 
-def _last_end(rd: RunDir) -> records.Record | None:
-    """The last finish or extend record (read without verifying: the gate verifies)."""
-    for r in reversed(records.read(rd.root, verify=False)):
-        if r.get("step") in ("finish", "extend"):
-            return r
-    return None
+def _ends(rd: RunDir) -> list[records.Record]:
+    """The finish and extend records, in order (read without verifying: the gate verifies)."""
+    return [r for r in records.read(rd.root, verify=False) if r.get("step") in ("finish", "extend")]
 
 
-def finish_record(rd: RunDir) -> dict[str, Any] | None:
-    """finish.json when the run's end was last set by ``finish`` (an extension since voids it)."""
-    last = _last_end(rd)
-    if last is not None and last.get("step") == "extend":
+def _planned(rd: RunDir, ends: list[records.Record]) -> int:
+    extended = [r for r in ends if r.get("step") == "extend"]
+    return int(extended[-1]["iterations"]) if extended else rd.config().iterations
+
+
+def _finish_json(rd: RunDir, ends: list[records.Record]) -> dict[str, Any] | None:
+    if ends and ends[-1].get("step") == "extend":  # an extension since voids an earlier finish
         return None
     rec = sidecars.load(rd.root / sidecars.FINISH_JSON)
     if rec is None:
@@ -36,30 +36,33 @@ def finish_record(rd: RunDir) -> dict[str, Any] | None:
     except UsageError:
         raise UsageError(f"{rd.root / sidecars.FINISH_JSON} names {rec.get('version')!r}, not a version: "
                          "the file is corrupt (only 'kernel-loop finish' writes it)") from None
-    if k >= planned_final(rd):
+    if k >= _planned(rd, ends):
         raise UsageError(f"{rd.root / sidecars.FINISH_JSON} names v{k}, not before the planned final version: "
                          "the file is corrupt (only 'kernel-loop finish' writes it)")
     return rec
 
 
+def finish_record(rd: RunDir) -> dict[str, Any] | None:
+    """finish.json when the run's end was last set by ``finish`` (an extension since voids it)."""
+    return _finish_json(rd, _ends(rd))
+
+
 def planned_final(rd: RunDir) -> int:
     """The planned final version: the last extension's, else run.json iterations (ignoring finish)."""
-    for r in reversed(records.read(rd.root, verify=False)):
-        if r.get("step") == "extend":
-            return int(r["iterations"])
-    return rd.config().iterations
+    return _planned(rd, _ends(rd))
 
 
 def final_version(rd: RunDir) -> int:
     """The run's final version N: the finished-early version, else the planned one (extended or not)."""
-    last = _last_end(rd)
-    if last is not None:
+    ends = _ends(rd)
+    if ends:
+        last = ends[-1]
         return int(last["iterations"]) if last.get("step") == "extend" else parse_version(last["version"])
-    rec = finish_record(rd)
+    rec = _finish_json(rd, ends)  # a run made before records
     return parse_version(rec["version"]) if rec else rd.config().iterations
 
 
 def extensions(rd: RunDir) -> list[dict[str, Any]]:
     """Every extension of the run, in order: {"from": N, "to": M, "time", "line"} (for the report)."""
     return [{"from": int(r.get("from", "0")), "to": int(r["iterations"]), "time": r.get("time"), "line": r.line}
-            for r in records.read(rd.root, verify=False) if r.get("step") == "extend"]
+            for r in _ends(rd) if r.get("step") == "extend"]

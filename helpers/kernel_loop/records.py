@@ -220,25 +220,36 @@ def device_matches(run_device: str, gpu: int, rec_device: str) -> bool:
     return rec_device == ("cpu" if run_device == "cpu" else f"cuda:{gpu}")
 
 
+def _require(recs: list[Record], root: Path, step: str, version: str, kernel: Path, result: str | None = None) -> Record:
+    """The latest ``step`` record of ``version``: with ``result`` when given, for the kernel as it is now,
+    and its files unchanged since."""
+    rec = latest(recs, step, version)
+    if rec is None:
+        raise UsageError(f"{version} has no {step} record in {FILENAME}: run 'kernel-loop {step}' first")
+    if result is not None and rec.get("result") != result:
+        raise UsageError(f"{version} {step} is {rec.get('result')!r}, not {result}: fix the kernel and re-run {step}")
+    if rec.get("kernel") != sha256_file(kernel):
+        raise UsageError(f"{kernel.name} changed after {step} {'passed' if result else 'ran'}: re-run {step}")
+    vdir = Path(root) / version
+    for name, digest in rec.files().items():
+        if not (vdir / name).is_file() or sha256_file(vdir / name) != digest:
+            raise UsageError(f"{version}/{name} changed after {step} wrote it: re-run {step}")
+    return rec
+
+
 def require_correctness(root: Path, version: str, kernel: Path, run_device: str, gpu: int) -> Record:
     """The latest correctness record of ``version``: PASS, for the kernel as it is now, on the run's device,
     and its correctness files unchanged since."""
     recs = read(root)
     check_run_files(root, recs)
-    rec = latest(recs, "correctness", version)
-    if rec is None:
-        raise UsageError(f"{version} has no correctness record in {FILENAME}: run 'kernel-loop correctness' first")
-    if rec.get("result") != "PASS":
-        raise UsageError(f"{version} correctness is {rec.get('result')!r}, not PASS: fix the kernel and re-run "
-                         "correctness")
-    if rec.get("kernel") != sha256_file(kernel):
-        raise UsageError(f"{kernel.name} changed after correctness passed: re-run correctness")
+    rec = _require(recs, root, "correctness", version, kernel, result="PASS")
     if not device_matches(run_device, gpu, rec.get("device", "")):
         raise UsageError(f"{version} passed correctness on {rec.get('device')}, but this run measures on "
                          f"{'cpu' if run_device == 'cpu' else f'cuda:{gpu}'}: a CPU-mode result does not count for "
                          "a GPU run; run correctness without KERNEL_LOOP_DEVICE=cpu")
-    vdir = Path(root) / version
-    for name, digest in rec.files().items():
-        if not (vdir / name).is_file() or sha256_file(vdir / name) != digest:
-            raise UsageError(f"{version}/{name} changed after correctness wrote it: re-run correctness")
     return rec
+
+
+def require_profile(root: Path, version: str, kernel: Path) -> Record:
+    """The latest profile record of ``version``: for the kernel as it is now, its files unchanged since."""
+    return _require(read(root), root, "profile", version, kernel)

@@ -228,6 +228,17 @@ class CheckedOutcome:
             return f"the checker failed: {self.checker.result['error']}"
         return None
 
+    def kernel_failure(self) -> str | None:
+        """Why the kernel's process gave no result: the checker's failure when the kernel's process was
+        stopped because its checker failed first, else the kernel's own."""
+        return self.checker_failure() if self.stopped_by == "checker" else self.kernel.failure()
+
+    def checked_kernel(self, what: str) -> dict[str, Any]:
+        """The kernel's result, or a MeasuredFailure naming whichever process failed first."""
+        if self.stopped_by == "checker":
+            raise MeasuredFailure(f"{what} was stopped: {self.checker_failure()}")
+        return self.kernel.checked(what)
+
     def raise_usage(self) -> None:
         """Bad input found by either process (a ref.py that changes its inputs, no GPU) is a UsageError."""
         for o in (self.checker, self.kernel):

@@ -145,3 +145,15 @@ load test_helper
   run gate "$OUT/v0"
   assert_only_failure 'kbs_queries.jsonl has no "purpose": "kernel" query'
 }
+
+@test "Evidence used: a line without an id, or an id hidden behind \"kbs: \", fails" {
+  make_run
+  sed -i 's/^- gpu-latency-hiding$/: made-up-id/' "$OUT/v0/hypothesis.txt"
+  run gate "$OUT/v0"
+  assert_only_failure 'v0: Evidence used: cites (a line with no id), which no query logged for v0 returned'
+  rm -rf "$OUT" && mkdir -p "$OUT"
+  make_run
+  sed -i 's/^- gpu-latency-hiding$/- kbs: trust me/' "$OUT/v0/hypothesis.txt"
+  run gate "$OUT/v0"
+  assert_only_failure 'v0: Evidence used: cites trust, which no query logged for v0 returned'
+}

@@ -152,3 +152,32 @@ edit_record() {
   run gate "$OUT/v0"
   assert_only_failure 'records.log is missing'
 }
+
+@test "a record measured on another GPU model than init's fails" {
+  make_run
+  local fields
+  mapfile -t fields < <(run_fields)
+  sign_record correctness v0 result=PASS device=cuda:0 "gpu=NVIDIA H100 80GB HBM3" "kernel=$(sha "$OUT/v0/kernel.py")" \
+    "${fields[@]}" "files=correctness.md:$(sha "$OUT/v0/correctness.md"),correctness.json:$(sha "$OUT/v0/correctness.json")"
+  run gate "$OUT/v0"
+  assert_only_failure 'v0: correctness ran on a NVIDIA H100 80GB HBM3, but init measured this run'
+}
+
+@test "a record with a repeated key or an empty field is not a record" {
+  make_run
+  sign_record benchmark v0 result=ok result=PASS
+  run gate "$OUT/v0"
+  assert_only_failure 'records.log line 5 is not a record'
+  make_run_again() { rm -rf "$OUT" && mkdir -p "$OUT" && make_run; }
+  make_run_again
+  printf 'rec=1\t\tseq=5\tmac=00\n' >>"$OUT/records.log"
+  run gate "$OUT/v0"
+  assert_only_failure 'records.log line 5 is not a record (an empty field or a CR)'
+}
+
+@test "a second gate record for a passed version fails the final audit" {
+  advance_to 1
+  sign_record gate v0 result=passed "files=hypothesis.txt:$(sha "$OUT/v0/hypothesis.txt")"
+  run -1 gate "$OUT/v1" --final
+  assert_line --partial 'v0: records.log holds 2 gate records for v0: a version passes its gate once'
+}

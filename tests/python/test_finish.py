@@ -83,3 +83,17 @@ def test_status_treats_the_finished_version_as_final(tmp_path):
     info = status.collect(root)
     assert info["planned_final"] == "v1" and info["consistent"], info
     assert info["next"]["step"] in ("final-gate", "gate", "done") and "--final" in (info["next"]["command"] or "")
+
+
+def test_finish_refuses_a_profile_file_edited_or_removed_after_profile(tmp_path, capsys):
+    """The signed profile record must hold: an edited or a deleted ncu_summary.md is named."""
+    for edit in ("edit", "remove"):
+        root = rf.build_with_gate(tmp_path / edit)
+        summary = root / "v1" / "ncu_summary.md"
+        (rf.set_state(root, 1))
+        if edit == "edit":
+            summary.write_text(summary.read_text() + "edited\n")
+        else:
+            summary.unlink()
+        assert rf.cli(finish, ["finish", str(root), "--reason", "the kernel reached its roofline here"]) == 2
+        assert "v1/ncu_summary.md changed after profile wrote it" in capsys.readouterr().err

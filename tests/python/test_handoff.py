@@ -92,4 +92,8 @@ def test_a_checker_that_failed_stops_the_kernel_and_is_named(monkeypatch):
     made = _fake_pair(monkeypatch, kernel_s=30, checker_s=0.0, checker_result={"error": "reference crashed"})
     both = runner.run_checked("benchmark", {}, [], 60)
     assert made["benchmark"].killed and both.checker_failure() == "the checker failed: reference crashed"
-    assert both.stopped_by == "checker"
+    assert both.stopped_by == "checker" and both.kernel_failure() == "the checker failed: reference crashed"
+    from kernel_loop.common import MeasuredFailure
+
+    with pytest.raises(MeasuredFailure, match="the benchmark child was stopped: the checker failed: reference crashed"):
+        both.checked_kernel("the benchmark child")

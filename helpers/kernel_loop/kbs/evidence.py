@@ -24,7 +24,7 @@ from ..rundir import RunDir
 from ..sidecars import KBS_EVIDENCE, NCU_JSON
 from ..templating import fmt, render
 from .index import open_index
-from .search import filters_of, log_query, query_command, search_filtered, sign_queries, signed_hits
+from .search import filters_of, log_query, query_command, search_filtered, sign_queries, signed_log
 
 KEY_METRICS = ("duration_us", "sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct",
                "l1_hit_rate_pct", "l2_hit_rate_pct", "achieved_occupancy_pct", "theoretical_occupancy_pct",
@@ -139,9 +139,9 @@ def draft_evidence(rd: RunDir, *, corpus: list[str], force: bool = False) -> tup
     if arch is None:
         warn(f"ncu.json gives compute capability {gpu.get('cc')!r}, which maps to no known architecture; "
              "queries run without --arch")
-    prior = signed_hits(rd, vdir)  # a hand-edited log is refused before anything is appended to it
+    last = signed_log(rd, vdir)  # a hand-edited log is refused before anything is appended to it
     queries = _run_queries(rd, ncu, cfg, arch, corpus)
-    sign_queries(rd, vdir, prior + [h["id"] for q in queries for h in q["hits"]], corpus)
+    sign_queries(rd, vdir, last, [h["id"] for q in queries for h in q["hits"]], corpus)
     fired = [s for s in ncu.get("symptoms") or [] if isinstance(s, dict) and s.get("tag")]
 
     metrics = ncu.get("metrics") or {}

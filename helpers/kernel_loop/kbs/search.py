@@ -264,30 +264,29 @@ def log_query(rd: RunDir, purpose: str, terms: str, filters: dict[str, Any], hit
     vdir = rd.vdir(rd.current_version())
     if not vdir.is_dir():
         raise UsageError(f"{vdir} does not exist: cannot log the query there")
-    prior = signed_hits(rd, vdir) if sign else None
+    last = signed_log(rd, vdir) if sign else None
     path = vdir / KBS_QUERIES
     line = {"purpose": purpose, "query": terms, "filters": filters, "hits": [h["id"] for h in hits],
             "time": now_iso(), "command": command}
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(line) + "\n")
-    if prior is not None:
-        sign_queries(rd, vdir, prior + line["hits"], roots)
+    if sign:
+        sign_queries(rd, vdir, last, line["hits"], roots)
     return path
 
 
-def signed_hits(rd: RunDir, vdir: Path) -> list[str]:
-    """The page ids vK's last kbs record signed; refuses a query log that is not the one it signed."""
+def signed_log(rd: RunDir, vdir: Path) -> records.Record | None:
+    """vK's last kbs record (None before the first query); refuses a query log that is not the one it signed."""
     last = records.latest(records.read(rd.root), "kbs", vdir.name)
     path = vdir / KBS_QUERIES
     if last is None:
         if path.is_file() and path.stat().st_size:
             raise UsageError(f"{path} exists but no kernel-loop kbs record signed it: it was written by hand; "
                              "move it aside and log the queries again with kernel-loop kbs")
-        return []
-    if not path.is_file() or sha256_file(path) != last.files().get(KBS_QUERIES):
+    elif not path.is_file() or sha256_file(path) != last.files().get(KBS_QUERIES):
         raise UsageError(f"{path} differs from what kernel-loop kbs last logged (records.log line {last.line}): it "
                          "was edited by hand; restore it (a hand-edited log is never signed over)")
-    return last.hits()
+    return last
 
 
 def corpus_label(roots: list[str] | None) -> str:
@@ -296,12 +295,14 @@ def corpus_label(roots: list[str] | None) -> str:
     return "bundled" if not extra else "extra:" + ";".join(extra)
 
 
-def sign_queries(rd: RunDir, vdir: Path, hits: list[str], roots: list[str] | None = None) -> None:
-    """A signed kbs record of vK/kbs_queries.jsonl as it is now, with the page ids its signed queries
-    returned: the gate accepts the query log, and the ids under 'Evidence used:', only through it."""
+def sign_queries(rd: RunDir, vdir: Path, last: records.Record | None, new_hits: list[str],
+                 roots: list[str] | None = None) -> None:
+    """A signed kbs record of vK/kbs_queries.jsonl as it is now: the page ids the previous record signed plus
+    ``new_hits`` (never re-read from the file), and the corpus searched (an earlier non-bundled one sticks).
+    The gate accepts the query log, and the ids under 'Evidence used:', only through this record."""
     label = corpus_label(roots)
-    last = records.latest(records.read(rd.root), "kbs", vdir.name)
-    if last is not None and last.get("corpus", "bundled") != "bundled":  # an earlier query's corpus sticks
-        label = last["corpus"] if label == "bundled" else label
+    if last is not None and last.get("corpus", "bundled") != "bundled" and label == "bundled":
+        label = last["corpus"]
+    hits = (last.hits() if last is not None else []) + list(new_hits)
     records.append(rd.root, "kbs", vdir.name, files=records.files_field(vdir, [KBS_QUERIES]),
                    hits=",".join(dict.fromkeys(hits)), corpus=label)

@@ -345,10 +345,8 @@ def measure_all(spec: dict[str, Any], cfg, timeout: float) -> dict[str, Any]:
     if both.kernel.timed_out:
         raise MeasuredFailure(f"the benchmark child ran past run.json timeout_s ({cfg.timeout_s} s) and was "
                               "stopped; lower --trials or raise timeout_s")
+    kres = both.checked_kernel("the benchmark child")
     why = both.checker_failure()
-    if why and both.stopped_by == "checker":  # the kernel's process was stopped because its checker failed
-        raise MeasuredFailure(f"the benchmark's checks got no verdict: {why}")
-    kres = both.kernel.checked("the benchmark child")
     if why:
         raise MeasuredFailure(f"the benchmark's checks got no verdict: {why}")
     for item in kres["items"]:

@@ -80,8 +80,7 @@ def merge_verdicts(both, device: str) -> dict[str, Any]:
             t["outputs"] = v.get("rows") or []
             t["passed"] = both.failure_of(t.get("tag")) is None and bool(t["outputs"])
             res["warnings"] += [w for w in v.get("warnings", []) if w not in res["warnings"]]
-    first = both.checker_failure() if both.stopped_by == "checker" else None  # the checker failed first
-    res["error"] = first or both.kernel.failure() or res.get("error") or both.checker_failure()
+    res["error"] = both.kernel_failure() or res.get("error") or both.checker_failure()
     return res
 
 

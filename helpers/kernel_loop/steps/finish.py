@@ -50,12 +50,7 @@ def run(args: argparse.Namespace) -> int:
     ksha = sha256_file(kernel)
     cfg = rd.config()
     records.require_correctness(rd.root, f"v{k}", kernel, cfg.device, cfg.gpu)  # signed PASS, this kernel
-    prof = records.latest(records.read(rd.root), "profile", f"v{k}")
-    ncu = sidecars.require(v.ncu_json, "profile")
-    if prof is None or prof.get("kernel") != ksha or ncu.get("kernel_sha256") != ksha:
-        raise UsageError(f"v{k} has no signed profile of {kernel.name} as it is now: run profile again")
-    if any(sha256_file(v.path / n) != h for n, h in prof.files().items() if (v.path / n).is_file()):
-        raise UsageError(f"v{k}'s profile files changed after profile wrote them: run profile again")
+    records.require_profile(rd.root, f"v{k}", kernel)  # and its signed profile
     if not v.kbs_evidence.is_file() or TODO in v.kbs_evidence.read_text(encoding="utf-8"):
         raise UsageError(f"v{k}/kbs_evidence.md is missing or still has {TODO}: run 'kbs evidence' and fill it in")
     rec = {"schema": 1, "version": f"v{k}", "planned_final": f"v{plan.planned_final(rd)}", "reason": reason,

@@ -357,10 +357,8 @@ def timing_run(spec: dict, kernel: Path, cfg: RunConfig, timeout: float) -> dict
 
     both = run_checked("time", spec, [fresh_check("solution", str(kernel), dict(cfg.dims), cfg.seed)], timeout)
     both.raise_usage()
+    timed = both.checked_kernel("the timing run")
     why = both.checker_failure()
-    if why and both.stopped_by == "checker":
-        raise MeasuredFailure(f"the timing run's after-timing check got no verdict: {why}")
-    timed = both.kernel.checked("the timing run")
     if why:
         raise MeasuredFailure(f"the timing run's after-timing check got no verdict: {why}")
     what = both.failure_of("solution:fresh")
@@ -414,7 +412,7 @@ def run(args: argparse.Namespace) -> int:
         tool = {"ncu_version": ncu_version(ncu), "command": prefix[:prefix.index("-o")], "set": ncfg["set"],
                 "sections": ncfg["sections"], "clock_control": ncfg["clock_control"],
                 "cache_control": ncfg["cache_control"]}
-        context = {"version": vdir.name, "kernel_file": kernel.name, "kernel_sha256": sha256_file(kernel),
+        context = {"version": vdir.name, "kernel_file": kernel.name, "kernel_sha256": kernel_sha,
                    "defined_kernels": defined_kernels(kernel.read_text(encoding="utf-8", errors="replace")),
                    "tool": tool, "gpu": timed.get("gpu"),
                    "gpu_state": {**(timed.get("gpu_state") or {}), **(timed.get("gpu_state") or {}).get("after", {})},
@@ -428,7 +426,7 @@ def run(args: argparse.Namespace) -> int:
     files = write_profile_artifacts(vdir, profile)
     provenance.record(vdir, [*files, kernel, rd.run_json])
     records.append(rd.root, "profile", vdir.name, result="ok", device=f"cuda:{cfg.gpu}",
-                   gpu=(timed.get("gpu") or {}).get("name") or "-", kernel=context["kernel_sha256"],
+                   gpu=(timed.get("gpu") or {}).get("name") or "-", kernel=kernel_sha,
                    **records.run_hashes(rd.root), files=records.files_field(vdir, [f.name for f in files]))
     for w in profile["warnings"]:
         warn(w)
