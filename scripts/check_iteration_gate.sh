@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Usage: check_iteration_gate.sh <out>/vK [--structural] [--verbose]
-#        check_iteration_gate.sh <out>/vN --final [--structural] [--verbose]
+# Usage: check_iteration_gate.sh <out>/vK [--structural | --dry-run] [--verbose]
+#        check_iteration_gate.sh <out>/vN --final [--structural | --dry-run] [--verbose]
 #
 # The iteration gate of kernel-loop: checks that version vK is complete and
 # measured before the loop moves on, and is the only writer of
-# <out>/current_iteration.txt.  Run with --help for the checks and exit codes.
+# <out>/current_iteration.txt that moves the run forward.  Run with --help for
+# the checks and exit codes.
 set -u
 shopt -s nullglob
 unset CDPATH  # an exported CDPATH would make cd resolve <out>/vK elsewhere
@@ -18,11 +19,24 @@ readonly ZERO_HASH=0000000000000000000000000000000000000000000000000000000000000
 declare -A R=()      # the records: R["<n>.<field>"], n = 1..REC_N (load_records)
 declare -a REC_LINE=()
 REC_N=0 REC_OK=0 REC_TAIL=''
+NOTE=''              # a line for the summary (check 5)
+
+# How to run the helpers, for hints that give a whole command: helpers/kloop.py of this skill folder
+# when the gate runs from it, else the installed "kernel-loop".
+kloop_command() {
+  local here
+  here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" 2>/dev/null && pwd) || here=''
+  if [[ -n $here && -f $here/../helpers/kloop.py ]]; then
+    printf 'python3 %q' "$(cd -- "$here/.." && pwd)/helpers/kloop.py"
+  else
+    printf 'kernel-loop'
+  fi
+}
 
 usage() {
   cat <<'EOF'
-Usage: check_iteration_gate.sh <out>/vK [--structural] [--verbose]
-       check_iteration_gate.sh <out>/vN --final [--structural] [--verbose]
+Usage: check_iteration_gate.sh <out>/vK [--structural | --dry-run] [--verbose]
+       check_iteration_gate.sh <out>/vN --final [--structural | --dry-run] [--verbose]
        check_iteration_gate.sh --help
 
 The iteration gate of kernel-loop. Transition mode (the default) checks that
@@ -38,7 +52,10 @@ Options:
   --structural  run only the structural checks 1-7 (files, headings, kernel,
                 state, drift); skips the content checks 8-15.  Read-only: it
                 never writes current_iteration.txt, not even the first v0 state
-                (kernel-loop status uses it to ask where the run stands)
+  --dry-run     run every check of the mode (1-15, signatures verified) but
+                write nothing: no state, no gate record, no lock file (with
+                --final only the lock differs; kernel-loop status uses it to
+                ask where the run stands)
   --verbose     also print a [PASS] line for every check that passed
   -h, --help    print this help and exit 0
 
@@ -66,7 +83,13 @@ Checks (each failure prints one "[FAIL] vK: ..." line saying what to fix):
      run.json's "iterations"; a finish.json without a finish record fails: the
      transition gate refuses vN, and --final refuses any other version.
      The first v0 transition gate creates it with "v0" when it is absent;
-     with --structural an absent state passes for v0 and nothing is created.
+     with --structural or --dry-run an absent state passes for v0 and nothing
+     is created.  Once records.log holds a signed gate record, the state must
+     name the version after the last one: a missing, corrupt or different
+     state is the only [FAIL] (no other check runs), no gate writes a state
+     behind that record, and "kernel-loop status <out> --restore-state"
+     rebuilds the file from the signed gate records.  Any failure of this
+     check is the only [FAIL]: the later checks would follow from it.
   6  drift: every version folder beyond the recorded one is empty: any file
      in it (a kernel, notes, ref.py, hidden files, subfolders) fails; an
      empty future folder is fine.
@@ -88,15 +111,17 @@ Checks (each failure prints one "[FAIL] vK: ..." line saying what to fix):
   11 provenance: records.log holds a signed correctness record of vK that
      says PASS and a signed profile record, each for the kernel as it is now,
      with init's ref.py and run.json, on the run's device (cuda:<gpu>; a
-     CPU-mode result never counts for a GPU run), and the files they wrote
-     (correctness.md/.json, ncu.json, ncu_summary.md, ncu_details.md)
-     unchanged since.
+     CPU-mode result never counts for a GPU run), the last profile record
+     says ok, and the files they wrote (correctness.md/.json, ncu.json,
+     ncu_summary.md, ncu_details.md) unchanged since.
   12 vK/kbs_queries.jsonl: every line is a JSON object, there is a
      "purpose": "kernel" and a "purpose": "bottleneck" line, and the file is
      the one a signed kbs record (kernel-loop kbs) names.
   13 records.log: the record key is there (outside <out>), every line is the
      next link of the hash chain and its HMAC-SHA256 verifies; the first record
      is init's, and ref.py and run.json still have the hashes it recorded.
+     Every other check trusts the records, so a failure here is the only
+     [FAIL] the gate prints.
   14 hypothesis.txt: Version: names vK; at least one line under Expected
      metric movement: parses as a prediction, and one is on duration (or
      event_median_us); every
@@ -117,12 +142,13 @@ Checks (each failure prints one "[FAIL] vK: ..." line saying what to fix):
   records.log and the threat model are in references/artifacts.md.  A passed
   transition gate appends its own signed gate record before it writes the
   state.  --structural reads records.log without verifying it and skips
-  checks 8-15.
+  checks 8-15.  --dry-run verifies it like a real run and writes nothing.
   The gate holds flock(1) on <out>/.gate.lock while it checks and writes
   (wait limit GATE_LOCK_TIMEOUT seconds, default 120) and writes the state
   through a temporary file in <out> and mv, so concurrent gates are safe.
-  --structural takes the lock shared, and only when the lock file exists: it
-  creates and writes nothing, so it also runs on a read-only run directory.
+  --structural and --dry-run take the lock shared, and only when the lock file
+  exists: they create and write nothing, so they also run on a read-only run
+  directory.
 
 Re-running a passed gate: when current_iteration.txt already names v(K+1),
 the transition gate re-checks vK (drift is then judged beyond v(K+1)); if
@@ -132,19 +158,20 @@ agent may re-run it safely. Any other mismatch between vK and the state fails.
 Output: [FAIL]/[PASS] lines and a one-line summary on stdout, e.g.
   gate: v1 passed (transition); current_iteration.txt -> v2
   gate: v1 passed (structural checks, transition); current_iteration.txt not written
+  gate: v1 passed (dry run, transition); current_iteration.txt not written
   gate: v1 FAILED: 2 checks
 Usage errors go to stderr.
 
 Exit codes:
   0  every check passed (transition: the state now names v(K+1);
-     --structural and --final: nothing was written)
+     --structural, --dry-run and --final: nothing was written)
   1  at least one check failed: the state is not changed (except that the
-     first v0 transition gate has created it with v0; --structural never
-     creates it), or the lock could not be taken
+     first v0 transition gate has created it with v0; --structural and
+     --dry-run never create it), or the lock could not be taken
   2  usage error: no or extra argument, unknown option, a path that is not a
      directory, a directory name that is not v<number> (v0, v1, ...; no
      leading zeros), or <out> not writable for the lock file (not checked
-     with --structural)
+     with --structural or --dry-run)
 EOF
 }
 
@@ -307,10 +334,24 @@ hmac_hex() {
   printf '%s' "${outer%% *}"
 }
 
+# sha256 (hex) of each file named, in order, into the array SUMS: one sha256sum process for them all.
+sums_of() {
+  local out=() item
+  SUMS=()
+  (($#)) || return 0
+  mapfile -t out < <(sha256sum -- "$@") || return 1
+  ((${#out[@]} == $#)) || return 1
+  for item in "${out[@]}"; do SUMS+=("${item%% *}"); done
+}
+
 # Parse <out>/records.log into R["<n>.<field>"] (n = 1..REC_N) and REC_LINE[n]; $1 = 1 verifies the chain
-# and every signature (the key must be loaded).  Stops at the first bad line: REC_ERR says why.
+# and every signature (the key must be loaded).  Stops at the first bad line: REC_ERR says why, and REC_N
+# counts the records before it.  The hashes are computed in batches (the lines, the inner and the outer
+# HMAC inputs as files in a temporary folder outside <out>, one sha256sum each), so the cost of a gate run
+# barely grows with the number of records; without a temporary folder it falls back to one record at a time.
 load_records() {
-  local verify=$1 path="$OUT/$RECORDS" line n=0 prev=$ZERO_HASH f k fields i body sum
+  local verify=$1 path="$OUT/$RECORDS" line n=0 prev=$ZERO_HASH f k fields i body parse_err='' tmp esc j
+  local -a lines=() bodies=() names=() chain=() macs=()
   R=() REC_LINE=() REC_N=0 REC_ERR=''
   if [[ ! -f $path ]]; then
     REC_ERR="records.log is missing: the helpers sign every result there (kernel-loop init starts it); a run without it cannot pass"
@@ -319,38 +360,65 @@ load_records() {
   while IFS= read -r line || [[ -n $line ]]; do
     n=$((n + 1))
     [[ -n $line ]] || continue
-    i=$((REC_N + 1))
+    i=$((${#lines[@]} + 1))
     if [[ $line == *$'\t\t'* || $line == $'\t'* || $line == *$'\t' || $line == *$'\r'* ]]; then
-      REC_ERR="records.log line $n is not a record (an empty field or a CR): records.log is written only by the helpers and the gate"; return 1
+      parse_err="records.log line $n is not a record (an empty field or a CR): records.log is written only by the helpers and the gate"; break
     fi
     IFS=$'\t' read -r -a fields <<<"$line"
     for f in "${fields[@]}"; do
       k=${f%%=*}
       if [[ $f != *=* || -n ${R[$i.$k]+x} ]]; then
-        REC_ERR="records.log line $n is not a record (field '${f:0:30}' is not key=value, or repeats a key): records.log is written only by the helpers and the gate"; return 1
+        parse_err="records.log line $n is not a record (field '${f:0:30}' is not key=value, or repeats a key): records.log is written only by the helpers and the gate"; break 2
       fi
       R[$i.$k]=${f#*=}
     done
     if [[ ${R[$i.rec]:-} != 1 || ${R[$i.seq]:-} != "$i" || -z ${R[$i.mac]:-} ]]; then
-      REC_ERR="records.log line $n is not record $i of the chain: a line was added, removed or reordered by hand"; return 1
+      parse_err="records.log line $n is not record $i of the chain: a line was added, removed or reordered by hand"; break
     fi
+    lines[i]=$line bodies[i]=${line%$'\t'mac=*} REC_LINE[i]=$n
+  done <"$path"
+  # the hashes: sha256 of every line (the chain), and HMAC-SHA256 of every body (the signatures)
+  n=${#lines[@]}
+  if ((n)) && tmp=$(mktemp -d "${TMPDIR:-/tmp}/kernel-loop-gate.XXXXXX" 2>/dev/null); then
+    names=()
+    for ((i = 1; i <= n; i++)); do printf '%s' "${lines[i]}" >"$tmp/l$i"; names+=("$tmp/l$i"); done
+    sums_of "${names[@]}" && chain=("" "${SUMS[@]}")
+    if ((verify)) && ((${#chain[@]})); then
+      names=()
+      # shellcheck disable=SC2059  # IPAD/OPAD hold this script's own \xHH escapes
+      for ((i = 1; i <= n; i++)); do { printf "$IPAD"; printf '%s' "${bodies[i]}"; } >"$tmp/i$i"; names+=("$tmp/i$i"); done
+      if sums_of "${names[@]}"; then
+        names=()
+        for ((i = 1; i <= n; i++)); do
+          esc=''; for ((j = 0; j < 64; j += 2)); do esc+="\\x${SUMS[i - 1]:j:2}"; done
+          # shellcheck disable=SC2059
+          { printf "$OPAD"; printf "$esc"; } >"$tmp/o$i"; names+=("$tmp/o$i")
+        done
+        sums_of "${names[@]}" && macs=("" "${SUMS[@]}")
+      fi
+      ((${#macs[@]})) || chain=()
+    fi
+    rm -rf -- "$tmp"
+  fi
+  for ((i = 1; i <= n; i++)); do
     if [[ ${R[$i.prev]:-} != "$prev" ]]; then
-      REC_ERR="records.log line $n does not follow the line before it: the chain is broken (a line was edited, removed or reordered)"; return 1
+      REC_ERR="records.log line ${REC_LINE[i]} does not follow the line before it: the chain is broken (a line was edited, removed or reordered)"; return 1
     fi
     if ((verify)); then
-      body=${line%$'\t'mac=*}
-      if [[ $(hmac_hex "$body") != "${R[$i.mac]}" ]]; then
+      if ((${#macs[@]})); then body=${macs[i]}; else body=$(hmac_hex "${bodies[i]}"); fi
+      if [[ $body != "${R[$i.mac]}" ]]; then
         if [[ -n ${R[$i.keyid]:-} && ${R[$i.keyid]} != "$KEY_ID" ]]; then
-          REC_ERR="records.log line $n was signed with another key (key id ${R[$i.keyid]}, yours is $KEY_ID at $(key_file)): use the key the run was made with"
+          REC_ERR="records.log line ${REC_LINE[i]} was signed with another key (key id ${R[$i.keyid]}, yours is $KEY_ID at $(key_file)): use the key the run was made with"
         else
-          REC_ERR="records.log line $n: the signature does not verify: the record was edited after it was signed"
+          REC_ERR="records.log line ${REC_LINE[i]}: the signature does not verify: the record was edited after it was signed"
         fi
         return 1
       fi
     fi
-    sum=$(printf '%s' "$line" | sha256sum); prev=${sum%% *}
-    REC_LINE[i]=$n REC_N=$i
-  done <"$path"
+    if ((${#chain[@]})); then prev=${chain[i]}; else body=$(printf '%s' "${lines[i]}" | sha256sum); prev=${body%% *}; fi
+    REC_N=$i
+  done
+  if [[ -n $parse_err ]]; then REC_ERR=$parse_err; return 1; fi
   REC_TAIL=$prev
 }
 
@@ -680,6 +748,8 @@ check_11_provenance() {
   fi
   if ! latest_record profile "$V"; then
     fail "$V: records.log has no profile record for $V: run kernel-loop profile"; ok=0
+  elif [[ ${R[$LATEST.result]:-ok} != ok ]]; then
+    fail "$V: the last profile record of $V says ${R[$LATEST.result]}, not ok (records.log line ${REC_LINE[$LATEST]}): the profile failed; fix what it reported, then re-run kernel-loop profile"; ok=0
   else
     record_holds "$LATEST" profile || ok=0
   fi
@@ -885,16 +955,44 @@ read_final_version() {
   fi
 }
 
+# Sets WANT to the version the signed gate records put the run at (one past the last gate record) and
+# WANT_LINE to that record's line; returns 1 (WANT empty) when records.log holds no gate record.  Reads the
+# records as loaded: verified, or (--structural) unverified.
+signed_state() {
+  WANT='' WANT_LINE=''
+  latest_record gate '' || return 1
+  WANT=$(( ${R[$LATEST.version]#v} + 1 )) WANT_LINE=${REC_LINE[$LATEST]}
+}
+
+restore_hint() {
+  printf 'rebuild it from the signed gate records, never by hand: %s status %q --restore-state' "$(kloop_command)" "$OUT"
+}
+
 # Part of check 5: the state must be where the signed gate records put the run (one past the last version
 # that passed its gate; v0 before the first gate), so a hand-edited current_iteration.txt cannot rewind the
-# run to re-gate a version, nor skip one.
+# run to re-gate a version, nor skip one, and a deleted one is never re-created behind them.  Returns 1 on a
+# failure (main then stops: a state the run is not at explains any drift or missing gate that follows).
 records_agree_with_state() {
+  ((REC_OK || STRUCTURAL)) || return 0
+  if [[ -z $STATE ]]; then
+    signed_state || return 0
+    fail "current_iteration.txt is missing, but the signed gate records put the run at v$WANT (records.log line $WANT_LINE), so no gate re-creates it at v0: $(restore_hint)"
+    return 1
+  fi
   ((REC_OK)) || return 0
-  [[ -n $STATE && $STATE != '?' ]] || return 0
+  if [[ $STATE == '?' ]]; then
+    if signed_state; then
+      fail "current_iteration.txt holds '${STATE_TEXT:0:40}', not a version name: the state is corrupt; the signed gate records put the run at v$WANT (records.log line $WANT_LINE): $(restore_hint)"
+    else
+      fail "current_iteration.txt holds '${STATE_TEXT:0:40}', not a version name: the state is corrupt; no gate has passed yet, so it should name v0: $(restore_hint)"
+    fi
+    return 1
+  fi
   local want=0 line=''
-  if latest_record gate ''; then want=$(( ${R[$LATEST.version]#v} + 1 )) line=" (records.log line ${REC_LINE[$LATEST]})"; fi
+  if signed_state; then want=$WANT line=" (records.log line $WANT_LINE)"; fi
   if [[ $STATE != "$want" ]]; then
-    fail "current_iteration.txt names v$STATE, but the last signed gate record$line puts the run at v$want: the state was edited by hand; write v$want back into it"
+    fail "current_iteration.txt names v$STATE, but the last signed gate record$line puts the run at v$want: the state was edited by hand or copied from elsewhere; $(restore_hint)"
+    return 1
   fi
 }
 
@@ -907,12 +1005,12 @@ check_5_state() {
   if ((REC_OK)) && [[ -f $OUT/finish.json ]] && ! latest_record finish ''; then
     fail "finish.json has no signed finish record in records.log: only kernel-loop finish ends a run early"
   fi
-  records_agree_with_state
+  records_agree_with_state || return
   if ((FINAL && REC_OK)) && latest_record extend ''; then
     NOTE="the run was extended: ${R[$LATEST.note]:-final version v${R[$LATEST.iterations]:-?}} (records.log line ${REC_LINE[$LATEST]})"
   fi
   if [[ -n $FINAL_N ]] && ((FINAL && K != FINAL_N)); then
-    fail "v$K is not the final version: the run's final version is v$FINAL_N ($FINAL_WHY); run the final audit on v$FINAL_N, or end the run at v$K with 'kernel-loop finish <out> --reason ...' first"
+    fail "v$K is not the final version: the run's final version is v$FINAL_N ($FINAL_WHY); run the final audit on v$FINAL_N, or end the run at v$K with '$(kloop_command) finish $(printf %q "$OUT") --reason ...' first"
   elif [[ -n $FINAL_N ]] && ((!FINAL && K >= FINAL_N)); then
     fail "v$K is the final version ($FINAL_WHY): run the final audit instead: check_iteration_gate.sh <out>/v$K --final"
     return
@@ -930,8 +1028,8 @@ check_5_state() {
     return
   fi
   if [[ -z $STATE && $K == 0 ]]; then
-    if ((STRUCTURAL)); then
-      pass "current_iteration.txt is absent: the first v0 transition gate creates it (--structural writes nothing)"
+    if ((STRUCTURAL || DRY_RUN)); then
+      pass "current_iteration.txt is absent: the first v0 transition gate creates it (--structural and --dry-run write nothing)"
       return
     fi
     if write_state 0; then NOTE='created current_iteration.txt with v0'; STATE=0
@@ -945,7 +1043,7 @@ check_5_state() {
   elif [[ -z $STATE ]]; then
     fail "current_iteration.txt is missing: run the gate on v0 first (only the first v0 gate creates it)"
   elif [[ $STATE == '?' ]]; then
-    fail "current_iteration.txt holds '${STATE_TEXT:0:40}', not a version name: the state is corrupt; write the version being worked on (v0, v1, ...) into it"
+    fail "current_iteration.txt holds '${STATE_TEXT:0:40}', not a version name: the state is corrupt; $(restore_hint)"
   elif ((STATE < K)); then
     fail "current_iteration.txt names v$STATE: v$STATE has not passed its gate yet; gate v$STATE first"
   else
@@ -966,7 +1064,7 @@ check_6_drift() {
       [[ -e $f || -L $f ]] && found+=("${f##*/}")
     done
     if ((${#found[@]})); then
-      fail "state drift: $name holds ${found[*]} but current_iteration.txt is at v$limit: gate the versions in order, or move $name's files aside"
+      fail "state drift: $name holds ${found[*]} but current_iteration.txt is at v$limit, where the signed gate records put the run: $name was started before v$limit passed its gate; stop and report it to the user, who decides what happens to those files"
       return
     fi
   done
@@ -987,6 +1085,8 @@ check_7_advance_state() {
     printf 'gate: v%s passed (final audit of v0..v%s)\n' "$K" "$K"
   elif ((STRUCTURAL)); then
     printf 'gate: v%s passed (structural checks, transition); current_iteration.txt not written\n' "$K"
+  elif ((DRY_RUN)); then
+    printf 'gate: v%s passed (dry run, transition); current_iteration.txt not written\n' "$K"
   elif ((RERUN)); then
     printf 'gate: v%s passed (transition, already recorded); current_iteration.txt stays v%s\n' "$K" "$((K + 1))"
   elif ! append_gate_record "$K"; then
@@ -1005,7 +1105,7 @@ check_7_advance_state() {
 # Sets FINAL, STRUCTURAL, VERBOSE, K, OUT, STATE_FILE from the command line.
 parse_args() {
   local arg target='' abs vname
-  FINAL=0 STRUCTURAL=0
+  FINAL=0 STRUCTURAL=0 DRY_RUN=0
   for arg in "$@"; do
     case $arg in
       -h | --help) usage; exit 0 ;;
@@ -1015,6 +1115,7 @@ parse_args() {
     case $arg in
       --final) FINAL=1 ;;
       --structural) STRUCTURAL=1 ;;
+      --dry-run) DRY_RUN=1 ;;
       --verbose) VERBOSE=1 ;;
       -*) usage_error "unknown option '$arg'" ;;
       *) [[ -z $target ]] || usage_error "one version directory expected, got '$target' and '$arg'"
@@ -1033,11 +1134,11 @@ parse_args() {
 }
 
 # flock(1) on <out>/.gate.lock for the rest of the run (the descriptor stays open).
-# --structural only reads: it takes the lock shared, and only when the lock file exists
+# --structural and --dry-run only read: they take the lock shared, and only when the lock file exists
 # (every state write is an atomic rename, so a reader never sees half a state file).
 take_lock() {
   local lockfd mode=-x
-  if ((STRUCTURAL)); then
+  if ((STRUCTURAL || DRY_RUN)); then
     [[ -e $OUT/.gate.lock ]] || return 0
     { exec {lockfd}<"$OUT/.gate.lock"; } 2>/dev/null || return 0
     mode=-s
@@ -1080,7 +1181,9 @@ main() {
   take_lock
   read_state
   check_13_records
+  ((FAILS)) && check_7_advance_state  # no verified records: nothing else can be judged
   check_5_state
+  ((FAILS)) && check_7_advance_state  # the state is not where the run is: every later check would follow from it
   check_6_drift "$DRIFT_LIMIT"
   if ((FINAL)); then
     for ((j = 0; j <= K; j++)); do check_version "$j" $((j < K)); done

@@ -3,13 +3,24 @@
 It only dispatches.  Each loop step lives in its own module under ``steps/``, which exposes
 ``register(subparsers)`` (adds its parser and sets ``func``) and raises
 ``UsageError`` / ``MeasuredFailure`` on bad input or failed results.
+
+Two things every command shares are handled here, once: a reader that closes the pipe early
+(``kernel-loop kbs stats | head -1``) ends the command quietly, the Unix way, with the exit status
+of a process killed by SIGPIPE; and an error message's hints name the command the way it was run
+(``python3 helpers/kloop.py correctness ...`` when run from the skill folder, not ``kernel-loop``).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
+import re
+import shlex
+import signal
 import sys
+from pathlib import Path
 
 from . import __version__
 from .common import EXIT_USAGE, PROG, KernelLoopError, missing_module_message, os_error_message
@@ -17,6 +28,11 @@ from .common import EXIT_USAGE, PROG, KernelLoopError, missing_module_message, o
 # Loop steps, in loop order: each is a module of kernel_loop.steps with register(subparsers).
 STEPS: tuple[str, ...] = ("init", "env", "correctness", "profile", "kbs", "hypothesis", "gate", "next_version",
                           "finish", "extend", "status", "benchmark", "report", "demo")
+COMMANDS = tuple("next" if s == "next_version" else s for s in STEPS)
+# a quoted command line in a message, 'kernel-loop <command> ...' or `kernel-loop <command> ...` (a step named
+# in prose, "after kernel-loop profile wrote it", stays as it is)
+_HINT = re.compile(r"(?<=['`])kernel-loop (?=(?:" + "|".join(COMMANDS) + r")\b)")
+EXIT_SIGPIPE = 128 + signal.SIGPIPE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,19 +49,68 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
+def invocation() -> str:
+    """How the user ran this CLI: this interpreter and helpers/kloop.py, or the installed ``kernel-loop``."""
+    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if argv0 is not None and argv0.name == "kloop.py" and argv0.is_file():
+        return f"{shlex.quote(sys.executable)} {shlex.quote(str(argv0.resolve()))}"
+    return PROG
+
+
+def as_invoked(message: str) -> str:
+    """``message`` with every quoted "kernel-loop <command>" hint written the way this CLI was run."""
+    how = invocation()
+    return message if how == PROG else _HINT.sub(how.replace("\\", "\\\\") + " ", message)
+
+
+def _closed_pipe() -> int:
+    """stdout's reader went away: send what is left nowhere (so the exit flush cannot fail again) and
+    end as a process killed by SIGPIPE would, with no message."""
     try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return EXIT_SIGPIPE
+
+
+def _stdout_broken(exc: OSError) -> bool:
+    """Whether a broken pipe is stdout's (a reader like ``head`` exited), not a pipe to a child process."""
+    if exc.errno != errno.EPIPE:
+        return False
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):
+        return True
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (ImportError, AttributeError, OSError):  # no poll(): assume it was stdout
+        return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)  # --help may meet a closed pipe too
+        if not getattr(args, "func", None):
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
         rc = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit flush
     except KernelLoopError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {as_invoked(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except ModuleNotFoundError as exc:
         print(f"{PROG}: error: {missing_module_message(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError as exc:
+        if _stdout_broken(exc):
+            return _closed_pipe()
+        print(f"{PROG}: error: {os_error_message(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:
         print(f"{PROG}: error: {os_error_message(exc)}", file=sys.stderr)

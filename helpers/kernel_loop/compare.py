@@ -218,7 +218,7 @@ def _all_poison(exp) -> bool:
     looked at chunk by chunk (no full-size temporary)."""
     import torch
 
-    from .loader import poison_tensor
+    from .tensors import poison_tensor
 
     if exp.numel() == 0 or exp.dtype == torch.bool:
         return False
@@ -233,6 +233,23 @@ def _all_poison(exp) -> bool:
 def _constant(exp) -> bool:
     first = exp.reshape(-1)[:1]
     return exp.numel() > 1 and not any(bool((c != first).any()) for c in _chunks(exp))
+
+
+PRESET_REL_L2_LIMIT = 1e-2  # under any preset: an output this far off as a whole is wrong, whatever atol allows
+
+
+def _degenerate(got, exp, row: dict[str, Any], preset: bool) -> str | None:
+    """Why an output that passed the elementwise test is still wrong: it is constant (all zeros among them)
+    where the reference is not, under any tolerance; or, under a preset (which has no normwise bound of its
+    own), its relative L2 error is above PRESET_REL_L2_LIMIT."""
+    if got.numel() > 1 and _constant(got) and not _constant(exp):
+        value = json_number(got.reshape(-1)[0])
+        return (f"output '{row['name']}' is the constant {value} everywhere and the reference's is not: a "
+                "degenerate output fails under every tolerance and preset")
+    if preset and (exp.dtype.is_floating_point or exp.dtype.is_complex) and rel_l2_value(row) > PRESET_REL_L2_LIMIT:
+        return (f"output '{row['name']}': relative L2 error {rel_l2_value(row):.3g} is above {PRESET_REL_L2_LIMIT:g}: "
+                "the preset's elementwise test passes it, but the output as a whole is wrong")
+    return None
 
 
 def rel_l2_value(info: dict[str, Any]) -> float:
@@ -258,7 +275,7 @@ def applied_tolerances(expected: dict[str, Any], run_tol: dict[str, Any] | None,
 
 def compare_outputs(got: dict, expected: dict, run_tol: dict | None, ref: Any) -> tuple[list[dict], list[str]]:
     """Compare every expected output; returns (rows, warnings)."""
-    from .loader import is_tensor
+    from .tensors import is_tensor
 
     rows, warnings = [], []
     for name, exp in expected.items():
@@ -277,6 +294,9 @@ def compare_outputs(got: dict, expected: dict, run_tol: dict | None, ref: Any) -
                          "nonfinite_unexpected": 0})
             continue
         row = {"name": name, **compare(g, exp, tol["atol"], tol["rtol"], tol["rel_l2"]), "tolerance": tol}
+        degenerate = _degenerate(g, exp, row, bool(tol.get("preset"))) if row["passed"] else None
+        if degenerate:
+            row.update(passed=False, note=degenerate)
         if _all_poison(exp):
             row.update(passed=False, note=f"the reference output '{name}' holds only NaN/Inf or the poison sentinel "
                        "(did reference() write it?): comparing against it cannot fail")

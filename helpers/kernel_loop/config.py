@@ -5,13 +5,14 @@ run.json is written once by ``init`` and never changed; every later step reads i
 ``RunDir.config()``.  Keys this version does not know are kept in ``extra`` and written back
 unchanged, so an older or newer run.json round-trips.
 
-The check flags (``--dims``, ``--seed``, ``--gpu``) that later steps accept only to confirm
-that they agree with run.json live here too.
+Extra shapes name only the dims they change (``parse_extra_shapes``).  The check flags (``--dims``,
+``--seed``, ``--gpu``) that later steps accept only to confirm that they agree with run.json live here too.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -123,8 +124,9 @@ class RunConfig:
 
 
 # --- values init parses ------------------------------------------------------------------------
-def parse_dims(text: str, what: str = "--dims") -> dict[str, int]:
-    """``M=4096,N=8192`` -> {"M": 4096, "N": 8192}; positive ints only."""
+def parse_dims(text: str, what: str = "--dims", positive: bool = True) -> dict[str, int]:
+    """``M=4096,N=8192`` -> {"M": 4096, "N": 8192}; positive ints only (any int with ``positive=False``,
+    for a caller that checks the names first and the values after)."""
     dims: dict[str, int] = {}
     for part in [p.strip() for p in (text or "").split(",") if p.strip()]:
         key, sep, val = part.partition("=")
@@ -135,7 +137,7 @@ def parse_dims(text: str, what: str = "--dims") -> dict[str, int]:
             n = int(val)
         except ValueError:
             raise UsageError(f"{what}: {key}={val} is not an integer") from None
-        if n <= 0:
+        if positive and n <= 0:
             raise UsageError(f"{what}: {key}={n} must be a positive integer")
         if key in dims:
             raise UsageError(f"{what}: {key} is given twice")
@@ -145,14 +147,25 @@ def parse_dims(text: str, what: str = "--dims") -> dict[str, int]:
     return dims
 
 
-def parse_extra_shapes(text: str | None, dims: dict[str, int]) -> list[dict[str, int]]:
-    """``"M=128,N=256;M=1,N=7"``: each set must name the same dims as --dims."""
+def parse_extra_shapes(text: str | None, dims: dict[str, int],
+                       complete: Callable[[dict[str, int]], dict[str, int]] | None = None) -> list[dict[str, int]]:
+    """``"M=333;N=1000,M=64"``: ``;``-separated shapes, each naming only the dims it changes; the dims it
+    does not name keep the run's values, and each returned shape is complete (every run dim).
+
+    ``complete(changes) -> shape``, when given, checks the names and values and builds the shape (a
+    KernelBench ref: names are the file's size constants and constants derived from them follow); by
+    default every name must be a run dim and the shape is ``{**dims, **changes}``."""
     shapes = []
     for chunk in [c for c in (text or "").split(";") if c.strip()]:
-        s = parse_dims(chunk, "--extra-shapes")
-        if set(s) != set(dims):
-            raise UsageError(f"--extra-shapes: '{chunk.strip()}' must name exactly the dims {', '.join(dims)}")
-        shapes.append(s)
+        changes = parse_dims(chunk, "--extra-shapes", positive=complete is None)
+        if complete is not None:
+            shapes.append(complete(changes))
+            continue
+        unknown = [k for k in changes if k not in dims]
+        if unknown:
+            raise UsageError(f"--extra-shapes: '{chunk.strip()}' names {', '.join(unknown)}, not a run dim (the run "
+                             f"dims: {', '.join(dims)}); a shape names only the dims it changes")
+        shapes.append({**dims, **changes})
     return shapes
 
 

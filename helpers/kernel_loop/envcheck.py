@@ -1,7 +1,9 @@
 """The environment check behind ``env`` and ``init``: GPU, toolchain, profiler, measured peaks.
 
-The pure parts (version parsing, the counter-permission check, requirement evaluation and
-rendering) take plain data so they are testable without a GPU; ``gather`` collects the facts.
+The pure parts (version parsing, the counter-permission check, requirement evaluation, the copy
+sizes and the copy peak, rendering) take plain data so they are testable without a GPU; ``gather``
+collects the facts.  The copy peak is the fastest of copies at several sizes (``COPY_SIZES``, as free
+memory allows), all recorded in ``peaks.copy_bandwidth_by_size``.
 Required: torch with a visible CUDA GPU; nvcc for .cu kernels; triton / nvidia-cutlass-dsl /
 CUTLASS headers for their implementations.  ncu and counter access are needed by ``profile``
 and are reported as missing (with the fix) without failing ``env``.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import math
 import platform
 import re
 import subprocess
@@ -37,6 +40,12 @@ PACKAGES = {  # shown name -> distribution names tried in order, import name
     "nvidia-cutlass-dsl": (("nvidia-cutlass-dsl",), "cutlass"),
     "flashinfer": (("flashinfer-python", "flashinfer"), "flashinfer"),
 }
+# Copy-peak sizes: the bytes of the copied tensor (the copy reads them and writes as many).  Bandwidth rises
+# with size (an H200 reached 4101 GB/s at 512 MiB, 4.26-4.30 TB/s at 4 GiB), so the peak is the fastest
+# of several, each measured only where its two buffers fit in the free memory with COPY_RESERVE to spare.
+COPY_SIZES = (256 << 20, 1 << 30, 4 << 30)
+COPY_RESERVE = 1 << 30
+COPY_MIN = 16 << 20  # below this a copy is mostly launch and L2 effects: no peak is measured
 _PROBE = ("import torch; d = torch.device('cuda:{gpu}'); x = torch.ones(4096, device=d); "
           "y = (x * 2).sum(); torch.cuda.synchronize(d)")
 
@@ -63,6 +72,69 @@ def counters_from_probe(output: str, returncode: int | None) -> dict[str, Any]:
     tail = "\n".join(text.strip().splitlines()[-6:])
     return {"status": "unknown", "detail": f"ncu test run gave no metric (exit {returncode}): {tail}",
             "fix": "run `ncu --metrics gpu__time_duration.sum python -c '...'` by hand to see why"}
+
+
+def copy_sizes(free_bytes: int | None, sizes: tuple[int, ...] = COPY_SIZES, reserve: int = COPY_RESERVE) -> list[int]:
+    """The copy sizes (bytes of the copied tensor, ascending) to measure with ``free_bytes`` of device memory
+    free: those whose source and destination fit with ``reserve`` to spare.  When none does, the largest
+    power of two that fits (at least COPY_MIN); [] when not even that fits.  ``free_bytes`` None (unknown):
+    the smallest size alone."""
+    sizes = sorted(sizes)
+    if free_bytes is None:
+        return sizes[:1]
+    room = free_bytes - reserve
+    fit = [s for s in sizes if 2 * s <= room]
+    if fit:
+        return fit
+    best = 1 << max(0, (room // 2).bit_length() - 1) if room >= 2 else 0
+    return [best] if best >= COPY_MIN else []
+
+
+def copy_peaks(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """env.json's copy fields from the measured rows ({"bytes", "gbps"}): the table in ascending size, each
+    row with ``moved_bytes`` (read + written: the working set of the copy), and ``copy_bandwidth_gbps``, the
+    highest of them (None without rows), so every roofline divides by the fastest copy measured."""
+    table = sorted(({"bytes": int(r["bytes"]), "moved_bytes": 2 * int(r["bytes"]), "gbps": float(r["gbps"])}
+                    for r in rows if r.get("gbps") is not None), key=lambda r: r["bytes"])
+    return {"copy_bandwidth_gbps": max((r["gbps"] for r in table), default=None), "copy_bandwidth_by_size": table}
+
+
+def copy_peak_near(peaks: dict[str, Any] | None, working_set_bytes: float | None) -> dict[str, Any] | None:
+    """The copy-table row whose working set (``moved_bytes``: source + destination) is nearest to a problem's
+    working set (inputs + outputs bytes), by ratio; None without a table (an env.json from before the table,
+    or nothing measured) or without a positive size.  For a "% of a copy of the same size" figure beside the
+    roofline, which uses ``copy_bandwidth_gbps`` (the highest)."""
+    table = (peaks or {}).get("copy_bandwidth_by_size") or []
+    if not table or not working_set_bytes or working_set_bytes <= 0:
+        return None
+    return min(table, key=lambda r: abs(math.log(max(r.get("moved_bytes") or 2 * r["bytes"], 1) / working_set_bytes)))
+
+
+def _size_text(nbytes: int | float | None) -> str:
+    if not nbytes:
+        return "-"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            v = nbytes / scale
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.2f} {unit}"
+    return f"{int(nbytes)} B"
+
+
+def copy_table_markdown(peaks: dict[str, Any] | None) -> str:
+    """The env_check.md table of the copy bandwidth at each measured size; "" when env.json has none."""
+    table = (peaks or {}).get("copy_bandwidth_by_size") or []
+    if not table:
+        return ""
+    best = (peaks or {}).get("copy_bandwidth_gbps")
+    lines = ["### Copy bandwidth by size", "",
+             "Device-to-device `copy_` of one tensor: GB/s counts the bytes read and written; the peak used by "
+             "every roofline is the highest row.", "",
+             "| Tensor copied | Read + written | GB/s | Peak |", "|---|---|---|---|"]
+    for r in table:
+        mark = "yes" if best is not None and r["gbps"] == best else ""
+        lines.append(f"| {_size_text(r['bytes'])} | {_size_text(r.get('moved_bytes') or 2 * r['bytes'])} | "
+                     f"{r['gbps']:.1f} | {mark} |")
+    return "\n".join(lines) + "\n"
 
 
 def _check(item: str, ok: bool, level: str, detail: str, fix: str | None = None) -> dict[str, Any]:
@@ -146,7 +218,9 @@ def make_report(facts: dict, impl: str | None, gpu_index: int) -> dict[str, Any]
 
 
 def render_markdown(report: dict) -> str:
-    """env_check.md; without jinja2 a plain listing, so that env can still say what to install."""
+    """env_check.md; without jinja2 a plain listing, so that env can still say what to install.  The copy
+    bandwidth table (``copy_table_markdown``) follows the measured peaks, the template's last section."""
+    table = "" if report.get("skipped") else copy_table_markdown(report.get("peaks"))
     try:
         import jinja2  # noqa: F401
     except ModuleNotFoundError:
@@ -154,8 +228,9 @@ def render_markdown(report: dict) -> str:
                  "could not be used)", ""]
         lines += [f"- {c['item']}: {c['status']} ({c['level']}): {c['detail']}"
                   + (f" -> {c['fix']}" if c.get("fix") else "") for c in report.get("checks", [])]
-        return "\n".join(lines) + "\n"
-    return render("env_check.md.j2", r=report)
+        return "\n".join(lines) + "\n" + ("\n" + table if table else "")
+    md = render("env_check.md.j2", r=report)
+    return md.rstrip("\n") + "\n\n" + table if table else md
 
 
 def write_skipped(out: Path) -> None:
@@ -231,8 +306,32 @@ def _cute_headers(cfg_dirs: list[str] | None) -> str | None:
     return None
 
 
+def _measure_copies(torch: Any, dev: Any, sizes: list[int], median_ms: Any) -> list[dict[str, Any]]:
+    """Time a device-to-device copy at each size (prefixes of one pair of buffers of the largest size); a
+    size whose buffers cannot be allocated is dropped, the next smaller one tried."""
+    sizes = sorted(sizes)
+    src = dst = None
+    while sizes and src is None:
+        try:
+            src = torch.empty(sizes[-1] // 4, device=dev, dtype=torch.float32).uniform_()
+            dst = torch.empty_like(src)
+        except torch.cuda.OutOfMemoryError:
+            src = dst = None
+            sizes.pop()
+            torch.cuda.empty_cache()
+    rows = []
+    for size in sizes:
+        a, b = src[:size // 4], dst[:size // 4]
+        ms = median_ms(lambda a=a, b=b: b.copy_(a), 3, 15)
+        rows.append({"bytes": size, "gbps": round(2 * size / (ms * 1e-3) / 1e9, 1)})
+    del src, dst
+    torch.cuda.empty_cache()
+    return rows
+
+
 def measure_peaks(gpu: int) -> dict[str, Any]:
-    """Device copy bandwidth and bf16/fp32 matmul throughput (median of CUDA-event timings)."""
+    """Device copy bandwidth at several sizes (the peak is the fastest) and bf16/fp32 matmul throughput
+    (median of CUDA-event timings)."""
     import torch
 
     dev = torch.device(f"cuda:{gpu}")
@@ -251,11 +350,11 @@ def measure_peaks(gpu: int) -> dict[str, Any]:
         return sorted(times)[len(times) // 2]
 
     with torch.cuda.device(dev):
-        n = 1 << 27  # 512 MiB of float32 per buffer
-        bufs = [torch.randn(n, device=dev), torch.empty(n, device=dev)]
-        ms = median_ms(lambda: bufs[1].copy_(bufs[0]), 3, 15)
-        res = {"copy_bandwidth_gbps": round(2 * n * 4 / (ms * 1e-3) / 1e9, 1)}
-        bufs.clear()
+        try:
+            free = int(torch.cuda.mem_get_info(dev)[0])
+        except (RuntimeError, AttributeError):
+            free = None
+        res: dict[str, Any] = copy_peaks(_measure_copies(torch, dev, copy_sizes(free), median_ms))
         old_tf32 = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = False
         try:
@@ -268,9 +367,16 @@ def measure_peaks(gpu: int) -> dict[str, Any]:
         finally:
             torch.backends.cuda.matmul.allow_tf32 = old_tf32
         torch.cuda.empty_cache()
-    res["method"] = ("median of CUDA-event timings: device-to-device copy of 512 MiB (bytes read + written), "
-                     "torch.mm 8192^3 bf16 and 4096^3 fp32 (TF32 off), random data after warmup")
+    res["method"] = copy_method(res["copy_bandwidth_by_size"])
     return res
+
+
+def copy_method(table: list[dict[str, Any]]) -> str:
+    """The ``peaks.method`` text, naming the copy sizes measured."""
+    sizes = ", ".join(_size_text(r["bytes"]) for r in table) or "none (too little free memory)"
+    return ("median of CUDA-event timings after warmup, random data: device-to-device copies of "
+            f"{sizes} (bytes read + written; the copy peak is the fastest), torch.mm 8192^3 bf16 and 4096^3 "
+            "fp32 (TF32 off)")
 
 
 def gather(gpu: int, cfg_build: dict | None = None, measure: bool = True) -> dict[str, Any]:

@@ -3,6 +3,7 @@ clock-event ("throttle") reasons, so that a measurement says what state the GPU 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 # NVML clock-event reason bits (nvmlClocksEventReason* constants).
@@ -88,3 +89,43 @@ def snapshot(cuda_index: int = 0, uuid: str | None = None) -> dict[str, Any]:
 def slowdowns(state: dict[str, Any] | None) -> list[str]:
     """The clock-lowering reasons present in a snapshot."""
     return [r for r in (state or {}).get("throttle_reasons", []) if r in SLOWDOWN_REASONS]
+
+
+def compute_processes(cuda_index: int = 0, uuid: str | None = None) -> list[dict[str, Any]] | None:
+    """The compute processes NVML sees on the GPU, [{pid, name, used_mb}], or None when NVML cannot tell."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        h = _handle(pynvml, cuda_index, uuid)
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+        out = []
+        for p in procs:
+            pid = int(p.pid)
+            try:
+                name = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            except OSError:
+                name = ""
+            used = getattr(p, "usedGpuMemory", None)
+            out.append({"pid": pid, "name": name[:160] or "(not visible from here)",
+                        "used_mb": int(used) // (1 << 20) if isinstance(used, int) else None})
+        return out
+    except pynvml.NVMLError:
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def foreign_processes(procs: list[dict[str, Any]] | None, own: set[int]) -> list[dict[str, Any]]:
+    """The processes of ``procs`` that are not ours.  A container may show NVML's pids from another pid
+    namespace, so pids that match none of ours are counted against ours that NVML did not list."""
+    if not procs:
+        return []
+    unmatched = [p for p in procs if p["pid"] not in own]
+    ours_unlisted = len(own - {p["pid"] for p in procs})
+    return unmatched[ours_unlisted:] if ours_unlisted else unmatched

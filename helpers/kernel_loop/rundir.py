@@ -13,8 +13,10 @@ kernel.cu, never both, else the one .py/.cu file other than ref.py.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +27,41 @@ from .vocab import KERNEL_SUFFIXES
 
 VERSION_RE = re.compile(r"^v(0|[1-9][0-9]*)$")
 SAFE_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")  # the gate's rule for a kernel file name (check 4)
+
+
+def what_path_is(path: str | Path) -> str:
+    """What a path names, as a message fragment: "is a directory", "is a regular file", "is a device or
+    other special file", "is a broken symbolic link", "cannot be read (permission denied)", "does not
+    exist" (or that a part of it is a file)."""
+    path = Path(path).expanduser()
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        if path.is_symlink():
+            return f"is a broken symbolic link (to {os.readlink(path)})"
+        parent = next((q for q in path.parents if q.exists()), None)
+        if parent is not None and not parent.is_dir():
+            return f"does not exist ({parent} is a file, not a folder)"
+        return "does not exist"
+    except NotADirectoryError:
+        return "does not exist (a part of the path is a file, not a folder)"
+    except PermissionError:
+        return "cannot be read (permission denied on a folder above it)"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if stat.S_ISDIR(st.st_mode):
+        kind = "is a directory"
+    elif stat.S_ISREG(st.st_mode):
+        kind = "is a regular file" if st.st_size else "is an empty regular file"
+    elif stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        kind = "is a device, not a regular file or directory"
+    elif stat.S_ISFIFO(st.st_mode):
+        kind = "is a named pipe, not a regular file or directory"
+    else:
+        kind = "is a special file (a socket), not a regular file or directory"
+    if not os.access(path, os.R_OK | (os.X_OK if stat.S_ISDIR(st.st_mode) else 0)):
+        kind += " that cannot be read (permission denied)"
+    return kind
 
 
 def parse_version(name: str) -> int:
@@ -79,10 +116,16 @@ class RunDir:
     def open(cls, out: str | Path, *, must_exist: bool = True) -> RunDir:
         root = Path(out).expanduser().resolve()
         if must_exist:
-            if not root.is_dir():
+            kind = what_path_is(out)
+            if kind == "does not exist":
                 raise UsageError(f"run directory {out} does not exist (run 'kernel-loop init' first)")
-            if not (root / sc.RUN_JSON).is_file():
+            if kind != "is a directory":
+                raise UsageError(f"run directory {out} {kind}: give the folder that 'kernel-loop init' made")
+            run_json = root / sc.RUN_JSON
+            if not run_json.exists():
                 raise UsageError(f"{out} has no run.json: it is not an initialised run directory")
+            if not run_json.is_file() or not os.access(run_json, os.R_OK):
+                raise UsageError(f"{run_json} {what_path_is(run_json)}: the run directory is damaged or unreadable")
         return cls(root)
 
     # --- fixed files -----------------------------------------------------------------

@@ -16,9 +16,8 @@ set_correctness() {
   for form in '| Result | PASS |' '| Result | **PASS** |' '|Result|ALL PASS|' '| **Result** | `PASS` |' \
     'Result: PASS' 'Result: ALL PASS' '**Result:** PASS' '- Result: **PASS**' 'result: PASS'; do
     set_correctness "$form"
-    run -0 gate "$OUT/v0" --verbose
+    run -0 gate "$OUT/v0" --dry-run --verbose
     assert_line '[PASS] v0: correctness.md records PASS'
-    rm "$OUT/current_iteration.txt"
   done
 }
 

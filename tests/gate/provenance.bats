@@ -181,3 +181,27 @@ edit_record() {
   run -1 gate "$OUT/v1" --final
   assert_line --partial 'v0: records.log holds 2 gate records for v0: a version passes its gate once'
 }
+
+@test "without the key the gate stops at the key: no second, false failure about the final version" {
+  RUN_ITERATIONS=1 advance_to 1
+  sign_record extend v1 iterations=2 from=1 "note=final version v1 -> v2"
+  "$GATE" "$OUT/v1" >/dev/null
+  make_version 2
+  run -0 gate "$OUT/v2" --final
+  KERNEL_LOOP_RECORD_KEY="$BATS_TEST_TMPDIR/absent" run gate "$OUT/v2" --final
+  assert_only_failure "no record key at $BATS_TEST_TMPDIR/absent"
+  refute_line --partial 'is not the final version'
+  printf '%s\n' "$(openssl rand -hex 32)" >"$BATS_TEST_TMPDIR/other key"
+  KERNEL_LOOP_RECORD_KEY="$BATS_TEST_TMPDIR/other key" run gate "$OUT/v2" --final
+  assert_only_failure 'records.log line 1 was signed with another key'
+}
+
+@test "a profile record that says the profile failed is not a profile" {
+  make_run
+  local fields
+  mapfile -t fields < <(run_fields)
+  sign_record profile v0 result=FAIL "error=the kernel is wrong with fresh inputs after the timed calls" \
+    device=cuda:0 "gpu=NVIDIA H200" "kernel=$(sha "$OUT/v0/kernel.py")" "${fields[@]}"
+  run gate "$OUT/v0"
+  assert_only_failure 'v0: the last profile record of v0 says FAIL, not ok (records.log line 5)'
+}

@@ -43,15 +43,24 @@ load test_helper
   make_run
   make_version 1
   printf 'v1\n' >"$OUT/current_iteration.txt"
-  run -1 gate "$OUT/v1"
-  assert_line --partial 'current_iteration.txt names v1, but the last signed gate record puts the run at v0'
-  assert_line --partial 'v0: records.log has no gate record for v0: v0 never passed its transition gate'
+  run gate "$OUT/v1"
+  assert_only_failure 'current_iteration.txt names v1, but the last signed gate record puts the run at v0'
+  assert_line --partial 'status '"$(printf %q "$OUT")"' --restore-state'
   assert_equal "$(state)" v1
   make_version 2
   printf 'v2\n' >"$OUT/current_iteration.txt"
-  run -1 gate "$OUT/v2" --final
-  assert_line --partial 'v0: records.log has no gate record for v0'
-  assert_line --partial 'v1: records.log has no gate record for v1'
+  run gate "$OUT/v2" --final
+  assert_only_failure 'current_iteration.txt names v2, but the last signed gate record puts the run at v0'
+}
+
+@test "a gate record that skips a version: check 15 names the version that never passed its gate" {
+  make_run
+  make_version 1
+  sign_record gate v1 result=passed "files=hypothesis.txt:$(sha "$OUT/v1/hypothesis.txt")"
+  make_version 2
+  printf 'v2\n' >"$OUT/current_iteration.txt"  # where the last gate record puts the run
+  run gate "$OUT/v2"
+  assert_only_failure 'v0: records.log has no gate record for v0: v0 never passed its transition gate'
 }
 
 @test "a passed transition gate appends a signed gate record; a re-run appends none" {

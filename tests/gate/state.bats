@@ -34,10 +34,30 @@ load test_helper
 }
 
 @test "a missing state for K > 0 fails" {
-  advance_to 1
-  rm "$OUT/current_iteration.txt"
+  make_run
+  make_version 1
   run gate "$OUT/v1"
   assert_only_failure 'current_iteration.txt is missing: run the gate on v0 first'
+  [[ ! -e $OUT/current_iteration.txt ]]
+}
+
+@test "a deleted state is never re-created behind the signed gate records" {
+  advance_to 2
+  "$GATE" "$OUT/v2" >/dev/null
+  rm "$OUT/current_iteration.txt"
+  local k
+  for k in 0 1 2 3; do
+    [[ -d $OUT/v$k ]] || mkdir "$OUT/v$k"
+    run gate "$OUT/v$k"
+    assert_only_failure 'current_iteration.txt is missing, but the signed gate records put the run at v3 (records.log line'
+    assert_line --partial "never by hand: python3 $REPO_ROOT/helpers/kloop.py status $(printf %q "$OUT") --restore-state"
+    refute_line --partial 'state drift'
+    [[ ! -e $OUT/current_iteration.txt ]]
+  done
+  run gate "$OUT/v2" --final
+  assert_only_failure 'current_iteration.txt is missing, but the signed gate records put the run at v3'
+  run gate "$OUT/v0" --structural
+  assert_only_failure 'current_iteration.txt is missing, but the signed gate records put the run at v3'
   [[ ! -e $OUT/current_iteration.txt ]]
 }
 
@@ -47,7 +67,8 @@ load test_helper
   for bad in 'banana' 'v01' 'v1 v2' '1' ''; do
     printf '%s\n' "$bad" >"$OUT/current_iteration.txt"
     run gate "$OUT/v1"
-    assert_only_failure "current_iteration.txt holds '$bad', not a version name: the state is corrupt"
+    assert_only_failure "current_iteration.txt holds '$bad', not a version name: the state is corrupt; the signed gate records put the run at v1"
+    assert_line --partial 'status '"$(printf %q "$OUT")"' --restore-state'
     assert_equal "$(state)" "$bad"
   done
 }
@@ -63,8 +84,10 @@ load test_helper
   advance_to 1
   make_version 2
   printf 'v0\n' >"$OUT/current_iteration.txt"
-  run -1 gate "$OUT/v1"
-  assert_line --partial '[FAIL] current_iteration.txt names v0: v0 has not passed its gate yet; gate v0 first'
+  run gate "$OUT/v1"
+  assert_only_failure 'current_iteration.txt names v0, but the last signed gate record (records.log line'
+  assert_line --partial 'puts the run at v1: the state was edited by hand'
+  refute_line --partial 'gate v0 first'
   assert_equal "$(state)" v0
 }
 
@@ -164,12 +187,11 @@ snapshot() {
   assert_equal "$(stat -c '%i %Y' "$OUT/current_iteration.txt")" "$before"
   rm "$OUT/current_iteration.txt"
   run gate "$OUT/v1" --final
-  assert_only_failure 'current_iteration.txt is missing: the final audit needs'
+  assert_only_failure 'current_iteration.txt is missing, but the signed gate records put the run at v1'
   [[ ! -e $OUT/current_iteration.txt ]]
   printf 'v0\n' >"$OUT/current_iteration.txt"
-  run -1 gate "$OUT/v1" --final
-  assert_line --partial "current_iteration.txt names 'v0', not v1"
-  assert_line --partial 'puts the run at v1: the state was edited by hand'
+  run gate "$OUT/v1" --final
+  assert_only_failure 'puts the run at v1: the state was edited by hand'
   assert_equal "$(state)" v0
 }
 

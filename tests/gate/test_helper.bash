@@ -31,29 +31,47 @@ setup() {
   openssl rand -hex 32 >"$KERNEL_LOOP_RECORD_KEY"
 }
 
-sha() { sha256sum <"$1" | cut -d' ' -f1; }
+# The fixtures start few processes (each costs milliseconds, and the suite builds hundreds of runs):
+# file reads are bash builtins and several files are hashed by one sha256sum.
+sha() { local s; s=$(sha256sum <"$1") && printf '%s' "${s%% *}"; }
+
+# shas FILE...: the sha256 of each file, in order, into the array SHAS (one sha256sum process).
+shas() {
+  local out=() line
+  SHAS=()
+  mapfile -t out < <(sha256sum -- "$@")
+  for line in "${out[@]}"; do SHAS+=("${line%% *}"); done
+}
+
+declare -gA KEY_IDS=()  # key file -> its public id (16 hex of the sha256 of its bytes)
 
 # sign_record step version [field=value ...]: append one signed record to $OUT/records.log.
 sign_record() {
-  local log="$OUT/records.log" step=$1 version=$2 n=0 prev key keyid body f esc='' i
+  local log="$OUT/records.log" step=$1 version=$2 n=0 prev key keyid body f esc='' i recs=() mac
   shift 2
   prev=0000000000000000000000000000000000000000000000000000000000000000
   if [[ -s $log ]]; then
-    n=$(grep -c . "$log")
-    prev=$(tail -n 1 "$log" | tr -d '\n' | sha256sum | cut -d' ' -f1)
+    mapfile -t recs <"$log"
+    for f in "${recs[@]}"; do [[ -n $f ]] && { n=$((n + 1)); body=$f; }; done
+    if ((n)); then prev=$(printf '%s' "$body" | sha256sum); prev=${prev%% *}; fi
   fi
-  key=$(cat "$KERNEL_LOOP_RECORD_KEY")
-  for ((i = 0; i < 64; i += 2)); do esc+="\\x${key:i:2}"; done
-  # shellcheck disable=SC2059  # the format is the key as \xHH escapes
-  keyid=$(printf "$esc" | sha256sum | cut -c1-16)
+  IFS= read -r key <"$KERNEL_LOOP_RECORD_KEY"
+  keyid=${KEY_IDS[$KERNEL_LOOP_RECORD_KEY:$key]:-}
+  if [[ -z $keyid ]]; then
+    for ((i = 0; i < 64; i += 2)); do esc+="\\x${key:i:2}"; done
+    # shellcheck disable=SC2059  # the format is the key as \xHH escapes
+    keyid=$(printf "$esc" | sha256sum); keyid=${keyid:0:16}
+    KEY_IDS[$KERNEL_LOOP_RECORD_KEY:$key]=$keyid
+  fi
   body="rec=1"$'\t'"seq=$((n + 1))"$'\t'"prev=$prev"$'\t'"step=$step"$'\t'"version=$version"$'\t'"time=2025-01-01T00:00:00+0000"
   for f in "$@"; do body+=$'\t'"$f"; done
   body+=$'\t'"keyid=$keyid"
-  printf '%s\tmac=%s\n' "$body" "$(printf '%s' "$body" | openssl dgst -sha256 -mac HMAC -macopt "hexkey:$key" -r | cut -d' ' -f1)" >>"$log"
+  mac=$(printf '%s' "$body" | openssl dgst -sha256 -mac HMAC -macopt "hexkey:$key" -r)
+  printf '%s\tmac=%s\n' "$body" "${mac%% *}" >>"$log"
 }
 
 # The hashes every measurement record carries.
-run_fields() { printf 'ref=%s\nrun=%s\n' "$(sha "$OUT/ref.py")" "$(sha "$OUT/run.json")"; }
+run_fields() { shas "$OUT/ref.py" "$OUT/run.json"; printf 'ref=%s\nrun=%s\n' "${SHAS[0]}" "${SHAS[1]}"; }
 
 # init's record (make_run calls it).
 sign_init() {
@@ -148,13 +166,15 @@ EOF
 
 # Sign vK's correctness (PASS), profile and kbs records, as the helpers do; DEVICE overrides cuda:0.
 measure() {
-  local d="$OUT/v$1" v="v$1" fields k
-  mapfile -t fields < <(run_fields)
-  k=$(sha "$d/$(kernel_name "$1")")
-  sign_record correctness "$v" result=PASS "device=${DEVICE:-cuda:0}" "gpu=NVIDIA H200" "kernel=$k" "${fields[@]}" \
-    "files=correctness.md:$(sha "$d/correctness.md"),correctness.json:$(sha "$d/correctness.json")"
-  sign_record profile "$v" result=ok "device=${DEVICE:-cuda:0}" "gpu=NVIDIA H200" "kernel=$k" "${fields[@]}" \
-    "files=ncu.json:$(sha "$d/ncu.json"),ncu_summary.md:$(sha "$d/ncu_summary.md"),ncu_details.md:$(sha "$d/ncu_details.md")"
+  local d="$OUT/v$1" v="v$1" s
+  kernel_name "$1" >/dev/null
+  shas "$OUT/ref.py" "$OUT/run.json" "$d/$KERNEL_NAME" "$d/correctness.md" "$d/correctness.json" "$d/ncu.json" \
+    "$d/ncu_summary.md" "$d/ncu_details.md"
+  s=("${SHAS[@]}")
+  sign_record correctness "$v" result=PASS "device=${DEVICE:-cuda:0}" "gpu=NVIDIA H200" "kernel=${s[2]}" "ref=${s[0]}" \
+    "run=${s[1]}" "files=correctness.md:${s[3]},correctness.json:${s[4]}"
+  sign_record profile "$v" result=ok "device=${DEVICE:-cuda:0}" "gpu=NVIDIA H200" "kernel=${s[2]}" "ref=${s[0]}" \
+    "run=${s[1]}" "files=ncu.json:${s[5]},ncu_summary.md:${s[6]},ncu_details.md:${s[7]}"
   sign_kbs "$1"
 }
 
@@ -165,12 +185,14 @@ sign_kbs() {
   sign_record kbs "v$1" "files=kbs_queries.jsonl:$(sha "$d/kbs_queries.jsonl")" "hits=$hits"
 }
 
+# The kernel file name of vK on stdout, also left in KERNEL_NAME.
 kernel_name() {
   local f
+  KERNEL_NAME=kernel.py
   for f in "$OUT/v$1"/*.py "$OUT/v$1"/*.cu; do
-    [[ -f $f && ${f##*/} != ref.py ]] && { printf '%s' "${f##*/}"; return 0; }
+    [[ -f $f && ${f##*/} != ref.py ]] && { KERNEL_NAME=${f##*/}; break; }
   done
-  printf 'kernel.py'
+  printf '%s' "$KERNEL_NAME"
 }
 
 # make_version K: a complete, measured vK.

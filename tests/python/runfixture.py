@@ -369,10 +369,10 @@ def synthetic_child_result(n: int = 40, versions: int = 4, seed: int = 7) -> dic
 
 
 def outcome(result: dict):
-    """A finished child's outcome carrying ``result`` (what runner.run_child returns)."""
-    from kernel_loop.runner import ChildOutcome
+    """A finished judge's outcome carrying ``result`` (what measure.session.run_judge returns)."""
+    from kernel_loop.measure.session import Outcome
 
-    return ChildOutcome(result, 0, False, 1.0, "")
+    return Outcome(result, 0, False, 1.0, "")
 
 
 def cli(module, argv: list[str]) -> int:
@@ -410,40 +410,14 @@ def build_with_gate(root: Path, iterations: int = 3, dims: dict | None = None) -
     return root
 
 
-def _verdict_rows(ok: bool | None, error: str | None) -> dict:
-    if ok:
-        return {"rows": [{"name": "y", "passed": True}], "warnings": []}
-    return {"rows": [{"name": "y", "passed": False, "note": error or "wrong", "mismatches": 1, "numel": 1}],
-            "warnings": []}
-
-
 def fake_benchmark_children(monkeypatch, module, result, seen: dict | None = None) -> None:
-    """Stand in for the benchmark's children: ``result`` (a child result in the one-dict format, or a
-    ChildOutcome) is split into the kernels' child with its checker's verdicts and the baselines' child.
+    """Stand in for the benchmark's judge: ``result`` (the judge's result, or an Outcome) is what it returns.
     SYNTHETIC: nothing here ran a kernel."""
-    from kernel_loop.runner import CheckedOutcome, ChildOutcome
-    from kernel_loop.vocab import BASELINES as BENCH_BASELINES
+    from kernel_loop.measure.session import Outcome
 
-    def run_checked(mode, spec, checks, timeout, **_):
+    def run_judge(mode, spec, timeout, **_):
         if seen is not None:
-            seen.update(mode=mode, spec=spec, timeout=timeout, checks=checks)
-        if isinstance(result, ChildOutcome):
-            return CheckedOutcome(result, ChildOutcome(None, None, False, 0.0, ""))
-        kernel = {k: v for k, v in result.items() if k != "items"}
-        kernel["items"] = [dict(it) for it in result["items"] if it["name"] not in BENCH_BASELINES]
-        verdicts = []
-        for it in kernel["items"]:
-            verdicts.append({"tag": f"{it['name']}:before", **_verdict_rows(it.get("correct"), it.get("error"))})
-            verdicts.append({"tag": f"{it['name']}:after", **_verdict_rows(it.get("correct_after"), it.get("error"))})
-            verdicts.append({"tag": f"{it['name']}:fresh", **_verdict_rows(True, None)})
-        return CheckedOutcome(outcome(kernel), outcome({"checks": verdicts}))
+            seen.update(mode=mode, spec=spec, timeout=timeout)
+        return result if isinstance(result, Outcome) else outcome(result)
 
-    def run_child(mode, spec, timeout, **_):
-        if seen is not None:
-            seen.setdefault("baselines_spec", spec)
-        return outcome({"items": [dict(it) for it in result["items"] if it["name"] in BENCH_BASELINES],
-                        **{k: v for k, v in result.items() if k in ("flops", "bytes_moved", "roofline_why",
-                                                                    "output_dtype", "tolerances")}})
-
-    monkeypatch.setattr(module, "run_checked", run_checked)
-    monkeypatch.setattr(module, "run_child", run_child)
+    monkeypatch.setattr(module, "run_judge", run_judge)

@@ -205,17 +205,17 @@ def test_bad_timing_options(tmp_path):
 
 
 @pytest.mark.skipif(cuda_available(), reason="checks the no-GPU error path")
-def test_child_without_cuda_gives_a_usage_error(tmp_path):
-    from kernel_loop.runner import run_child
+def test_judge_without_cuda_gives_a_usage_error(tmp_path):
+    from kernel_loop.measure.session import run_judge
 
     root = rf.build_complete(tmp_path / "run")
-    spec = {"run_root": str(root), "cfg": read_json(root / "run.json"), "device": "cuda:0", "method": "cuda_event"}
+    spec = {"run_root": str(root), "cfg": read_json(root / "run.json"), "device": "cuda:0"}
     with pytest.raises(UsageError, match="no CUDA GPU visible"):
-        run_child("benchmark", spec, 120).checked("the benchmark child")
+        run_judge("benchmark", spec, 120).checked("the benchmark")
 
 
 def test_child_crash_and_timeout_are_clear_failures(tmp_path, fake_gate, monkeypatch):
-    from kernel_loop.runner import ChildOutcome
+    from kernel_loop.measure.session import Outcome as ChildOutcome
 
     root = rf.build_complete(tmp_path / "run")
     fake_gate(0, "PASS")
@@ -264,8 +264,8 @@ def test_cuda_event_needs_a_gpu(cpu_run):
     # adversarial kernels: a wrong result, and one that writes only on its first call
     ("    y.copy_(x)\n", "before"),
     ("    if not _calls:\n        y.copy_(torch.softmax(x, dim=-1))\n    _calls.append(1)\n", "after"),
-    # right on every call with the inputs it was timed on, but after four calls it replays its last
-    # result: only a call with fresh inputs after the timed calls can tell
+    # right on its first four calls, then it replays its last result: the judge's data changes between
+    # calls, so a verified timed call (or the call on fresh inputs after them) tells
     ("    if len(_calls) < 4:\n        _calls.append(torch.softmax(x, dim=-1))\n    y.copy_(_calls[-1])\n", "fresh"),
 ])
 def test_a_wrong_solution_fails_the_benchmark(cpu_run, monkeypatch, capsys, body, where):
@@ -278,7 +278,7 @@ def test_a_wrong_solution_fails_the_benchmark(cpu_run, monkeypatch, capsys, body
     else:
         assert sol["correct"] is True and sol["correct_after_timing"] is False
     if where == "fresh":
-        assert "with fresh inputs after the timed calls" in sol["error"]
+        assert "timed calls: call" in sol["error"] or "with fresh inputs after the timed calls" in sol["error"]
     assert "failed in the benchmark" in capsys.readouterr().err
 
 

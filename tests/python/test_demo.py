@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 import sys
 
 import klcli
+import pytest
 from conftest import REPO
 
 
@@ -90,3 +92,67 @@ def test_demo_without_examples_says_it_needs_the_repository(tmp_path, capsys, mo
     monkeypatch.setattr(demo, "examples_dir", lambda: tmp_path / "none")
     assert klcli.main("demo") == 2
     assert "the demo needs the kernel-loop repository" in capsys.readouterr().err
+
+
+# --- where the examples are, and what a demo leaves behind --------------------------------------------
+def test_every_example_ships_with_a_pip_install():
+    """pyproject.toml's data-files carry each examples/<name>/ archive, key file and report."""
+    tomllib = pytest.importorskip("tomllib")
+    data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
+    for archive in sorted((REPO / "examples").glob("*/run.tar.gz")):
+        name = archive.parent.name
+        shipped = data.get(f"share/kernel-loop/examples/{name}") or []
+        assert {f"examples/{name}/{f}" for f in ("run.tar.gz", "loop.json", "final_report.md")} <= set(shipped), name
+    for files in data.values():
+        assert all((REPO / f).is_file() for f in files)
+
+
+def test_an_installed_package_finds_its_examples_and_runs_itself(tmp_path, monkeypatch):
+    """As after pip install .: no examples/ beside the package and no kloop.py, the archives under
+    <prefix>/share/kernel-loop/examples."""
+    from kernel_loop.steps import demo
+
+    prefix = tmp_path / "prefix"
+    installed = prefix / "share" / "kernel-loop" / "examples" / "transpose-cuda"
+    installed.mkdir(parents=True)
+    for f in ("run.tar.gz", "loop.json"):
+        shutil.copy(REPO / "examples" / "transpose-cuda" / f, installed / f)
+    monkeypatch.setattr(demo, "skill_root", lambda: tmp_path / "site-packages")
+    monkeypatch.setattr(demo.sys, "prefix", str(prefix))
+    monkeypatch.chdir(tmp_path)
+    assert demo.list_examples() == ["transpose-cuda"] and demo.examples_dir() == installed.parent
+    seen = {}
+    monkeypatch.setattr(demo.subprocess, "run", lambda cmd, **kw: seen.setdefault("cmd", cmd))
+    demo._cli("status", "x", env={})
+    assert seen["cmd"][1:4] == ["-m", "kernel_loop.cli", "status"]
+
+
+def test_the_examples_of_a_checkout_around_the_current_directory_are_found(tmp_path, monkeypatch):
+    from kernel_loop.steps import demo
+
+    monkeypatch.setattr(demo, "skill_root", lambda: tmp_path / "site-packages")
+    monkeypatch.setattr(demo.sys, "prefix", str(tmp_path / "prefix"))
+    monkeypatch.setattr(demo.sys, "base_prefix", str(tmp_path / "prefix"))
+    monkeypatch.setattr(demo.sysconfig, "get_path", lambda name: str(tmp_path / "prefix"))
+    monkeypatch.setattr(demo.site, "getuserbase", lambda: str(tmp_path / "user"))
+    monkeypatch.chdir(REPO / "helpers")
+    assert demo.examples_dir() == REPO / "examples" and "transpose-cuda" in demo.list_examples()
+    monkeypatch.chdir(tmp_path)
+    assert demo.list_examples() == []
+
+
+def test_a_demo_removes_its_temporary_folder_unless_kept(tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "TMPDIR": str(tmp)}
+    cmd = [sys.executable, str(REPO / "helpers" / "kloop.py"), "demo", "--no-live", "--example", "transpose-cuda"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert list(tmp.iterdir()) == [] and "which is removed now" in proc.stdout
+    assert "run directory:" not in proc.stdout and "chart:" not in proc.stdout
+    proc = subprocess.run([*cmd, "--keep"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (kept,) = tmp.iterdir()
+    assert f"run directory: {kept / 'transpose-cuda'}" in proc.stdout and (kept / "transpose-cuda" / "run.json").is_file()

@@ -1,8 +1,10 @@
-"""env: version parsing, counter-permission detection, requirement evaluation, rendering, no-CUDA exit."""
+"""env: version parsing, counter-permission detection, requirement evaluation, copy peaks by size,
+rendering, no-CUDA exit."""
 
 from __future__ import annotations
 
 import json
+import sys
 
 import klcli
 import pytest
@@ -45,7 +47,7 @@ def _facts(**over):
                   "compute-sanitizer": {"path": "/usr/local/cuda/bin/compute-sanitizer", "version": None}},
         "counters": envcheck.counters_from_probe(OK_OUT, 0),
         "peaks": {"copy_bandwidth_gbps": 3900.5, "bf16_matmul_tflops": 700.1, "fp32_matmul_tflops": 50.2,
-                  "method": "median of CUDA-event timings"},
+                  "method": "median of CUDA-event timings"},  # an env.json from before the table
         "cute_headers": None, "python": "3.11.9", "platform": "Linux",
     }
     facts.update(over)
@@ -116,6 +118,115 @@ def test_render_report():
     assert "MISSING REQUIREMENTS" in bad and "Not measured" in bad
 
 
+GIB, MIB = 1 << 30, 1 << 20
+
+
+@pytest.mark.parametrize("free, expected", [
+    (139 * GIB, [256 * MIB, GIB, 4 * GIB]),            # an idle H200: every size
+    (8 * GIB, [256 * MIB, GIB]),                        # 4 GiB needs 8 GiB for its two buffers, plus the reserve
+    (9 * GIB, [256 * MIB, GIB, 4 * GIB]),
+    (GIB + 300 * MIB, [128 * MIB]),                     # none fits: the largest power of two that does
+    (GIB + 20 * MIB, []),                               # not even COPY_MIN (16 MiB) fits
+    (None, [256 * MIB]),                                # free memory unknown: the smallest size
+])
+def test_copy_sizes_are_bounded_by_free_memory(free, expected):
+    assert envcheck.copy_sizes(free) == expected
+
+
+def test_the_copy_peak_is_the_fastest_size_and_every_size_is_kept():
+    rows = [{"bytes": 4 * GIB, "gbps": 4280.3}, {"bytes": 256 * MIB, "gbps": 3950.0}, {"bytes": GIB, "gbps": 4190.7}]
+    peaks = envcheck.copy_peaks(rows)
+    assert peaks["copy_bandwidth_gbps"] == 4280.3
+    assert [(r["bytes"], r["moved_bytes"], r["gbps"]) for r in peaks["copy_bandwidth_by_size"]] == [
+        (256 * MIB, 512 * MIB, 3950.0), (GIB, 2 * GIB, 4190.7), (4 * GIB, 8 * GIB, 4280.3)]
+    assert envcheck.copy_peaks([]) == {"copy_bandwidth_gbps": None, "copy_bandwidth_by_size": []}
+
+
+def test_the_copy_entry_nearest_a_problem_working_set():
+    peaks = envcheck.copy_peaks([{"bytes": 256 * MIB, "gbps": 3950.0}, {"bytes": GIB, "gbps": 4190.7},
+                                 {"bytes": 4 * GIB, "gbps": 4280.3}])
+    near = envcheck.copy_peak_near
+    assert near(peaks, 17.2e9)["bytes"] == 4 * GIB      # 38_L1Norm_: 8.6 GB read + 8.6 GB written
+    assert near(peaks, 2.1e9)["bytes"] == GIB           # a working set of 2.1 GB: a 1 GiB copy moves 2 GiB
+    assert near(peaks, 1e6)["bytes"] == 256 * MIB       # small problems: the smallest size measured
+    assert near(peaks, 0) is None and near({"copy_bandwidth_gbps": 4101.0}, 1e9) is None and near(None, 1e9) is None
+
+
+class _FakeTensor:
+    def __init__(self, torch, n):
+        self.torch, self.n = torch, n
+
+    def uniform_(self):
+        return self
+
+    def __getitem__(self, sl):
+        return _FakeTensor(self.torch, len(range(*sl.indices(self.n))))
+
+    def copy_(self, other):
+        assert other.n == self.n
+        self.torch.copied.append(4 * self.n)
+        return self
+
+
+class _FakeTorch:
+    """Enough of torch for _measure_copies: float32 buffers up to ``limit`` bytes, OOM above."""
+
+    float32 = "float32"
+
+    class cuda:
+        class OutOfMemoryError(RuntimeError):
+            pass
+
+        @staticmethod
+        def empty_cache():
+            pass
+
+    def __init__(self, limit):
+        self.limit, self.allocated, self.copied = limit, [], []
+
+    def empty(self, n, device=None, dtype=None):
+        if 4 * n > self.limit:
+            raise self.cuda.OutOfMemoryError("out of memory")
+        self.allocated.append(4 * n)
+        return _FakeTensor(self, n)
+
+    def empty_like(self, t):
+        return self.empty(t.n)
+
+
+def test_measure_copies_times_each_size_and_drops_one_that_does_not_fit():
+    fake = _FakeTorch(limit=2 * GIB)
+
+    def median_ms(fn, warmup, reps):  # a copy that moves 4 TB/s at every size
+        fn()
+        return 2 * fake.copied[-1] / 4e12 * 1e3
+
+    rows = envcheck._measure_copies(fake, "cuda:0", [256 * MIB, GIB, 4 * GIB], median_ms)
+    assert [r["bytes"] for r in rows] == [256 * MIB, GIB]  # 4 GiB did not allocate; 1 GiB buffers served both
+    assert fake.allocated == [GIB, GIB] and fake.copied == [256 * MIB, GIB]
+    assert all(r["gbps"] == 4000.0 for r in rows)
+
+
+def test_render_copy_table():
+    peaks = {"bf16_matmul_tflops": 700.1, "fp32_matmul_tflops": 50.2,
+             **envcheck.copy_peaks([{"bytes": 256 * MIB, "gbps": 3950.0}, {"bytes": 4 * GIB, "gbps": 4280.3}])}
+    peaks["method"] = envcheck.copy_method(peaks["copy_bandwidth_by_size"])
+    md = envcheck.render_markdown(envcheck.make_report(_facts(peaks=peaks), "triton", 0))
+    assert "4280.3 GB/s" in md and "copies of 256 MiB, 4 GiB" in md
+    assert "### Copy bandwidth by size" in md
+    assert "| 256 MiB | 512 MiB | 3950.0 |  |" in md and "| 4 GiB | 8 GiB | 4280.3 | yes |" in md
+    assert md.index("## Measured peaks") < md.index("### Copy bandwidth by size")
+    old = envcheck.render_markdown(envcheck.make_report(_facts(), "triton", 0))
+    assert "Copy bandwidth by size" not in old  # an env.json from before the table renders as it did
+
+
+def test_plain_listing_keeps_the_copy_table(monkeypatch):
+    monkeypatch.setitem(sys.modules, "jinja2", None)  # import jinja2 now fails
+    peaks = envcheck.copy_peaks([{"bytes": GIB, "gbps": 4190.7}])
+    md = envcheck.render_markdown(envcheck.make_report(_facts(peaks=peaks), "triton", 0))
+    assert "plain listing" in md and "| 1 GiB | 2 GiB | 4190.7 | yes |" in md
+
+
 def test_skipped_report(tmp_path):
     envcheck.write_skipped(tmp_path)
     assert "skipped" in (tmp_path / "env_check.md").read_text()
@@ -151,6 +262,10 @@ def test_env_on_gpu(tmp_path):
     assert report["gpu"]["name"] and report["gpu"]["sm_count"] > 0 and report["torch_cuda"]
     peaks = report["peaks"]
     assert 50 < peaks["copy_bandwidth_gbps"] < 50_000
+    table = peaks["copy_bandwidth_by_size"]
+    assert table and peaks["copy_bandwidth_gbps"] == max(r["gbps"] for r in table)
+    assert [r["bytes"] for r in table] == sorted(r["bytes"] for r in table)
+    assert "Copy bandwidth by size" in (tmp_path / "env_check.md").read_text()
     assert 1 < peaks["bf16_matmul_tflops"] < 10_000 and 0.1 < peaks["fp32_matmul_tflops"] < 1_000
     assert peaks["bf16_matmul_tflops"] > peaks["fp32_matmul_tflops"]
     assert (tmp_path / "env_check.md").read_text().count(report["gpu"]["name"]) >= 1

@@ -13,7 +13,7 @@ import klcli
 import pytest
 import runfixture as rf
 from kernel_loop.common import atomic_write_text, read_json, write_json
-from kernel_loop.runner import ChildOutcome
+from kernel_loop.measure.session import Outcome as ChildOutcome
 from kernel_loop.steps import benchmark as B
 
 HELPERS = Path(__file__).resolve().parents[2] / "helpers"
@@ -95,7 +95,7 @@ def test_init_device_cpu_is_recorded_and_used(tmp_path):
     (["--gpu", "-1"], "--gpu must be a CUDA device index"),
     (["--dims", "N=64,K=3"], "ref.py setup() takes no K"),
     (["--dims", "M=64"], "setup() needs N"),
-    (["--extra-shapes", "N=7;M=3"], "must name exactly the dims"),
+    (["--extra-shapes", "N=7;M=3"], "not a run dim"),
     (["--device", "cpu", "--impl", "cuda-cpp"], "--device cpu runs .py kernels only"),
 ], ids=["atol", "rtol", "gpu-index", "unknown-dim", "missing-dim", "extra-shapes", "cpu-cu"])
 def test_init_refuses_values_it_cannot_use(tmp_path, extra, message):
@@ -192,3 +192,89 @@ def test_next_on_a_finished_run_says_the_run_is_complete(tmp_path, capsys):
     root = rf.build_complete(tmp_path / "run")
     assert klcli.main("next", root) == 2
     assert "there is no next version" in capsys.readouterr().err
+
+
+# --- issue 25: messages name the real cause; a closed pipe ends quietly ---------------------------------
+@pytest.mark.parametrize("argv", [["kbs", "stats"], ["kbs", "schema"], ["gate", "--help"]],
+                         ids=["kbs-stats", "kbs-schema", "gate-help"])
+def test_a_closed_pipe_ends_quietly_the_unix_way(argv):
+    proc = subprocess.Popen([sys.executable, str(HELPERS / "kloop.py"), *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(HELPERS)))
+    proc.stdout.close()  # the reader is gone before the command writes a byte (like `| head -0`)
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err  # 128 + SIGPIPE, as a process the signal ended
+    assert "Traceback" not in err and "Broken pipe" not in err and "error" not in err
+
+
+def test_the_run_directory_error_says_what_the_path_is(tmp_path):
+    afile = tmp_path / "notes.txt"
+    afile.write_text("x\n")
+    (tmp_path / "plain").mkdir()
+    for path, what in [("/dev/null", "is a device"), (afile, "is a regular file"),
+                       (tmp_path / "plain", "has no run.json"), (tmp_path / "absent", "does not exist"),
+                       (afile / "run", "a part of the path is a file")]:
+        line = _one_line_error(_cli("status", path))
+        assert f"{path} " in line and what in line, line
+        if what != "does not exist":
+            assert "does not exist (run" not in line
+
+
+def test_hints_name_the_command_the_way_it_was_run(tmp_path):
+    line = _one_line_error(_cli("status", tmp_path / "absent"))
+    assert f"run '{sys.executable} {HELPERS / 'kloop.py'} init' first" in line
+    from kernel_loop import cli
+
+    assert cli.as_invoked("run 'kernel-loop init' first") == "run 'kernel-loop init' first"  # in-process: unchanged
+    assert cli._HINT.sub("X ", "TODO(kernel-loop) [kernel-loop] after kernel-loop profile wrote it") == \
+        "TODO(kernel-loop) [kernel-loop] after kernel-loop profile wrote it"  # prose and names stay
+
+
+def test_next_before_the_gate_names_the_gate(tmp_path, capsys):
+    root = rf.write_run(tmp_path / "run")
+    rf.write_measurements(root, 0)
+    rf.write_kbs(root, 0)
+    rf.write_hypothesis(root, 0)
+    assert rf.gate(root / "v0").returncode == 0
+    assert klcli.main("next", root) == 0
+    capsys.readouterr()
+    assert klcli.main("next", root) == 2  # v1 has started; its gate has not run
+    err = capsys.readouterr().err
+    assert "v1 is the current version" in err and "the gate has not passed v1 yet" in err and "run the gate on it" in err
+    assert sorted(p.name for p in (root / "v1").iterdir()) == ["kernel.py"]
+
+
+def test_hypothesis_refuses_an_evidence_id_no_logged_query_returned(tmp_path, capsys):
+    root = rf.write_run(tmp_path / "run")
+    rf.write_measurements(root, 0)
+    rf.write_kbs(root, 0)
+    h = rf.HYPOTHESES[0]
+    base = ["hypothesis", root, "--change", h["change"], "--rationale", h["rationale"], "--risk", h["risk"],
+            "--decision-rule", h["decision_rule"]]
+    assert klcli.main(*base, "--predict", "duration: -2%", "--evidence", "no-such-page") == 2
+    err = capsys.readouterr().err
+    assert "--evidence 'no-such-page': not among the hits of the queries logged for v0" in err
+    assert "nothing was written" in err and not (root / "v0" / "hypothesis.txt").exists()
+    assert klcli.main(*base, "--predict", "registers_per_thread: <= 48") == 2
+    assert "no --predict is on duration" in capsys.readouterr().err
+    assert not (root / "v0" / "hypothesis.txt").exists()
+    assert klcli.main(*base, "--predict", "duration: -2%", "--evidence", "dram-bound-streaming") == 0
+    assert "is complete; next: run the gate" in capsys.readouterr().err
+    assert rf.gate(root / "v0").returncode == 0  # what hypothesis calls complete, the gate passes
+
+
+def test_the_final_versions_evidence_draft_says_what_comes_next(tmp_path):
+    from kernel_loop.kbs.evidence import draft_evidence
+    from kernel_loop.prose import TODO, markdown_section
+    from kernel_loop.rundir import RunDir
+
+    root = rf.build_complete(tmp_path / "run", iterations=1)
+    path, _ = draft_evidence(RunDir.open(root), corpus=[], force=True)
+    text = path.read_text()
+    link = markdown_section(text, "Decision Link")
+    assert "v1 is the final version" in link and "no hypothesis.txt" in link and "benchmark and report" in link
+    assert "for v2" not in text and "how hypothesis.txt will test it" not in text
+    selected = markdown_section(text, "Selected Evidence")
+    assert f"{TODO}: the list above is the helper's draft of candidates, not your selection: replace it" in selected
+    rf.set_state(root, 0)  # a version before the final one keeps its decision-link prompt
+    path, _ = draft_evidence(RunDir.open(root), corpus=[], force=True)
+    assert "for v1 and how hypothesis.txt will test it" in markdown_section(path.read_text(), "Decision Link")

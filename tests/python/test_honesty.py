@@ -61,7 +61,7 @@ def test_init_on_an_existing_file_is_a_usage_error(tmp_path):
 @pytest.mark.parametrize("dtype", ["float32", "int32"])
 def test_a_reference_output_that_is_still_poison_fails(dtype):
     import torch
-    from kernel_loop.loader import poison_tensor
+    from kernel_loop.tensors import poison_tensor
 
     exp = torch.empty(4, 5, dtype=getattr(torch, dtype))
     poison_tensor(exp)  # what the reference leaves when it does not write its output

@@ -1,15 +1,20 @@
-"""init: run.json creation, validation, immutability, contradicting flags."""
+"""init: run.json creation, validation, immutability, contradicting flags, partial extra shapes and the
+dims of KernelBench files (tuple elements, axis arguments, derived constants)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 
 import klcli
 import pytest
 from kernel_loop.common import UsageError
 from kernel_loop.config import RunConfig, check_flags_against_run
 from kernel_loop.steps import init
+from test_kb_dims import CUMSUM
 
 
 def _cfg(out):
@@ -99,7 +104,7 @@ def test_validation_errors(tmp_path, capsys):
     assert klcli.init_run(out, str(broken), "triton_vadd.py", "triton", "N=8") == 2
     assert "does not parse" in capsys.readouterr().err
     assert klcli.init_run(out, "ref_vadd.py", "triton_vadd.py", "triton", "N=8", "--extra-shapes", "M=3") == 2
-    assert "must name exactly the dims N" in capsys.readouterr().err
+    assert "names M, not a run dim (the run dims: N)" in capsys.readouterr().err
     assert klcli.init_run(out, "ref_vadd.py", "triton_vadd.py", "triton", "N=8", "--trials", "0") == 2
     assert not (out / "run.json").exists()
 
@@ -162,3 +167,145 @@ def test_help_mentions_every_option(capsys):
     for flag in ("--kernel-type", "--extra-shapes", "--ptr-size", "--ncu-section", "--clock-control",
                  "--cache-control", "--skip-env", "--include-dir", "--nvcc-flag", "--correctness-trials"):
         assert flag in text
+
+
+# --- shapes that name only the dims they change ----------------------------------------------------
+REF_2D = """import torch
+
+
+def setup(M, N):
+    return {"x": torch.randn(M, N)}
+
+
+def reference(x):
+    return torch.softmax(x, dim=-1)
+"""
+
+
+def _init_files(tmp_path, ref_text, *args):
+    """init --skip-env of ``ref_text`` with a .py baseline (init only places it, never runs it)."""
+    ref = tmp_path / "ref.py"
+    ref.write_text(ref_text)
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text("ModelNew = None\n")
+    out = tmp_path / "run"
+    rc = klcli.main("init", out, "--kernel", "k", "--ref", ref, "--impl", "triton", "--baseline", kernel,
+                    "--skip-env", *args)
+    return rc, out
+
+
+def test_extra_shapes_name_only_the_dims_they_change(tmp_path):
+    rc, out = _init_files(tmp_path, REF_2D, "--dims", "M=64,N=128", "--extra-shapes", "N=37; M=3,N=5 ;M=100")
+    assert rc == 0
+    assert _cfg(out)["extra_shapes"] == [{"M": 64, "N": 37}, {"M": 3, "N": 5}, {"M": 100, "N": 128}]
+
+
+def test_an_extra_shape_may_not_name_a_dim_the_run_lacks(tmp_path, capsys):
+    rc, out = _init_files(tmp_path, REF_2D, "--dims", "M=64,N=128", "--extra-shapes", "N=37;K=3")
+    assert rc == 2 and "'K=3' names K, not a run dim (the run dims: M, N)" in capsys.readouterr().err
+    assert not (out / "run.json").exists()
+    rc, _ = _init_files(tmp_path, REF_2D, "--dims", "M=64,N=128", "--extra-shapes", "N=0")
+    assert rc == 2 and "N=0 must be a positive integer" in capsys.readouterr().err
+
+
+KB_CUMSUM = CUMSUM.replace("batch_size = 32768", "batch_size = 256").replace("input_shape = (32768,)",
+                                                                             "input_shape = (4096,)")
+
+KB_GEMM = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features, bias_shape):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features, bias=False)
+        self.bias = nn.Parameter(torch.randn(bias_shape))
+
+    def forward(self, x):
+        return torch.relu(self.gemm(x) + self.bias)
+
+
+batch_size = 128
+in_features = 512
+unit = 64
+out_features = unit * 4
+bias_shape = (out_features,)
+
+
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features, bias_shape]
+"""
+
+
+def test_a_kernelbench_tuple_constant_is_varied_by_element_and_the_axis_is_no_dim(tmp_path):
+    rc, out = _init_files(tmp_path, KB_CUMSUM, "--extra-shapes", "input_shape_0=1000;batch_size=3")
+    assert rc == 0
+    cfg = _cfg(out)
+    assert cfg["dims"] == {"batch_size": 256, "input_shape_0": 4096}  # dim = 1 is the scanned axis, not a size
+    assert cfg["extra_shapes"] == [{"batch_size": 256, "input_shape_0": 1000}, {"batch_size": 3, "input_shape_0": 4096}]
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--extra-shapes", "dim=0", "dim = 1 in ref.py is an axis argument"),
+    ("--extra-shapes", "dim=2", "a shape cannot change it"),
+    ("--dims", "dim=2", "--dims: dim = 1 in ref.py is an axis argument"),
+    ("--dims", "input_shape=1000", "input_shape = (4096,) is a tuple constant: name its elements (input_shape_0)"),
+    ("--extra-shapes", "input_shape_1=5", "input_shape_1 names no module-level integer constant"),
+    ("--extra-shapes", "input_shape_0=-3", "input_shape_0=-3 must be a positive integer"),
+])
+def test_kernelbench_shapes_refused_with_their_reason(tmp_path, capsys, flag, value, message):
+    rc, out = _init_files(tmp_path, KB_CUMSUM, flag, value)
+    assert rc == 2 and message in capsys.readouterr().err
+    assert not (out / "run.json").exists()
+
+
+def test_an_axis_of_zero_or_below_is_accepted(tmp_path):
+    for i, axis in enumerate(("0", "-1")):
+        (tmp_path / str(i)).mkdir()
+        rc, out = _init_files(tmp_path / str(i), KB_CUMSUM.replace("dim = 1", f"dim = {axis}"))
+        assert rc == 0 and _cfg(out)["dims"] == {"batch_size": 256, "input_shape_0": 4096}
+
+
+def test_derived_kernelbench_constants_follow_the_dims_they_come_from(tmp_path):
+    rc, out = _init_files(tmp_path, KB_GEMM, "--dims", "in_features=256",
+                          "--extra-shapes", "unit=10;out_features=100;unit=10,out_features=7")
+    assert rc == 0
+    cfg = _cfg(out)
+    # bias_shape = (out_features,) names another constant: no dim of its own, it follows out_features
+    assert cfg["dims"] == {"batch_size": 128, "in_features": 256, "unit": 64, "out_features": 256}
+    assert cfg["extra_shapes"] == [
+        {"batch_size": 128, "in_features": 256, "unit": 10, "out_features": 40},  # out_features = unit * 4 follows
+        {"batch_size": 128, "in_features": 256, "unit": 64, "out_features": 100},
+        {"batch_size": 128, "in_features": 256, "unit": 10, "out_features": 7},  # named: the file's formula yields
+    ]
+    (tmp_path / "b").mkdir()
+    rc, _ = _init_files(tmp_path / "b", KB_GEMM, "--extra-shapes", "bias_shape_0=5")
+    assert rc == 2
+
+
+def test_init_reads_kernelbench_dims_without_importing_ref_or_torch(tmp_path):
+    ref = tmp_path / "ref.py"
+    ref.write_text('raise SystemExit("ref.py was imported")\n' + KB_CUMSUM)
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text("ModelNew = None\n")
+    code = ("import sys; from kernel_loop import cli; rc = cli.main(sys.argv[1:]); "
+            "print('torch imported' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code, "init", str(tmp_path / "run"), "--kernel", "k", "--ref",
+                           str(ref), "--impl", "triton", "--baseline", str(kernel), "--skip-env",
+                           "--extra-shapes", "input_shape_0=1000"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(klcli.HELPERS)}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "no torch" in proc.stdout
+    assert _cfg(tmp_path / "run")["extra_shapes"] == [{"batch_size": 256, "input_shape_0": 1000}]
+
+
+def test_help_says_a_shape_names_only_what_it_changes(capsys):
+    with pytest.raises(SystemExit):
+        klcli.main("init", "--help")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "names only the dims it changes" in text and "keep the run dims" in text
+    assert "input_shape_0=1000" in text and "axis" in text

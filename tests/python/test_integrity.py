@@ -12,9 +12,11 @@ import json
 import klcli
 import pytest
 from conftest import FIXTURES
+from kernel_loop import static_check
 from kernel_loop.common import MeasuredFailure
 from kernel_loop.steps import benchmark as B
 from kernel_loop.steps import profile
+from klcli import KERNELS
 
 
 @pytest.fixture(autouse=True)
@@ -52,9 +54,15 @@ def test_an_honest_reordered_softmax_passes_the_normwise_bound(tmp_path):
 
 
 def test_the_normwise_limit_is_overridable_and_recorded(tmp_path):
-    rc, data, md = _correctness(tmp_path, "ref_softmax_rand.py", "cheat_softmax_const.py", "M=16,N=8192",
-                                "--rel-l2", "0.5")
-    assert rc == 0  # the user explicitly allowed 50 %: recorded, and shown in correctness.md
+    scaled = tmp_path / "scaled.py"
+    scaled.write_text("import torch\n\n\ndef run_kernel(x, M, N):\n    return 1.3 * torch.softmax(x, dim=-1)\n")
+    out = tmp_path / "run"
+    assert klcli.main("init", out, "--kernel", "scaled", "--ref", KERNELS / "ref_softmax_rand.py", "--impl", "triton",
+                      "--baseline", scaled, "--dims", "M=16,N=8192", "--skip-env", "--rel-l2", "0.5") == 0
+    rc = klcli.main("correctness", out)
+    data = json.loads((out / "v0" / "correctness.json").read_text())
+    md = (out / "v0" / "correctness.md").read_text()
+    assert rc == 0  # the user explicitly allowed 50 % (this one is 30 % off): recorded, and shown in correctness.md
     assert all(r["tolerance"]["rel_l2"] == 0.5 and r["tolerance"]["rel_l2_source"] == "cli" for r in _rows(data))
     assert "| 0.500000 |" in md
 
@@ -205,22 +213,28 @@ def test_an_explicit_default_rtol_does_not_loosen_the_normwise_bound():
 
 def test_the_input_fingerprint_has_no_short_period():
     import torch
-    from kernel_loop import loader
+    from kernel_loop import tensors
 
     x = torch.randn(200_000)
     y = x.clone()
     y[[0, 65521]] = y[[65521, 0]]  # a swap that a weight repeating every 65521 positions would not see
-    assert loader.fingerprint(y) != loader.fingerprint(x)
+    assert tensors.fingerprint(y) != tensors.fingerprint(x)
 
 
 # --- isolation: the verdict and the clock live where the kernel's code never ran -------------------
-def test_a_kernel_that_patches_the_comparison_at_import_still_fails(tmp_path):
+def test_a_kernel_that_patches_the_comparison_at_import_still_fails(tmp_path, monkeypatch):
+    """The static check refuses it first (exit 2); behind it, the judge never ran its code."""
+    out = tmp_path / "refused"
+    assert klcli.init_run(out, "ref_softmax_rand.py", "cheat_patch_comparator.py", "triton", "M=16,N=256") == 0
+    assert klcli.main("correctness", out) == 2 and not (out / "v0" / "correctness.json").exists()
+    monkeypatch.setattr(static_check, "check_kernel_source", lambda path: None)
     rc, data, _md = _correctness(tmp_path, "ref_softmax_rand.py", "cheat_patch_comparator.py", "M=16,N=256")
     assert rc == 1 and data["result"] == "FAIL"
     assert _rows(data) and not any(r["passed"] for r in _rows(data))
 
 
-def test_a_kernel_that_patches_the_clock_and_torch_at_import_changes_no_timing(tmp_path):
+def test_a_kernel_that_patches_the_clock_and_torch_at_import_changes_no_timing(tmp_path, monkeypatch):
+    monkeypatch.setattr(static_check, "check_kernel_source", lambda path: None)  # the defence behind it
     out = tmp_path / "run"
     assert klcli.init_run(out, "ref_softmax_rand.py", "cheat_patch_clock.py", "triton", "M=16,N=256") == 0
     assert klcli.main("correctness", out) == 0  # its outputs are right: only its timing tricks are under test

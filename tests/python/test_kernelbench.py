@@ -7,7 +7,6 @@ import klcli
 import pytest
 import torch
 from kernel_loop import compare as C
-from kernel_loop import loader
 from kernel_loop.common import read_json
 
 KB_REF = '''"""A KernelBench-style problem (scaled down)."""
@@ -133,15 +132,15 @@ def test_input_fingerprints_catch_one_changed_element(monkeypatch):
     monkeypatch.setattr(tensors, "FP_CHUNK", 64)
     for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.complex64):
         x = (torch.randn(999) > 0) if dtype == torch.bool else torch.randn(999).to(dtype)
-        before = loader.fingerprint(x)
-        assert loader.fingerprint(x.clone()) == before
+        before = tensors.fingerprint(x)
+        assert tensors.fingerprint(x.clone()) == before
         y = x.clone()
         y[500] = ~y[500] if dtype == torch.bool else y[500] + 1
-        assert loader.fingerprint(y) != before, dtype
+        assert tensors.fingerprint(y) != before, dtype
         z = x.clone()
         z[[10, 20]] = z[[20, 10]]  # two elements swapped: the plain sum is equal, the weighted one is not
         if not torch.equal(z, x):
-            assert loader.fingerprint(z) != before, dtype
+            assert tensors.fingerprint(z) != before, dtype
 
 
 def test_no_dims_for_a_file_without_sizes_is_one_line(tmp_path, capsys):

@@ -1,4 +1,5 @@
-"""loader: seeded inputs (never zeros), poisoning, launch, reference on clones, KernelBench (all on CPU)."""
+"""The judge's data (measure.problem) and the loader's helpers, on the CPU: seeded inputs (never zeros),
+the reference on the drawn data, the run's one set of KernelBench weights, poisoning, output names."""
 
 from __future__ import annotations
 
@@ -8,80 +9,60 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import KERNELS
-from kernel_loop import loader
+from kernel_loop import loader, tensors
 from kernel_loop.common import UsageError
 from kernel_loop.config import RunConfig
+from kernel_loop.measure.problem import Problem, import_ref, kernel_kind
 
 
-def _root(tmp_path: Path, ref: str, text: str | None = None) -> Path:
+def _problem(tmp_path: Path, ref="ref_vadd.py", kernel="py_vadd.py", dims=None, cfg=None, ref_text=None) -> Problem:
     root = tmp_path / "run"
-    root.mkdir(exist_ok=True)
-    (root / "ref.py").write_text(text if text is not None else (KERNELS / ref).read_text())
-    return root
-
-
-def _case(tmp_path, ref="ref_vadd.py", kernel="py_vadd.py", dims=None, seed=5, cfg=None, ref_text=None):
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "ref.py").write_text(ref_text if ref_text is not None else (KERNELS / ref).read_text())
     cfg = RunConfig.from_json({"kernel": "k", "impl": "triton", "dims": {"N": 257}, "seed": 42, **(cfg or {})})
-    return loader.load_case(cfg, _root(tmp_path, ref, ref_text), KERNELS / kernel, dims or {"N": 257}, seed, "cpu")
+    ref = import_ref(root)
+    kind = kernel_kind(KERNELS / kernel, ref)
+    text = (KERNELS / kernel).read_text() if kind == "cu" else None
+    return Problem(cfg, ref, dims or {"N": 257}, "cpu", kind, text)
 
 
-def test_case_inputs_outputs_and_launch(tmp_path):
-    case = _case(tmp_path)
-    assert set(case.inputs) == {"x", "y", "out", "N"} and list(case.outputs) == ["out"]
-    assert case.inputs["x"].shape == (257,) and case.inputs["x"].abs().sum() > 0
-    case.poison()
-    assert torch.isnan(case.outputs["out"]).all()
-    expected = case.reference()
-    assert torch.isnan(case.outputs["out"]).all(), "the reference must not write the kernel's buffers"
-    got = case.launch()
-    assert torch.equal(got["out"], case.inputs["x"] + case.inputs["y"])
-    assert torch.equal(expected["out"], got["out"])
-    assert expected["out"].data_ptr() != got["out"].data_ptr()
+def test_a_data_set_holds_inputs_outputs_and_the_reference(tmp_path):
+    ds = _problem(tmp_path).draw(5)
+    assert set(ds.args) == {"x", "y", "out", "N"} and ds.in_place == ["out"] and ds.input_names() == ["x", "y"]
+    assert ds.args["x"].shape == (257,) and ds.args["x"].abs().sum() > 0
+    assert torch.equal(ds.expected["out"], ds.args["x"] + ds.args["y"])
+    assert ds.expected["out"].data_ptr() != ds.args["out"].data_ptr()  # the reference's result is the judge's own
 
 
 def test_seeds_give_fresh_reproducible_inputs(tmp_path):
-    a = _case(tmp_path, seed=1).inputs["x"]
-    b = _case(tmp_path, seed=1).inputs["x"]
-    c = _case(tmp_path, seed=2).inputs["x"]
+    p = _problem(tmp_path)
+    a, b, c = (p.draw(s).args["x"] for s in (1, 1, 2))
     assert torch.equal(a, b) and not torch.equal(a, c)
+    assert p.draw(3, reference=False).expected == {}
 
 
-def test_reference_ignores_kernel_results(tmp_path):
-    case = _case(tmp_path, kernel="py_nowrite.py")
-    case.outputs["out"].fill_(7.0)
-    expected = case.reference()["out"]
-    assert torch.allclose(expected, case.inputs["x"] + case.inputs["y"])
-
-
-def test_reference_fn_and_callable(tmp_path):
-    case = _case(tmp_path)
-    case.reference_fn()()  # runs eagerly, no error
-    fn, kwargs = case.reference_callable_and_args()
-    assert set(kwargs) == {"x", "y", "out"}
-    fn(**kwargs)
-    assert torch.equal(kwargs["out"], case.inputs["x"] + case.inputs["y"])
-    assert kwargs["x"].data_ptr() != case.inputs["x"].data_ptr()
-
-
-def test_baseline_passthrough(tmp_path):
-    case = _case(tmp_path)
-    with pytest.raises(UsageError, match="takes no 'baseline'"):
-        case.reference(baseline="flashinfer")
+def test_a_reference_that_changes_its_inputs_is_bad_input(tmp_path):
     text = ("import torch\n"
-            "def setup(N):\n    return {'inputs': {'x': torch.randn(N), 'y': torch.randn(N), 'out': torch.empty(N)},"
-            " 'outputs': ['out']}\n"
-            "def reference(x, y, out, baseline=None):\n"
-            "    out.copy_(x + y if baseline is None else x - y)\n")
-    case = _case(tmp_path, ref_text=text)
-    assert torch.equal(case.reference(baseline="flashinfer")["out"], case.inputs["x"] - case.inputs["y"])
+            "def setup(N):\n    return {'x': torch.randn(N)}\n"
+            "def reference(x):\n    x.mul_(2)\n    return x.clone()\n")
+    with pytest.raises(UsageError, match="changed its input 'x'"):
+        _problem(tmp_path, ref_text=text).draw(1)
 
 
-def test_returning_reference_and_kernel(tmp_path):
-    case = _case(tmp_path, ref="ref_softmax.py", kernel="triton_softmax.py", dims={"M": 3, "N": 40},
-                 cfg={"impl": "cute-dsl", "seed": 1})  # not triton: keep this test off the interpreter
-    assert case.outputs == {}
-    expected = case.reference()
-    assert list(expected) == ["out"] and expected["out"].shape == (3, 40)
+def test_the_call_plan_says_nothing_about_counts_or_checks(tmp_path):
+    p = _problem(tmp_path)
+    ds = p.draw(1)
+    names = {n: f"b-{n}" for n in ds.args}
+    plan = p.call_plan(ds, "py", names)
+    assert plan["tensors"] == {"x": "b-x", "y": "b-y", "out": "b-out"} and plan["outputs"] == {"out": "b-out"}
+    assert plan["scalars"] == {"N": 257}
+    assert not {"trials", "warmup", "checked", "mode", "seed"} & set(plan)
+
+
+def test_returning_reference(tmp_path):
+    p = _problem(tmp_path, ref="ref_softmax.py", kernel="triton_softmax.py", dims={"M": 3, "N": 40})
+    ds = p.draw(1)
+    assert ds.in_place == [] and list(ds.expected) == ["out"] and ds.expected["out"].shape == (3, 40)
 
 
 def test_all_zero_inputs_are_refused(tmp_path):
@@ -90,49 +71,50 @@ def test_all_zero_inputs_are_refused(tmp_path):
             " 'outputs': ['out']}\n"
             "def reference(x, y, out):\n    out.copy_(x + y)\n")
     with pytest.raises(UsageError, match="input 'x' is all zeros"):
-        _case(tmp_path, ref_text=text)
+        _problem(tmp_path, ref_text=text).draw(1)
 
 
 def test_missing_pieces_are_clear(tmp_path):
-    text = "def reference(x):\n    return x\n"
     with pytest.raises(UsageError, match="setup"):
-        _case(tmp_path, ref_text=text)
+        _problem(tmp_path, ref_text="def reference(x):\n    return x\n").draw(1)
     with pytest.raises(UsageError, match="needs N"):
-        _case(tmp_path, dims={"M": 3})
-    with pytest.raises(UsageError, match="defines no run_kernel"):
-        _case(tmp_path, kernel="kb_new.py")
+        _problem(tmp_path, dims={"M": 3}).draw(1)
 
 
-def test_kernelbench_case(tmp_path):
-    case = _case(tmp_path, ref="kb_ref.py", kernel="kb_new.py", dims={"batch_size": 5})
-    assert list(case.inputs) == ["arg0"] and case.inputs["arg0"].shape == (5, 64)
-    got, expected = case.launch(), case.reference()
-    assert list(got) == list(expected) == ["out"]
-    assert torch.allclose(got["out"], expected["out"], atol=1e-5)
-    fn, kwargs = case.reference_callable_and_args()
-    assert torch.equal(fn(**kwargs), expected["out"])
+def test_kernelbench_weights_come_from_the_run_seed_alone(tmp_path):
+    p = _problem(tmp_path, ref="kb_ref.py", kernel="kb_new.py", dims={"batch_size": 5})
+    a, b = p.draw(1), p.draw(2)
+    assert list(a.args) == ["arg0"] and a.args["arg0"].shape == (5, 64) and not torch.equal(a.args["arg0"], b.args["arg0"])
+    state = {n: tensors.fingerprint(t) for n, t in p.state().items()}
+    assert state
+    again = _problem(tmp_path / "again", ref="kb_ref.py", kernel="kb_new.py", dims={"batch_size": 5})
+    assert {n: tensors.fingerprint(t) for n, t in again.state().items()} == state
+    other = _problem(tmp_path / "other", ref="kb_ref.py", kernel="kb_new.py", dims={"batch_size": 5},
+                     cfg={"seed": 7})
+    assert {n: tensors.fingerprint(t) for n, t in other.state().items()} != state
 
 
 def test_normalize_outputs():
     t = torch.ones(2)
-    assert loader.normalize_outputs(t, ["y"]) == {"y": t}
-    assert loader.normalize_outputs(t, []) == {"out": t}
-    assert list(loader.normalize_outputs((t, t), ["a", "b"])) == ["a", "b"]
-    assert list(loader.normalize_outputs((t, t), [])) == ["out0", "out1"]
-    assert list(loader.normalize_outputs({"z": t}, ["y"])) == ["z"]
+    assert tensors.normalize_outputs(t, ["y"]) == {"y": t}
+    assert tensors.normalize_outputs(t, []) == {"out": t}
+    assert list(tensors.normalize_outputs((t, t), ["a", "b"])) == ["a", "b"]
+    assert list(tensors.normalize_outputs((t, t), [])) == ["out0", "out1"]
+    assert list(tensors.normalize_outputs({"z": t}, ["y"])) == ["z"]
 
 
 def test_poison_values():
     f, i, u, b = torch.ones(3), torch.ones(3, dtype=torch.int32), torch.ones(3, dtype=torch.uint8), torch.zeros(
         3, dtype=torch.bool)
     for t in (f, i, u, b):
-        loader.poison_tensor(t)
+        tensors.poison_tensor(t)
     assert all(math.isnan(v) for v in f.tolist())
-    assert i.tolist() == [loader.INT_SENTINEL] * 3 and u.tolist() == [255] * 3 and b.all()
+    assert i.tolist() == [tensors.INT_SENTINEL] * 3 and u.tolist() == [255] * 3 and b.all()
 
 
 def test_device_for(monkeypatch):
     monkeypatch.delenv("KERNEL_LOOP_DEVICE", raising=False)
+
     def cfg(**kw):
         return RunConfig.from_json({"kernel": "k", "impl": "triton", "dims": {"N": 1}, **kw})
 
@@ -142,6 +124,6 @@ def test_device_for(monkeypatch):
     assert loader.device_for(cfg(gpu=1)) == "cpu"
 
 
-def test_cu_kernel_needs_cuda(tmp_path):
-    with pytest.raises(UsageError, match="needs a CUDA device"):
-        _case(tmp_path, kernel="cu_vadd.cu", cfg={"impl": "cuda-cpp", "seed": 1})
+def test_a_cu_kernel_against_a_kernelbench_ref_is_refused(tmp_path):
+    with pytest.raises(UsageError, match="a .cu kernel needs ref.py with reference"):
+        _problem(tmp_path, ref="kb_ref.py", kernel="cu_vadd.cu")

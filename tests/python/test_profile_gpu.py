@@ -82,35 +82,41 @@ def test_profile_cuda_vadd(tmp_path):
     assert data["bottleneck"] == "memory-bound"     # a streaming add is bound by DRAM on any GPU
 
 
+def _times(fn, n, timer=None):
+    from kernel_loop.timing import CallTimer
+
+    timer = timer or CallTimer("cuda:0")
+    return [timer.time(fn, "k")[1] for _ in range(n)], timer
+
+
 @pytest.mark.gpu
-def test_time_callable_on_gpu():
+def test_the_call_timer_on_gpu():
+    import statistics
+
     import torch
-    from kernel_loop.timing import flush_bytes, time_callable
+    from kernel_loop.timing import flush_bytes
 
     small = torch.empty(1 << 22, device="cuda")
     big = torch.empty(1 << 26, device="cuda")     # 16x the bytes
-    s = time_callable(lambda: small.fill_(1.5), warmup=3, trials=25)
-    b = time_callable(lambda: big.fill_(1.5), warmup=3, trials=25)
-    for r in (s, b):
-        assert r["n"] == 25 and len(r["samples_us"]) == 25 and r["l2_flush"] is True
-        assert 0 < r["min"] <= r["p25"] <= r["median"] <= r["p75"] <= r["max"]
-    assert b["median"] > 4 * s["median"]
-    assert s["flush_bytes"] == flush_bytes() > torch.cuda.get_device_properties(0).L2_cache_size
+    s, timer = _times(lambda: small.fill_(1.5), 25)
+    b, _ = _times(lambda: big.fill_(1.5), 25, timer)
+    assert all(x > 0 for x in s + b)
+    assert statistics.median(b) > 4 * statistics.median(s)
+    assert 4 * timer.flush.numel() == flush_bytes() > torch.cuda.get_device_properties(0).L2_cache_size
 
 
 @pytest.mark.gpu
-def test_time_callable_reuses_the_flush_buffer_on_gpu():
+def test_the_call_timer_reuses_the_flush_buffer_on_gpu():
     import torch
     from kernel_loop import timing
 
     x = torch.empty(1 << 20, device="cuda")
-    timing.time_callable(lambda: x.fill_(2.5), warmup=1, trials=1)
+    _, timer = _times(lambda: x.fill_(2.5), 1)
     buf = timing.flush_buffer(torch.device("cuda", torch.cuda.current_device()))
     before = torch.cuda.memory_allocated()
-    for _ in range(20):  # benchmark's A/B pattern: one trial per call
-        r = timing.time_callable(lambda: x.fill_(2.5), warmup=0, trials=1)
-        assert r["n"] == 1 and r["flush_bytes"] == 4 * buf.numel() and r["median"] > 0
-    assert timing.flush_buffer(torch.device("cuda", torch.cuda.current_device())) is buf
+    for _ in range(20):  # one call at a time, as the worker times them
+        assert timer.time(lambda: x.fill_(2.5), "k")[1] > 0
+    assert timer.flush is buf
     assert torch.cuda.memory_allocated() == before
 
 

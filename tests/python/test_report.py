@@ -106,6 +106,18 @@ def test_chart_skipped_without_matplotlib(tmp_path, monkeypatch):
     assert not (root / "final_report.png").exists()
 
 
+def test_a_skipped_chart_leaves_no_earlier_chart_behind(tmp_path, monkeypatch, capsys):
+    """The earlier report's chart showed the earlier numbers: it goes, and nothing names it as this report's."""
+    root = finished_run(tmp_path)
+    (root / "final_report.png").write_bytes(b"\x89PNG an earlier chart")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    md = render(root)
+    out, err = capsys.readouterr()
+    assert "chart was skipped" in md and "final_report.png)" not in md
+    assert not (root / "final_report.png").exists()
+    assert "removed the earlier final_report.png" in err and "final_report.png" not in out
+
+
 def test_kbs_titles_come_from_the_kbs_module(tmp_path, monkeypatch):
     from kernel_loop.kbs import search
 

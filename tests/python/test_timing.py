@@ -92,7 +92,7 @@ class _FakeTorch:
         return self.Buffer(n)
 
 
-def test_flush_buffer_is_allocated_once_per_device_and_written_every_trial(monkeypatch):
+def test_flush_buffer_is_allocated_once_per_device_and_written_every_call(monkeypatch):
     import sys
 
     fake = _FakeTorch()
@@ -100,27 +100,26 @@ def test_flush_buffer_is_allocated_once_per_device_and_written_every_trial(monke
     monkeypatch.setattr(timing, "_FLUSH_BUFFERS", {})
     monkeypatch.setattr(timing, "_P", None)  # bind the fake's primitives
     calls = []
-    for _ in range(5):  # benchmark's A/B: one trial per call
-        r = timing.time_callable(lambda: calls.append(1), warmup=0, trials=1)
-        assert r["l2_flush"] is True and r["flush_bytes"] == 2 * (50 << 20) and r["n"] == 1
+    timer = timing.CallTimer("cuda:0")
+    for _ in range(5):  # the worker times one call at a time
+        value, us, host, delay = timer.time(lambda: calls.append(1) or "v", "k")
+        assert value == "v" and us >= 0 and host >= 0
     assert fake.allocations == [(2 * (50 << 20) // 4, "int32", 0)]
     assert len(fake.fills) == 5 and len({buf for buf, _ in fake.fills}) == 1 and len(calls) == 5
-
-    timing.time_callable(lambda: None, warmup=2, trials=3, device="cuda:1")
+    other = timing.CallTimer("cuda:1")
+    for _ in range(3):
+        other.time(lambda: None, "k")
     assert [a[2] for a in fake.allocations] == [0, 1]  # a second device gets its own buffer
-    assert [v for _, v in fake.fills[5:]] == [1, 2, 3]  # still one write per trial
-    r = timing.time_callable(lambda: None, warmup=0, trials=2, flush_l2=False, device="cuda")
-    assert r["flush_bytes"] == 0 and len(fake.fills) == 8 and len(fake.allocations) == 2
+    assert [v for _, v in fake.fills[5:]] == [1, 2, 3]  # still one write per call
 
 
-def test_alternating_plan_and_the_host_timer_time_every_callable_in_turn():
-    assert timing._plan(2, 3, "alternate") == [(0, 0), (1, 0), (1, 1), (0, 1), (0, 2), (1, 2)]
-    assert timing._plan(2, 2, "same") == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    order = []
-    res = timing.host_time_callables([lambda: order.append("a"), lambda: order.append("b")], warmup=1, trials=3,
-                                     order="alternate")
-    assert order == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warmup of each, then A B, B A, A B
-    assert [r["n"] for r in res] == [3, 3] and all(r["host_overhead_us"] >= 0 for r in res)
+def test_the_delay_follows_each_callables_own_dispatch_time(monkeypatch):
+    timer = timing.CallTimer("cpu")
+    assert timer.delay_us("a") == timing.FIRST_DELAY_US  # before anything is known (the first call compiles)
+    timer.host["a"] = [100.0, 5.0, 5.0, 5.0, 5.0, 5.0]  # the first call's compile is forgotten after five
+    assert timer.delay_us("a") == 2 * 5.0 + timing.HOST_MARGIN_US
+    timer.host["b"] = [1e6]
+    assert timer.delay_us("b") == timing.MAX_DELAY_US
 
 
 def test_the_timer_keeps_the_clock_it_bound_before_a_kernel_patched_it(monkeypatch):
@@ -130,5 +129,5 @@ def test_the_timer_keeps_the_clock_it_bound_before_a_kernel_patched_it(monkeypat
     timing.bind()
     frozen = time_mod.perf_counter()
     monkeypatch.setattr(time_mod, "perf_counter", lambda: frozen)  # what a cheating kernel does at import
-    res = timing.host_time_callables([lambda: sum(range(20000))], warmup=0, trials=3)[0]
-    assert min(res["samples_us"]) > 0
+    timer = timing.CallTimer("cpu")
+    assert min(timer.time(lambda: sum(range(20000)))[1] for _ in range(3)) > 0

@@ -4,10 +4,10 @@ A benchmark, reported and not asserted (timings depend on the machine and the da
 torch's eager softmax and torch.compile's softmax at 4096 x 8192 fp32 it prints and writes (to
 ``$KERNEL_LOOP_BENCH_OUT`` when set) per callable:
 
-- the helper's median (``timing.time_callable``: device-side delay, L2 flush, CUDA events), 5 repeats,
-  their CV, and the host overhead per call it measured;
+- the helper's median (``timing.CallTimer``, one call at a time as the worker times them: device-side
+  delay, L2 flush, CUDA events, a synchronize), 5 repeats, their CV, and the host overhead per call;
 - ``triton.testing.do_bench``'s median on the same callable, 5 repeats, and the ratio of the two;
-- the A/B path (``time_callables(..., order="alternate")``, the Triton softmax against each callable)
+- the A/B path (the Triton softmax and each callable timed in turn, A B, B A, ...)
   against the single-callable path that the benchmark table uses: the ratio of their medians;
 - the old method (events around the call, no delay) for comparison: what host overhead did to it.
 
@@ -63,6 +63,33 @@ def _old_method(fn, warmup, trials):
     return statistics.median(s.elapsed_time(e) * 1000 for s, e in evs)
 
 
+def _helper(fn, warmup, trials):
+    """The worker's method: {median, host_overhead_us, device_delay_us} over ``trials`` calls."""
+    import torch
+    from kernel_loop import timing
+
+    t = timing.CallTimer(f"cuda:{torch.cuda.current_device()}")
+    host = [t.time(fn, "k")[2] for _ in range(warmup)]
+    rows = [t.time(fn, "k") for _ in range(trials)]
+    return {"median": statistics.median(r[1] for r in rows), "host_overhead_us": statistics.median(host or [0.0]),
+            "device_delay_us": statistics.median(r[3] for r in rows)}
+
+
+def _alternate(fa, fb, warmup, trials):
+    """B's median when A and B are timed in turn (A B, B A, ...), as benchmark's A/B trials are."""
+    import torch
+    from kernel_loop import timing
+
+    t = timing.CallTimer(f"cuda:{torch.cuda.current_device()}")
+    out = []
+    for i in range(warmup + trials):
+        for key, fn in ((("a", fa), ("b", fb)) if i % 2 == 0 else (("b", fb), ("a", fa))):
+            us = t.time(fn, key)[1]
+            if key == "b" and i >= warmup:
+                out.append(us)
+    return statistics.median(out)
+
+
 def _busy(stop):
     while not stop.is_set():
         sum(range(10000))
@@ -102,7 +129,6 @@ def _measure(label):
     triton = pytest.importorskip("triton")
     import importlib.util
 
-    from kernel_loop import timing
     from klcli import KERNELS
 
     spec = importlib.util.spec_from_file_location("fidelity_softmax", KERNELS / "triton_softmax.py")
@@ -120,11 +146,10 @@ def _measure(label):
     for name, fn in fns.items():
         fn()
         torch.cuda.synchronize()
-        helper = [timing.time_callable(fn, warmup=25, trials=100) for _ in range(REPEATS)]
+        helper = [_helper(fn, 25, 100) for _ in range(REPEATS)]
         meds = [h["median"] for h in helper]
         dob = [triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1000 for _ in range(REPEATS)]
-        ab = [timing.time_callables([fns["triton-softmax"], fn], warmup=25, trials=100, order="alternate")[1]["median"]
-              for _ in range(REPEATS)]
+        ab = [_alternate(fns["triton-softmax"], fn, 25, 100) for _ in range(REPEATS)]
         old = [_old_method(fn, 25, 100) for _ in range(REPEATS)]
         row = {
             "helper_median_us": statistics.median(meds),

@@ -7,8 +7,12 @@
 * the ``bottleneck`` query: the bottleneck class and the fired symptom tags (in diagnostic
   order, ``vocab.by_priority``) as terms and as symptom filters, with the same filters;
 
-logs both to ``vK/kbs_queries.jsonl`` and renders ``kbs_evidence.md.j2`` with the measured
-facts, both queries and their candidate pages, leaving ``TODO`` markers for the agent.
+and a third, optional ``precedent`` query (the same symptoms over PR notes with claimed numbers),
+logs them to ``vK/kbs_queries.jsonl`` and renders ``kbs_evidence.md.j2`` with the measured
+facts, the queries and their candidate pages, leaving ``TODO`` markers for the agent.  The
+markers say what to do with the drafted candidate list (it is a draft to replace with the
+selection), and on the final version the decision link asks why the run ends there and names
+what comes next (the final gate, benchmark, report), since vN gets no hypothesis.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .. import provenance, vocab
+from .. import plan, provenance, vocab
 from ..common import UsageError, atomic_write_text, read_json, sha256_text, warn
 from ..prose import TODO
 from ..rundir import RunDir
@@ -165,8 +169,37 @@ def draft_evidence(rd: RunDir, *, corpus: list[str], force: bool = False) -> tup
         precedents=[dict(h, claims=[claim_line(c) for c in h.get("perf_claims") or []])
                     for q in queries if q["purpose"] == "precedent" for h in q["hits"]],
     )
+    text = _reword_todos(text, k, final=k >= plan.final_version(rd))
     atomic_write_text(target, mark_draft(text))
     return target, queries
+
+
+def selection_todo() -> str:
+    return (f"{TODO}: the list above is the helper's draft of candidates, not your selection: replace it with the "
+            "pages that explain the measured facts above, each cited as kbs:ID with the measured value it explains "
+            "and its source URL, and move the others to Rejected / Limits.")
+
+
+def final_decision_todo(k: int) -> str:
+    return (f"{TODO}: v{k} is the final version, so there is no next change and no hypothesis.txt. Say what this "
+            f"evidence shows about where v{k} stands (the bottleneck left, how close it is to the measured peak) and "
+            "why the run ends here; next come the final gate (--final), benchmark and report.")
+
+
+def _reword_todos(text: str, k: int, *, final: bool) -> str:
+    """The template's TODO lines under ``## Selected Evidence`` and (on the final version) ``## Decision
+    Link`` replaced by the wording above; every other line as rendered."""
+    lines = text.split("\n")
+    section = ""
+    for i, line in enumerate(lines):
+        if line.startswith("## "):
+            section = line[3:].strip()
+        elif line.startswith(f"{TODO}:"):
+            if section == "Selected Evidence":
+                lines[i] = selection_todo()
+            elif section == "Decision Link" and final:
+                lines[i] = final_decision_todo(k)
+    return "\n".join(lines)
 
 
 DRAFT_MARK = "<!-- kernel-loop draft {} -->"

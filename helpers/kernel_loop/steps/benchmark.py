@@ -2,13 +2,14 @@
 
 Steps: the final gate must pass on vN (its output is quoted when it does not); the
 version is ``best`` (fastest vK whose correctness.json is PASS, by the loop's own
-CUDA-event median in ncu.json) or a named vK.  One child process
-(``runner``, mode ``benchmark``; the work is ``trials.benchmark``) loads the case with the
-run's fixed seed, checks the solution, every baseline and every version against
-the eager reference (with the per-output tolerance correctness resolves: run.json, else
-ref.py's atol/rtol, else the dtype default),
-times each one, and checks the outputs of the timed calls again afterwards
-(outputs are poisoned before timing, so a kernel that stops writing is caught).
+CUDA-event median in ncu.json) or a named vK.  One judge process (``measure.judge``, mode
+``benchmark``) draws the data from the run's seed, builds every version's library at once, and in one
+worker checks the solution and every version against the reference (with the per-output tolerance
+correctness resolves: run.json, else ref.py's atol/rtol, else the dtype default), times each one
+(every call poisoned, several verified at random) and checks it on fresh inputs afterwards; the
+baselines are timed the same way in a worker that imports ref.py and no kernel, with the same weights.
+A median below the version's own ncu duration, or below the time its outputs take to write at the
+copy peak, is invalid.
 For each transition vK -> vK+1 (always with <= 8 versions, or with --all-versions)
 the two kernels are timed interleaved in the same process (A, B, B, A, ...); the
 speedup median(A) / median(B) gets a bootstrap 95 % interval (``bootstrap_ci``,
@@ -36,7 +37,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .. import plan, records, sidecars
+from .. import plan, records, sidecars, static_check
 from ..common import (
     KernelLoopError,
     MeasuredFailure,
@@ -50,10 +51,11 @@ from ..common import (
 )
 from ..compare import describe_tolerances
 from ..loader import device_for
+from ..measure.session import run_judge
 from ..rundir import RunDir, gate_script, parse_version
-from ..runner import benchmark_checks, run_checked, run_child
 from ..sidecars import CORRECTNESS_JSON, NCU_JSON, event_median
 from ..templating import render
+from ..timecheck import below_ncu, floor_invalid
 from ..timing import summarize
 from ..vocab import BASELINES
 
@@ -82,9 +84,9 @@ def register(sub) -> None:
     p.add_argument("--baselines", default="pytorch-eager,torch-compile",
                    help="comma list of pytorch-eager,torch-compile,flashinfer, or 'all' or 'none' "
                    "(default pytorch-eager,torch-compile)")
-    p.add_argument("--timing", choices=("cuda_event", "host_time"), default="cuda_event",
-                   help="cuda_event: CUDA events with an L2 flush before every trial (default); "
-                   "host_time: perf_counter around the call plus a device synchronize")
+    p.add_argument("--timing", choices=("cuda_event", "host_time"), default=None,
+                   help="follows the run's device and may only confirm it: cuda_event (CUDA events with an L2 "
+                   "flush before every call) on a GPU run, host_time (the host clock) in the cpu test mode")
     p.add_argument("--warmup", type=int, help="warmup calls per item (default: run.json warmup)")
     p.add_argument("--trials", type=int, help="timed calls per item (default: run.json trials)")
     p.add_argument("--discard-first", type=int, default=0, dest="discard_first",
@@ -186,8 +188,10 @@ def impossible(flops: float | None, nbytes: float | None, median_us: float | Non
 
 
 def finish(result: dict[str, Any], *, version: str, selection: str, timing: dict[str, Any],
-           tolerance: dict[str, Any] | None, env: dict[str, Any] | None) -> dict[str, Any]:
-    """benchmark.json from the child's result (no GPU work here)."""
+           tolerance: dict[str, Any] | None, env: dict[str, Any] | None,
+           ncu_us: dict[str, float] | None = None) -> dict[str, Any]:
+    """benchmark.json from the judge's result (no GPU work here).  ``ncu_us``: each kernel row's summed
+    ncu duration from its version's profile, a bound its median may not fall far below."""
     rows = []
     for it in result["items"]:
         stats = summarize(it["samples_us"]) if it.get("samples_us") else None  # recomputed here, from the raw samples
@@ -204,14 +208,17 @@ def finish(result: dict[str, Any], *, version: str, selection: str, timing: dict
     flags: list[str] = []
     for r in rows:
         if r["name"] == "solution" or r["name"].startswith("v"):
-            why = impossible(result.get("flops"), result.get("bytes_moved"), (r["stats_us"] or {}).get("median"),
-                             result.get("output_dtype"), env)
+            med = (r["stats_us"] or {}).get("median")
+            why = (impossible(result.get("flops"), result.get("bytes_moved"), med, result.get("output_dtype"), env)
+                   or floor_invalid(result.get("output_bytes"), med, ((env or {}).get("peaks") or {}).get(
+                       "copy_bandwidth_gbps"))
+                   or below_ncu(med, (ncu_us or {}).get(r["name"]), r["name"]))
             if why:
                 r["invalid"] = why
                 flags.append(f"{r['name']} is invalid: {why}")
     sol_ok = bool(sol and sol["correct"] and sol["correct_after_timing"] and sol["stats_us"]
                   and not sol.get("invalid"))
-    if sol and not sol_ok:
+    if sol and not (sol["correct"] and sol["correct_after_timing"]):
         flags.append(f"the solution ({version}) failed the correctness check: {sol.get('error') or 'see rows'}")
     speedups: dict[str, float] = {}
     for r in rows:
@@ -234,14 +241,22 @@ def finish(result: dict[str, Any], *, version: str, selection: str, timing: dict
         flags.append(f"speedup {v0['median'] / sol['stats_us']['median']:.1f}x over v0 is above {SPEEDUP_FLAG:g}x: "
                      "review that the solution computes the whole result and that v0 was a fair start")
     ab = [ab_entry(rec) for rec in result.get("ab") or []]
-    roof = roofline(result.get("flops"), result.get("bytes_moved"),
-                    sol["stats_us"]["median"] if sol_ok else None, result.get("output_dtype"), env)
-    if roof is None and result.get("roofline_why"):
+    nbytes, lower = result.get("bytes_moved"), False
+    if nbytes is None and not result.get("flops") and result.get("io_bytes"):
+        nbytes, lower = result["io_bytes"], True  # the inputs read once and the outputs written once, at least
+    roof = roofline(result.get("flops"), nbytes, sol["stats_us"]["median"] if sol_ok else None,
+                    result.get("output_dtype"), env)
+    if roof is not None and lower:
+        roof["bytes_lower_bound"] = True
+        roof["notes"].append("bytes moved is the inputs' and outputs' size (each read or written once): a lower "
+                             "bound, since ref.py declares no bytes_moved(**dims)")
+    if roof is None and result.get("roofline_why") and not lower:
         flags.append(f"no roofline: {result['roofline_why']}")
     return {"schema": 1, "version": version, "selection": selection, "device": result.get("device"),
             "torch": result.get("torch"), "timing": timing, "tolerance": tolerance,
             "tolerance_applied": result.get("tolerances"), "rows": rows,
             "speedups": speedups, "roofline": roof, "ab": ab, "flags": flags, "gate": "passed",
+            "input_sets": result.get("input_sets"), "worker_isolated": result.get("worker_isolated"),
             "created": now_iso()}
 
 
@@ -292,19 +307,25 @@ def run(args) -> int:
     trials = cfg.trials if args.trials is None else args.trials
     if warmup < 0 or trials < 1 or args.discard_first < 0 or args.discard_first >= trials:
         raise UsageError("need --warmup >= 0, --trials >= 1 and 0 <= --discard-first < --trials")
+    method = "host_time" if device_for(cfg) == "cpu" else "cuda_event"
+    if args.timing and args.timing != method:
+        raise UsageError(f"--timing {args.timing} does not apply: benchmark times with {method} on this run "
+                         f"({'the cpu test mode' if method == 'host_time' else 'a GPU run'})")
     check_final_gate(rd, n)
     k = select_version(rd, n, args.version)
     vdir = rd.vdir(k)
     corr = read_json(vdir / CORRECTNESS_JSON)
     tolerance = corr.get("tolerance") or cfg.tolerance
     versions = [j for j in range(n + 1) if rd.vdir(j).is_dir()]
+    for j in sorted({k, *versions}):
+        static_check.check_kernel_source(rd.kernel_file(j))
     do_ab = args.all_versions or len(versions) <= AB_ALWAYS_MAX_VERSIONS
     spec = {
         "run_root": str(rd.root), "cfg": cfg.to_json(), "device": device_for(cfg), "tolerance": tolerance,
         "solution": {"version": f"v{k}", "kernel": str(rd.kernel_file(k))},
         "versions": [{"version": f"v{j}", "kernel": str(rd.kernel_file(j))} for j in versions] if do_ab else [],
         "ab": [[f"v{j}", f"v{j + 1}"] for j in versions[:-1] if j + 1 in versions] if do_ab else [],
-        "baselines": baselines, "method": args.timing, "warmup": warmup, "trials": trials,
+        "baselines": baselines, "warmup": warmup, "trials": trials,
         "discard_first": args.discard_first,
     }
     progress(f"benchmarking v{k} ({'best by the loop timings' if args.version == 'best' else 'as named'}) "
@@ -317,11 +338,13 @@ def run(args) -> int:
     except KernelLoopError as exc:
         exc.args = (str(exc) + earlier,)
         raise
-    timing = {"method": args.timing, "warmup": warmup, "trials": trials, "discard_first": args.discard_first,
-              "l2_flush": args.timing == "cuda_event"}
+    timing = {"method": method, "warmup": warmup, "trials": trials, "discard_first": args.discard_first,
+              "l2_flush": method == "cuda_event"}
     env = read_json(rd.env_json) if rd.env_json.exists() else None
+    ncu_us = {f"v{j}": ncu_bound(sidecars.load(rd.vdir(j) / NCU_JSON)) for j in versions}
+    ncu_us["solution"] = ncu_us.get(f"v{k}")
     bench = finish(result, version=f"v{k}", selection="best" if args.version == "best" else "explicit",
-                   timing=timing, tolerance=tolerance, env=env)
+                   timing=timing, tolerance=tolerance, env=env, ncu_us=ncu_us)
     write_outputs(rd.root, bench)
     print(rd.benchmark_json)
     for f in bench["flags"]:
@@ -334,32 +357,33 @@ def run(args) -> int:
     return 0
 
 
+def ncu_bound(ncu: dict[str, Any] | None) -> float | None:
+    """A version's summed ncu duration as a bound on its event time: scaled by ncu's locked SM clock over the
+    timing run's clock when ncu locked the clock (as the profile's own check does); None when unknown."""
+    if not ncu:
+        return None
+    dur = (ncu.get("metrics") or {}).get("duration_us")
+    state = ncu.get("gpu_state") or {}
+    if state.get("ncu_clock_control", (ncu.get("tool") or {}).get("clock_control")) == "none":
+        return dur
+    hz, mhz = state.get("ncu_sm_clock_hz"), state.get("sm_clock_mhz")
+    if not (dur and isinstance(hz, (int, float)) and isinstance(mhz, (int, float)) and mhz > 0):
+        return None
+    return dur * min(1.0, hz / (mhz * 1e6))
+
+
 def measure_all(spec: dict[str, Any], cfg, timeout: float) -> dict[str, Any]:
-    """The kernels' child with its checker, then the baselines' child (which imports no kernel file):
-    one result, the verdicts on the kernels taken from the checker."""
-    kernels = [{"name": "solution", "kernel": spec["solution"]["kernel"]}]
-    kernels += [{"name": v["version"], "kernel": v["kernel"]} for v in spec["versions"]]
-    checks = benchmark_checks(kernels, dict(cfg.dims), cfg.seed)
-    both = run_checked("benchmark", dict(spec, kernels=kernels), checks, timeout)
-    both.raise_usage()
-    if both.kernel.timed_out:
-        raise MeasuredFailure(f"the benchmark child ran past run.json timeout_s ({cfg.timeout_s} s) and was "
+    """The judge's benchmark: the kernels' worker, then the baselines' worker (which imports no kernel file)."""
+    outcome = run_judge("benchmark", spec, timeout)
+    outcome.raise_usage()
+    if outcome.timed_out:
+        raise MeasuredFailure(f"the benchmark ran past run.json timeout_s ({cfg.timeout_s} s) and was "
                               "stopped; lower --trials or raise timeout_s")
-    kres = both.checked_kernel("the benchmark child")
-    why = both.checker_failure()
-    if why:
-        raise MeasuredFailure(f"the benchmark's checks got no verdict: {why}")
-    for item in kres["items"]:
-        before, after, fresh = (both.failure_of(f"{item['name']}:{when}") for when in ("before", "after", "fresh"))
-        item["correct"], item["correct_after"] = before is None, after is None and fresh is None
-        fresh = fresh and f"with fresh inputs after the timed calls: {fresh}"
-        item["error"] = before or after or fresh
-    base = run_child("baselines", dict(spec, kernel=spec["solution"]["kernel"]), timeout)
-    if base.result and base.result.get("usage"):
-        raise UsageError(base.result["error"])
-    bres = base.checked("the baselines child")
-    items = kres["items"]
-    return {**kres, **{k: v for k, v in bres.items() if k != "items"}, "items": items[:1] + bres["items"] + items[1:]}
+    res = outcome.checked("the benchmark")
+    items = [i for i in res["items"]]
+    kernels = [i for i in items if i["name"] == "solution" or i["name"].startswith("v")]
+    base = [i for i in items if i not in kernels]
+    return {**res, "items": kernels[:1] + base + kernels[1:]}
 
 
 def write_outputs(root: Path, bench: dict[str, Any]) -> None:

@@ -4,8 +4,10 @@ For every shape (run dims, then extra_shapes) and every trial: fresh seeded rand
 reference on clones, the outputs poisoned (NaN / integer sentinel), one kernel call, then per
 output max abs / max rel / relative L2 error and the mismatch count with torch.isclose
 semantics (|got - exp| > atol + rtol * |exp|).  NaN/Inf where the reference is finite fails.
-The kernel runs in a child process (``runner``, mode ``correctness``) with the run's timeout, so a crash
-or a hang is a FAIL, not a hung helper.  ``--sanitize`` reruns it under compute-sanitizer.
+The data is the judge's (``measure.judge``: a process that never imports the kernel draws the inputs
+and the parameters, allocates the outputs and verifies them); the kernel runs in a worker process with
+the run's timeout, so a crash or a hang is a FAIL, not a hung helper.  ``--sanitize`` reruns the worker
+under compute-sanitizer.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .. import provenance, records
+from .. import provenance, records, static_check
 from ..common import (
     MeasuredFailure,
     UsageError,
@@ -28,8 +30,8 @@ from ..common import (
 )
 from ..config import add_check_flags, check_flags_against_run, parse_dims
 from ..loader import device_for
+from ..measure.session import run_judge
 from ..rundir import RunDir
-from ..runner import correctness_checks, run_checked
 from ..sidecars import CORRECTNESS_FILES, PROFILE_FILES
 from ..templating import render
 from ..vocab import IMPL_SUFFIXES
@@ -51,12 +53,15 @@ def run_sanitizer(tool: str, spec: dict, timeout: float) -> dict[str, Any]:
         log_path = Path(tmp) / f"{tool}.log"
         prefix = [exe, "--tool", tool, "--log-file", str(log_path), "--print-limit", "20"]
         progress(f"running under compute-sanitizer --tool {tool} at {spec['shapes'][0]} ...")
-        both = run_checked("correctness", spec, _checks(spec), timeout, prefix=prefix,
-                           env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "KERNEL_LOOP_HANDOFF": "file"})
+        outcome = run_judge("correctness", dict(spec, prefix=prefix,
+                                                worker_env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}),
+                            timeout, env={"KERNEL_LOOP_HANDOFF": "file"})
         log = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
     errors = _sanitizer_errors(log)
-    outcome = both.kernel
-    problem = outcome.failure() or (outcome.result or {}).get("error") or both.checker_failure()
+    problem = outcome.failure() or outcome.error
+    if problem is None:
+        bad = [t for s in (outcome.result or {}).get("shapes", []) for t in s["trials"] if not t["passed"]]
+        problem = f"{len(bad)} trial(s) failed under the sanitizer" if bad else None
     if errors is None and problem is None:
         problem = "compute-sanitizer printed no error summary"
     tail = "\n".join(log.strip().splitlines()[-40:])
@@ -64,23 +69,10 @@ def run_sanitizer(tool: str, spec: dict, timeout: float) -> dict[str, Any]:
             "passed": errors == 0 and problem is None}
 
 
-def _checks(spec: dict) -> list[dict]:
-    cfg = spec["cfg"]
-    return correctness_checks(int(cfg["seed"]), spec["kernel"], spec["shapes"], int(spec["trials"]))
-
-
-def merge_verdicts(both, device: str) -> dict[str, Any]:
-    """The kernel child's trials (seed, memory) with the checker's verdicts on them."""
-    res = {"device": device, "shapes": [], "warnings": [], "build": None, "error": None, **(both.kernel.result or {})}
-    verdicts = both.verdicts
-    for shape in res["shapes"]:
-        for t in shape["trials"]:
-            v = verdicts.get(t.get("tag")) or {"rows": [{"name": "(no verdict)", "passed": False, "mismatches": 0,
-                                                           "numel": 0, "note": "the checker gave no verdict on this trial"}]}
-            t["outputs"] = v.get("rows") or []
-            t["passed"] = both.failure_of(t.get("tag")) is None and bool(t["outputs"])
-            res["warnings"] += [w for w in v.get("warnings", []) if w not in res["warnings"]]
-    res["error"] = both.kernel_failure() or res.get("error") or both.checker_failure()
+def judged(outcome, device: str) -> dict[str, Any]:
+    """The judge's result, or a result holding why there is none."""
+    res = {"device": device, "shapes": [], "warnings": [], "build": None, "error": None, **(outcome.result or {})}
+    res["error"] = outcome.failure() or res.get("error")
     return res
 
 
@@ -111,6 +103,7 @@ def run_correctness(args: argparse.Namespace) -> int:
     kernel = rd.kernel_file(k)
     if kernel.suffix not in IMPL_SUFFIXES[cfg.impl]:
         raise UsageError(f"{kernel.name} does not match impl {cfg.impl} (needs {' or '.join(IMPL_SUFFIXES[cfg.impl])})")
+    static_check.check_kernel_source(kernel)  # a first filter: source that reaches into the harness is refused
     device = device_for(cfg)
     if args.sanitize and device == "cpu":
         raise UsageError("--sanitize needs a CUDA device (compute-sanitizer); this run uses the cpu test mode")
@@ -121,11 +114,10 @@ def run_correctness(args: argparse.Namespace) -> int:
             "shapes": shapes, "trials": cfg.correctness_trials}
     timeout = float(cfg.timeout_s)
     progress(f"v{k}: checking {kernel.name} on {device}: {len(shapes)} shape(s) x {spec['trials']} trial(s); "
-             "the verdicts come from a checker process that never imports the kernel")
-    both = run_checked("correctness", spec, _checks(spec), timeout)
-    both.raise_usage()  # bad input or environment: nothing was measured
-    outcome = both.kernel
-    res = merge_verdicts(both, device)
+             "the data and the verdicts are a judge process's, which never imports the kernel")
+    outcome = run_judge("correctness", spec, timeout)
+    outcome.raise_usage()  # bad input or environment: nothing was measured
+    res = judged(outcome, device)
     result, error = _overall(res)
 
     sanitize = None
@@ -156,7 +148,7 @@ def run_correctness(args: argparse.Namespace) -> int:
     provenance.record(vdir, [kernel, vdir / "correctness.md", vdir / "correctness.json", rd.run_json],
                       drop=PROFILE_FILES)
     records.append(rd.root, "correctness", f"v{k}", result=result, device=data["device"],
-                   gpu=(outcome.result or {}).get("gpu_name") or "-", kernel=kernel_sha,
+                   gpu=res.get("gpu_name") or "-", kernel=kernel_sha,
                    **records.run_hashes(rd.root), files=records.files_field(vdir, list(CORRECTNESS_FILES)))
     print(summary_line(data))
     if result != "PASS":

@@ -4,7 +4,12 @@ Without a GPU: unpack an example run, audit it with the final gate, run `status`
 report from its sidecars, and say where everything is.  With a GPU, also re-time every version live
 (`benchmark --all-versions`, correctness first) and print the live speedup of the best version over
 v0 next to the recorded one.  Nothing is written outside the temporary directory (the KBS index cache
-is pointed inside it too).
+is pointed inside it too), and the temporary directory is removed at the end unless --keep is given;
+with --dir the run is unpacked there and kept.
+
+The examples are found in the skill folder or checkout the helpers run from (examples/), else where
+``pip install`` put them (<prefix>/share/kernel-loop/examples, shipped as data files by pyproject.toml),
+else in a kernel-loop checkout that holds the current directory.
 """
 
 from __future__ import annotations
@@ -13,8 +18,10 @@ import copy
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
@@ -34,8 +41,44 @@ FILE_GUIDE = [
 ]
 
 
+DATA_SUBDIR = Path("share") / "kernel-loop" / "examples"  # where pyproject.toml's data-files install them
+
+
+def _has_examples(folder: Path) -> bool:
+    return folder.is_dir() and any((p / ARCHIVE).is_file() for p in folder.iterdir() if p.is_dir())
+
+
+def _checkout_around(start: Path) -> Path | None:
+    """examples/ of a kernel-loop checkout or skill folder that holds ``start`` (its SKILL.md names the skill)."""
+    for folder in (start, *start.parents):
+        skill = folder / "SKILL.md"
+        try:
+            if skill.is_file() and "name: kernel-loop" in skill.read_text(encoding="utf-8", errors="replace")[:400]:
+                return folder / "examples"
+        except OSError:
+            return None
+    return None
+
+
+def example_dirs() -> list[Path]:
+    """Where the examples may be, in order: beside the helpers, the installed data files, a checkout around
+    the current directory."""
+    bases = [Path(sys.prefix), Path(sys.base_prefix), Path(sysconfig.get_path("data"))]
+    try:
+        bases.append(Path(site.getuserbase()))
+    except (AttributeError, OSError):
+        pass
+    out = [skill_root() / "examples", *(b / DATA_SUBDIR for b in bases)]
+    around = _checkout_around(Path.cwd())
+    if around is not None:
+        out.append(around)
+    return list(dict.fromkeys(out))
+
+
 def examples_dir() -> Path:
-    return skill_root() / "examples"
+    """The first folder of ``example_dirs`` that holds an example archive (the first candidate when none does)."""
+    dirs = example_dirs()
+    return next((d for d in dirs if _has_examples(d)), dirs[0])
 
 
 # each example is one archive, examples/<name>/run.tar.gz, holding the run directory as run/
@@ -108,7 +151,9 @@ def unpack_example(name: str, dest: Path) -> Path:
 
 
 def _cli(*args: str, env: dict) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, str(skill_root() / "helpers" / "kloop.py"), *args]
+    """This CLI in a child process: helpers/kloop.py of the skill folder, or the installed package."""
+    kloop = skill_root() / "helpers" / "kloop.py"
+    cmd = [sys.executable, *([str(kloop)] if kloop.is_file() else ["-m", "kernel_loop.cli"]), *args]
     return subprocess.run(cmd, env=env, text=True, capture_output=True)
 
 
@@ -140,11 +185,12 @@ def _gpu_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def run(example: str | None, keep_dir: str | None, live: bool | None) -> int:
+def run(example: str | None, keep_dir: str | None, live: bool | None, keep: bool = False) -> int:
     names = list_examples()
     if not names:
-        raise UsageError(f"no example runs found under {examples_dir()}: the demo needs the kernel-loop repository "
-                         "or the installed skill folder (the examples are not part of the pip package)")
+        raise UsageError("no example runs found (looked in " + ", ".join(map(str, example_dirs())) + "): the demo "
+                         "needs the kernel-loop repository, the installed skill folder, or a pip install of the "
+                         "package, which ships them as data files")
     name = example or names[0]
     if name not in names:
         raise UsageError(f"unknown example '{name}'; choose from: {', '.join(names)}")
@@ -154,7 +200,17 @@ def run(example: str | None, keep_dir: str | None, live: bool | None) -> int:
     if live and not _gpu_available():
         raise UsageError("--live needs a CUDA GPU, and torch.cuda.is_available() is False here: run without --live "
                          "to replay the recorded numbers")
+    if keep_dir and (Path(keep_dir) / name).exists():
+        raise UsageError(f"{Path(keep_dir) / name} already exists; choose another --dir")
     base = Path(keep_dir) if keep_dir else Path(tempfile.mkdtemp(prefix="kernel-loop-demo-"))
+    try:
+        return _replay(name, names, base, use_gpu, kept=bool(keep_dir or keep))
+    finally:
+        if not (keep_dir or keep):
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _replay(name: str, names: list[str], base: Path, use_gpu: bool, *, kept: bool) -> int:
     out = base / name
     unpack_example(name, out)
     # every cache the run may fill (KBS index, nvcc builds, Triton, TorchInductor, matplotlib) stays here
@@ -179,7 +235,7 @@ def run(example: str | None, keep_dir: str | None, live: bool | None) -> int:
 
     recorded = json.loads((out / "benchmark.json").read_text())
     best, rec_speedup = _recorded_speedup(recorded)
-    print(loop_summary(out, recorded))
+    print(loop_summary(out, recorded, show_chart=kept))
     live_ok = True
     if use_gpu:
         progress("GPU found: re-timing every version live (correctness first)")
@@ -199,10 +255,15 @@ def run(example: str | None, keep_dir: str | None, live: bool | None) -> int:
         if rec_speedup:
             print(f"recorded speedup of {best} over v0: {rec_speedup:.2f}x")
 
-    print(f"\nrun directory: {out}")
-    for fname, what in FILE_GUIDE:
-        if (out / fname.rstrip("/")).exists():
-            print(f"  {out / fname}  - {what}")
+    if kept:
+        print(f"\nrun directory: {out}")
+        for fname, what in FILE_GUIDE:
+            if (out / fname.rstrip("/")).exists():
+                print(f"  {out / fname}  - {what}")
+    else:
+        shipped = examples_dir() / name / "final_report.md"
+        print(f"\nthe replay ran in {base}, which is removed now (--keep keeps it; --dir DIR unpacks into DIR and "
+              "keeps it)" + (f"; the example's report is {shipped}" if shipped.is_file() else ""))
     others = [n for n in names if n != name]
     if others:
         print(f"\nother examples: {', '.join(others)} (kernel-loop demo --example {others[0]})")
@@ -210,7 +271,7 @@ def run(example: str | None, keep_dir: str | None, live: bool | None) -> int:
     return 0 if ok else 1
 
 
-def loop_summary(out: Path, bench: dict) -> str:
+def loop_summary(out: Path, bench: dict, *, show_chart: bool = True) -> str:
     """The loop at a glance: one line per version (benchmark median, speedup over v0, bottleneck), one scored
     transition (the first whose predictions were scored) and the chart's path."""
     from .. import predictions, sidecars
@@ -242,7 +303,7 @@ def loop_summary(out: Path, bench: dict) -> str:
             lines.append(f"  {s['text']}: {s['status']} (before {fmt(s['before'])}, after {fmt(s['after'])}{change})")
         break
     chart = out / sidecars.FINAL_REPORT_PNG
-    if chart.exists():
+    if show_chart and chart.exists():
         lines.append(f"\nchart: {chart}")
     return "\n".join(lines)
 
@@ -254,7 +315,10 @@ def register(sub) -> None:
                               "the replay failed, 2 bad usage (unknown example, --dir is a file, --live without "
                               "a GPU, no examples in this installation).")
     p.add_argument("--example", help="example name under examples/ (default: the first)")
-    p.add_argument("--dir", dest="keep_dir", help="parent folder for the unpacked run (default: a new temp dir)")
+    p.add_argument("--dir", dest="keep_dir",
+                   help="parent folder for the unpacked run, kept afterwards (default: a new temporary folder, "
+                        "removed at the end)")
+    p.add_argument("--keep", action="store_true", help="keep the temporary folder and say where it is")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--live", dest="live", action="store_true", default=None,
                    help="force live re-measurement (needs a GPU)")
@@ -268,4 +332,4 @@ def _main(args) -> int:
         for n in list_examples():
             print(n)
         return 0
-    return run(args.example, args.keep_dir, args.live)
+    return run(args.example, args.keep_dir, args.live, keep=args.keep)

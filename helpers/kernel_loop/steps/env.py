@@ -32,7 +32,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "env", help="check the GPU, toolchain and profiler; measure roofline peaks",
         description="Report the GPU, driver, CUDA/nvcc/ncu and Python package versions, whether ncu can read "
-                    "performance counters, and measured peaks (copy bandwidth, bf16/fp32 matmul TFLOP/s).",
+                    "performance counters, and measured peaks: device-to-device copy bandwidth at 256 MiB, 1 GiB "
+                    "and 4 GiB (as free GPU memory allows; every size is listed, and the fastest is the copy peak "
+                    "every roofline uses) and bf16/fp32 matmul TFLOP/s.",
         epilog="Exit codes: 0 every requirement met, 2 something required is missing (the report says what to "
                "install). Inside a run directory (--out with run.json) the run's impl and GPU are used.")
     p.add_argument("--gpu", type=int, default=None, help="CUDA device index (default: run.json gpu, else 0)")

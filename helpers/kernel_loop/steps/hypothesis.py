@@ -30,7 +30,6 @@ from ..common import (
     progress,
     sha256_file,
     sha256_text,
-    warn,
     write_json,
 )
 from ..prose import HEADINGS, TEXT_FIELDS, TODO, load_hypothesis, markdown_section, parse_hypothesis_text
@@ -40,6 +39,7 @@ from ..templating import render
 
 TEXT_FLAGS = {"single_change": "--change", "rationale": "--rationale", "risk": "--risk",
               "decision_rule": "--decision-rule"}
+DURATION_METRICS = ("duration", "event_median_us")  # the gate's check 14 needs one prediction on these
 
 
 def register(sub) -> None:
@@ -51,7 +51,8 @@ def register(sub) -> None:
         "decision rule and falsifiable predictions you give. Unfilled fields stay TODO(kernel-loop), "
         "which the gate rejects. Also writes vK/hypothesis.json.",
         epilog=predictions.FORMS_HELP + ". Exit codes: 0 written (the progress line says whether TODO is "
-        "left), 2 refused (vN, stale or missing measurements, a complete hypothesis.txt without --force, bad input).",
+        "left), 2 refused (vN, stale or missing measurements, a complete hypothesis.txt without --force, an --evidence "
+        "id that no logged query returned, predictions none of which is on duration, bad input); a refusal writes nothing.",
     )
     p.add_argument("out", help="run directory")
     p.add_argument("--change", help="the single change the next version makes")
@@ -63,8 +64,9 @@ def register(sub) -> None:
                    help="a falsifiable prediction, e.g. 'duration: -15%%' or 'registers_per_thread: <= 64' "
                    "(repeatable)")
     p.add_argument("--evidence", action="append", default=None, metavar="ID",
-                   help="a KBS page id used; one id per flag, repeat the flag for several "
-                        "(default: the ids cited under ## Selected Evidence)")
+                   help="a KBS page id used, which one of vK's logged queries must have returned (the gate "
+                        "checks it; others are refused); one id per flag, repeat the flag for several "
+                        "(default: the ids cited under ## Selected Evidence that a query returned)")
     p.add_argument("--force", action="store_true", help="overwrite a hypothesis.txt that has no TODO left")
     p.set_defaults(func=run)
 
@@ -135,6 +137,9 @@ def run(args) -> int:
 
     allowed = set((ncu.get("metrics") or {}).keys())
     preds = predictions.parse_lines(args.predict, allowed)
+    if preds and not any(pr["metric"] in DURATION_METRICS for pr in preds):
+        raise UsageError("no --predict is on duration: the gate (check 14) needs one prediction on the CUDA-event "
+                         "time, e.g. --predict 'duration: -10%' (duration or event_median_us); nothing was written")
 
     txt_path = vdir / "hypothesis.txt"
     previous = load_hypothesis(vdir) if txt_path.exists() else None
@@ -152,9 +157,14 @@ def run(args) -> int:
     hits = query_hits(vdir)
     if args.evidence:
         evidence = list(dict.fromkeys(args.evidence))
-        for pid in evidence:
-            if pid not in hits:
-                warn(f"evidence id '{pid}' is not among the hits in {vdir.name}/kbs_queries.jsonl")
+        unknown = [pid for pid in evidence if pid not in hits]
+        if unknown:
+            shown = ", ".join(hits[:8]) + (" ..." if len(hits) > 8 else "")
+            raise UsageError(
+                f"--evidence {', '.join(repr(u) for u in unknown)}: not among the hits of the queries logged for v{k} "
+                f"({vdir.name}/kbs_queries.jsonl returned {len(hits)} page(s){': ' + shown if hits else ''}); the gate "
+                "accepts only pages a logged query returned: cite one of those, or first log a query that finds the "
+                f"page (kbs query \"...\" --log {args.out}); nothing was written")
     else:
         evidence = selected_ids(evidence_md, hits)
     link = decision_link(evidence_md)

@@ -12,7 +12,7 @@ import ast
 from pathlib import Path
 from typing import Any
 
-from .. import envcheck, records
+from .. import envcheck, kb_dims, records
 from ..common import UsageError, now_iso, progress, read_json, sha256_file, write_json
 from ..config import (
     DEFAULT_CORRECTNESS_TRIALS,
@@ -61,53 +61,18 @@ def guess_kernel_type(name: str) -> str:
     return "any"
 
 
-_INT_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-            ast.FloorDiv: lambda a, b: a // b, ast.Pow: lambda a, b: a ** b if 0 <= b <= 64 else None}
-
-
-def _int_expression(node: ast.AST, consts: dict[str, Any]) -> int | None:
-    """The value of a constant integer expression such as ``2048 * 2`` or ``N // 4`` (earlier constants may be
-    named), without executing the file; None for anything else."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
-        return node.value
-    if isinstance(node, ast.Name) and isinstance(consts.get(node.id), int):
-        return consts[node.id]
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        v = _int_expression(node.operand, consts)
-        return None if v is None else -v
-    if isinstance(node, ast.BinOp) and type(node.op) in _INT_OPS:
-        a, b = _int_expression(node.left, consts), _int_expression(node.right, consts)
-        if a is None or b is None or (isinstance(node.op, ast.FloorDiv) and b == 0):
-            return None
-        return _INT_OPS[type(node.op)](a, b)
-    return None
-
-
 def inspect_ref(path: Path) -> dict[str, Any]:
-    """Parse ref.py without importing it: what it defines and literal atol/rtol."""
+    """Parse ref.py without importing it: what it defines, literal atol/rtol/rel_l2 and, for a KernelBench
+    file, its dims (``kb_dims``: the size constants by name, tuple elements as ``T_i``, axis arguments apart)."""
     if not path.is_file():
         raise UsageError(f"--ref {path} does not exist")
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except SyntaxError as exc:
         raise UsageError(f"--ref {path} does not parse: {exc}") from None
-    names: dict[str, ast.AST] = {}
-    consts: dict[str, Any] = {}
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names[node.name] = node
-        elif isinstance(node, ast.Assign):
-            targets = node.targets[0]
-            pairs = []
-            if isinstance(targets, ast.Name):
-                pairs = [(targets.id, node.value)]
-            elif isinstance(targets, ast.Tuple) and isinstance(node.value, ast.Tuple):
-                pairs = [(t.id, v) for t, v in zip(targets.elts, node.value.elts, strict=False) if isinstance(t, ast.Name)]
-            for name, value in pairs:
-                try:
-                    consts[name] = ast.literal_eval(value)
-                except ValueError:
-                    consts[name] = _int_expression(value, consts)
+    names = {node.name: node for node in tree.body
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    consts = kb_dims.constants(tree)
     kernelbench = "Model" in names and "get_inputs" in names
     setup_params = None
     if isinstance(names.get("setup"), (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -118,23 +83,30 @@ def inspect_ref(path: Path) -> dict[str, Any]:
             required = [x.arg for x in positional[:len(positional) - n_default]]
             required += [x.arg for x, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is None]
             setup_params = {"all": [x.arg for x in positional + a.kwonlyargs], "required": required}
-    int_consts = sorted(k for k, v in consts.items() if isinstance(v, int) and not isinstance(v, bool))
     if "reference" not in names and not kernelbench:
         raise UsageError(f"--ref {path} defines neither reference(**kwargs) nor a KernelBench Model with "
                          "get_inputs() (see references/kernel_abi.md)")
     tol = {k: consts.get(k) for k in ("atol", "rtol", "rel_l2")}
     for k, v in tol.items():
-        if v is not None and not isinstance(v, (int, float)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
             raise UsageError(f"--ref {path}: {k} must be a number, got {v!r}")
-    return {"kernelbench": kernelbench and "reference" not in names, "has_setup": "setup" in names,
-            "atol": tol["atol"], "rtol": tol["rtol"], "rel_l2": tol["rel_l2"], "setup_params": setup_params,
-            "int_consts": int_consts,
-            "own_sizes": {k: consts[k] for k in int_consts if consts[k] > 0}}  # a KernelBench file's own dims
+    kernelbench = kernelbench and "reference" not in names
+    info = {"kernelbench": kernelbench, "has_setup": "setup" in names,
+            "atol": tol["atol"], "rtol": tol["rtol"], "rel_l2": tol["rel_l2"], "setup_params": setup_params}
+    if kernelbench and "setup" not in names:
+        info["kb_tree"] = tree  # its module constants are the dims (kb_dims)
+        kb_dims.flatten_dims(kb_dims.size_constants(tree))  # a tuple element named like a constant: refused now
+    return info
+
+
+def _is_kb(ref_info: dict[str, Any]) -> bool:
+    """A KernelBench ref whose module constants are the dims (one with its own setup() takes --dims)."""
+    return bool(ref_info.get("kernelbench")) and not ref_info.get("has_setup")
 
 
 def check_dims_against_ref(dims: dict[str, int], ref_info: dict[str, Any], what: str = "--dims") -> None:
     """Dims must fit ref.py: setup()'s parameters (all required ones named, no unknown ones; ``device``
-    is supplied by the helpers), or for a KernelBench file its module-level integer constants."""
+    is supplied by the helpers), or for a KernelBench file its size constants (``kb_dims.check_changes``)."""
     params = ref_info.get("setup_params")
     if params is not None:
         accepted = set(params["all"]) - {"device"}
@@ -145,12 +117,41 @@ def check_dims_against_ref(dims: dict[str, int], ref_info: dict[str, Any], what:
                     ([f"setup() needs {', '.join(missing)}"] if missing else [])
             raise UsageError(f"{what} {format_dims(dims)} does not match ref.py: {'; '.join(parts)} "
                              f"(setup's parameters: {', '.join(sorted(accepted)) or 'none'})")
-    elif ref_info.get("kernelbench") and not ref_info.get("has_setup"):
-        unknown = [d for d in dims if d not in ref_info.get("int_consts", [])]
-        if unknown:
-            raise UsageError(f"{what}: {', '.join(unknown)} names no module-level integer constant of the KernelBench "
-                             f"file (its constants: {', '.join(ref_info.get('int_consts') or []) or 'none'}); "
-                             "dims override those constants by name")
+    elif _is_kb(ref_info):
+        kb_dims.check_changes(ref_info["kb_tree"], dims, what)
+
+
+def _kb_checked(changes: dict[str, int], what: str, tree: ast.Module) -> dict[str, int]:
+    """The dims one --dims or --extra-shapes entry changes in a KernelBench file, parsed with any int value:
+    names are checked first (an axis is refused as such, whatever its value), then the values (positive)."""
+    kb_dims.check_changes(tree, changes, what)
+    bad = [f"{k}={v}" for k, v in changes.items() if v <= 0]
+    if bad:
+        raise UsageError(f"{what}: {', '.join(bad)} must be a positive integer")
+    return changes
+
+
+def run_shapes(args: argparse.Namespace, ref_info: dict) -> tuple[dict[str, int], list[dict[str, int]]]:
+    """The run dims and the extra shapes, each complete.  --dims is required except for a KernelBench file,
+    whose size constants are the dims (--dims changes some by name).  Each --extra-shapes entry names only
+    the dims it changes; the others keep the run dims, and in a KernelBench file constants derived from the
+    changed ones follow (``kb_dims.shape_dims``)."""
+    if _is_kb(ref_info):
+        tree = ref_info["kb_tree"]
+        pinned = {} if args.dims is None else _kb_checked(parse_dims(args.dims, "--dims", positive=False),
+                                                          "--dims", tree)
+        dims = kb_dims.shape_dims(tree, pinned)
+        if not dims:
+            raise UsageError("the KernelBench file has no module-level size constants: give --dims")
+
+        def complete(changes: dict[str, int]) -> dict[str, int]:
+            return kb_dims.shape_dims(tree, {**pinned, **_kb_checked(changes, "--extra-shapes", tree)})
+
+        return dims, parse_extra_shapes(args.extra_shapes, dims, complete)
+    if args.dims is None:
+        raise UsageError("--dims is required: the problem size, e.g. --dims M=4096,N=8192")
+    dims = parse_dims(args.dims)
+    return dims, parse_extra_shapes(args.extra_shapes, dims)
 
 
 def resolve_run_tolerance(cli_atol, cli_rtol, ref_atol, ref_rtol, cli_rel_l2=None, ref_rel_l2=None) -> dict[str, Any]:
@@ -168,22 +169,8 @@ def resolve_run_tolerance(cli_atol, cli_rtol, ref_atol, ref_rtol, cli_rel_l2=Non
     return out
 
 
-def run_dims(args: argparse.Namespace, ref_info: dict) -> dict[str, int]:
-    """--dims, or for a KernelBench file its own size constants with --dims overriding some by name."""
-    if ref_info.get("kernelbench") and not ref_info.get("has_setup"):
-        own = dict(ref_info.get("own_sizes") or {})
-        if args.dims is None:
-            if not own:
-                raise UsageError("the KernelBench file has no module-level size constants: give --dims")
-            return own
-        return {**own, **parse_dims(args.dims)}
-    if args.dims is None:
-        raise UsageError("--dims is required: the problem size, e.g. --dims M=4096,N=8192")
-    return parse_dims(args.dims)
-
-
 def build_config(args: argparse.Namespace, ref_info: dict) -> dict[str, Any]:
-    dims = run_dims(args, ref_info)
+    dims, extra_shapes = run_shapes(args, ref_info)
     tolerance = resolve_run_tolerance(args.atol, args.rtol, ref_info["atol"], ref_info["rtol"],
                                       args.rel_l2, ref_info["rel_l2"])
     if args.preset == "kernelbench":
@@ -191,7 +178,7 @@ def build_config(args: argparse.Namespace, ref_info: dict) -> dict[str, Any]:
     cfg = RunConfig(
         kernel=args.kernel, impl=args.impl, dims=dims,
         kernel_type=args.kernel_type or guess_kernel_type(args.kernel),
-        extra_shapes=parse_extra_shapes(args.extra_shapes, dims), seed=args.seed,
+        extra_shapes=extra_shapes, seed=args.seed,
         tolerance=tolerance,
         gpu=args.gpu, device=args.device, iterations=args.iterations, warmup=args.warmup, trials=args.trials,
         correctness_trials=args.correctness_trials, ptr_size=args.ptr_size, timeout_s=args.timeout,
@@ -237,10 +224,10 @@ def _validate(args: argparse.Namespace) -> tuple[Path, Path, dict]:
     if args.device == "cpu" and ".cu" in IMPL_SUFFIXES[args.impl]:
         raise UsageError(f"--device cpu runs .py kernels only (Triton under TRITON_INTERPRET=1); --impl {args.impl} "
                          "needs a CUDA GPU")
-    dims = run_dims(args, ref_info)
+    dims, extra_shapes = run_shapes(args, ref_info)
     if baseline.suffix == ".py" or ref_info["has_setup"]:
         check_dims_against_ref(dims, ref_info)
-    for shape in parse_extra_shapes(args.extra_shapes, dims):
+    for shape in extra_shapes:
         check_dims_against_ref(shape, ref_info, "--extra-shapes")
     for d in args.include_dir or []:
         if not Path(d).expanduser().is_dir():
@@ -332,7 +319,12 @@ def register(subparsers) -> None:
                         "torch.utils.cpp_extension.load_inline (a KernelBench ModelNew), for cuda-cpp and cutlass")
     p.add_argument("--dims", default=None,
                    help="problem size, K=V[,K=V...] (positive integers); required, except for a KernelBench ref.py, "
-                        "whose module-level size constants are its dims (give --dims to override some by name)")
+                        "whose module-level size constants are its dims: there --dims names only the constants it "
+                        "changes, the others keep the file's values and constants computed from them follow "
+                        "(bias_shape = (out_features,)). A tuple constant is changed by element: element i of "
+                        "input_shape = (32768,) is input_shape_<i>, e.g. input_shape_0=1000. A constant used as an "
+                        "axis (dim=/axis=, e.g. dim = 1 passed to torch.cumsum(x, dim=self.dim)) is not a size and "
+                        "cannot be changed")
     p.add_argument("--kernel-type", choices=KERNEL_TYPES, default=None,
                    help="kernel family (default: guessed from --kernel, else any)")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"run seed (default {DEFAULT_SEED})")
@@ -359,7 +351,11 @@ def register(subparsers) -> None:
     p.add_argument("--ptr-size", type=int, default=None,
                    help="elements per flat .cu buffer when ref.py has no setup()")
     p.add_argument("--extra-shapes", default=None,
-                   help='more dims sets correctness also checks: "K=V,K=V;K=V,K=V"')
+                   help='more shapes correctness also checks, separated by ";": "M=333;N=1000,M=64". Each shape '
+                        'names only the dims it changes; the dims it does not name keep the run dims (for a '
+                        'KernelBench ref, constants computed from a changed one follow, and a tuple element is '
+                        'named <tuple>_<i>, e.g. "input_shape_0=1000"). Give one that is not a power of two, so '
+                        'tail and masking bugs fail')
     p.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_S,
                    help=f"seconds per child process (default {DEFAULT_TIMEOUT_S})")
     p.add_argument("--include-dir", action="append", default=None,

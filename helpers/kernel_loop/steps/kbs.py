@@ -7,8 +7,8 @@ kbs_evidence.md draft (``kbs.evidence``).  This step only parses arguments and p
 
 Subcommands: ``query`` (ranked search, optionally logged to vK/kbs_queries.jsonl), ``get`` (one
 page, with the file and line it lives at), ``stats``, ``check`` (validate every page; CI runs
-it), ``schema`` (the page schema and vocabularies) and ``evidence`` (the two required queries
-and the vK/kbs_evidence.md draft).
+it), ``schema`` (the page schema and vocabularies) and ``evidence`` (the two queries the gate
+requires, kernel and bottleneck, a third precedent query of PR notes, and the vK/kbs_evidence.md draft).
 """
 
 from __future__ import annotations
@@ -247,10 +247,11 @@ def register(subparsers) -> None:
     sc.set_defaults(func=cmd_schema)
 
     e = sub.add_parser(
-        "evidence", parents=[common], help="run the kernel, bottleneck and precedent queries; draft vK/kbs_evidence.md",
-        description="For the current version K: read vK/ncu.json and run.json, run the 'kernel' query "
-        "(kernel name, type, language) and the 'bottleneck' query (bottleneck class and fired symptoms) over "
-        "the pattern pages, and the 'precedent' query (the same symptoms over PR notes with claimed numbers), "
+        "evidence", parents=[common],
+        help="run the two required queries (kernel, bottleneck) and a precedent query; draft vK/kbs_evidence.md",
+        description="For the current version K: read vK/ncu.json and run.json, run the two queries the gate "
+        "requires, 'kernel' (kernel name, type, language) and 'bottleneck' (bottleneck class and fired symptoms), "
+        "over the pattern pages, and a third, 'precedent' (the same symptoms over PR notes with claimed numbers), "
         f"append them to vK/kbs_queries.jsonl and draft vK/kbs_evidence.md with {TODO} markers for the "
         "agent. A kbs_evidence.md that differs from the helper's own draft (it holds your text) is never "
         "overwritten without --force.",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from .. import plan
 from ..common import UsageError, progress
 from ..prose import load_hypothesis
-from ..rundir import RunDir, copy_new
+from ..rundir import RunDir, copy_new, kernel_candidates
 
 
 def register(sub) -> None:
@@ -52,7 +52,14 @@ def run(args) -> int:
                          f"once its final gate passes (check_iteration_gate.sh {vdir} --final), then benchmark and report")
     if vdir.exists() and any(vdir.iterdir()):
         held = ", ".join(sorted(p.name for p in vdir.iterdir()))
-        raise UsageError(f"{vdir} already holds files ({held}); refusing to touch it")
+        if not kernel_candidates(vdir):
+            raise UsageError(f"{vdir} already holds files ({held}) but no kernel: next starts v{new} only in an empty "
+                             f"folder, so that nothing of yours is overwritten; move those files out of v{new}, then "
+                             "run next again")
+        raise UsageError(f"v{new} is the current version (current_iteration.txt names it) and {vdir} already holds "
+                         f"files ({held}): the gate has not passed v{new} yet, so there is no v{new + 1} to create. "
+                         f"Finish v{new} (correctness, profile, kbs evidence, hypothesis), run the gate on it, then "
+                         f"next creates v{new + 1}; nothing was touched")
     dst = vdir / src.name
     copy_new(src, dst)
     print(dst)

@@ -1,8 +1,10 @@
 """``profile <out>``: Nsight Compute profile and CUDA-event timing of the current version.
 
-Steps: refuse unless correctness passed for the kernel as it is now; time the solution with
-CUDA events in a child process (no profiler); run the solution in a child under ``ncu`` with
-the measured call inside the NVTX range ``kl_measure`` (warmup and autotuning stay outside);
+Steps: refuse unless correctness passed for the kernel as it is now; one judge process
+(``measure.judge``, mode ``profile``) times the solution with CUDA events in a worker (every call
+poisoned, several verified at random, then a call on inputs never seen), and runs it in a second worker
+under ``ncu`` with the measured call inside the NVTX range ``kl_measure`` (warmup and autotuning stay
+outside; every call verified);
 export ``vK/profile.ncu-rep``, print its raw and details pages to ``vK/ncu_raw.csv`` and
 ``vK/ncu_details.csv``; parse, map to metric KEYs, classify; write ``vK/ncu.json``,
 ``vK/ncu_summary.md`` and ``vK/ncu_details.md``; record their hashes in measured.sha256.
@@ -25,11 +27,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .. import classify, metrics, ncu_parse, provenance, records, sidecars
+from .. import classify, metrics, ncu_parse, provenance, records, sidecars, static_check
 from ..common import (
     MeasuredFailure,
     UsageError,
     atomic_write_text,
+    read_json,
     sha256_file,
     step,
     warn,
@@ -38,16 +41,16 @@ from ..common import (
 from ..config import RunConfig
 from ..gpustate import slowdowns
 from ..kernel_names import defined_kernels, library_note
+from ..measure.session import run_judge
+from ..measure.worker import NVTX_RANGE
 from ..rundir import RunDir
-from ..runner import ChildOutcome, fresh_check, run_checked, start_child
 from ..sidecars import NCU_DETAILS_CSV, NCU_JSON, NCU_RAW_CSV, NCU_REPORT
 from ..templating import render
-from ..trials import NVTX_RANGE
+from ..timecheck import DIFF_WARN, floor_invalid, timing_invalid
 
 NVTX_FILTER = NVTX_RANGE + "/"  # push/pop ranges need the trailing slash
 CLOCK_CHOICES = ("base", "none")
 CACHE_CHOICES = ("all", "none")
-DIFF_WARN = 0.10
 COVERAGE_WARN = 0.90
 PROTOCOL_FIELDS = ("clock_control", "cache_control", "set", "sections", "gpu")
 TOOL_FIELDS = ("ncu_version", "command", "set", "sections", "clock_control", "cache_control")
@@ -204,36 +207,6 @@ def build_profile(raw_csv_text: str | None, details_csv_text: str | None, timing
     return profile
 
 
-def timing_invalid(ncu_us: float, event_us: Any, clock_control: str | None, ncu_sm_clock_hz: Any,
-                   event_sm_clock_mhz: Any) -> str | None:
-    """Why the event timing cannot be right, or None.
-
-    ncu's summed duration covers every kernel the measured call ran, on every stream; the CUDA-event
-    window covers the caller's stream.  Honest timing gives an event median at or above ncu's sum
-    (launch gaps only add), so a sum more than DIFF_WARN above the median means device work escaped
-    the timed window (a side stream never joined back, for example).  When ncu locked the SM clock
-    (any --clock-control but none) its durations run long for compute-bound kernels: the sum is then
-    scaled by the locked clock over the timing run's clock, a bound no honest kernel exceeds; without
-    both clocks the check cannot decide and stays silent.
-    """
-    if not (_finite(event_us) and event_us > 0 and _finite(ncu_us)):
-        return None
-    bound, how = ncu_us, ""
-    if clock_control != "none":
-        if not (_finite(ncu_sm_clock_hz) and _finite(event_sm_clock_mhz) and event_sm_clock_mhz > 0):
-            return None
-        scale = min(1.0, ncu_sm_clock_hz / (event_sm_clock_mhz * 1e6))
-        bound, how = ncu_us * scale, (f" (ncu's {ncu_us:.2f} us scaled by its locked SM clock over the timing "
-                                      f"run's, x{scale:.3f})")
-    if bound > event_us * (1 + DIFF_WARN):
-        return (f"the timing is invalid: ncu's summed kernel duration {bound:.2f} us{how} exceeds the CUDA-event "
-                f"median {event_us:.2f} us by {100 * (bound - event_us) / event_us:.0f}%. Honest timing cannot "
-                "give that: the call returns with device work still pending outside the caller's stream (work "
-                "not joined to the caller's stream), so the events miss it. Join every stream the kernel uses "
-                "back to the current stream before returning")
-    return None
-
-
 def _top_stalls(m: dict[str, Any], n: int = 5) -> list[tuple[str, float]]:
     stalls = [(k, v) for k, v in m.items() if k.startswith("stall_") and _finite(v)]
     return sorted(stalls, key=lambda kv: -kv[1])[:n]
@@ -316,20 +289,18 @@ def ncu_import(ncu: str, report: Path, page: str, timeout: float) -> str:
     return proc.stdout
 
 
-def check_ncu_output(outcome: ChildOutcome) -> None:
-    """Turn ncu's failure modes into clear errors: permission, the child failing, nothing profiled."""
-    out = outcome.output_tail
+def check_ncu_output(returncode: int | None, out: str) -> None:
+    """Turn ncu's failure modes into clear errors: permission, nothing profiled, ncu's own failure."""
     if "ERR_NVGPUCTRPERM" in out:
         raise UsageError("ncu may not read the GPU performance counters (ERR_NVGPUCTRPERM): the driver "
                          "allows it only for administrators. Run as root or set the module option "
                          "NVreg_RestrictProfilingToAdminUsers=0 (https://developer.nvidia.com/ERR_NVGPUCTRPERM)")
-    outcome.checked("the kernel run under ncu")
     if "No kernels were profiled" in out:
         raise MeasuredFailure("ncu profiled no kernel (\"No kernels were profiled\"): nothing launched inside "
                               f"the NVTX range '{NVTX_FILTER}'. Check that run_kernel/solve launches GPU work.\n"
                               + _tail(out))
-    if outcome.returncode != 0:
-        raise MeasuredFailure(f"ncu failed (exit {outcome.returncode}):\n{_tail(out)}")
+    if returncode != 0:
+        raise MeasuredFailure(f"ncu failed (exit {returncode}):\n{_tail(out)}")
 
 
 def ncu_settings(cfg: RunConfig, args: argparse.Namespace) -> dict[str, Any]:
@@ -350,21 +321,19 @@ def _check_correctness(rd: RunDir, cfg: RunConfig, vdir: Path, kernel: Path) -> 
     records.require_correctness(rd.root, vdir.name, kernel, cfg.device, cfg.gpu)
 
 
-def timing_run(spec: dict, kernel: Path, cfg: RunConfig, timeout: float) -> dict[str, Any]:
-    """The timing child, then its after-timing call judged by the checker; the statistics are recomputed
-    here from the raw samples (the kernel's process only measured them)."""
+def measure(spec: dict, timeout: float) -> dict[str, Any]:
+    """The judge's timing run and run under ncu; the statistics are recomputed here from the raw samples
+    (the worker only measured them)."""
     from ..timing import summarize
 
-    both = run_checked("time", spec, [fresh_check("solution", str(kernel), dict(cfg.dims), cfg.seed)], timeout)
-    both.raise_usage()
-    timed = both.checked_kernel("the timing run")
-    why = both.checker_failure()
-    if why:
-        raise MeasuredFailure(f"the timing run's after-timing check got no verdict: {why}")
-    what = both.failure_of("solution:fresh")
-    if what:
-        raise MeasuredFailure(f"the timing run failed: the kernel is wrong with fresh inputs after the timed calls: "
-                              f"{what}: its timing cannot stand")
+    outcome = run_judge("profile", spec, timeout)
+    outcome.raise_usage()
+    res = outcome.result or {}
+    ncu = res.get("ncu") or {}
+    if "ERR_NVGPUCTRPERM" in (outcome.output_tail + (ncu.get("output_tail") or "")):
+        check_ncu_output(ncu.get("returncode"), outcome.output_tail)
+    timed = outcome.checked("the profile")
+    check_ncu_output(ncu.get("returncode"), ncu.get("output_tail") or "")
     timed["timing"].update(summarize(timed["timing"]["samples_us"]))
     return timed
 
@@ -376,6 +345,7 @@ def run(args: argparse.Namespace) -> int:
     vdir = rd.vdir(k)
     kernel = rd.kernel_file(k)
     _check_correctness(rd, cfg, vdir, kernel)
+    static_check.check_kernel_source(kernel)
     kernel_sha = sha256_file(kernel)
     ncfg = ncu_settings(cfg, args)
     ncu = find_ncu()
@@ -387,22 +357,11 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="kl-profile-") as tmp:
         new_report = Path(tmp) / NCU_REPORT
         prefix = ncu_command(ncu, ncfg, new_report)
-        go = Path(tmp) / "go"
-        # the ncu child imports torch and the kernel while the timing run measures; it touches the GPU
-        # only after the timing run has finished and the go file exists
-        ncu_child = start_child("ncu", dict(spec, go_file=str(go), go_timeout_s=timeout), prefix=prefix)
-        try:
-            with step(f"{vdir.name}: timing with CUDA events ({cfg.warmup} warmup, {cfg.trials} trials, L2 flush)"):
-                timed = timing_run(spec, kernel, cfg, timeout)
-        except BaseException:
-            ncu_child.kill()
-            raise
-        go.touch()
-        with step(f"{vdir.name}: profiling under ncu (--set {ncfg['set']}, about 10-30 s)"):
-            outcome = ncu_child.wait(timeout)
-        check_ncu_output(outcome)
+        with step(f"{vdir.name}: timing with CUDA events ({cfg.warmup} warmup, {cfg.trials} trials, L2 flush), "
+                  f"then the run under ncu (--set {ncfg['set']})"):
+            timed = measure(dict(spec, ncu_prefix=prefix), timeout)
         if not new_report.is_file():
-            raise MeasuredFailure(f"ncu did not write its report:\n{_tail(outcome.output_tail)}")
+            raise MeasuredFailure(f"ncu did not write its report:\n{_tail((timed.get('ncu') or {}).get('output_tail') or '')}")
         with step(f"{vdir.name}: ncu --import {report.name} --csv (raw and details pages, in parallel)"):
             with ThreadPoolExecutor(max_workers=2) as pool:
                 futures = {page: pool.submit(ncu_import, ncu, new_report, page, timeout) for page in ("raw", "details")}
@@ -418,6 +377,15 @@ def run(args: argparse.Namespace) -> int:
                    "gpu_state": {**(timed.get("gpu_state") or {}), **(timed.get("gpu_state") or {}).get("after", {})},
                    "baseline_protocol": protocol(base_ncu) if base_ncu else None}
         profile = build_profile(pages["raw"], pages["details"], timed["timing"], context)
+        env = read_json(rd.env_json) if rd.env_json.exists() else {}
+        floor = floor_invalid(timed.get("output_bytes"), profile["metrics"].get("event_median_us"),
+                              ((env or {}).get("peaks") or {}).get("copy_bandwidth_gbps"))
+        if floor:
+            raise MeasuredFailure(floor)
+        profile["judge"] = {"verified_calls": timed["timing"].get("verified_calls"),
+                            "input_sets": timed["timing"].get("input_sets"), "gpu_check": timed.get("gpu_check"),
+                            "ncu_calls_verified": (timed.get("ncu") or {}).get("calls"),
+                            "worker_isolated": timed.get("worker_isolated"), "isolation_why": timed.get("isolation_why")}
         for page, dest in (("raw", NCU_RAW_CSV), ("details", NCU_DETAILS_CSV)):
             atomic_write_text(vdir / dest, pages[page])
         shutil.move(str(new_report), str(report))

@@ -334,7 +334,11 @@ def run(args) -> int:
             progress("keeping the filled Discussion section of the existing final_report.md")
     chart_note = chart(out_png, data)
     if chart_note:
-        warn(chart_note)
+        if out_png.is_file():  # an earlier report's chart: it no longer belongs to this report
+            out_png.unlink()
+            warn(f"{chart_note}; removed the earlier {out_png.name}, which showed the earlier report's numbers")
+        else:
+            warn(chart_note)
     text = render("final_report.md.j2", **data, stale=stale, discussion=discussion, chart_note=chart_note,
                   chart_file=out_png.name, todo=TODO)
     atomic_write_text(out_md, text)

@@ -1,0 +1,586 @@
+"""The dims of a KernelBench file: which module-level constants are sizes a run may vary, which are axis
+arguments, and how a chosen shape is applied to the imported module.
+
+A KernelBench ref.py holds its problem as module-level constants read by ``get_inputs()`` and
+``get_init_inputs()``::
+
+    batch_size = 1024
+    in_features = 8192
+    out_features = 8192
+    bias_shape = (out_features,)     # derived: follows out_features
+    input_shape = (32768,)           # a size tuple: varied by element, as input_shape_0
+    dim = 1                          # an axis when Model uses it as dim=...: never varied
+
+The rules, all decided from the file's AST (nothing here imports ref.py or torch):
+
+* **Constants** are the module-level assignments (``x = ...``, ``x: int = ...``, ``a, b = 1, 2``,
+  ``x += ...``) whose value is a *pure expression*: numbers, strings, tuples and lists, arithmetic,
+  indexing, and names of earlier constants; never a call.  Any other statement that binds a name
+  (an import, a ``def``, an assignment inside ``if``/``for``/``try``, an impure value) makes that name
+  unknown from there on, so it is never overwritten.
+* **Axis constants** (``axis_constants``) are never sizes: a constant written as the value of an axis
+  argument (``dim=``, ``axis=``, ``dims=``, ``dim0=``, ``dim1=``, ``start_dim=``, ``end_dim=``, or the axis
+  position of common torch calls such as ``x.sum(d)``, ``torch.cumsum(x, d)``, ``x.transpose(a, b)``,
+  ``nn.Softmax(d)``) anywhere in the file; a constant returned by ``get_init_inputs()`` (or
+  ``get_inputs()``) at a position whose ``Model.__init__`` (or ``Model.forward``) parameter is used as an
+  axis, directly or through ``self.<attr> = param`` (``torch.cumsum(x, dim=self.dim)``); and a constant
+  named ``dim``, ``axis`` or ``dims`` that the file never reads.  A name that is a local variable or a
+  parameter of the enclosing function is not the module constant.  An axis may be 0 or negative; a
+  constant used both as an axis and as a size is an axis (changing it would change the operation).
+  A constant merely *named* ``dim`` is not an axis: fourteen level-1 files use ``dim = 393216`` as a size.
+* **Size constants** (``size_constants``) are the other constants whose value is an ``int`` (not a
+  ``bool``), literal or derived (``dim = unit * 4``), and the tuples (or lists) of ints written with
+  numbers only (``input_shape = (8192 * 2,)``).  A tuple that names other constants
+  (``bias_shape = (out_features, 1, 1)``) is derived: it is not a size and follows its sources.
+* **Dim names** (``flatten_dims``): an int constant is its own name; element ``i`` of a size tuple ``T``
+  is ``T_i`` (``input_shape_0``), so a dims dict stays ``{str: int}``.
+* **A shape** (``shape_dims``) names only the dims it changes.  The file is evaluated again in order with
+  those dims pinned: every other literal constant keeps the file's value, and every derived constant
+  (an int such as ``dim = unit * 4`` or a tuple such as ``bias_shape``) is recomputed from the pinned
+  values unless it is named itself.  The result is the complete flat dims (positive values only) that
+  run.json stores.
+* ``apply_dims`` does the same evaluation on the imported module in the child process and sets every
+  constant whose value changed, leaving axis constants and unknown names alone.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import operator
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .common import UsageError
+
+# keyword arguments that take an axis (or a tuple of axes)
+AXIS_KEYWORDS = frozenset({"dim", "dims", "axis", "axes", "dim0", "dim1", "start_dim", "end_dim"})
+# positions of the axis arguments of tensor methods (``x.sum(d)``); "*" = every positional argument.
+# The function form ``torch.sum(x, d)`` / ``F.softmax(x, d)`` takes the tensor first, so each shifts by one.
+_METHOD_AXES: dict[str, tuple[int, ...] | str] = {
+    **{m: (0,) for m in (
+        "sum", "mean", "prod", "nansum", "nanmean", "amax", "amin", "argmax", "argmin", "max", "min", "aminmax",
+        "std", "var", "median", "nanmedian", "mode", "logsumexp", "all", "any", "count_nonzero",
+        "cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "softmax", "log_softmax", "softmin",
+        "flip", "squeeze", "unsqueeze", "size", "select", "narrow", "index_select", "gather", "scatter",
+        "scatter_add", "index_add", "sort", "argsort", "unbind", "unflatten")},
+    **{m: (0, 1) for m in ("transpose", "swapaxes", "swapdims", "movedim", "moveaxis", "flatten")},
+    **{m: (1,) for m in ("topk", "kthvalue", "chunk", "split", "tensor_split", "roll", "diff")},
+    "permute": "*",
+}
+# functions whose first argument is a list of tensors: the axis is at the same position in both forms
+_LIST_FUNCTIONS = {"cat": (1,), "concat": (1,), "concatenate": (1,), "stack": (1,), "hstack": (), "vstack": ()}
+# nn modules built with an axis: ``nn.Softmax(d)``
+_MODULE_AXES = {"Softmax": (0,), "LogSoftmax": (0,), "Softmin": (0,), "Flatten": (0, 1), "Unflatten": (0,),
+                "CosineSimilarity": (0,), "GLU": (0,)}
+_FUNCTION_RECEIVERS = {"torch", "F", "functional", "torch.nn.functional", "nn.functional", "torch.special",
+                       "special", "torch.linalg"}
+_MODULE_RECEIVERS = {"nn", "torch.nn"}
+_AXIS_NAMES = frozenset({"dim", "axis", "dims"})
+_MAX_SEQ = 4096  # longest tuple/list/str a pure expression may build
+_MAX_INT_BITS = 256
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+
+
+class _Impure(Exception):
+    """The expression is not a pure expression of numbers and earlier constants."""
+
+
+# --- parsing --------------------------------------------------------------------------------------
+def parse(source: ast.Module | os.PathLike | str) -> ast.Module:
+    """The module AST of ``source``: an ``ast.Module`` (returned as is), a path (``pathlib.Path`` or any
+    ``os.PathLike``, read as UTF-8) or source text (a ``str`` is always source text, never a path).
+    SyntaxError propagates."""
+    if isinstance(source, ast.Module):
+        return source
+    if isinstance(source, os.PathLike):
+        path = Path(source)
+        return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    if isinstance(source, str):
+        return ast.parse(source)
+    raise TypeError(f"expected an ast.Module, a path or source text, got {type(source).__name__}")
+
+
+# --- pure expressions -----------------------------------------------------------------------------
+def _check_size(value: Any) -> Any:
+    if isinstance(value, (tuple, list, str)) and len(value) > _MAX_SEQ:
+        raise _Impure
+    if isinstance(value, int) and value.bit_length() > _MAX_INT_BITS:
+        raise _Impure
+    return value
+
+
+def _eval(node: ast.AST, env: dict[str, Any]) -> Any:
+    """The value of a pure expression over ``env``; _Impure for anything else (calls, attributes, ...)."""
+    if isinstance(node, ast.Constant):
+        if isinstance(node.value, (int, float, complex, str, bool, type(None))):
+            return node.value
+        raise _Impure
+    if isinstance(node, ast.Name):
+        if node.id in env:
+            return env[node.id]
+        raise _Impure
+    if isinstance(node, (ast.Tuple, ast.List)):
+        items: list[Any] = []
+        for elt in node.elts:
+            if isinstance(elt, ast.Starred):
+                inner = _eval(elt.value, env)
+                if not isinstance(inner, (tuple, list)):
+                    raise _Impure
+                items.extend(inner)
+            else:
+                items.append(_eval(elt, env))
+        return _check_size(tuple(items) if isinstance(node, ast.Tuple) else items)
+    if isinstance(node, ast.Dict):
+        if any(k is None for k in node.keys):
+            raise _Impure
+        return {_eval(k, env): _eval(v, env) for k, v in zip(node.keys, node.values, strict=True)}
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        v = _eval(node.operand, env)
+        if not isinstance(v, (int, float, complex)):
+            raise _Impure
+        return -v if isinstance(node.op, ast.USub) else +v
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        a, b = _eval(node.left, env), _eval(node.right, env)
+        if isinstance(node.op, ast.Pow):
+            if not (isinstance(a, (int, float)) and isinstance(b, (int, float))) or abs(b) > 64:
+                raise _Impure
+            if isinstance(a, int) and abs(a) > 2 ** 32:
+                raise _Impure
+        if isinstance(node.op, ast.Mult) and (isinstance(a, (tuple, list, str)) or isinstance(b, (tuple, list, str))):
+            seq, n = (a, b) if isinstance(a, (tuple, list, str)) else (b, a)
+            if not isinstance(n, int) or len(seq) * max(n, 0) > _MAX_SEQ:
+                raise _Impure
+        try:
+            return _check_size(_BINOPS[type(node.op)](a, b))
+        except (TypeError, ZeroDivisionError, OverflowError, ValueError):
+            raise _Impure from None
+    if isinstance(node, ast.Subscript):
+        base = _eval(node.value, env)
+        if not isinstance(base, (tuple, list, str)):
+            raise _Impure
+        sl = node.slice
+        try:
+            if isinstance(sl, ast.Slice):
+                parts = [None if p is None else _eval(p, env) for p in (sl.lower, sl.upper, sl.step)]
+                return base[slice(*parts)]
+            return base[_eval(sl, env)]
+        except (TypeError, IndexError, ValueError):
+            raise _Impure from None
+    raise _Impure
+
+
+def _has_names(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Name) for n in ast.walk(node))
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_int_seq(v: Any) -> bool:
+    return isinstance(v, (tuple, list)) and len(v) > 0 and all(_is_int(x) for x in v)
+
+
+@dataclass
+class _Binding:
+    """The value a module-level constant ends with, and whether its last assignment names no other
+    constant (``literal``: ``input_shape = (8192 * 2,)``) or does (derived: ``bias_shape = (n,)``)."""
+
+    value: Any
+    literal: bool
+
+
+def _bound_names(stmt: ast.stmt) -> set[str]:
+    """Every name a statement binds at module level (imports, defs, nested assignments, loop targets)."""
+    names: set[str] = set()
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in stmt.names}
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def _assignments(stmt: ast.stmt) -> list[tuple[str, ast.AST]] | None:
+    """(name, value expression) pairs of a plain module-level assignment, None for any other statement.
+    ``a = b = 1`` gives both names; ``a, b = 1, 2`` pairs them up; ``x += 1`` becomes ``x = x + 1``."""
+    if isinstance(stmt, ast.Assign):
+        pairs: list[tuple[str, ast.AST]] = []
+        for target in stmt.targets:
+            if isinstance(target, ast.Name):
+                pairs.append((target.id, stmt.value))
+            elif (isinstance(target, (ast.Tuple, ast.List)) and isinstance(stmt.value, (ast.Tuple, ast.List))
+                  and all(isinstance(t, ast.Name) for t in target.elts)
+                  and not any(isinstance(v, ast.Starred) for v in stmt.value.elts)
+                  and len(target.elts) == len(stmt.value.elts)):
+                pairs += [(t.id, v) for t, v in zip(target.elts, stmt.value.elts, strict=True)]
+            else:
+                return None
+        return pairs
+    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+        return [(stmt.target.id, stmt.value)]
+    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+        return [(stmt.target.id, ast.BinOp(left=ast.Name(id=stmt.target.id, ctx=ast.Load()), op=stmt.op,
+                                          right=stmt.value))]
+    return None
+
+
+def _evaluate(tree: ast.Module, pins: dict[str, int] | None = None,
+              sizes: set[str] | None = None) -> dict[str, _Binding]:
+    """Every pure module-level constant with its final value, evaluated in source order.
+
+    ``pins`` (dim name -> int) replace, at each assignment, the value of an int size constant of that name
+    and element ``i`` of a literal size tuple ``T`` named ``T_i``; ``sizes`` are the names pins may touch
+    (the size constants), so an axis constant or a float of the same name is never pinned."""
+    pins = pins or {}
+    env: dict[str, Any] = {}
+    out: dict[str, _Binding] = {}
+    for stmt in tree.body:
+        pairs = _assignments(stmt)
+        if pairs is None:
+            for name in _bound_names(stmt):
+                env.pop(name, None)
+                out.pop(name, None)
+            continue
+        for name, expr in pairs:
+            try:
+                value = _eval(expr, env)
+            except _Impure:
+                env.pop(name, None)
+                out.pop(name, None)
+                continue
+            literal = not _has_names(expr)
+            if sizes is None or name in sizes:
+                if _is_int(value) and name in pins:
+                    value = pins[name]
+                elif _is_int_seq(value) and literal:
+                    new = [pins.get(f"{name}_{i}", v) for i, v in enumerate(value)]
+                    value = tuple(new) if isinstance(value, tuple) else new
+            env[name] = value
+            out[name] = _Binding(value, literal)
+    return out
+
+
+# --- axis arguments -------------------------------------------------------------------------------
+def _dotted(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return None if inner is None else f"{inner}.{node.attr}"
+    return None
+
+
+def _axis_args(call: ast.Call) -> list[ast.AST]:
+    """The expressions a call passes as axis arguments (by keyword or at an axis position), with tuples,
+    lists, unary minus and ``*args`` unwrapped to the single values."""
+    found: list[ast.AST] = [kw.value for kw in call.keywords if kw.arg in AXIS_KEYWORDS]
+    func = call.func
+    positions: tuple[int, ...] | str = ()
+    if isinstance(func, ast.Attribute):
+        receiver = _dotted(func.value)
+        name = func.attr
+        if receiver in _MODULE_RECEIVERS and name in _MODULE_AXES:
+            positions = _MODULE_AXES[name]
+        elif receiver in _FUNCTION_RECEIVERS and name in _LIST_FUNCTIONS:
+            positions = _LIST_FUNCTIONS[name]
+        elif receiver in _FUNCTION_RECEIVERS and name in _METHOD_AXES:
+            spec = _METHOD_AXES[name]
+            positions = (1,) if spec == "*" else tuple(p + 1 for p in spec)
+        elif name in _METHOD_AXES:
+            spec = _METHOD_AXES[name]
+            positions = tuple(range(len(call.args))) if spec == "*" else spec
+    elif isinstance(func, ast.Name) and func.id in _MODULE_AXES:  # from torch.nn import Softmax
+        positions = _MODULE_AXES[func.id]
+    found += [call.args[p] for p in positions if p < len(call.args)]
+    values: list[ast.AST] = []
+    stack = list(found)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Tuple, ast.List)):
+            stack.extend(node.elts)
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            stack.append(node.operand)
+        elif isinstance(node, ast.Starred):
+            stack.append(node.value)
+        else:
+            values.append(node)
+    return values
+
+
+def _local_names(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
+    """Parameters and names assigned inside a function (they hide module constants of the same name)."""
+    a = fn.args
+    names = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs}
+    names |= {x.arg for x in (a.vararg, a.kwarg) if x is not None}
+    declared_global: set[str] = set()
+    body = fn.body if isinstance(fn.body, list) else [fn.body]
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.Global):
+                declared_global.update(node.names)
+    return names - declared_global
+
+
+class _Scan(ast.NodeVisitor):
+    """One walk of the file: every axis-position value and every read of a name, each with the names
+    local to the enclosing functions and the class and function it sits in."""
+
+    def __init__(self) -> None:
+        self.axis_values: list[tuple[ast.AST, frozenset[str], str | None, str | None]] = []
+        self.reads: list[tuple[str, frozenset[str]]] = []
+        self._locals: list[set[str]] = []
+        self._cls: list[str] = []
+        self._fn: list[str] = []
+
+    def _shadow(self) -> frozenset[str]:
+        return frozenset().union(*self._locals) if self._locals else frozenset()
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self._cls.append(node.name)
+        self.generic_visit(node)
+        self._cls.pop()
+
+    def _visit_fn(self, node: Any) -> None:
+        for d in getattr(node, "decorator_list", []):
+            self.visit(d)
+        for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
+            self.visit(default)
+        self._locals.append(_local_names(node))
+        self._fn.append(getattr(node, "name", "<lambda>"))
+        for stmt in node.body if isinstance(node.body, list) else [node.body]:
+            self.visit(stmt)
+        self._fn.pop()
+        self._locals.pop()
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _visit_fn
+
+    def visit_Call(self, node: ast.Call) -> None:
+        cls = self._cls[-1] if self._cls else None
+        fn = self._fn[-1] if self._fn else None
+        for value in _axis_args(node):
+            self.axis_values.append((value, self._shadow(), cls, fn))
+        self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, ast.Load):
+            self.reads.append((node.id, self._shadow()))
+
+
+def _module_function(tree: ast.Module, name: str) -> ast.FunctionDef | None:
+    found = None
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            found = node
+    return found
+
+
+def _returned_names(fn: ast.FunctionDef | None) -> dict[int, str]:
+    """position -> name of each bare name in the list or tuple a function returns (its last return)."""
+    if fn is None:
+        return {}
+    returns = [n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None]
+    if not returns or not isinstance(returns[-1].value, (ast.List, ast.Tuple)):
+        return {}
+    out: dict[int, str] = {}
+    for i, elt in enumerate(returns[-1].value.elts):
+        if isinstance(elt, ast.Starred):
+            break  # positions after a *spread are unknown
+        if isinstance(elt, ast.Name):
+            out[i] = elt.id
+    return out
+
+
+def _axis_params(cls: ast.ClassDef, method: str, scan: _Scan) -> set[int]:
+    """Positions (after self) of the parameters of ``cls.method`` that the class uses as axes: the
+    parameter itself in an axis position inside the method, or ``self.<attr>`` anywhere in the class
+    after ``self.<attr> = <param>`` in the method."""
+    fn = next((n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == method),
+              None)
+    if fn is None:
+        return set()
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args][1:]
+    attrs: dict[str, str] = {}  # attribute -> parameter
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in params:
+            for t in node.targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    attrs[t.attr] = node.value.id
+    used: set[str] = set()
+    for value, _shadow, owner, fn_name in scan.axis_values:
+        if owner != cls.name:
+            continue
+        if isinstance(value, ast.Name) and fn_name == method and value.id in params:
+            used.add(value.id)
+        elif (isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id == "self"
+              and value.attr in attrs):
+            used.add(attrs[value.attr])
+    return {i for i, p in enumerate(params) if p in used}
+
+
+def _axes(tree: ast.Module, consts: dict[str, _Binding]) -> set[str]:
+    scan = _Scan()
+    scan.visit(tree)
+    axes: set[str] = set()
+    # 1. a module constant written in an axis position (and not hidden by a local of the same name)
+    for value, shadow, _cls, _fn in scan.axis_values:
+        if isinstance(value, ast.Name) and value.id in consts and value.id not in shadow:
+            axes.add(value.id)
+    # 2. a constant handed to Model's constructor (or forward) at the position of a parameter used as an axis
+    model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
+    if model is not None:
+        for getter, method in (("get_init_inputs", "__init__"), ("get_inputs", "forward")):
+            positions = _axis_params(model, method, scan)
+            for i, name in _returned_names(_module_function(tree, getter)).items():
+                if i in positions and name in consts:
+                    axes.add(name)
+    # 3. a constant named dim/axis/dims that nothing reads
+    read = {name for name, shadow in scan.reads if name not in shadow}
+    axes |= {name for name in consts if name in _AXIS_NAMES and name not in read}
+    return {a for a in axes if _is_int(consts[a].value) or _is_int_seq(consts[a].value)}
+
+
+# --- the public rules -----------------------------------------------------------------------------
+def constants(source: ast.Module | os.PathLike | str) -> dict[str, Any]:
+    """Every module-level constant whose value is a pure expression (see the module docstring), with its
+    final value, in source order: sizes, axes, floats (``atol = 1e-4``), strings, tuples."""
+    return {name: b.value for name, b in _evaluate(parse(source)).items()}
+
+
+def axis_constants(source: ast.Module | os.PathLike | str) -> set[str]:
+    """Names of the module-level int (or int-tuple) constants that are axis arguments, not sizes (see the
+    module docstring for the three rules).  They are never dims: a shape may not change them, and their
+    value may be 0 or negative."""
+    tree = parse(source)
+    return _axes(tree, _evaluate(tree))
+
+
+def _sizes(tree: ast.Module) -> tuple[dict[str, int | tuple], set[str]]:
+    consts = _evaluate(tree)
+    axes = _axes(tree, consts)
+    sizes: dict[str, int | tuple] = {}
+    for name, b in consts.items():
+        if name in axes:
+            continue
+        if _is_int(b.value):
+            sizes[name] = b.value
+        elif _is_int_seq(b.value) and b.literal:
+            sizes[name] = tuple(b.value)
+    return sizes, axes
+
+
+def size_constants(source: ast.Module | os.PathLike | str) -> dict[str, int | tuple]:
+    """The module-level constants a run may vary, with the file's values, in source order: every int
+    constant that is not an axis (literal or derived, any sign), and every tuple or list of ints written
+    with numbers only (as a tuple).  Floats, bools, strings and tuples that name other constants are not
+    sizes.  ``source``: an ``ast.Module``, a path, or source text (see ``parse``)."""
+    return _sizes(parse(source))[0]
+
+
+def flatten_dims(consts: dict[str, int | tuple]) -> dict[str, int]:
+    """Dim name -> value: an int constant keeps its name; element ``i`` of a tuple ``T`` is ``T_i``
+    (``{"input_shape": (32768,)}`` -> ``{"input_shape_0": 32768}``).  UsageError when an element name is
+    also the name of a constant."""
+    out: dict[str, int] = {}
+    for name, value in consts.items():
+        if isinstance(value, (tuple, list)):
+            for i, v in enumerate(value):
+                key = f"{name}_{i}"
+                if key in consts:
+                    raise UsageError(f"ref.py: the constant {key} has the name of element {i} of {name} = "
+                                     f"{tuple(value)!r}, so neither can be named as a dim; rename one")
+                out[key] = int(v)
+        else:
+            out[name] = int(value)
+    return out
+
+
+def check_changes(source: ast.Module | os.PathLike | str, changes: dict[str, int], what: str = "--dims") -> None:
+    """UsageError (one line) unless every name in ``changes`` is a dim of the file: an axis constant, a
+    tuple named whole, an element of a derived tuple and unknown names are each refused with the reason."""
+    tree = parse(source)
+    sizes, axes = _sizes(tree)
+    names = flatten_dims(sizes)
+    consts = _evaluate(tree)
+    for key in changes:
+        if key in names:
+            continue
+        if key in axes:
+            raise UsageError(f"{what}: {key} = {consts[key].value!r} in ref.py is an axis argument (a dim=/axis= "
+                             "value), not a size: a shape cannot change it")
+        if key in sizes:
+            elems = ", ".join(f"{key}_{i}" for i in range(len(sizes[key])))  # type: ignore[arg-type]
+            raise UsageError(f"{what}: {key} = {sizes[key]!r} is a tuple constant: name its elements ({elems})")
+        if key in consts and _is_int_seq(consts[key].value):
+            raise UsageError(f"{what}: {key} = {tuple(consts[key].value)!r} is derived from other constants and "
+                             "follows them: change those instead")
+        base, _, index = key.rpartition("_")
+        if base in consts and index.isdigit() and _is_int_seq(consts[base].value) and base not in sizes:
+            raise UsageError(f"{what}: {key}: {base} is derived from other constants and follows them: change "
+                             "those instead")
+        raise UsageError(f"{what}: {key} names no module-level integer constant (or tuple element) of the "
+                         f"KernelBench file (its dims: {', '.join(names) or 'none'}; element i of a tuple "
+                         "constant T is T_i)")
+
+
+def shape_dims(source: ast.Module | os.PathLike | str, changes: dict[str, int] | None = None) -> dict[str, int]:
+    """The complete flat dims of one shape: the file evaluated again with ``changes`` pinned, so names not
+    in ``changes`` keep the file's values and derived constants follow; positive values only, plus every
+    name in ``changes``.  Validates ``changes`` first (``check_changes``)."""
+    tree = parse(source)
+    changes = dict(changes or {})
+    check_changes(tree, changes)
+    sizes, axes = _sizes(tree)
+    consts = _evaluate(tree, changes, set(sizes))
+    now = {k: (tuple(b.value) if isinstance(b.value, list) else b.value) for k, b in consts.items() if k in sizes}
+    flat = flatten_dims(now)
+    return {k: v for k, v in flat.items() if v > 0 or k in changes}
+
+
+def apply_dims(module: Any, dims: dict[str, int], source_text: str | None = None) -> dict[str, Any]:
+    """Set one shape's dims on an imported KernelBench module; the child process calls this before
+    ``get_init_inputs()`` / ``get_inputs()``.
+
+    ``dims``: a dims dict as run.json stores it (the run's dims or one of its extra shapes), or any subset.
+    ``source_text``: the file's source (default ``inspect.getsource(module)``).
+
+    The source is evaluated again in order with ``dims`` pinned: each int constant named in ``dims`` takes
+    that value, each literal size tuple ``T`` is rebuilt from its ``T_i`` elements (elements not named keep
+    the file's values), and every other pure constant takes the value the file gives it from there, so a
+    derived constant (``bias_shape = (out_features,)``, ``scale = 1.0 / dim``) follows the new values and a
+    constant a previous call changed returns to the file's value.  Axis constants, and names the source
+    does not bind purely (imports, calls, functions), are left alone.  Only attributes whose value differs
+    are set; returns {name: new value} of those.  UsageError when ``dims`` names something that is not a
+    dim of the file (``check_changes``).  Imports nothing (not torch), so it runs on any object with
+    attributes."""
+    text = inspect.getsource(module) if source_text is None else source_text
+    tree = parse(text)
+    sizes, axes = _sizes(tree)
+    file_values = _evaluate(tree)
+    # a run.json written before axes were told from sizes may hold an axis at the file's own value: ignored
+    dims = {str(k): int(v) for k, v in dict(dims).items()
+            if not (k in axes and file_values[k].value == v)}
+    check_changes(tree, dims, "dims")
+    changed: dict[str, Any] = {}
+    for name, b in _evaluate(tree, dims, set(sizes)).items():
+        if name in axes:
+            continue
+        missing = object()
+        current = getattr(module, name, missing)
+        if current is missing or type(current) is not type(b.value) or current != b.value:
+            setattr(module, name, b.value)
+            changed[name] = b.value
+    return changed

@@ -1,0 +1,19 @@
+"""Measuring a kernel across a trust boundary.
+
+Every piece of user code runs in a child process.  Two kinds of process take part:
+
+- the **judge** (``judge``; trusted: it imports ref.py, never the kernel file) draws the inputs and the
+  model parameters from the run's seed, allocates every output buffer, computes the reference, decides
+  which calls are verified and verifies them in its own buffers;
+- the **worker** (``worker``; untrusted: it imports the kernel) maps the judge's buffers, calls the
+  kernel when told and says "done".  It decides nothing: it cannot tell a correctness call from a timed
+  or a profiled one, and it never learns which calls are verified.
+
+``protocol`` is what passes between them (JSON messages over a Unix socket, tensors by CUDA IPC or
+shared files); ``problem`` builds the judge's data from ref.py; ``session`` is the CLI's side: it starts
+the judge, waits for it with the run's timeout and ends every process the step started.
+
+Imports: ``worker`` imports ``protocol`` and the loader/build/timing support modules, never ``judge``,
+``problem`` or ``compare``; ``judge`` imports ``protocol`` and ``problem``; ``session`` imports neither
+(the CLI process never imports torch).
+"""

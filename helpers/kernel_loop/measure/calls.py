@@ -1,0 +1,272 @@
+"""One worker bound to one shape's shared buffers, and the calls the judge makes on it.
+
+``Shared`` holds the judge's buffers (one per tensor argument, returned output and model parameter);
+``Session`` puts a data set in them before every call, poisons every output, asks for the call, screens
+every call for poison left behind and verifies the calls the judge chose (``Session.loop``: the first,
+the last and at least MIN_CHECKS more, chosen at random beforehand).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from ..common import UsageError
+from ..compare import changed_input_row, compare_outputs, first_failure
+from ..tensors import FLOAT_SENTINEL, fingerprint, poison_tensor
+from . import protocol
+from .launch import KernelFailed, WorkerProc
+from .problem import DataSet, Problem
+
+MIN_CHECKS = 3                  # verified timed calls per loop, besides the first and the last
+FRESH_DRAW_BUDGET_S = 20.0      # a fresh data set for every call while drawing them all costs no more
+
+
+# --- the buffers a worker sees -------------------------------------------------------------------
+class Shared:
+    """The judge's buffers for one shape: one per tensor argument, one per returned output, one per model
+    parameter.  The worker maps them; the judge fills, poisons and reads them."""
+
+    def __init__(self, problem: Problem, ds: DataSet, folder: Path, tag: str, use_file: bool):
+        self.bufs: dict[str, Any] = {}
+        self.names: dict[str, str] = {}
+        self.problem = problem
+        for n, t in ds.tensors().items():
+            self._add(f"a{len(self.bufs)}-{tag}", n, t, folder, use_file)
+        for n, e in ds.expected.items():
+            if n in ds.in_place:
+                continue
+            self._add(f"r{len(self.bufs)}-{tag}", n, e, folder, use_file)
+        for n, t in problem.state().items():
+            buf = self._add(f"p{len(self.bufs)}-{tag}", f"param:{n}", t, folder, use_file)
+            buf.copy_(t)
+        self.descriptors = [protocol.share(t, folder, b) for b, t in self.bufs.items()]
+        self.current: int | None = None
+
+    def _add(self, buf: str, name: str, like, folder: Path, use_file: bool):
+        t = protocol.alloc_shared(like, folder, buf, use_file)
+        self.bufs[buf] = t
+        self.names[name] = buf
+        return t
+
+    def load(self, ds: DataSet) -> None:
+        for n, t in ds.tensors().items():
+            dst = self.bufs[self.names[n]]
+            if tuple(dst.shape) != tuple(t.shape) or dst.dtype != t.dtype:
+                raise UsageError(f"setup() gave input '{n}' shape {list(t.shape)} {t.dtype} for seed {ds.seed}, "
+                                 f"but {list(dst.shape)} {dst.dtype} for the first seed: inputs must keep their "
+                                 "shapes across seeds")
+            dst.copy_(t)
+
+    def outputs(self, ds: DataSet) -> list[Any]:
+        return [self.bufs[self.names[n]] for n in ds.expected]
+
+    def poison(self, ds: DataSet, variant: int) -> None:
+        for t in self.outputs(ds):
+            poison_tensor(t, variant)
+
+    def got(self, ds: DataSet, report: dict[str, Any]) -> tuple[dict[str, Any], list[dict]]:
+        """What the kernel produced, read from the judge's own buffers, and rows for what it could not."""
+        got: dict[str, Any] = {}
+        rows = []
+        for name, exp in ds.expected.items():
+            meta = report.get(name) or {}
+            if meta.get("returned") and "value" in meta:
+                got[name] = meta["value"]
+            elif meta.get("returned") and not meta.get("stored"):
+                rows.append(bad_row(name, exp, f"output '{name}' is a tensor of shape {meta.get('shape')} "
+                                     f"{meta.get('dtype')}; the reference's is {list(exp.shape)} "
+                                     f"{str(exp.dtype).replace('torch.', '')}"))
+            elif meta.get("returned") or name in ds.in_place:
+                got[name] = self.bufs[self.names[name]]
+        return got, rows
+
+
+def bad_row(name: str, exp, note: str) -> dict[str, Any]:
+    return {"name": name, "passed": False, "note": note, "mismatches": exp.numel(), "numel": exp.numel(),
+            "dtype": str(exp.dtype).replace("torch.", ""), "shape": list(exp.shape), "max_abs_err": None,
+            "max_rel_err": None, "rel_l2_err": None, "first_bad": None, "nonfinite_unexpected": 0,
+            "tolerance": {"atol": None, "rtol": None, "rel_l2": None, "source": "-"}}
+
+
+def count_poison(torch, t, variant: int) -> int:
+    flat = t.detach().reshape(-1)
+    n = 0
+    for s in range(0, flat.numel(), 1 << 25):
+        c = flat[s:s + (1 << 25)]
+        if variant % 2 == 0:
+            n += int(torch.isnan(c).sum())
+        else:
+            n += int((c == max(FLOAT_SENTINEL, -torch.finfo(t.dtype).max if t.dtype.is_floating_point
+                               else FLOAT_SENTINEL)).sum())
+    return n
+
+
+def changed_input(name: str, t) -> dict[str, Any]:
+
+    return changed_input_row(name, t)
+
+
+def verify(shared: Shared, ds: DataSet, report: dict[str, Any], tolerance: Any, ref: Any
+           ) -> tuple[list[dict], list[str]]:
+    """Rows for every output and every input: the outputs against the reference, in the judge's
+    buffers; the inputs as drawn; no output expanded or a view of an input unless the reference's is."""
+    got, rows = shared.got(ds, report)
+    bad = {r["name"] for r in rows}
+    expected = {n: e for n, e in ds.expected.items() if n not in bad}
+    more, warns = compare_outputs(got, expected, tolerance, ref) if expected else ([], [])
+    rows += more
+    for row in rows:
+        meta, props = report.get(row["name"]) or {}, ds.ref_props.get(row["name"]) or {}
+        if not row["passed"]:
+            continue
+        if meta.get("expanded") and not props.get("expanded"):
+            row.update(passed=False, note=f"output '{row['name']}' is an expanded tensor (a stride of 0): the "
+                       "reference's is not, so the kernel did not write every element")
+        elif meta.get("views") and not props.get("views"):
+            arg = next((a for a, b in shared.names.items() if b == meta["views"]), meta["views"])
+            row.update(passed=False, note=f"output '{row['name']}' shares memory with the input '{arg}' (a "
+                       "view of it): the kernel must write its own result")
+    for n in ds.input_names():
+        t = shared.bufs[shared.names[n]]
+        if fingerprint(t) != ds.fingerprints[n]:
+            rows.append(changed_input(n, t))
+    return rows, warns
+
+def screen(shared: Shared, ds: DataSet, variant: int) -> str | None:
+    """The cheap check of every call: no poison left in an output where the reference has none."""
+    import torch
+
+    for name, t in zip(ds.expected, shared.outputs(ds), strict=True):
+        if not (t.dtype.is_floating_point or t.dtype.is_complex) or t.numel() == 0:
+            continue
+        if ds.ref_props.get(name, {}).get("has_poison") is None:
+            exp = ds.expected[name]
+            ds.ref_props.setdefault(name, {})["has_poison"] = bool(count_poison(torch, exp, 0)
+                                                                  or count_poison(torch, exp, 1))
+        if ds.ref_props[name]["has_poison"]:
+            continue
+        left = count_poison(torch, t, variant)
+        if left:
+            return (f"output '{name}': {left} of {t.numel()} elements still hold the poison written before "
+                    "the call (the kernel skipped this call, or part of it)")
+    return None
+
+
+# --- a loop of calls on one worker -----------------------------------------------------------------
+class Session:
+    """One worker bound to one shape's shared buffers, and the data sets the judge puts in them."""
+
+    def __init__(self, judge: Any, worker: WorkerProc, problem: Problem, kernels: dict[str, tuple[Path, str]],
+                 first: DataSet, tag: str, *, baseline: dict[str, dict] | None = None):
+        self.judge, self.worker, self.problem = judge, worker, problem
+        self.first = first
+        self.shared = Shared(problem, first, judge.folder, tag, judge.use_file)
+        self.variant = 1  # the first call gets variant 0 (NaN), then they alternate
+        self.calls = 0
+        self.builds: dict[str, Any] = {}
+        calls = {}
+        for kid, (_path, kind) in kernels.items():
+            extra = (baseline or {}).get(kid) or {}
+            calls[kid] = problem.call_plan(first, kind, self.shared.names, **extra)
+        self.reply = worker.request({"op": "bind", "buffers": self.shared.descriptors, "calls": calls})
+        self.sets: list[DataSet] = [first]
+        self.fresh = False
+        self.draw_s = 0.0
+
+    def prepare_sets(self, calls: int, seed: int) -> None:
+        """Fresh data for every call when drawing is cheap enough, else a second set with other values."""
+        t0 = time.monotonic()
+        second = self.problem.draw(seed)
+        self.draw_s = time.monotonic() - t0
+        self.sets = [self.first, second]
+        self.fresh = self.draw_s * calls <= FRESH_DRAW_BUDGET_S
+
+    def pick(self, checked: bool) -> DataSet:
+        """The data of the next call: a fresh draw (with its reference when the call is verified), or one of
+        the two sets at random."""
+        if self.fresh:
+            return self.problem.draw(self.judge.rng.randrange(1 << 30), reference=checked)
+        return self.sets[self.judge.rng.randrange(len(self.sets))]
+
+    def call(self, kid: str, ds: DataSet, *, checked: bool, nvtx: bool = False) -> dict[str, Any]:
+        """One call on ``ds``: {"reply", "failure": None or text, "rows", "warnings"}.  The inputs are
+        written into the shared buffers before every call (the worker hands back what the call left in
+        them), and every output is poisoned."""
+        sh = self.shared
+        sh.load(ds)
+        self.variant ^= 1
+        sh.poison(self.first, self.variant)
+        self.judge.sync()
+        self.calls += 1
+        try:
+            reply = self.worker.request({"op": "call", "k": kid, "nvtx": nvtx})
+        except KernelFailed as exc:
+            return {"reply": None, "failure": f"the kernel raised: {exc}", "rows": [], "warnings": [],
+                    "raised": str(exc)}
+        if reply.get("build"):
+            self.builds[kid] = reply["build"]
+        out: dict[str, Any] = {"reply": reply, "failure": None, "rows": [], "warnings": []}
+        why = screen(sh, self.first, self.variant)
+        if checked:
+            rows, warns = verify(sh, ds, reply.get("returned") or {}, self.judge.tolerance, self.judge.ref)
+            out.update(rows=rows, warnings=warns)
+            why = first_failure(rows) or why
+        out["failure"] = why
+        return out
+
+    def loop(self, kid: str, warmup: int, trials: int, *, label: str) -> dict[str, Any]:
+        """``warmup`` then ``trials`` calls; verified: the first, the last and at least MIN_CHECKS chosen at
+        random beforehand.  Returns the trial samples, the host dispatch and the first failure."""
+        total = warmup + trials
+        k = min(trials, max(MIN_CHECKS, math.ceil(trials / 20)))
+        checked = {0, total - 1} | set(self.judge.rng.sample(range(warmup, total), k))
+        samples, host, delays, peak = [], [], [], 0
+        verified = 0
+        for i in range(total):
+            ds = self.pick(i in checked)
+            r = self.call(kid, ds, checked=i in checked)
+            if r["failure"]:
+                phase = "warmup" if i < warmup else "timed"
+                return {"failure": f"{label}: call {i + 1} of {total} ({phase}) is wrong: {r['failure']}",
+                        "rows": r["rows"], "call": i, "raised": r.get("raised")}
+            verified += i in checked
+            rep = r["reply"]
+            (host if i < warmup else samples).append(rep["us"] if i >= warmup else rep["host_us"])
+            if i >= warmup:
+                delays.append(rep["delay_us"])
+            peak = max(peak, rep.get("peak_mem_bytes") or 0)
+        host_us = sorted(host)[len(host) // 2] if host else 0.0
+        return {"failure": None, "samples_us": samples, "host_overhead_us": host_us,
+                "device_delay_us": sorted(delays)[len(delays) // 2] if delays else 0.0, "verified": verified,
+                "calls": total, "fresh_inputs": self.fresh, "peak_mem_bytes": peak or None}
+
+
+def timing_block(loop: dict[str, Any], warmup: int, trials: int, device: str) -> dict[str, Any]:
+    from ..timing import flush_bytes_for, summarize
+
+    cuda = device.startswith("cuda")
+    return {"method": "cuda_event" if cuda else "host_time", "warmup": warmup, "trials": trials, "l2_flush": cuda,
+            "flush_bytes": flush_bytes_for(device) if cuda else 0, "host_overhead_us": loop["host_overhead_us"],
+            "device_delay_us": loop["device_delay_us"], "samples_us": loop["samples_us"],
+            "verified_calls": loop["verified"], "input_sets": "fresh per call" if loop["fresh_inputs"] else
+            "two, chosen at random per call", **summarize(loop["samples_us"])}
+
+
+def ab_loop(sess: Session, a: str, b: str, warmup: int, trials: int) -> dict[str, Any]:
+    """A and B alternating (A B, B A, A B, ...) on the same data, with calls verified at random."""
+    order = [(a, b) if t % 2 == 0 else (b, a) for t in range(warmup + trials)]
+    plan = [(t, kid) for t, pair in enumerate(order) for kid in pair]
+    checked = set(sess.judge.rng.sample(range(len(plan)), min(len(plan), 2 * MIN_CHECKS))) | {len(plan) - 1}
+    samples: dict[str, list[float]] = {a: [], b: []}
+    host: dict[str, list[float]] = {a: [], b: []}
+    for i, (t, kid) in enumerate(plan):
+        ds = sess.pick(i in checked)
+        r = sess.call(kid, ds, checked=i in checked)
+        if r["failure"]:
+            return {"failure": f"A/B {a} -> {b}: {kid} is wrong on call {i + 1}: {r['failure']}"}
+        (samples if t >= warmup else host)[kid].append(r["reply"]["us"] if t >= warmup else r["reply"]["host_us"])
+    med = [sorted(host[k])[len(host[k]) // 2] if host[k] else 0.0 for k in (a, b)]
+    return {"a": samples[a], "b": samples[b], "host": med}

@@ -1,0 +1,482 @@
+"""The judge: the trusted side of a measurement.  It never imports the kernel file.
+
+``python -m kernel_loop.measure.judge SPEC.json`` (started by ``session``) reads the step's spec, imports
+ref.py, draws every input and the model parameters from the run's seed (``problem``), allocates every
+buffer the kernel reads or writes, and starts the workers that call the kernel (``worker``) over a socket.
+For every call, warmup, timed or profiled alike, the judge
+
+1. puts a data set into the shared input buffers: a fresh draw for every call when drawing is cheap,
+   else one of two sets with different values, chosen at random (so a result remembered by the inputs'
+   identity, or by their content, is wrong on some call);
+2. poisons every output buffer (NaN and a finite sentinel, alternating);
+3. asks for the call; the worker replies with its event time;
+4. screens the outputs for poison left behind, and on the calls it chose in secret beforehand (at least
+   3 of every timed loop, the first and the last, and every call under ncu) verifies them fully against
+   the reference, checks the inputs are as drawn, and refuses outputs that are expanded or views of an
+   input where the reference's are not.
+
+Modes (``spec["mode"]``): ``correctness`` (every shape and trial), ``profile`` (the timing loop, then the
+run under ncu, both verified), ``benchmark`` (every version's timing loop and the A/B transitions in one
+worker, then the baselines in a worker that imports no kernel).  The result is written to
+``spec["result_path"]``: ``error`` is None on success, else the failure as text (``usage`` true for bad
+input).  The judge is the subreaper of its workers: a process a kernel starts is ended with its worker,
+before anything else is timed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import proctree
+from ..common import MeasuredFailure, UsageError, progress, write_json
+from ..compare import applied_tolerances
+from ..config import RunConfig
+from ..tensors import fingerprint, is_tensor
+from . import protocol
+from .calls import Session, ab_loop, bad_row, timing_block
+from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
+from .problem import DataSet, Problem, accepts_baseline, import_ref, kernel_kind
+
+FRESH_SEED_OFFSET = 7_777_777   # the seed of the check after timing: never one a correctness trial used
+ISOLATION_WHY = ("the worker runs as the user with no user-namespace sandbox: it can read the user's files, the "
+                 "record key among them; see references/artifacts.md, 'what remains open'")
+
+
+def derive_seed(run_seed: int, shape_index: int, trial: int) -> int:
+    """The seed of one correctness trial: distinct per shape and trial, fixed by the run seed."""
+    return run_seed * 1000 + trial + 100_003 * shape_index
+
+
+# --- the judge ---------------------------------------------------------------------------------
+class Judge:
+    def __init__(self, spec: dict[str, Any], started: Started):
+        import torch
+
+        self.torch = torch
+        self.spec = spec
+        self.cfg = RunConfig.from_json(spec["cfg"])
+        self.device = spec["device"]
+        self.run_root = Path(spec["run_root"])
+        self.deadline = started.deadline
+        self.rng = random.SystemRandom()
+        self._tmp = started.tmp
+        self.folder = started.folder
+        self.workers: list[WorkerProc] = list(started.workers.values())
+        self._early = dict(started.workers)
+        self.use_file = os.environ.get(protocol.TRANSPORT_ENV) == "file" or not self.device.startswith("cuda")
+        if self.device.startswith("cuda"):
+            if not torch.cuda.is_available():
+                raise UsageError(f"no CUDA GPU visible: torch.cuda.is_available() is False (torch "
+                                 f"{torch.__version__}, CUDA build {torch.version.cuda}); this step needs a GPU "
+                                 "(init --device cpu is the test mode for .py kernels)")
+            index = torch.device(self.device).index or 0
+            if index >= torch.cuda.device_count():
+                raise UsageError(f"run.json gpu {index} does not exist: {torch.cuda.device_count()} GPU(s) visible")
+            torch.cuda.set_device(torch.device(self.device))
+        self.ref = import_ref(self.run_root)
+        self.tolerance = spec.get("tolerance", self.cfg.tolerance)
+        self._problems: dict[tuple, Problem] = {}
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.kill()
+        proctree.end_descendants()
+        self._tmp.cleanup()
+
+    def problem(self, dims: dict, kernel: Path) -> Problem:
+        kind = kernel_kind(kernel, self.ref)
+        key = (json.dumps(dims, sort_keys=True), kind, str(kernel) if kind == "cu" else "")
+        if key not in self._problems:
+            text = Path(kernel).read_text(encoding="utf-8", errors="replace") if kind == "cu" else None
+            self._problems[key] = Problem(self.cfg, self.ref, dims, self.device, kind, text)
+        return self._problems[key]
+
+    def start_worker(self, name: str, *, prefix: list[str] | None = None, env: dict | None = None) -> WorkerProc:
+        if name in self._early:  # started before the judge imported torch: their imports overlapped
+            return self._early.pop(name)
+        w = start(self.folder, name, self.spec, deadline=self.deadline, prefix=prefix, env=env)
+        self.workers.append(w)
+        return w
+
+    def end_worker(self, w: WorkerProc) -> None:
+        """End a worker and everything it started, before anything else is measured."""
+        w.close()
+        if w in self.workers:
+            self.workers.remove(w)
+        # what it started ends with it; the workers still wanted (the ncu run waiting its turn) are spared
+        proctree.end_descendants(spare=tuple(x.proc.pid for x in self.workers if x.proc.poll() is None))
+
+    def own_pids(self) -> set[int]:
+        return {os.getpid(), *[w.proc.pid for w in self.workers], *proctree.descendants()}
+
+    def check_gpu_is_ours(self, what: str) -> dict[str, Any]:
+        """Refuse to time while another process computes on the GPU; says whether NVML could tell."""
+        from .. import gpustate
+
+        if not self.device.startswith("cuda"):
+            return {"checked": False, "why": "cpu test mode"}
+        index = self.torch.device(self.device).index or 0
+        procs = gpustate.compute_processes(index, self._uuid())
+        if procs is None:
+            return {"checked": False, "why": "NVML (nvidia-ml-py) is not available"}
+        foreign = gpustate.foreign_processes(procs, self.own_pids())
+        if foreign:
+            p = foreign[0]
+            raise UsageError(f"another process computes on the GPU (pid {p['pid']}: {p['name']}); {what} would "
+                             "time it too: end it and run the step again")
+        return {"checked": True, "processes": len(procs)}
+
+    def _uuid(self) -> str | None:
+        props = self.torch.cuda.get_device_properties(self.torch.device(self.device))
+        return str(getattr(props, "uuid", "") or "") or None
+
+    def sync(self) -> None:
+        if self.device.startswith("cuda"):
+            self.torch.cuda.synchronize(self.device)
+
+    def gpu_info(self) -> dict[str, Any] | None:
+        if not self.device.startswith("cuda"):
+            return None
+        props = self.torch.cuda.get_device_properties(self.torch.device(self.device))
+        return {"name": props.name, "cc": f"{props.major}.{props.minor}", "sm_count": props.multi_processor_count}
+
+
+# --- modes -------------------------------------------------------------------------------------
+def _kernel_entry(judge: Judge, path: Path) -> tuple[Path, str]:
+    if judge.device == "cpu" and path.suffix == ".cu":
+        raise UsageError(f"{path.name} is CUDA C++: the cpu test mode (KERNEL_LOOP_DEVICE=cpu) runs .py kernels only")
+    return path, kernel_kind(path, judge.ref)
+
+
+def _memory(ds: DataSet, peak: int | None) -> dict[str, Any]:
+    def nbytes(ts) -> int:
+        return sum(v.numel() * v.element_size() for v in ts if is_tensor(v))
+
+    return {"inputs_bytes": nbytes(ds.args[n] for n in ds.input_names()),
+            "outputs_bytes": nbytes(ds.expected.values()), "peak_mem_bytes": peak}
+
+
+def correctness(judge: Judge) -> dict[str, Any]:
+    """Every shape x trial: fresh seeded inputs, one call, every output and input verified."""
+    spec = judge.spec
+    kernel = Path(spec["kernel"])
+    path, kind = _kernel_entry(judge, kernel)
+    shapes: list[dict] = []
+    gpu = judge.gpu_info()
+    result: dict[str, Any] = {"device": judge.device, "shapes": shapes, "warnings": [], "error": None, "build": None,
+                              "gpu_name": gpu["name"] if gpu else None}
+    worker = judge.start_worker("kernel")
+    try:  # the worker leaves in order (a wrapper such as compute-sanitizer writes its summary at its exit)
+        _correctness(judge, worker, path, kind, result)
+    finally:
+        judge.end_worker(worker)
+    return result
+
+
+def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, Any]) -> None:
+    spec, cfg = judge.spec, judge.cfg
+    kernel = Path(spec["kernel"])
+    shapes = result["shapes"]
+    worker.hello(cfg.impl)
+    imp = import_kernel(worker, "k", path, kind, cfg)
+    result["build"] = imp.get("build")
+    for si, dims in enumerate(spec["shapes"]):
+        prob = judge.problem(dims, kernel)
+        trials: list[dict] = []
+        shapes.append({"dims": dims, "trials": trials})
+        sess = None
+        for t in range(int(spec["trials"])):
+            seed = derive_seed(cfg.seed, si, t)
+            ds = prob.draw(seed)
+            if sess is None:
+                sess = Session(judge, worker, prob, {"k": (path, kind)}, ds, f"s{si}")
+            r = sess.call("k", ds, checked=True)
+            if r.get("raised"):
+                result["error"] = r["raised"]
+                return
+            rows = r["rows"] or ([bad_row("(call)", next(iter(ds.expected.values())), r["failure"])]
+                                 if r["failure"] else [])
+            tag = f"{si}:{t}"
+            trials.append({"seed": seed, "tag": tag, "outputs": rows, "passed": r["failure"] is None and bool(rows),
+                           **_memory(ds, (r["reply"] or {}).get("peak_mem_bytes"))})
+            result["warnings"] += [w for w in r["warnings"] if w not in result["warnings"]]
+            del ds
+        if sess is not None:
+            result["build"] = result["build"] or sess.builds.get("k")
+
+
+def profile(judge: Judge) -> dict[str, Any]:
+    """The timing loop (every call poisoned, several verified), a check on inputs never seen, then the run
+    under ncu (the measured call inside the NVTX range; every call verified)."""
+    from .. import gpustate
+
+    spec, cfg = judge.spec, judge.cfg
+    kernel = Path(spec["kernel"])
+    path, kind = _kernel_entry(judge, kernel)
+    ncu_worker = judge.start_worker("ncu", prefix=spec["ncu_prefix"])  # its start overlaps the timing run
+    timer = judge.start_worker("kernel")
+    timer.hello(cfg.impl)
+    import_kernel(timer, "k", path, kind, cfg)
+    prob = judge.problem(dict(cfg.dims), kernel)
+    first = prob.draw(cfg.seed)
+    sess = Session(judge, timer, prob, {"k": (path, kind)}, first, "t")
+    sess.prepare_sets(cfg.warmup + cfg.trials, cfg.seed + 1)
+    gpu_check = judge.check_gpu_is_ours("the timing")
+    index = judge.torch.device(judge.device).index or 0
+    before = gpustate.snapshot(index, judge._uuid())
+    loop = sess.loop("k", cfg.warmup, cfg.trials, label="the timing run")
+    after = gpustate.snapshot(index, judge._uuid())
+    if loop["failure"]:
+        raise MeasuredFailure(harness_hint(judge, sess, loop))
+    fresh = prob.draw(cfg.seed + FRESH_SEED_OFFSET)
+    r = sess.call("k", fresh, checked=True)
+    if r["failure"]:
+        raise MeasuredFailure(harness_hint(judge, sess, {"failure": "the timing run: the call on inputs never seen "
+                                                         f"before, after the timed calls, is wrong: {r['failure']}",
+                                                         "rows": r["rows"]}))
+    judge.end_worker(timer)
+    timing = timing_block(loop, cfg.warmup, cfg.trials, judge.device)
+    # the run under ncu: every call verified; only the last is inside the NVTX range ncu measures
+    ncu_worker.hello(cfg.impl)
+    import_kernel(ncu_worker, "k", path, kind, cfg)
+    nsess = Session(judge, ncu_worker, prob, {"k": (path, kind)}, first, "n")
+    nsess.sets = sess.sets
+    nsess.fresh = False
+    warm = max(1, cfg.warmup)
+    for i in range(warm + 1):
+        ds = nsess.pick(True)
+        r = nsess.call("k", ds, checked=True, nvtx=i == warm)
+        if r["failure"]:
+            raise MeasuredFailure(f"the run under ncu: call {i + 1} of {warm + 1} is wrong: {r['failure']} (every "
+                                  "call under ncu is verified, like the timed ones)")
+    rc = ncu_worker.close(wait_s=float(max(60.0, judge.deadline - time.monotonic())))
+    output = "\n".join(ncu_worker.tail)
+    judge.workers.remove(ncu_worker)
+    proctree.end_descendants()
+    return {"timing": timing, "gpu_state": {"before": before, "after": after}, "gpu": judge.gpu_info(),
+            "gpu_check": gpu_check, "ncu": {"returncode": rc, "output_tail": output, "calls": warm + 1},
+            "worker_isolated": False, "isolation_why": ISOLATION_WHY,
+            "output_bytes": _memory(first, None)["outputs_bytes"], "inputs_bytes": _memory(first, None)["inputs_bytes"]}
+
+
+def harness_hint(judge: Judge, sess: Session, loop: dict[str, Any]) -> str:
+    """The failure of a check after correctness passed, with the fingerprints both sides hold, so that a
+    fault of the harness (other weights, other inputs) is told apart from a kernel that changes."""
+    text = loop["failure"]
+    try:
+        theirs = sess.worker.request({"op": "state", "k": "k"})
+    except (MeasuredFailure, UsageError):
+        return text + " (the worker could not report its state)"
+    ours = {n: list(fingerprint(t)[2:]) for n, t in sess.problem.state().items()}
+    mine = theirs.get("parameters")
+    if mine is None:
+        return text
+    differ = [n for n in ours if mine.get(n) != ours[n]]
+    if differ:
+        return (f"{text}. The worker's parameters differ from the judge's ({len(differ)} of {len(ours)}, first "
+                f"'{differ[0]}'): the kernel changes its own weights during the calls, or kernel-loop loaded "
+                "others (see references/troubleshooting.md, 'wrong after the timed calls')")
+    return (f"{text}. The worker's parameters equal the judge's ({len(ours)} tensors, same fingerprints), so "
+            "the weights are not the cause: the kernel's result depends on earlier calls or on state it keeps")
+
+
+def benchmark(judge: Judge) -> dict[str, Any]:
+    """The solution and every version (one worker: checked, timed, checked on fresh inputs), the A/B
+    transitions alternating in the same worker, then the baselines in a worker that imports no kernel."""
+    spec, cfg = judge.spec, judge.cfg
+    warmup, trials, drop = int(spec["warmup"]), int(spec["trials"]), int(spec["discard_first"])
+    kernels = [{"name": "solution", "kernel": spec["solution"]["kernel"]}]
+    kernels += [{"name": v["version"], "kernel": v["kernel"]} for v in spec["versions"]]
+    entries = {k["name"]: _kernel_entry(judge, Path(k["kernel"])) for k in kernels}
+    prebuild(judge, entries)
+    res: dict[str, Any] = {"device": {"name": judge.device}, "torch": judge.torch.__version__, "items": [], "ab": []}
+    if judge.device.startswith("cuda"):
+        res["device"] = {"name": judge.torch.cuda.get_device_name(),
+                         "capability": ".".join(map(str, judge.torch.cuda.get_device_capability()))}
+    w = judge.start_worker("kernel")
+    w.hello(cfg.impl)
+    prob = judge.problem(dict(cfg.dims), Path(spec["solution"]["kernel"]))
+    first = prob.draw(cfg.seed)
+    ok: list[str] = []
+    for name, (path, kind) in entries.items():
+        item = _item(name)
+        res["items"].append(item)
+        try:
+            import_kernel(w, name, path, kind, cfg)
+        except (KernelFailed, UsageError) as exc:
+            item.update(available=False, why=" ".join(str(exc).split())[:300])
+    usable = {n: e for n, e in entries.items() if not any(i["name"] == n and not i["available"] for i in res["items"])}
+    sess = Session(judge, w, prob, usable, first, "b")
+    sess.prepare_sets(len(usable) * (warmup + trials + 2), cfg.seed + 1)
+    res["gpu_check"] = judge.check_gpu_is_ours("the benchmark")
+    res["input_sets"] = "fresh per call" if sess.fresh else "two, chosen at random per call"
+    res.update(worker_isolated=False, isolation_why=ISOLATION_WHY)
+    for item in res["items"]:
+        name = item["name"]
+        if not item["available"]:
+            continue
+        r = sess.call(name, first, checked=True)
+        item["correct"] = r["failure"] is None
+        item["error"] = r["failure"]
+        if r.get("raised"):
+            item.update(available=False, why=r["failure"])
+            continue
+        progress(f"timing {name}: {warmup} warmup + {trials} trials (every call poisoned, some verified)")
+        loop = sess.loop(name, warmup, trials, label=f"{name}'s timed calls")
+        if loop["failure"]:
+            item.update(correct_after=False, error=item["error"] or loop["failure"])
+            continue
+        fresh = prob.draw(cfg.seed + FRESH_SEED_OFFSET)
+        rf = sess.call(name, fresh, checked=True)
+        item["correct_after"] = rf["failure"] is None
+        if rf["failure"]:
+            item["error"] = item["error"] or f"with fresh inputs after the timed calls: {rf['failure']}"
+        item["timing"] = timing_block(loop, warmup, trials, judge.device)
+        item["samples_us"] = item["timing"].pop("samples_us")[drop:]
+        if item["correct"] and item["correct_after"]:
+            ok.append(name)
+    for a, b in spec["ab"]:
+        if a not in ok or b not in ok:
+            continue
+        progress(f"A/B {a} -> {b}: {trials} alternating trials each")
+        ab = ab_loop(sess, a, b, warmup, trials)
+        if ab.get("failure"):
+            res["ab_failures"] = [*res.get("ab_failures", []), ab["failure"]]
+            continue
+        res["ab"].append({"from": a, "to": b, "samples_a": ab["a"][drop:], "samples_b": ab["b"][drop:],
+                          "host_overhead_us": ab["host"]})
+    judge.end_worker(w)
+    base = baselines(judge, prob, first)
+    res["items"] += base.pop("items")
+    res.update(base)
+    return res
+
+
+def _item(name: str) -> dict[str, Any]:
+    return dict(name=name, available=True, why=None, correct=False, correct_after=None, error=None, samples_us=[],
+                timing=None)
+
+
+def baselines(judge: Judge, prob: Problem, first: DataSet) -> dict[str, Any]:
+    """Eager, torch.compile and FlashInfer, timed like the kernels in a worker that imports ref.py and no
+    kernel file, with the run's one set of weights."""
+    spec, cfg = judge.spec, judge.cfg
+    warmup, trials, drop = int(spec["warmup"]), int(spec["trials"]), int(spec["discard_first"])
+    first_out = next(iter(first.expected.values()))
+    out: dict[str, Any] = {"items": [], "output_dtype": str(first_out.dtype).replace("torch.", ""),
+                           "tolerances": applied_tolerances(first.expected, judge.tolerance, judge.ref)}
+    kb = prob.model is not None
+    wanted = []
+    for b in spec["baselines"]:
+        if b == "flashinfer":
+            why = flashinfer_missing(judge.ref)
+            if why:
+                out["items"].append(dict(_item(b), available=False, why=why, correct=None))
+                progress(f"{b}: not available ({why})")
+                continue
+        wanted.append(b)
+    if wanted:
+        w = judge.start_worker("baselines")
+        w.hello(cfg.impl)
+        kind = "ref-kb" if kb else "ref"
+        extra: dict[str, dict] = {}
+        for b in wanted:
+            import_kernel(w, b, judge.run_root / "ref.py", kind, cfg)
+            extra[b] = {"compile": b == "torch-compile", **({"baseline": "flashinfer"} if b == "flashinfer" else {})}
+            if kb:
+                extra[b].pop("baseline", None)
+        sess = Session(judge, w, prob, {b: (judge.run_root / "ref.py", kind) for b in wanted}, first, "base",
+                       baseline=extra)
+        sess.prepare_sets(len(wanted) * (warmup + trials + 1), cfg.seed + 1)
+        out["gpu_check"] = judge.check_gpu_is_ours("the baselines' timing")
+        for b in wanted:
+            item = _item(b)
+            out["items"].append(item)
+            r = sess.call(b, first, checked=True)
+            item["correct"], item["error"] = r["failure"] is None, r["failure"]
+            if r.get("raised"):
+                item.update(available=False, why=r["failure"])
+                continue
+            progress(f"timing {b}: {warmup} warmup + {trials} trials")
+            loop = sess.loop(b, warmup, trials, label=f"{b}'s timed calls")
+            item["correct_after"] = loop["failure"] is None
+            if loop["failure"]:
+                item["error"] = item["error"] or loop["failure"]
+                continue
+            item["timing"] = timing_block(loop, warmup, trials, judge.device)
+            item["samples_us"] = item["timing"].pop("samples_us")[drop:]
+        judge.end_worker(w)
+    flops_fn, bytes_fn = getattr(judge.ref, "flops", None), getattr(judge.ref, "bytes_moved", None)
+    from .. import loader
+
+    out["flops"] = float(loader.call_with(flops_fn, cfg.dims)) if callable(flops_fn) else None
+    out["bytes_moved"] = float(loader.call_with(bytes_fn, cfg.dims)) if callable(bytes_fn) else None
+    mem = _memory(first, None)
+    out["io_bytes"] = float(mem["inputs_bytes"] + mem["outputs_bytes"])
+    out["output_bytes"] = float(mem["outputs_bytes"])
+    out["roofline_why"] = None if (out["flops"] or out["bytes_moved"]) else \
+        "ref.py declares neither flops(**dims) nor bytes_moved(**dims)"
+    return out
+
+
+def flashinfer_missing(ref) -> str | None:
+    """Why the FlashInfer baseline cannot run (None when it can), with what to do about it."""
+    fn = getattr(ref, "reference", None)
+    if not callable(fn) or not accepts_baseline(fn):
+        return ("ref.py's reference() takes no 'baseline' argument (see references/kernel_abi.md: "
+                "reference(..., baseline=None) that calls FlashInfer when baseline == 'flashinfer')")
+    try:
+        import flashinfer
+    except Exception as exc:
+        return (f"import flashinfer failed ({type(exc).__name__}: {' '.join(str(exc).split())[:160]}); "
+                "pip install flashinfer-python, or see references/troubleshooting.md for a machine without network")
+    return None if getattr(flashinfer, "__version__", None) else "flashinfer has no __version__ (a broken install)"
+
+
+MODES = {"correctness": correctness, "profile": profile, "benchmark": benchmark}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m kernel_loop.measure.judge SPEC.json", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    proctree.become_subreaper()
+    judge = None
+    started = None
+    try:
+        started = Started(spec)
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise UsageError("torch is not installed: pip install torch (a CUDA build)") from None
+        judge = Judge(spec, started)
+        result: dict[str, Any] = MODES[spec["mode"]](judge)
+        result.setdefault("error", None)
+    except UsageError as exc:
+        result = {"error": str(exc), "usage": True}
+    except MeasuredFailure as exc:
+        result = {"error": str(exc)}
+    except Exception as exc:
+        from .worker import error_text
+
+        result = {"error": f"the judge failed: {error_text(exc)}"}
+    finally:
+        if judge is not None:
+            judge.close()
+        elif started is not None:
+            started.close()
+        proctree.end_descendants()
+    write_json(Path(spec["result_path"]), result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

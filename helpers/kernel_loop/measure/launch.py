@@ -1,0 +1,228 @@
+"""Starting and talking to workers: each in its own process group, over a socket in the judge's folder.
+
+``WorkerProc`` starts ``[prefix...] python -m kernel_loop.measure.worker`` with an environment that holds
+no kernel-loop variable (the record key above all), forwards its output and keeps the tail for error
+messages, and turns a crash, a hang or a broken protocol into ``WorkerFailed`` and the kernel's own
+exception into ``KernelFailed``.  ``Started`` starts the workers a mode needs first, before the judge
+imports torch, so that their imports overlap.  ``import_kernel`` asks a worker to import (or build) a
+kernel; ``prebuild`` builds every version's library at once, each in a short-lived worker of its own,
+so that the timing worker then loads them from the cache.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from .. import proctree
+from ..common import MeasuredFailure, UsageError, package_dir, progress
+from ..config import RunConfig
+from . import protocol
+
+CONNECT_TIMEOUT_S = 300.0
+
+
+class WorkerFailed(MeasuredFailure):
+    """The worker crashed, hung or broke the protocol."""
+
+
+class KernelFailed(MeasuredFailure):
+    """The kernel raised in a call (its message is the worker's)."""
+
+
+# --- a worker process ------------------------------------------------------------------------
+def worker_env(extra: dict | None = None) -> dict:
+    """The worker's environment: the judge's, less every kernel-loop variable (the record key above all)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_LOOP_")}
+    helpers = str(package_dir().parent)
+    env["PYTHONPATH"] = helpers + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+class WorkerProc:
+    """A started worker: its process (in its own group), its channel, the tail of its output."""
+
+    def __init__(self, folder: Path, name: str, device: str, *, prefix: list[str] | None = None,
+                 env: dict | None = None, deadline: float):
+        self.name = name
+        self.sock_path = folder / f"{name}.sock"
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(self.sock_path))
+        self.listener.listen(1)
+        cmd = list(prefix or []) + [sys.executable, "-m", "kernel_loop.measure.worker"]
+        self.tail: deque[str] = deque(maxlen=200)
+        self.deadline = deadline
+        self.timeout_s = max(0.0, deadline - time.monotonic())
+        try:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=worker_env({protocol.SOCKET_ENV: str(
+                                             self.sock_path), **(env or {})}), start_new_session=True, text=True,
+                                         errors="replace")
+        except OSError as exc:
+            raise UsageError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
+        self.reader = threading.Thread(target=self._pump, daemon=True)
+        self.reader.start()
+        self.chan: protocol.Channel | None = None
+        self.device = device
+        self.folder = folder
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.tail.append(line.rstrip("\n"))
+            sys.stderr.write(line)
+        sys.stderr.flush()
+
+    def _connect(self) -> protocol.Channel:
+        if self.chan is None:
+            self.listener.settimeout(0.2)
+            while True:
+                try:
+                    conn, _ = self.listener.accept()
+                    break
+                except TimeoutError:
+                    if self.proc.poll() is not None:
+                        raise WorkerFailed(self.death("before it connected")) from None
+                    if time.monotonic() > min(self.deadline, time.monotonic() + CONNECT_TIMEOUT_S):
+                        raise WorkerFailed(f"the {self.name} worker did not start in time") from None
+            self.chan = protocol.Channel(conn)
+        return self.chan
+
+    def death(self, when: str) -> str:
+        rc = self.proc.poll()
+        tail = "\n".join(self.tail)
+        tail = f"\n--- last output of the {self.name} worker ---\n{tail}" if tail.strip() else ""
+        sig = proctree.signal_name(rc)
+        if sig:
+            return f"the {self.name} worker was killed by {sig} {when} (a crash in the kernel or its launch){tail}"
+        return f"the {self.name} worker exited with status {rc} {when}{tail}"
+
+    def request(self, msg: dict[str, Any]) -> dict[str, Any]:
+        chan = self._connect()
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise WorkerFailed(f"timed out after {self.timeout_s:.0f} s (run.json timeout_s): the kernel hangs or is "
+                               "far too slow")
+        try:
+            chan.send(msg)
+            reply = chan.recv(timeout=left)
+        except TimeoutError:
+            self.kill()
+            raise WorkerFailed(f"timed out after {self.timeout_s:.0f} s (run.json timeout_s) while the {self.name} "
+                               f"worker ran '{msg.get('op')}' (the kernel hangs or is far too slow); the worker and "
+                               "every process it started were ended") from None
+        except protocol.ProtocolError:
+            time.sleep(0.2)
+            raise WorkerFailed(self.death(f"during '{msg.get('op')}'")) from None
+        if not reply.get("ok"):
+            err = str(reply.get("error") or "failed")
+            if reply.get("usage"):
+                raise UsageError(err)
+            raise KernelFailed(err)
+        return reply
+
+    def hello(self, impl: str) -> dict[str, Any]:
+        return self.request({"op": "hello", "device": self.device, "folder": str(self.folder), "impl": impl})
+
+    def close(self, wait_s: float = 30.0) -> int | None:
+        """Ask it to leave, then end its group and every process it started; returns its exit status."""
+        if self.chan is not None and self.proc.poll() is None:
+            try:
+                self.chan.send({"op": "bye"})
+                self.chan.recv(timeout=5.0)
+            except (protocol.ProtocolError, TimeoutError, OSError, ValueError):
+                pass
+        try:
+            self.proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        self.reader.join(timeout=5)
+        if self.chan is not None:
+            self.chan.close()
+        self.listener.close()
+
+
+def start(folder: Path, name: str, spec: dict[str, Any], *, deadline: float, prefix: list[str] | None = None,
+          env: dict | None = None) -> WorkerProc:
+    extra = dict(env or {})
+    if spec["device"] == "cpu" and spec["cfg"].get("impl") == "triton":
+        extra.setdefault("TRITON_INTERPRET", "1")
+    return WorkerProc(folder, name, spec["device"], prefix=prefix, env=extra, deadline=deadline)
+
+
+class Started:
+    """The judge's folder and the workers each mode needs first, started before the judge imports torch."""
+
+    def __init__(self, spec: dict[str, Any]):
+        self.deadline = time.monotonic() + float(spec.get("timeout_s") or 300)
+        self.tmp = protocol.private_dir("kl-judge-")
+        self.folder = Path(self.tmp.name)
+        self.workers: dict[str, WorkerProc] = {}
+        mode = spec["mode"]
+        if mode == "profile":
+            self.workers["ncu"] = start(self.folder, "ncu", spec, deadline=self.deadline, prefix=spec["ncu_prefix"])
+        self.workers["kernel"] = start(self.folder, "kernel", spec, deadline=self.deadline,
+                                       prefix=spec.get("prefix") if mode == "correctness" else None,
+                                       env=spec.get("worker_env") if mode == "correctness" else None)
+
+    def close(self) -> None:
+        for w in self.workers.values():
+            w.kill()
+        self.tmp.cleanup()
+
+
+def import_kernel(worker: WorkerProc, kid: str, path: Path, kind: str, cfg: RunConfig) -> dict[str, Any]:
+    return worker.request({"op": "import", "id": kid, "path": str(path), "kind": kind, "impl": cfg.impl,
+                           "build": {"include_dirs": cfg.build.include_dirs, "nvcc_flags": cfg.build.nvcc_flags}})
+
+
+def prebuild(judge: Any, entries: dict[str, tuple[Path, str]]) -> None:
+    """Build every version's library (nvcc, load_inline) at once, each in its own short-lived worker, so that
+    the timing worker loads them from the cache one after another without waiting on each build."""
+    todo = {n: e for n, e in entries.items()
+            if e[1] == "cu" or "cpp_extension" in Path(e[0]).read_text(encoding="utf-8", errors="replace")}
+    if len(todo) < 2:
+        return
+    progress(f"building {len(todo)} versions' libraries in parallel before timing")
+    workers = []
+    for n, (path, kind) in todo.items():
+        w = judge.start_worker(f"build-{n}")
+        workers.append((w, n, path, kind))
+    errors: list[str] = []
+
+    def one(w: WorkerProc, n: str, path: Path, kind: str) -> None:
+        try:
+            w.hello(judge.cfg.impl)
+            import_kernel(w, n, path, kind, judge.cfg)
+        except (MeasuredFailure, UsageError) as exc:  # the timing worker reports it again, in its row
+            errors.append(f"{n}: {exc}")
+
+    threads = [threading.Thread(target=one, args=a) for a in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for w, *_ in workers:
+        judge.end_worker(w)

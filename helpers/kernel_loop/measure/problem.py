@@ -1,0 +1,324 @@
+"""The judge's data: the seeded inputs, the model parameters and the reference outputs, drawn from ref.py.
+
+Runs in the judge only (it imports ref.py, never the kernel file; a ``.cu`` kernel's text is read for its
+``solve`` signature only).  Formats (references/kernel_abi.md):
+
+- ref.py with ``reference(**kwargs)`` and ``setup(**dims)`` returning ``{"inputs": {...}, "outputs":
+  [names]}`` (a plain dict is taken as the inputs); ``.py`` kernels get ``run_kernel(**inputs)``, ``.cu``
+  kernels ``solve(...)`` with pointers matched by name (no setup(): flat buffers of ``--ptr-size``);
+- KernelBench: ``Model``, ``get_inputs()``, ``get_init_inputs()``; the kernel defines ``ModelNew``.
+  The weights are one set per run: ``Model`` is built once from the **run's seed** (never a trial's), and
+  every process that builds ``Model`` or ``ModelNew`` gets exactly its parameters and buffers.  Trial seeds
+  vary the inputs only.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import build, loader
+from ..common import UsageError
+from ..config import RunConfig
+from ..sidecars import REF_PY
+from ..tensors import clone_value, fingerprint, is_tensor, normalize_outputs, poison_tensor, storage_ptr
+
+
+class BadReference(UsageError):
+    """ref.py itself misbehaves (it changes its inputs, returns no tensor): bad input, not a failed kernel."""
+
+
+def kernel_kind(kernel: Path, ref: Any) -> str:
+    """How the kernel is called: 'kb' (ModelNew), 'py' (run_kernel) or 'cu' (solve)."""
+    if Path(kernel).suffix == ".cu":
+        if is_kernelbench(ref):
+            raise UsageError("a .cu kernel needs ref.py with reference() (and setup()); KernelBench Model refs "
+                             "work with .py kernels defining ModelNew (load_inline for CUDA C++)")
+        return "cu"
+    if Path(kernel).suffix != ".py":
+        raise UsageError(f"{Path(kernel).name}: kernels are .cu or .py files")
+    return "kb" if is_kernelbench(ref) else "py"
+
+
+def is_kernelbench(ref: Any) -> bool:
+    return hasattr(ref, "Model") and hasattr(ref, "get_inputs") and not hasattr(ref, "reference")
+
+
+def import_ref(run_root: Path) -> Any:
+    path = Path(run_root) / REF_PY
+    try:
+        return loader.import_file(path, "ref")
+    except UsageError:
+        raise
+    except Exception as exc:
+        raise UsageError(f"{path} failed to import: {type(exc).__name__}: {' '.join(str(exc).split())[:300]} "
+                         "(fix ref.py; it is copied into the run by init)") from None
+
+
+@dataclass
+class DataSet:
+    """One seeded draw: every kernel argument by name (tensors and scalars), which tensors the kernel
+    writes in place, and the reference's outputs on them."""
+
+    seed: int
+    args: dict[str, Any]
+    in_place: list[str]
+    expected: dict[str, Any] = field(default_factory=dict)
+    fingerprints: dict[str, tuple] = field(default_factory=dict)  # the inputs as drawn (not the in-place ones)
+    ref_props: dict[str, dict] = field(default_factory=dict)      # expanded / views of the reference's outputs
+
+    def tensors(self) -> dict[str, Any]:
+        return {n: v for n, v in self.args.items() if is_tensor(v)}
+
+    def input_names(self) -> list[str]:
+        return [n for n, v in self.args.items() if is_tensor(v) and n not in self.in_place]
+
+
+class Problem:
+    """The run's problem at one shape: draws data sets and knows how a kernel is called on them."""
+
+    def __init__(self, cfg: RunConfig, ref: Any, dims: dict[str, int], device: str, kind: str,
+                 kernel_text: str | None = None):
+        self.cfg, self.ref, self.dims, self.device, self.kind = cfg, ref, dict(dims), device, kind
+        self.params = build.parse_signature(kernel_text) if kind == "cu" and kernel_text is not None else None
+        self.model = None
+        self.init: list[Any] = []
+        if is_kernelbench(ref):
+            self._build_model()
+
+    # --- KernelBench ----------------------------------------------------------------------------
+    def _apply_dims(self) -> None:
+        from .. import kb_dims
+
+        kb_dims.apply_dims(self.ref, self.dims, self._source())
+
+    def _source(self) -> str:
+        return Path(self.ref.__file__).read_text(encoding="utf-8")
+
+    def _build_model(self) -> None:
+        torch = _torch()
+        self._apply_dims()
+        torch.manual_seed(self.cfg.seed)
+        self.init = list(self.ref.get_init_inputs()) if hasattr(self.ref, "get_init_inputs") else []
+        with torch.device(self.device):  # parameters are created where they are used, from the run's seed
+            torch.manual_seed(self.cfg.seed)
+            self.model = self.ref.Model(*self.init).to(self.device).eval()
+
+    def state(self) -> dict[str, Any]:
+        """Model's parameters and buffers: the run's one set of weights."""
+        return dict(self.model.state_dict()) if self.model is not None else {}
+
+    # --- data sets ------------------------------------------------------------------------------
+    def draw(self, seed: int, *, reference: bool = True) -> DataSet:
+        """Fresh inputs for ``seed`` and, unless ``reference`` is False, the reference outputs on them (the
+        inputs checked unchanged by the reference)."""
+        if self.model is not None:
+            ds = self._draw_kernelbench(seed)
+        else:
+            ds = self._draw_setup(seed)
+        if reference:
+            self._reference(ds)
+        return ds
+
+    def _draw_kernelbench(self, seed: int) -> DataSet:
+        torch = _torch()
+        self._apply_dims()
+        torch.manual_seed(seed)
+        with torch.device(self.device):  # drawn on the device under the trial's seed
+            args = [a.to(self.device) if is_tensor(a) else a for a in self.ref.get_inputs()]
+        named = {f"arg{i}": a for i, a in enumerate(args)}
+        _check_not_zero(named, set(), seed)
+        return DataSet(seed, named, [])
+
+    def _draw_setup(self, seed: int) -> DataSet:
+        torch = _torch()
+        setup = getattr(self.ref, "setup", None)  # never the kernel's own: a kernel must not choose its inputs
+        fn = self.reference_fn()
+        if callable(setup):
+            torch.manual_seed(seed)
+            extra = {"device": self.device} if "device" in inspect.signature(setup).parameters else {}
+            with torch.device(self.device):
+                spec = loader.call_with(setup, self.dims, **extra)
+            if not isinstance(spec, dict):
+                raise UsageError(f"setup() must return a dict, got {type(spec).__name__}")
+            if "inputs" in spec:
+                inputs, outs = dict(spec["inputs"]), list(spec.get("outputs") or [])
+            else:
+                inputs, outs = dict(spec), []
+            inputs = {k: v.to(self.device) if is_tensor(v) else v for k, v in inputs.items()}
+            unknown = [o for o in outs if o not in inputs]
+            if unknown:
+                raise UsageError(f"setup() names outputs {unknown} that are not among its inputs")
+        elif self.kind == "cu":
+            size = self.cfg.ptr_size
+            if not size:
+                raise UsageError("ref.py has no setup(): set --ptr-size at init so flat buffers can be sized")
+            torch.manual_seed(seed)
+            inputs = _flat_buffers(self.params or [], int(size), self.device)
+            outs = [p.name for p in self.params or [] if p.is_output]
+            inputs.update({p.name: lookup_int(p.name, self.dims, {}) for p in self.params or [] if not p.pointer})
+        else:
+            raise UsageError("ref.py defines no setup(**dims): .py kernels get their inputs from it")
+        if self.kind == "cu":
+            for p in self.params or []:
+                if p.pointer and not p.const and p.name not in outs and p.name in inputs:
+                    outs.append(p.name)
+            missing = [p for p in self.params or [] if p.is_output and p.name not in inputs]
+            if missing:  # output pointers setup() does not provide: shaped like the reference's returned outputs
+                value = loader.call_with(fn, ref_pool(fn, {k: clone_value(v) for k, v in inputs.items()}, self.dims))
+                got = normalize_outputs(value, [p.name for p in missing]) if value is not None else {}
+                for p in missing:
+                    if p.name not in got or not is_tensor(got[p.name]):
+                        raise UsageError(f"solve() output '{p.name}' is neither a setup() input nor a named output "
+                                         "returned by reference()")
+                    inputs[p.name] = torch.empty_like(got[p.name])
+                    outs.append(p.name)
+        _check_not_zero(inputs, set(outs), seed)
+        return DataSet(seed, inputs, outs)
+
+    def reference_fn(self):
+        fn = getattr(self.ref, "reference", None)
+        if not callable(fn):
+            raise UsageError("ref.py defines no reference(**kwargs) (nor a KernelBench Model/get_inputs)")
+        return fn
+
+    def _reference(self, ds: DataSet) -> None:
+        torch = _torch()
+        ds.fingerprints = {n: fingerprint(ds.args[n]) for n in ds.input_names()}
+        if self.model is not None:
+            names = list(ds.args)
+            with torch.no_grad():
+                value = self.model(*(ds.args[n] for n in names))
+            kw: dict[str, Any] = dict(ds.args)
+        else:
+            fn = self.reference_fn()
+            kw = ref_pool(fn, ds.args, self.dims)
+            for name in ds.in_place:
+                if name in kw:
+                    poison_tensor(kw[name])
+            value = fn(**kw)
+        if value is None:
+            if not ds.in_place:
+                raise BadReference("reference() returned nothing and setup() declares no outputs")
+            missing = [n for n in ds.in_place if n not in kw]
+            if missing:
+                raise BadReference(f"reference() returned nothing and does not take the outputs {missing}")
+            out = {n: kw[n].clone() for n in ds.in_place}
+        else:
+            out = normalize_outputs(value, ds.in_place)
+        held = {storage_ptr(v): n for n, v in ds.args.items() if is_tensor(v)}
+        for name, v in out.items():
+            if not is_tensor(v):
+                raise BadReference(f"the reference output '{name}' is a {type(v).__name__}, not a tensor")
+            ds.ref_props[name] = {"expanded": _expanded(v), "views": held.get(storage_ptr(v))}
+        ds.expected = {n: v.clone() if storage_ptr(v) in held else v for n, v in out.items()}
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize(self.device)
+        changed = [n for n, fp in ds.fingerprints.items() if fingerprint(ds.args[n]) != fp]
+        if changed:
+            raise BadReference(f"ref.py's reference changed its input {changed[0]!r}: the kernel would get "
+                               "modified inputs; make the reference work on copies")
+
+    # --- how the worker calls the kernel ---------------------------------------------------------
+    def call_plan(self, ds: DataSet, kind: str, buffers: dict[str, str], *, baseline: str | None = None,
+                  compile: bool = False) -> dict[str, Any]:
+        """What the worker needs to call a kernel of ``kind`` on the shared buffers (``buffers``: argument
+        or output name -> judge buffer name): no data, no count, nothing about what is checked."""
+        from .protocol import encode_value
+
+        outputs = {n: buffers[n] for n in ds.expected}
+        if kind in ("kb", "ref-kb"):
+            return {"init": encode_value(self.init), "seed": self.cfg.seed, "args": [buffers[n] for n in ds.args],
+                    "state": {n: buffers[f"param:{n}"] for n in self.state()}, "outputs": outputs,
+                    "out_names": [], "compile": compile}
+        if kind == "cu":
+            args = []
+            for p in self.params or []:
+                if p.pointer:
+                    t = ds.args.get(p.name)
+                    if not is_tensor(t):
+                        raise UsageError(f"solve() pointer '{p.name}' has no tensor: setup() inputs are "
+                                         f"{', '.join(ds.args) or 'none'}")
+                    if str(t.dtype).replace("torch.", "") != p.dtype:
+                        raise UsageError(f"solve() parameter '{p.name}' is {p.ctype}* but the tensor is {t.dtype}")
+                    if not t.is_contiguous():
+                        raise UsageError(f"tensor '{p.name}' is not contiguous; .cu kernels get raw pointers")
+                    args.append({"ptr": buffers[p.name]})
+                else:
+                    v = lookup_int(p.name, self.dims, ds.args) if p.ctype in build.INT_SCALARS else ds.args.get(p.name)
+                    if v is None:
+                        raise UsageError(f"solve() scalar '{p.name}' ({p.ctype}) matches no dim (dims: "
+                                         f"{', '.join(f'{k}={x}' for k, x in self.dims.items())}) and no setup() input")
+                    args.append({"ctype": p.ctype, "value": v})
+            return {"args": args, "outputs": outputs, "out_names": list(ds.in_place)}
+        scalars = {**self.dims, **{n: v for n, v in ds.args.items() if not is_tensor(v)}}
+        if kind == "ref":
+            fn = self.reference_fn()
+            scalars = {k: v for k, v in scalars.items() if k in ref_pool(fn, ds.args, self.dims) or _var_kw(fn)}
+        return {"tensors": {n: buffers[n] for n, v in ds.args.items() if is_tensor(v)},
+                "scalars": {k: encode_value(v) for k, v in scalars.items()}, "outputs": outputs,
+                "out_names": list(ds.in_place), "baseline": baseline, "compile": compile}
+
+
+def _var_kw(fn) -> bool:
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
+
+
+def _expanded(t) -> bool:
+    return any(s == 0 and n > 1 for s, n in zip(t.stride(), t.shape, strict=False))
+
+
+def ref_pool(fn, inputs: dict, dims: dict) -> dict:
+    """The kwargs reference() accepts, from the inputs then the dims."""
+    pool = {**dims, **inputs}
+    if _var_kw(fn):
+        return pool
+    params = inspect.signature(fn).parameters
+    return {k: v for k, v in pool.items() if k in params and k != "baseline"}
+
+
+def accepts_baseline(fn) -> bool:
+    return "baseline" in inspect.signature(fn).parameters or _var_kw(fn)
+
+
+def lookup_int(name: str, dims: dict, inputs: dict) -> Any:
+    if name in inputs and not is_tensor(inputs[name]):
+        return inputs[name]
+    if name in dims:
+        return dims[name]
+    folded = {k.lower(): v for k, v in dims.items()}
+    return folded.get(name.lower())
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _check_not_zero(inputs: dict, outputs: set, seed: int) -> None:
+    torch = _torch()
+    for name, v in inputs.items():
+        if name in outputs or not is_tensor(v) or v.numel() == 0 or v.dtype == torch.bool:
+            continue
+        if not bool(v.any()):  # no full-size temporary
+            raise UsageError(f"input '{name}' is all zeros for seed {seed}: setup() must draw random data "
+                             "(torch.randn / torch.rand / torch.randint), never zeros")
+
+
+def _flat_buffers(params: list, size: int, device: str) -> dict:
+    torch = _torch()
+    out = {}
+    for p in params:
+        if not p.pointer:
+            continue
+        dt = getattr(torch, p.dtype)
+        if dt.is_floating_point:
+            out[p.name] = torch.randn(size, device=device).to(dt)
+        elif dt == torch.bool:
+            out[p.name] = torch.rand(size, device=device) < 0.5
+        else:
+            out[p.name] = torch.randint(1, 100, (size,), device=device, dtype=dt)
+    return out

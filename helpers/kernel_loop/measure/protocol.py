@@ -1,0 +1,190 @@
+"""What passes between the judge and a worker: messages and tensors.
+
+Messages are JSON objects, one per line, over a Unix stream socket that the judge listens on
+(``SOCKET_ENV`` names its path in the worker's environment; the path travels through wrappers such as
+ncu and compute-sanitizer, which keep the environment).  The worker never unpickles anything.
+
+Tensors are the judge's: ``share`` describes one (dtype, shape, stride, offset, device) and how its
+memory is reached, ``open_shared`` maps it in the worker.  Two transports:
+
+- ``cuda-ipc``: the storage's CUDA IPC handle (the mechanism torch.multiprocessing uses), for CUDA
+  tensors; the worker maps the judge's device memory itself;
+- ``file``: a file in a private folder (under /dev/shm where the system has one) that both processes
+  map with ``torch.from_file(shared=True)``: CPU tensors, and CUDA tensors when ``TRANSPORT_ENV`` is
+  ``file`` (under compute-sanitizer, whose allocator IPC cannot export); the worker then stages the
+  bytes on its own device.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SOCKET_ENV = "KERNEL_LOOP_WORKER_SOCKET"
+TRANSPORT_ENV = "KERNEL_LOOP_HANDOFF"
+MAX_LINE = 64 << 20
+
+
+class ProtocolError(RuntimeError):
+    """The other side broke the protocol or went away."""
+
+
+class Channel:
+    """One JSON message per line over a connected stream socket."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self._buf = b""
+
+    def send(self, msg: dict[str, Any]) -> None:
+        data = json.dumps(msg, separators=(",", ":")).encode() + b"\n"
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            raise ProtocolError(f"the other side is gone ({exc.strerror or exc})") from None
+
+    def recv(self, timeout: float | None = None) -> dict[str, Any]:
+        self.sock.settimeout(timeout)
+        while b"\n" not in self._buf:
+            try:
+                chunk = self.sock.recv(1 << 16)
+            except TimeoutError:
+                raise
+            except OSError as exc:
+                raise ProtocolError(f"the other side is gone ({exc.strerror or exc})") from None
+            if not chunk:
+                raise ProtocolError("the other side closed the connection")
+            self._buf += chunk
+            if len(self._buf) > MAX_LINE:
+                raise ProtocolError("a message longer than 64 MiB")
+        line, self._buf = self._buf.split(b"\n", 1)
+        msg = json.loads(line)
+        if not isinstance(msg, dict):
+            raise ProtocolError("a message that is not a JSON object")
+        return msg
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def connect_from_env() -> Channel:
+    """The worker's end: connect to the socket the judge named in the environment."""
+    path = os.environ.get(SOCKET_ENV)
+    if not path:
+        raise ProtocolError(f"{SOCKET_ENV} is not set: a worker is started by the judge only")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    return Channel(s)
+
+
+def private_dir(prefix: str) -> tempfile.TemporaryDirectory:
+    """A private folder for one measurement's socket and shared files (in /dev/shm where it exists)."""
+    shm = Path("/dev/shm")
+    base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+    return tempfile.TemporaryDirectory(prefix=prefix, dir=base)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(bytes(data)).decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text.encode("ascii"))
+
+
+def dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def alloc_shared(like, folder: Path, name: str, use_file: bool):
+    """A judge-owned tensor with ``like``'s shape, stride and dtype (its storage as large as ``like``'s)
+    that a worker can map: device memory for CUDA IPC, else a file mapping in ``folder`` (a CPU tensor,
+    also for a CUDA run over the file transport: the worker stages it on its device)."""
+    import torch
+
+    numel = max(like.untyped_storage().nbytes() // max(like.element_size(), 1), 1)
+    if like.is_cuda and not use_file:
+        base = torch.empty(numel, dtype=like.dtype, device=like.device)
+    else:
+        path = folder / f"{name}.bin"
+        path.write_bytes(b"")
+        base = torch.from_file(str(path), shared=True, size=numel, dtype=like.dtype)
+    t = torch.empty(0, dtype=like.dtype, device=base.device)
+    t.set_(base.untyped_storage(), like.storage_offset(), tuple(like.shape), tuple(like.stride()))
+    return t
+
+
+def share(t, folder: Path, name: str) -> dict[str, Any]:
+    """The descriptor of a judge-owned tensor made by ``alloc_shared``."""
+    entry: dict[str, Any] = {"name": name, "dtype": dtype_name(t.dtype), "shape": list(t.shape),
+                             "stride": list(t.stride()), "offset": int(t.storage_offset())}
+    if t.is_cuda:
+        dev, handle, size, off, rc_handle, rc_off, ev_handle, ev_sync = t.untyped_storage()._share_cuda_()
+        entry.update(transport="cuda-ipc", device=f"cuda:{int(dev)}",
+                     ipc={"device": int(dev), "handle": _b64(handle), "size": int(size), "offset": int(off),
+                          "ref_counter": _b64(rc_handle), "ref_counter_offset": int(rc_off),
+                          "event": None if ev_handle is None else _b64(ev_handle), "event_sync": bool(ev_sync)})
+        return entry
+    path = folder / f"{name}.bin"
+    entry.update(transport="file", device="cpu", file=path.name, numel=t.untyped_storage().nbytes() // max(
+        t.element_size(), 1))
+    return entry
+
+
+def open_shared(folder: str | Path, entry: dict[str, Any]):
+    """The worker's view of a judge-owned tensor (writes reach the judge)."""
+    import torch
+
+    dtype = getattr(torch, str(entry["dtype"]), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ProtocolError(f"unknown dtype {entry['dtype']!r}")
+    shape = [int(s) for s in entry["shape"]]
+    stride = [int(s) for s in entry["stride"]]
+    if entry.get("transport") == "cuda-ipc":
+        ipc = entry["ipc"]
+        storage = torch.UntypedStorage._new_shared_cuda(
+            int(ipc["device"]), _unb64(ipc["handle"]), int(ipc["size"]), int(ipc["offset"]),
+            _unb64(ipc["ref_counter"]), int(ipc["ref_counter_offset"]),
+            None if ipc["event"] is None else _unb64(ipc["event"]), bool(ipc["event_sync"]))
+        t = torch.empty(0, dtype=dtype, device=f"cuda:{int(ipc['device'])}")
+        t.set_(storage, int(entry["offset"]), shape, stride)
+        return t
+    if entry.get("transport") != "file":
+        raise ProtocolError(f"unknown transport {entry.get('transport')!r}")
+    path = Path(folder) / Path(str(entry["file"])).name  # never outside the folder
+    numel = max(int(entry["numel"]), 1)
+    base = torch.from_file(str(path), shared=True, size=numel, dtype=dtype)
+    t = torch.empty(0, dtype=dtype)
+    t.set_(base.untyped_storage(), int(entry["offset"]), shape, stride)
+    return t
+
+
+def encode_value(v: Any) -> Any:
+    """A constructor argument as JSON (tuples kept as tuples)."""
+    if isinstance(v, tuple):
+        return {"__tuple__": [encode_value(x) for x in v]}
+    if isinstance(v, list):
+        return [encode_value(x) for x in v]
+    if isinstance(v, dict):
+        return {"__dict__": [[encode_value(k), encode_value(x)] for k, x in v.items()]}
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    raise ProtocolError(f"a value of type {type(v).__name__} cannot travel to the worker")
+
+
+def decode_value(v: Any) -> Any:
+    if isinstance(v, dict) and "__tuple__" in v:
+        return tuple(decode_value(x) for x in v["__tuple__"])
+    if isinstance(v, dict) and "__dict__" in v:
+        return {decode_value(k): decode_value(x) for k, x in v["__dict__"]}
+    if isinstance(v, list):
+        return [decode_value(x) for x in v]
+    return v

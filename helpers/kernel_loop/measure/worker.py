@@ -1,0 +1,388 @@
+"""The worker: the untrusted side.  It imports the kernel, maps the judge's buffers and calls the kernel
+when told.  It decides nothing: every verdict, and every figure that is checked, comes from the judge.
+
+Started by the judge as ``python -m kernel_loop.measure.worker`` (under ncu or compute-sanitizer when the
+judge wraps it), with nothing on its command line; it connects to the socket named in its environment and
+serves one request at a time:
+
+- ``hello``: the device; the timing primitives were bound before any user code ran (``timing.bind``);
+- ``import``: import a kernel file (``.py``, run from its hashed bytes) or build and load a ``.cu``
+  library; a baseline worker imports ref.py instead (the judge never asks a kernel's worker for that);
+- ``bind``: map the judge's tensors and make each kernel's call: ``run_kernel(**inputs)``, ``solve(...)``,
+  ``ModelNew(*init)`` with the judge's parameters loaded, or the reference for a baseline;
+- ``call``: one call, always the same way: the judge's tensors staged into this process's own buffers, a
+  device-side delay, an L2 flush, CUDA events around the call (an NVTX range too when asked), the
+  results copied back into the judge's buffers, a synchronize.  The reply gives the event time and the
+  host's dispatch time; the judge never tells whether a call is a warmup, a timed, a verified or a
+  profiled one (the NVTX range is asked for under ncu only, where it marks what ncu measures);
+- ``state``: fingerprints of what this process holds (parameters, inputs), for the judge's diagnosis;
+- ``bye``.
+
+This module imports support code (loader, build, timing, tensors) and ``protocol``; never the judge.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from ..common import UsageError
+from . import protocol
+
+NVTX_RANGE = "kl_measure"
+
+
+class KernelDefect(Exception):
+    """The kernel file cannot be called as its format says (a failed correctness, said in one line)."""
+
+
+def error_text(exc: BaseException) -> str:
+    """An exception as a message: expected errors plainly, others with the innermost frames."""
+    from ..build import BuildError
+    from ..common import KernelLoopError
+
+    if isinstance(exc, (KernelLoopError, BuildError, KernelDefect)):
+        return str(exc)
+    frames = traceback.format_tb(exc.__traceback__)[-3:]
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:600]}\n" + "".join(frames).rstrip()
+
+
+class Kernel:
+    """One imported kernel (or baseline) and, once bound, its call."""
+
+    def __init__(self, kind: str, module: Any = None, lib: Any = None, build: dict | None = None):
+        self.kind, self.module, self.lib, self.build = kind, module, lib, build
+        self.fn = None            # () -> returned value, over the worker's own buffers
+        self.outputs: dict[str, str] = {}   # expected output name -> judge buffer name
+        self.out_names: list[str] = []
+        self.model = None
+
+
+class Worker:
+    def __init__(self, chan: protocol.Channel):
+        self.chan = chan
+        self.kernels: dict[str, Kernel] = {}
+        self.shared: dict[str, Any] = {}   # judge buffer name -> the judge's tensor, mapped here
+        self.local: dict[str, Any] = {}    # judge buffer name -> this process's staged copy
+        self.device = "cpu"
+        self.folder = ""
+        self.torch = None
+        self.timer = None
+
+    # --- the loop -----------------------------------------------------------------------------
+    def serve(self) -> None:
+        while True:
+            msg = self.chan.recv(None)
+            op = str(msg.get("op"))
+            handler = getattr(self, f"op_{op}", None)
+            try:
+                if handler is None:
+                    raise protocol.ProtocolError(f"unknown request {op!r}")
+                reply = {"ok": True, **(handler(msg) or {})}
+            except UsageError as exc:
+                reply = {"ok": False, "error": str(exc), "usage": True}
+            except Exception as exc:  # the kernel's failure is the reply
+                reply = {"ok": False, "error": error_text(exc)}
+            self.chan.send(reply)
+            if op == "bye":
+                return
+
+    def op_hello(self, msg: dict) -> dict:
+        try:
+            import torch
+        except ImportError:
+            raise UsageError("torch is not installed: pip install torch (a CUDA build)") from None
+        self.torch = torch
+        self.device = str(msg["device"])
+        self.folder = str(msg["folder"])
+        if self.device.startswith("cuda"):
+            if not torch.cuda.is_available():
+                raise UsageError("no CUDA GPU is visible to the worker")
+            torch.cuda.set_device(torch.device(self.device))
+        elif msg.get("impl") == "triton":
+            os.environ.setdefault("TRITON_INTERPRET", "1")
+        return {"pid": os.getpid(), "torch": torch.__version__}
+
+    def op_bye(self, msg: dict) -> dict:
+        self.shared.clear()  # the judge's memory is released before it ends
+        self.local.clear()
+        if self.torch is not None and self.device.startswith("cuda"):
+            self.torch.cuda.synchronize(self.device)
+            self.torch.cuda.ipc_collect()
+        return {}
+
+    def op_import(self, msg: dict) -> dict:
+        from .. import loader
+
+        path, kind = Path(msg["path"]), str(msg["kind"])
+        if kind in ("py", "kb", "ref", "ref-kb"):
+            prefix = "ref" if kind.startswith("ref") else "kernel"
+            module = loader.import_file(path, prefix)
+            self.kernels[msg["id"]] = Kernel(kind, module=module)
+            return {}
+        if kind == "cu":
+            lib, info = self._load_library(path, msg)
+            self.kernels[msg["id"]] = Kernel(kind, lib=lib, build=info)
+            return {"build": info}
+        raise protocol.ProtocolError(f"unknown kernel kind {kind!r}")
+
+    def _load_library(self, path: Path, msg: dict):
+        from .. import build
+        from ..config import BuildConfig, RunConfig
+
+        torch = self.torch
+        if not self.device.startswith("cuda"):
+            raise UsageError(f"{path.name} is CUDA C++: it needs a CUDA device, not '{self.device}'")
+        cc = torch.cuda.get_device_capability(torch.device(self.device))
+        cfg = RunConfig(kernel=path.name, impl=str(msg.get("impl") or "cuda-cpp"), dims={},
+                        build=BuildConfig.from_json(msg.get("build")))
+        built = build.build(path, cfg, tuple(cc))
+        lib = ctypes.CDLL(str(built.so))
+        lib.kl_last_error.restype = ctypes.c_int
+        lib.kl_error_string.restype = ctypes.c_char_p
+        lib.kl_error_string.argtypes = [ctypes.c_int]
+        return lib, built.info()
+
+    # --- binding ------------------------------------------------------------------------------
+    def op_bind(self, msg: dict) -> dict:
+        torch = self.torch
+        self.shared.clear()
+        self.local.clear()
+        for entry in msg["buffers"]:
+            t = protocol.open_shared(self.folder, entry)
+            self.shared[entry["name"]] = t
+            self.local[entry["name"]] = _local_like(torch, t, self.device)
+        self._stage_in()
+        info = {}
+        for kid, call in msg["calls"].items():
+            k = self.kernels[kid]
+            k.outputs = dict(call.get("outputs") or {})
+            k.out_names = list(call.get("out_names") or [])
+            info[kid] = self._make_call(k, call)
+        for call in msg["calls"].values():  # the parameters now live in every model: not staged per call
+            for b in (call.get("state") or {}).values():
+                self.local.pop(b, None)
+                self.shared.pop(b, None)
+        return {"kernels": info}
+
+    def _tensor_pool(self, call: dict) -> dict:
+        pool = {name: protocol.decode_value(v) for name, v in (call.get("scalars") or {}).items()}
+        pool.update({arg: self.local[buf] for arg, buf in (call.get("tensors") or {}).items()})
+        return pool
+
+    def _make_call(self, k: Kernel, call: dict) -> dict:
+        from .. import loader
+
+        torch = self.torch
+        if k.kind in ("py", "ref"):
+            name = "reference" if k.kind == "ref" else "run_kernel"
+            fn = getattr(k.module, name, None)
+            if not callable(fn):
+                what = "ref.py" if k.kind == "ref" else Path(k.module.__file__ or "kernel").name
+                raise UsageError(f"{what} defines no {name}(**inputs)")
+            pool = self._tensor_pool(call)
+            extra = {"baseline": call["baseline"]} if call.get("baseline") else {}
+            if call.get("compile"):
+                fn = torch.compile(fn)
+            k.fn = lambda: loader.call_with(fn, pool, **extra)
+            return {}
+        if k.kind in ("kb", "ref-kb"):
+            cls_name = "Model" if k.kind == "ref-kb" else "ModelNew"
+            cls = getattr(k.module, cls_name, None)
+            if cls is None:
+                raise UsageError(f"ref.py is in KernelBench format, so {Path(k.module.__file__).name} must define "
+                                 f"{cls_name}")
+            init = protocol.decode_value(call.get("init") or [])
+            torch.manual_seed(int(call.get("seed") or 0))
+            with torch.device(self.device):
+                try:
+                    model = cls(*init)
+                except TypeError as exc:
+                    raise KernelDefect(f"{cls_name}({', '.join(map(repr, init))}) failed ({exc}): {cls_name} must "
+                                       "take the same constructor arguments as Model") from None
+                model = model.to(self.device).eval()
+            state = {n: self.local[b] for n, b in (call.get("state") or {}).items()}
+            mine = model.state_dict()
+            theirs = {n: list(t.shape) for n, t in state.items()}
+            ours = {n: list(t.shape) for n, t in mine.items()}
+            if ours != theirs:
+                raise UsageError(state_mismatch(cls_name, ours, theirs))
+            if state:
+                model.load_state_dict(state)
+            args = [self.local[b] for b in call.get("args") or []]
+            k.model = model
+            target = torch.compile(model) if call.get("compile") else model
+
+            def forward(target=target, args=args):
+                with torch.no_grad():
+                    return target(*args)
+
+            k.fn = forward
+            return {}
+        if k.kind == "cu":
+            from .. import build
+
+            args, argtypes = [], []
+            for a in call["args"]:
+                if "ptr" in a:
+                    t = self.local[a["ptr"]]
+                    args.append(ctypes.c_void_p(t.data_ptr()))
+                    argtypes.append(ctypes.c_void_p)
+                else:
+                    ct = getattr(ctypes, build.INT_SCALARS.get(a["ctype"]) or build.FLOAT_SCALARS[a["ctype"]])
+                    args.append(ct(a["value"]))
+                    argtypes.append(ct)
+            lib = k.lib
+            lib.solve.argtypes = argtypes
+            lib.solve.restype = None
+
+            def solve(lib=lib, args=args):
+                lib.solve(*args)
+                err = lib.kl_last_error()
+                if err:
+                    raise RuntimeError(f"CUDA launch error {err}: {lib.kl_error_string(err).decode()}")
+
+            k.fn = solve
+            return {}
+        raise protocol.ProtocolError(f"cannot bind a kernel of kind {k.kind!r}")
+
+    # --- one call -----------------------------------------------------------------------------
+    def _stage_in(self) -> None:
+        for name, sh in self.shared.items():
+            lo = self.local[name]
+            if lo is not sh:
+                lo.copy_(sh)
+
+    def _stage_out(self, k: Kernel, value: Any) -> dict:
+        """Results into the judge's buffers: in-place outputs and inputs as the call left them, and every
+        returned tensor into the buffer of its name.  Returns what the judge needs to read them."""
+        from ..tensors import is_tensor, normalize_outputs
+
+        torch = self.torch
+        for name, sh in self.shared.items():
+            lo = self.local[name]
+            if lo is not sh:
+                sh.copy_(lo)
+        returned = {} if value is None else normalize_outputs(value, k.out_names)
+        report: dict[str, Any] = {}
+        spans = {n: _span(t) for n, t in self.local.items()}
+        for name, v in returned.items():
+            buf = k.outputs.get(name)
+            meta: dict[str, Any] = {"returned": True}
+            if not is_tensor(v):
+                meta.update(value=v if isinstance(v, (int, float, bool, str, type(None))) else repr(v)[:200])
+                report[name] = meta
+                continue
+            meta.update(shape=list(v.shape), dtype=str(v.dtype).replace("torch.", ""), stride=list(v.stride()),
+                        expanded=any(s == 0 and n > 1 for s, n in zip(v.stride(), v.shape, strict=False)))
+            lo, hi = _span(v)
+            meta["views"] = next((n for n, (a, b) in spans.items()
+                                  if n != buf and v.numel() and a < b and lo < b and a < hi), None)
+            if buf is None or buf not in self.shared:
+                meta["stored"] = False
+            else:
+                sh = self.shared[buf]
+                if list(sh.shape) != list(v.shape) or sh.dtype != v.dtype:
+                    meta["stored"] = False
+                else:
+                    if v.data_ptr() != self.local[buf].data_ptr():
+                        sh.copy_(v.to(sh.device) if v.device != sh.device else v)
+                    meta["stored"] = True
+            report[name] = meta
+        del torch
+        return report
+
+    def op_call(self, msg: dict) -> dict:
+        from ..timing import CallTimer
+
+        torch = self.torch
+        k = self.kernels[msg["k"]]
+        if k.fn is None:
+            raise protocol.ProtocolError("call before bind")
+        if self.timer is None:
+            self.timer = CallTimer(self.device)
+        cuda = self.device.startswith("cuda")
+        self._stage_in()
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+        def nvtx(push: bool) -> None:
+            torch.cuda.nvtx.range_push(NVTX_RANGE) if push else torch.cuda.nvtx.range_pop()
+
+        value, us, host, delay = self.timer.time(k.fn, msg["k"], nvtx=nvtx if msg.get("nvtx") else None)
+        returned = self._stage_out(k, value)
+        if cuda:
+            torch.cuda.synchronize(self.device)
+        peak = int(torch.cuda.max_memory_allocated(self.device)) if cuda else None
+        return {"us": us, "host_us": host, "delay_us": delay, "returned": returned, "peak_mem_bytes": peak,
+                "build": k.build}
+
+    def op_state(self, msg: dict) -> dict:
+        from ..tensors import fingerprint
+
+        out: dict[str, Any] = {"inputs": {n: list(fingerprint(t)[2:]) for n, t in self.local.items()}}
+        k = self.kernels.get(msg.get("k"))
+        if k is not None and k.model is not None:
+            out["parameters"] = {n: list(fingerprint(t)[2:]) for n, t in k.model.state_dict().items()}
+        return out
+
+
+def state_mismatch(cls_name: str, ours: dict[str, list], theirs: dict[str, list]) -> str:
+    """The refusal for a ModelNew whose parameters and buffers are not Model's, naming the first difference."""
+    missing = [n for n in theirs if n not in ours]
+    extra = [n for n in ours if n not in theirs]
+    shaped = [n for n in theirs if n in ours and ours[n] != theirs[n]]
+    if missing:
+        what = f"lacks Model's '{missing[0]}' {theirs[missing[0]]}"
+    elif extra:
+        what = f"has '{extra[0]}' {ours[extra[0]]}, which Model does not"
+    else:
+        n = shaped[0]
+        what = f"has '{n}' of shape {ours[n]} where Model's is {theirs[n]}"
+    return (f"{cls_name}'s parameters and buffers must be Model's (same names and shapes, so both get the run's "
+            f"one set of weights): {cls_name} {what}")
+
+
+def _span(t) -> tuple[int, int]:
+    s = t.untyped_storage()
+    return int(s.data_ptr()), int(s.data_ptr()) + int(s.nbytes())
+
+
+def _local_like(torch, t, device: str):
+    """This process's own buffer for a judge tensor: the same layout on the run's device (the kernel
+    works on memory this process allocated; the judge's copy is reached only around the call)."""
+    numel = max(t.untyped_storage().nbytes() // max(t.element_size(), 1), 1)
+    base = torch.empty(numel, dtype=t.dtype, device=device)
+    out = torch.empty(0, dtype=t.dtype, device=device)
+    out.set_(base.untyped_storage(), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
+    out.copy_(t)
+    return out
+
+
+def main() -> int:
+    from .. import timing
+
+    try:
+        timing.bind()  # before any user code: a kernel that rebinds the clock later changes nothing bound here
+    except ImportError:
+        pass
+    try:
+        chan = protocol.connect_from_env()
+    except (protocol.ProtocolError, OSError) as exc:
+        print(f"kernel-loop worker: {exc}", file=sys.stderr)
+        return 2
+    try:
+        Worker(chan).serve()
+    except protocol.ProtocolError:
+        return 3  # the judge went away: nothing to report to
+    finally:
+        chan.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""GPU: the judge that owns the data, on KernelBench models with parameters and on kernels written to cheat.
+
+- KernelBench as published (``ModelNew = Model``): two level-2 problems and a level-1 convolution through
+  correctness, profile, finish, the final gate and benchmark; a ModelNew with one weight changed fails
+  correctness; a ModelNew with a renamed parameter is refused in one line.  The problems are read from
+  ``$KERNEL_LOOP_KERNELBENCH_ROOT`` (a folder holding level1/ and level2/) or ``../shared/kernelbench``.
+- Cheats (Triton and torch softmax, 4096 x 8192 fp32).  Each states the attack it stands for.  The static
+  check (a first filter) is switched off for them, so what is tested is the defence behind it: the judge's
+  verification of the timed and profiled calls, the ncu cross-check and the output-bytes floor.
+
+Run: ``pytest -m gpu -s tests/python/test_judge_gpu.py`` on a machine with a CUDA GPU and Nsight Compute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import klcli
+import pytest
+from conftest import REPO
+from kernel_loop import rundir, static_check
+
+pytestmark = pytest.mark.gpu
+KB = Path(os.environ.get("KERNEL_LOOP_KERNELBENCH_ROOT") or REPO.parent / "shared" / "kernelbench")
+HAS_NCU = shutil.which("ncu") is not None or Path("/usr/local/cuda/bin/ncu").exists()
+needs_gpu = pytest.mark.skipif(not HAS_NCU, reason="Nsight Compute (ncu) is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _gpu():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False)")
+
+
+def _ok(proc):
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-6000:]}"
+    return proc
+
+
+def _kb(level: str, stem: str) -> Path:
+    path = KB / level / f"{stem}.py"
+    if not path.is_file():
+        pytest.skip(f"{path} is not there (set KERNEL_LOOP_KERNELBENCH_ROOT)")
+    return path
+
+
+def _init(tmp_path: Path, ref: Path, kernel_text: str, *extra: str) -> Path:
+    kernel = tmp_path / "baseline.py"
+    kernel.write_text(kernel_text)
+    out = tmp_path / "run"
+    _ok(klcli.run("init", out, "--kernel", ref.stem, "--ref", ref, "--impl", "triton", "--baseline", kernel,
+                  "--iterations", "1", "--warmup", "3", "--trials", "20", *extra, timeout=900))
+    return out
+
+
+# --- KernelBench with parameters --------------------------------------------------------------------------
+@needs_gpu
+@pytest.mark.parametrize("level, stem", [("level2", "86_Matmul_Divide_GELU"), ("level2", "99_Matmul_GELU_Softmax"),
+                                         ("level1", "67_conv_standard_1D")])
+def test_a_kernelbench_model_with_parameters_runs_the_whole_loop(tmp_path, level, stem):
+    """The regression of the run an agent could not get past v0 on: every process gets the run's one set of
+    weights, so Model itself passes correctness, profile, the final gate and the benchmark."""
+    from test_benchmark_gpu import fill_kbs
+
+    ref = _kb(level, stem)
+    out = _init(tmp_path, ref, ref.read_text() + "\n\nModelNew = Model\n")
+    _ok(klcli.run("correctness", out, timeout=900))
+    _ok(klcli.run("profile", out, timeout=900))
+    _ok(klcli.run("kbs", "evidence", out, timeout=300))
+    fill_kbs(out / "v0", "The final version; nothing follows it.")
+    _ok(klcli.run("finish", out, "--reason", "ModelNew = Model: a check of the harness"))
+    gate = _ok(__import__("subprocess").run(["bash", str(rundir.gate_script()), str(out / "v0"), "--final"],
+                                            capture_output=True, text=True))
+    assert "PASS" in gate.stdout or gate.returncode == 0
+    _ok(klcli.run("benchmark", out, "--trials", "20", "--warmup", "3", timeout=900))
+    bench = json.loads((out / "benchmark.json").read_text())
+    rows = {r["name"]: r for r in bench["rows"]}
+    assert rows["solution"]["correct"] and rows["solution"]["correct_after_timing"], rows["solution"]["error"]
+    for name in ("pytorch-eager", "torch-compile"):
+        assert rows[name]["correct"] and rows[name]["correct_after_timing"], rows[name]["error"]
+    # the solution is the eager model itself, timed the same way: within noise of the eager baseline
+    ratio = bench["speedups"]["pytorch-eager"]
+    assert 0.8 < ratio < 1.25, ratio
+    assert bench["roofline"] is not None  # the inputs' and outputs' bytes, labelled a lower bound
+    ncu = json.loads((out / "v0" / "ncu.json").read_text())
+    print(f"{stem}: ncu {ncu['metrics']['duration_us']:.1f} us, event median {ncu['timing']['median_us']:.1f} us, "
+          f"benchmark {rows['solution']['stats_us']['median']:.1f} us vs eager "
+          f"{rows['pytorch-eager']['stats_us']['median']:.1f} us, compile "
+          f"{rows['torch-compile']['stats_us']['median']:.1f} us; judge {ncu.get('judge')}")
+
+
+def test_a_modelnew_with_one_weight_changed_fails_correctness(tmp_path):
+    ref = _kb("level2", "86_Matmul_Divide_GELU")
+    text = ref.read_text().replace("class Model(", "class ModelNew(").replace("super(Model,", "super(ModelNew,") + '''
+
+def _forward(self, x):
+    w = self.linear.weight.clone()
+    w[0, 0] += 1.0
+    x = torch.nn.functional.linear(x, w, self.linear.bias)
+    return torch.nn.functional.gelu(x / self.divisor)
+
+
+ModelNew.forward = _forward
+'''
+    out = _init(tmp_path, ref, text)
+    proc = klcli.run("correctness", out, timeout=900)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "elements outside tolerance" in proc.stderr
+
+
+def test_a_modelnew_with_a_renamed_parameter_is_refused(tmp_path):
+    ref = _kb("level2", "86_Matmul_Divide_GELU")
+    text = ref.read_text().replace("class Model(", "class ModelNew(").replace("super(Model,", "super(ModelNew,")
+    text = text.replace("self.linear", "self.fc")
+    out = _init(tmp_path, ref, text)
+    proc = klcli.run("correctness", out, timeout=900)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("kernel-loop: error:")]
+    assert len(errors) == 1 and "ModelNew lacks Model's 'linear.weight'" in errors[0], proc.stderr[-3000:]
+    assert not (out / "v0" / "correctness.json").exists()
+
+
+# --- cheats -------------------------------------------------------------------------------------------------
+REF = '''import torch
+
+
+def setup(M, N):
+    return {"x": torch.randn(M, N)}
+
+
+def reference(x):
+    return torch.softmax(x, dim=-1)
+'''
+REF_INTO = '''import torch
+
+
+def setup(M, N):
+    return {"inputs": {"x": torch.randn(M, N), "y": torch.empty(M, N)}, "outputs": ["y"]}
+
+
+def reference(x, y):
+    y.copy_(torch.softmax(x, dim=-1))
+'''
+TRITON = (klcli.KERNELS / "triton_softmax.py").read_text()
+SCALE_TIMER = '''
+import sys as _sys
+_T = _sys.modules["kernel_loop.timing"]
+_orig = _T.CallTimer.time
+
+
+def _fast(self, fn, key=None, *, nvtx=None):
+    v, us, host, delay = _orig(self, fn, key, nvtx=nvtx)
+    return v, us * 0.4, host, delay
+
+
+_T.CallTimer.time = _fast
+'''
+CHEATS = {
+    # scales the timer by 0.4, and under ncu runs 40% of the rows so that ncu would agree
+    "scale_timer_and_fewer_rows_under_ncu": TRITON.replace("_softmax[(M,)]", "_softmax[(M * 2 // 5 if _NCU else M,)]")
+    + SCALE_TIMER + "\nimport os as _os\n_NCU = 'CUDA_INJECTION64_PATH' in _os.environ\n",
+    # scales the timer by 0.4 and computes honestly everywhere
+    "scale_timer": TRITON + SCALE_TIMER,
+    # the timed call writes one element; a patched hand-over computes the result after the end event
+    "work_outside_the_window": '''import sys
+import torch
+
+_W = sys.modules["__main__"].Worker
+_orig = _W._stage_out
+
+
+def _late(self, k, value):
+    x = next(t for t in self.local.values() if t.dim() == 2)
+    return _orig(self, k, torch.softmax(x, dim=-1))
+
+
+_W._stage_out = _late
+
+
+def run_kernel(x, M, N):
+    y = torch.empty_like(x)
+    y[0, 0] = 0.0
+    return y
+''',
+}
+
+
+def _profile(tmp_path, ref_text, kernel_text, monkeypatch, dims="M=4096,N=8192"):
+    monkeypatch.setattr(static_check, "check_kernel_source", lambda path: None)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "ref.py").write_text(ref_text)
+    (tmp_path / "k.py").write_text(kernel_text)
+    out = tmp_path / "run"
+    assert klcli.main("init", out, "--kernel", "softmax", "--ref", tmp_path / "ref.py", "--impl", "triton",
+                      "--baseline", tmp_path / "k.py", "--dims", dims, "--warmup", "10", "--trials", "50") == 0
+    rc_c = klcli.main("correctness", out)
+    rc_p = klcli.main("profile", out) if rc_c == 0 else None
+    ncu = json.loads((out / "v0" / "ncu.json").read_text()) if rc_p == 0 else None
+    return rc_c, rc_p, ncu
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", list(CHEATS))
+def test_a_cheat_that_forges_its_time_is_refused(tmp_path, monkeypatch, capsys, name):
+    rc_c, rc_p, ncu = _profile(tmp_path, REF, CHEATS[name], monkeypatch)
+    err = capsys.readouterr().err
+    line = [ln for ln in err.splitlines() if ln.startswith("kernel-loop: error:")]
+    print(f"{name}: correctness rc {rc_c}, profile rc {rc_p}: {line[-1][:400] if line else ''}")
+    assert rc_c == 0, err[-3000:]  # its outputs are right: its time is what it forges
+    assert rc_p == 1, err[-3000:]
+    assert any(w in err for w in ("the run under ncu", "exceeds the CUDA-event median", "take at least",
+                                  "No kernels were profiled", "profiled no kernel")), err[-3000:]
+
+
+SKIP_UNPOISONED = '''import torch
+
+
+def run_kernel(x, y, M, N):
+    rows = torch.isnan(y[:, 0]) | (y[:, 0] < -1e37)
+    y[rows] = torch.softmax(x[rows], dim=-1)
+'''
+HONEST_INTO = '''import torch
+
+
+def run_kernel(x, y, M, N):
+    y.copy_(torch.softmax(x, dim=-1))
+'''
+MEMO = '''import torch
+
+_cache = {}
+
+
+def run_kernel(x, M, N):
+    key = (x.data_ptr(), x._version)
+    if key not in _cache:
+        _cache.clear()
+        _cache[key] = torch.softmax(x, dim=-1)
+    return _cache[key]
+'''
+MEMO_PTR = MEMO.replace("(x.data_ptr(), x._version)", "x.data_ptr()")
+
+
+@needs_gpu
+def test_cheats_that_skip_work_gain_nothing(tmp_path, monkeypatch):
+    """A kernel that computes a row only while its output still holds the poison, and one that returns a
+    result remembered by its input's identity and version: the judge poisons every call and writes the
+    inputs anew before each, so both do the whole work every call (no fake speedup); a result remembered by
+    the input's address alone is wrong on the second trial."""
+    got = {}
+    for name, ref, kernel in (("honest", REF_INTO, HONEST_INTO), ("skip_unpoisoned", REF_INTO, SKIP_UNPOISONED),
+                              ("memo", REF, MEMO)):
+        rc_c, rc_p, ncu = _profile(tmp_path / name, ref, kernel, monkeypatch)
+        assert (rc_c, rc_p) == (0, 0), name
+        got[name] = ncu["timing"]["median_us"]
+    print(f"medians: {got}")
+    assert got["skip_unpoisoned"] > 0.9 * got["honest"]
+    assert got["memo"] > 0.6 * got["honest"]  # torch.softmax returning its own tensor, against a copy into y
+    rc_c, _, _ = _profile(tmp_path / "memo_ptr", REF, MEMO_PTR, monkeypatch)
+    assert rc_c == 1
+
+
+@needs_gpu
+def test_the_pipeline_times_like_do_bench(tmp_path, monkeypatch):
+    """Fidelity of the whole path (judge, worker, staging, per-call verification) against do_bench."""
+    import importlib.util
+
+    import torch
+    import triton
+
+    rc_c, rc_p, ncu = _profile(tmp_path, REF, TRITON, monkeypatch)
+    assert (rc_c, rc_p) == (0, 0)
+    spec = importlib.util.spec_from_file_location("fid_softmax", klcli.KERNELS / "triton_softmax.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    x = torch.randn(4096, 8192, device="cuda")
+    ref = triton.testing.do_bench(lambda: mod.run_kernel(x=x, M=4096, N=8192), warmup=25, rep=100,
+                                  return_mode="median") * 1000
+    ratio = ncu["timing"]["median_us"] / ref
+    print(f"profile median {ncu['timing']['median_us']:.2f} us, do_bench {ref:.2f} us, ratio {ratio:.4f}; "
+          f"ncu {ncu['metrics']['duration_us']:.2f} us")
+    assert 0.9 < ratio < 1.1

@@ -1,0 +1,46 @@
+"""measure.protocol on the CPU: judge-owned tensors a worker maps (writes reach the judge), the values
+that travel as JSON, and one message per line over a socket."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import torch
+from kernel_loop.measure import protocol
+
+
+def test_a_shared_file_tensor_is_the_same_memory_in_both_views(tmp_path):
+    like = torch.randn(6, 8)[:, 1:5]  # a strided view: the layout travels with it
+    judge = protocol.alloc_shared(like, tmp_path, "b0", use_file=True)
+    judge.copy_(like)
+    entry = protocol.share(judge, tmp_path, "b0")
+    assert entry["transport"] == "file" and entry["stride"] == list(like.stride())
+    worker = protocol.open_shared(tmp_path, entry)
+    assert torch.equal(worker, like)
+    worker.mul_(2)  # what the worker writes, the judge reads
+    assert torch.equal(judge, like * 2)
+
+
+def test_constructor_values_keep_their_types():
+    value = [8192, (8192, 1), 0.5, None, "x", {"k": (1, 2)}]
+    assert protocol.decode_value(protocol.encode_value(value)) == value
+    with pytest.raises(protocol.ProtocolError, match="cannot travel"):
+        protocol.encode_value(object())
+
+
+def test_messages_travel_one_per_line_and_a_closed_peer_is_a_protocol_error():
+    a, b = socket.socketpair()
+    ca, cb = protocol.Channel(a), protocol.Channel(b)
+    ca.send({"op": "call", "k": "v1"})
+    ca.send({"op": "bye"})
+    assert cb.recv(5) == {"op": "call", "k": "v1"} and cb.recv(5) == {"op": "bye"}
+    ca.close()
+    with pytest.raises(protocol.ProtocolError):
+        cb.recv(5)
+
+
+def test_a_worker_without_the_judge_socket_says_so(monkeypatch):
+    monkeypatch.delenv(protocol.SOCKET_ENV, raising=False)
+    with pytest.raises(protocol.ProtocolError, match="started by the judge only"):
+        protocol.connect_from_env()
