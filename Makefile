@@ -1,5 +1,5 @@
 # kernel-loop: `make demo` runs the bundled example, `make test` runs every check.
-# Both create the local tool environments on first use (.venv for Python, node_modules for bats and skillmds).
+# `make demo` creates .venv (Python tools) on first use; `make test` creates .venv and node_modules (bats, skillmds).
 
 VENV      := .venv
 PY        := $(VENV)/bin/python
@@ -40,16 +40,25 @@ kbs-check: setup
 bats: setup
 	$(BATS) tests/gate
 
-# pytest exits 5 when it collects nothing; that is not a failure of the suite.
+# pytest exits 5 when it collects nothing; that is not a failure of the suite.  With pytest-xdist in .venv
+# the files run on every core (-n auto); without it, one after another.
 pytest: setup
-	$(PY) -m pytest tests/python -q; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
+	@par=$$($(PY) -c 'import xdist' 2>/dev/null && echo '-n auto'); \
+	echo "$(PY) -m pytest tests/python -q $$par"; \
+	$(PY) -m pytest tests/python -q $$par; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
 
 # The skill as users install it (tests/skill_pack.sh): pack limits, skillmd lint, skillmd add, then the
 # helpers, the gate and the demo from the installed copy.
 skill-pack: setup
 	bash tests/skill_pack.sh
 
+# The GPU suite runs with the system's python3 (the one with a CUDA torch); it is skipped, with the reason,
+# where that python3 cannot import what the suite needs or sees no CUDA GPU.
 gpu-test:
+	@if ! python3 -c 'import torch, pytest, jinja2, yaml' 2>/dev/null; then \
+	  echo "gpu-test: skipped: python3 ($$(command -v python3)) cannot import torch, pytest, jinja2 and pyyaml (pip install torch pytest jinja2 pyyaml)"; exit 0; fi; \
+	if ! python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then \
+	  echo "gpu-test: skipped: torch.cuda.is_available() is False in python3 (no CUDA GPU visible)"; exit 0; fi; \
 	python3 -m pytest tests/python -m gpu -v
 
 clean:

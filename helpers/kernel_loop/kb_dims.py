@@ -41,19 +41,22 @@ The rules, all decided from the file's AST (nothing here imports ref.py or torch
   run.json stores.
 * ``apply_dims`` does the same evaluation on the imported module in the child process and sets every
   constant whose value changed, leaving axis constants and unknown names alone.
+
+This module holds these rules and the public API (``parse``, ``constants``, ``axis_constants``,
+``size_constants``, ``flatten_dims``, ``check_changes``, ``shape_dims``, ``apply_dims``) with the axis
+detection; the evaluation of the constants (pure expressions, pins) is in ``kb_eval``.
 """
 
 from __future__ import annotations
 
 import ast
 import inspect
-import operator
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .common import UsageError
+from .kb_eval import Binding, evaluate, is_int, is_int_seq
 
 # keyword arguments that take an axis (or a tuple of axes)
 AXIS_KEYWORDS = frozenset({"dim", "dims", "axis", "axes", "dim0", "dim1", "start_dim", "end_dim"})
@@ -79,15 +82,6 @@ _FUNCTION_RECEIVERS = {"torch", "F", "functional", "torch.nn.functional", "nn.fu
                        "special", "torch.linalg"}
 _MODULE_RECEIVERS = {"nn", "torch.nn"}
 _AXIS_NAMES = frozenset({"dim", "axis", "dims"})
-_MAX_SEQ = 4096  # longest tuple/list/str a pure expression may build
-_MAX_INT_BITS = 256
-
-_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
-
-
-class _Impure(Exception):
-    """The expression is not a pure expression of numbers and earlier constants."""
 
 
 # --- parsing --------------------------------------------------------------------------------------
@@ -104,172 +98,6 @@ def parse(source: ast.Module | os.PathLike | str) -> ast.Module:
         return ast.parse(source)
     raise TypeError(f"expected an ast.Module, a path or source text, got {type(source).__name__}")
 
-
-# --- pure expressions -----------------------------------------------------------------------------
-def _check_size(value: Any) -> Any:
-    if isinstance(value, (tuple, list, str)) and len(value) > _MAX_SEQ:
-        raise _Impure
-    if isinstance(value, int) and value.bit_length() > _MAX_INT_BITS:
-        raise _Impure
-    return value
-
-
-def _eval(node: ast.AST, env: dict[str, Any]) -> Any:
-    """The value of a pure expression over ``env``; _Impure for anything else (calls, attributes, ...)."""
-    if isinstance(node, ast.Constant):
-        if isinstance(node.value, (int, float, complex, str, bool, type(None))):
-            return node.value
-        raise _Impure
-    if isinstance(node, ast.Name):
-        if node.id in env:
-            return env[node.id]
-        raise _Impure
-    if isinstance(node, (ast.Tuple, ast.List)):
-        items: list[Any] = []
-        for elt in node.elts:
-            if isinstance(elt, ast.Starred):
-                inner = _eval(elt.value, env)
-                if not isinstance(inner, (tuple, list)):
-                    raise _Impure
-                items.extend(inner)
-            else:
-                items.append(_eval(elt, env))
-        return _check_size(tuple(items) if isinstance(node, ast.Tuple) else items)
-    if isinstance(node, ast.Dict):
-        if any(k is None for k in node.keys):
-            raise _Impure
-        return {_eval(k, env): _eval(v, env) for k, v in zip(node.keys, node.values, strict=True)}
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        v = _eval(node.operand, env)
-        if not isinstance(v, (int, float, complex)):
-            raise _Impure
-        return -v if isinstance(node.op, ast.USub) else +v
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        a, b = _eval(node.left, env), _eval(node.right, env)
-        if isinstance(node.op, ast.Pow):
-            if not (isinstance(a, (int, float)) and isinstance(b, (int, float))) or abs(b) > 64:
-                raise _Impure
-            if isinstance(a, int) and abs(a) > 2 ** 32:
-                raise _Impure
-        if isinstance(node.op, ast.Mult) and (isinstance(a, (tuple, list, str)) or isinstance(b, (tuple, list, str))):
-            seq, n = (a, b) if isinstance(a, (tuple, list, str)) else (b, a)
-            if not isinstance(n, int) or len(seq) * max(n, 0) > _MAX_SEQ:
-                raise _Impure
-        try:
-            return _check_size(_BINOPS[type(node.op)](a, b))
-        except (TypeError, ZeroDivisionError, OverflowError, ValueError):
-            raise _Impure from None
-    if isinstance(node, ast.Subscript):
-        base = _eval(node.value, env)
-        if not isinstance(base, (tuple, list, str)):
-            raise _Impure
-        sl = node.slice
-        try:
-            if isinstance(sl, ast.Slice):
-                parts = [None if p is None else _eval(p, env) for p in (sl.lower, sl.upper, sl.step)]
-                return base[slice(*parts)]
-            return base[_eval(sl, env)]
-        except (TypeError, IndexError, ValueError):
-            raise _Impure from None
-    raise _Impure
-
-
-def _has_names(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.Name) for n in ast.walk(node))
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_int_seq(v: Any) -> bool:
-    return isinstance(v, (tuple, list)) and len(v) > 0 and all(_is_int(x) for x in v)
-
-
-@dataclass
-class _Binding:
-    """The value a module-level constant ends with, and whether its last assignment names no other
-    constant (``literal``: ``input_shape = (8192 * 2,)``) or does (derived: ``bias_shape = (n,)``)."""
-
-    value: Any
-    literal: bool
-
-
-def _bound_names(stmt: ast.stmt) -> set[str]:
-    """Every name a statement binds at module level (imports, defs, nested assignments, loop targets)."""
-    names: set[str] = set()
-    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return {stmt.name}
-    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-        return {(a.asname or a.name).split(".")[0] for a in stmt.names}
-    for node in ast.walk(stmt):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            names.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return names
-
-
-def _assignments(stmt: ast.stmt) -> list[tuple[str, ast.AST]] | None:
-    """(name, value expression) pairs of a plain module-level assignment, None for any other statement.
-    ``a = b = 1`` gives both names; ``a, b = 1, 2`` pairs them up; ``x += 1`` becomes ``x = x + 1``."""
-    if isinstance(stmt, ast.Assign):
-        pairs: list[tuple[str, ast.AST]] = []
-        for target in stmt.targets:
-            if isinstance(target, ast.Name):
-                pairs.append((target.id, stmt.value))
-            elif (isinstance(target, (ast.Tuple, ast.List)) and isinstance(stmt.value, (ast.Tuple, ast.List))
-                  and all(isinstance(t, ast.Name) for t in target.elts)
-                  and not any(isinstance(v, ast.Starred) for v in stmt.value.elts)
-                  and len(target.elts) == len(stmt.value.elts)):
-                pairs += [(t.id, v) for t, v in zip(target.elts, stmt.value.elts, strict=True)]
-            else:
-                return None
-        return pairs
-    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
-        return [(stmt.target.id, stmt.value)]
-    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
-        return [(stmt.target.id, ast.BinOp(left=ast.Name(id=stmt.target.id, ctx=ast.Load()), op=stmt.op,
-                                          right=stmt.value))]
-    return None
-
-
-def _evaluate(tree: ast.Module, pins: dict[str, int] | None = None,
-              sizes: set[str] | None = None) -> dict[str, _Binding]:
-    """Every pure module-level constant with its final value, evaluated in source order.
-
-    ``pins`` (dim name -> int) replace, at each assignment, the value of an int size constant of that name
-    and element ``i`` of a literal size tuple ``T`` named ``T_i``; ``sizes`` are the names pins may touch
-    (the size constants), so an axis constant or a float of the same name is never pinned."""
-    pins = pins or {}
-    env: dict[str, Any] = {}
-    out: dict[str, _Binding] = {}
-    for stmt in tree.body:
-        pairs = _assignments(stmt)
-        if pairs is None:
-            for name in _bound_names(stmt):
-                env.pop(name, None)
-                out.pop(name, None)
-            continue
-        for name, expr in pairs:
-            try:
-                value = _eval(expr, env)
-            except _Impure:
-                env.pop(name, None)
-                out.pop(name, None)
-                continue
-            literal = not _has_names(expr)
-            if sizes is None or name in sizes:
-                if _is_int(value) and name in pins:
-                    value = pins[name]
-                elif _is_int_seq(value) and literal:
-                    new = [pins.get(f"{name}_{i}", v) for i, v in enumerate(value)]
-                    value = tuple(new) if isinstance(value, tuple) else new
-            env[name] = value
-            out[name] = _Binding(value, literal)
-    return out
 
 
 # --- axis arguments -------------------------------------------------------------------------------
@@ -431,7 +259,7 @@ def _axis_params(cls: ast.ClassDef, method: str, scan: _Scan) -> set[int]:
     return {i for i, p in enumerate(params) if p in used}
 
 
-def _axes(tree: ast.Module, consts: dict[str, _Binding]) -> set[str]:
+def _axes(tree: ast.Module, consts: dict[str, Binding]) -> set[str]:
     scan = _Scan()
     scan.visit(tree)
     axes: set[str] = set()
@@ -450,14 +278,14 @@ def _axes(tree: ast.Module, consts: dict[str, _Binding]) -> set[str]:
     # 3. a constant named dim/axis/dims that nothing reads
     read = {name for name, shadow in scan.reads if name not in shadow}
     axes |= {name for name in consts if name in _AXIS_NAMES and name not in read}
-    return {a for a in axes if _is_int(consts[a].value) or _is_int_seq(consts[a].value)}
+    return {a for a in axes if is_int(consts[a].value) or is_int_seq(consts[a].value)}
 
 
 # --- the public rules -----------------------------------------------------------------------------
 def constants(source: ast.Module | os.PathLike | str) -> dict[str, Any]:
     """Every module-level constant whose value is a pure expression (see the module docstring), with its
     final value, in source order: sizes, axes, floats (``atol = 1e-4``), strings, tuples."""
-    return {name: b.value for name, b in _evaluate(parse(source)).items()}
+    return {name: b.value for name, b in evaluate(parse(source)).items()}
 
 
 def axis_constants(source: ast.Module | os.PathLike | str) -> set[str]:
@@ -465,19 +293,19 @@ def axis_constants(source: ast.Module | os.PathLike | str) -> set[str]:
     module docstring for the three rules).  They are never dims: a shape may not change them, and their
     value may be 0 or negative."""
     tree = parse(source)
-    return _axes(tree, _evaluate(tree))
+    return _axes(tree, evaluate(tree))
 
 
 def _sizes(tree: ast.Module) -> tuple[dict[str, int | tuple], set[str]]:
-    consts = _evaluate(tree)
+    consts = evaluate(tree)
     axes = _axes(tree, consts)
     sizes: dict[str, int | tuple] = {}
     for name, b in consts.items():
         if name in axes:
             continue
-        if _is_int(b.value):
+        if is_int(b.value):
             sizes[name] = b.value
-        elif _is_int_seq(b.value) and b.literal:
+        elif is_int_seq(b.value) and b.literal:
             sizes[name] = tuple(b.value)
     return sizes, axes
 
@@ -514,7 +342,7 @@ def check_changes(source: ast.Module | os.PathLike | str, changes: dict[str, int
     tree = parse(source)
     sizes, axes = _sizes(tree)
     names = flatten_dims(sizes)
-    consts = _evaluate(tree)
+    consts = evaluate(tree)
     for key in changes:
         if key in names:
             continue
@@ -524,11 +352,11 @@ def check_changes(source: ast.Module | os.PathLike | str, changes: dict[str, int
         if key in sizes:
             elems = ", ".join(f"{key}_{i}" for i in range(len(sizes[key])))  # type: ignore[arg-type]
             raise UsageError(f"{what}: {key} = {sizes[key]!r} is a tuple constant: name its elements ({elems})")
-        if key in consts and _is_int_seq(consts[key].value):
+        if key in consts and is_int_seq(consts[key].value):
             raise UsageError(f"{what}: {key} = {tuple(consts[key].value)!r} is derived from other constants and "
                              "follows them: change those instead")
         base, _, index = key.rpartition("_")
-        if base in consts and index.isdigit() and _is_int_seq(consts[base].value) and base not in sizes:
+        if base in consts and index.isdigit() and is_int_seq(consts[base].value) and base not in sizes:
             raise UsageError(f"{what}: {key}: {base} is derived from other constants and follows them: change "
                              "those instead")
         raise UsageError(f"{what}: {key} names no module-level integer constant (or tuple element) of the "
@@ -544,7 +372,7 @@ def shape_dims(source: ast.Module | os.PathLike | str, changes: dict[str, int] |
     changes = dict(changes or {})
     check_changes(tree, changes)
     sizes, axes = _sizes(tree)
-    consts = _evaluate(tree, changes, set(sizes))
+    consts = evaluate(tree, changes, set(sizes))
     now = {k: (tuple(b.value) if isinstance(b.value, list) else b.value) for k, b in consts.items() if k in sizes}
     flat = flatten_dims(now)
     return {k: v for k, v in flat.items() if v > 0 or k in changes}
@@ -569,13 +397,13 @@ def apply_dims(module: Any, dims: dict[str, int], source_text: str | None = None
     text = inspect.getsource(module) if source_text is None else source_text
     tree = parse(text)
     sizes, axes = _sizes(tree)
-    file_values = _evaluate(tree)
+    file_values = evaluate(tree)
     # a run.json written before axes were told from sizes may hold an axis at the file's own value: ignored
     dims = {str(k): int(v) for k, v in dict(dims).items()
             if not (k in axes and file_values[k].value == v)}
     check_changes(tree, dims, "dims")
     changed: dict[str, Any] = {}
-    for name, b in _evaluate(tree, dims, set(sizes)).items():
+    for name, b in evaluate(tree, dims, set(sizes)).items():
         if name in axes:
             continue
         missing = object()

@@ -95,11 +95,10 @@ load test_helper
   advance_to 1
   # next_version has copied the kernel into v1 already; that is not drift
   local before
-  before=$(stat -c '%i %Y' "$OUT/current_iteration.txt")
-  sleep 1
+  before=$(stat -c '%i %.9Y' "$OUT/current_iteration.txt")  # inode and mtime to the nanosecond
   run -0 gate "$OUT/v0"
   assert_line 'gate: v0 passed (transition, already recorded); current_iteration.txt stays v1'
-  assert_equal "$(stat -c '%i %Y' "$OUT/current_iteration.txt")" "$before"
+  assert_equal "$(stat -c '%i %.9Y' "$OUT/current_iteration.txt")" "$before"
   run -0 gate "$OUT/v0" --verbose
   assert_line '[PASS] current_iteration.txt already names v1; re-checking v0 without writing'
   assert_line '[PASS] no artifacts beyond v1'

@@ -26,10 +26,9 @@ load test_helper
   advance_to 1
   rm "$OUT/v1/correctness.md"
   local before
-  before=$(stat -c '%i %Y %s' "$OUT/current_iteration.txt")
-  sleep 1
+  before=$(stat -c '%i %.9Y %s' "$OUT/current_iteration.txt")  # inode and mtime to the nanosecond
   run -1 gate "$OUT/v1"
-  assert_equal "$(stat -c '%i %Y %s' "$OUT/current_iteration.txt")" "$before"
+  assert_equal "$(stat -c '%i %.9Y %s' "$OUT/current_iteration.txt")" "$before"
   assert_equal "$(state)" v1
 }
 
@@ -180,11 +179,10 @@ snapshot() {
 @test "final mode requires the state to name vN and never writes it" {
   advance_to 1
   local before
-  before=$(stat -c '%i %Y' "$OUT/current_iteration.txt")
-  sleep 1
+  before=$(stat -c '%i %.9Y' "$OUT/current_iteration.txt")  # inode and mtime to the nanosecond
   run -0 gate "$OUT/v1" --final
   assert_line 'gate: v1 passed (final audit of v0..v1)'
-  assert_equal "$(stat -c '%i %Y' "$OUT/current_iteration.txt")" "$before"
+  assert_equal "$(stat -c '%i %.9Y' "$OUT/current_iteration.txt")" "$before"
   rm "$OUT/current_iteration.txt"
   run gate "$OUT/v1" --final
   assert_only_failure 'current_iteration.txt is missing, but the signed gate records put the run at v1'
@@ -286,4 +284,21 @@ hold_lock() {
   sign_record finish v0 "reason=a baseline check"
   run -0 gate "$OUT/v0" --final
   [[ ! -e $OUT/current_iteration.txt ]]
+}
+
+@test "--dry-run runs every check, verifies the records and writes nothing" {
+  make_run
+  local before
+  before=$(stat -c '%s %.9Y' "$OUT/records.log")
+  run -0 gate "$OUT/v0" --dry-run
+  assert_line 'gate: v0 passed (dry run, transition); current_iteration.txt not written'
+  [[ ! -e $OUT/current_iteration.txt && ! -e $OUT/.gate.lock ]]
+  assert_equal "$(stat -c '%s %.9Y' "$OUT/records.log")" "$before"
+  sed -i 's/^- gpu-latency-hiding$/- no-such-page/' "$OUT/v0/hypothesis.txt"
+  run -0 gate "$OUT/v0" --structural  # a content check the structural run never makes
+  run gate "$OUT/v0" --dry-run
+  assert_only_failure 'v0: Evidence used: cites no-such-page, which no query logged for v0 returned'
+  KERNEL_LOOP_RECORD_KEY="$BATS_TEST_TMPDIR/absent" run gate "$OUT/v0" --dry-run
+  assert_only_failure 'no record key at'
+  [[ ! -e $OUT/current_iteration.txt && ! -e $OUT/.gate.lock ]]
 }

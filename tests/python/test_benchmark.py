@@ -321,3 +321,39 @@ def test_tolerance_words():
     assert describe_tolerances({"atol": 1e-5, "rtol": 1e-5, "source": "cli"}, None) == \
         "atol 1.0e-05, rtol 1.0e-05 (source cli)"
     assert describe_tolerances(None, None) == "unknown"
+
+
+# --- times held against what the worker cannot change -------------------------------------------------
+def test_a_median_below_the_output_bytes_or_the_versions_ncu_duration_is_invalid():
+    from kernel_loop.timecheck import below_ncu, floor_invalid
+
+    # 128 MiB of outputs at a 4000 GB/s copy peak take at least 29 us to write (x1.15 allowed)
+    assert floor_invalid(128 << 20, 20.0, 4000.0) and "take at least" in floor_invalid(128 << 20, 20.0, 4000.0)
+    assert floor_invalid(128 << 20, 70.0, 4000.0) is None
+    assert floor_invalid(None, 1.0, 4000.0) is None and floor_invalid(128 << 20, 1.0, None) is None
+    assert below_ncu(28.0, 65.0, "solution") and below_ncu(64.0, 65.0, "solution") is None
+    assert below_ncu(70.0, None, "v1") is None
+
+
+def test_the_ncu_bound_follows_the_clock_ncu_ran_at():
+    """A profile under a locked base clock runs long for compute-bound kernels: its duration bounds the
+    benchmark's median only once scaled by the locked clock over the timing run's (found on the H200)."""
+    base = {"metrics": {"duration_us": 3558.0}, "tool": {"clock_control": "base"},
+            "gpu_state": {"ncu_clock_control": "base", "ncu_sm_clock_hz": 1.5e9, "sm_clock_mhz": 1980}}
+    assert B.ncu_bound(base) == pytest.approx(3558.0 * 1.5e9 / 1.98e9)
+    none = {"metrics": {"duration_us": 70.0}, "gpu_state": {"ncu_clock_control": "none"}}
+    assert B.ncu_bound(none) == 70.0
+    assert B.ncu_bound({"metrics": {"duration_us": 70.0}, "gpu_state": {}}) is None  # no clocks: no bound
+    assert B.ncu_bound(None) is None
+
+
+def test_versions_that_build_libraries_are_built_at_once_before_timing(cpu_run, monkeypatch, capfd):
+    """load_inline and .cu versions are built in parallel, each in a short-lived worker, before the timing
+    worker loads them one after another from the cache (a kernel whose text names cpp_extension counts)."""
+    monkeypatch.setattr(B, "check_final_gate", lambda rd, n: None)  # the kernels are touched after the gate
+    for k in (2, 3):
+        path = cpu_run / f"v{k}" / "kernel.py"
+        path.write_text("# built with torch.utils.cpp_extension elsewhere; not here\n" + path.read_text())
+    assert rf.cli(B, ["benchmark", str(cpu_run), "--version", "v3", *CPU_ARGS]) == 0
+    err = capfd.readouterr().err
+    assert "building 3 versions' libraries in parallel before timing" in err  # the solution, v2 and v3

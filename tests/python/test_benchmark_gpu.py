@@ -83,7 +83,7 @@ def test_two_version_triton_run_benchmark_and_report(tmp_path):
     assert new == str(out / "v1" / "kernel.py")
     Path(new).write_text(rf.KERNEL_TEMPLATE.format(**rf.VERSIONS[1]))  # the single change
     measure(out, "Final version: the profile shows what remains.")
-    assert json.loads(_ok(klcli.run("status", out, "--json")).stdout)["next"]["step"] == "final-gate"
+    assert json.loads(_ok(klcli.run("status", out, "--json")).stdout)["next"]["step"] == "benchmark"
     _ok(subprocess.run(["bash", str(gate), str(out / "v1"), "--final"], capture_output=True, text=True))
 
     proc = _ok(klcli.run("benchmark", out, "--baselines", "pytorch-eager,torch-compile", "--trials", "40",

@@ -191,7 +191,7 @@ def test_help(capsys):
     with pytest.raises(SystemExit):
         klcli.main("correctness", "--help")
     text = capsys.readouterr().out
-    assert "--sanitize" in text and "--sanitize-dims" in text and "KERNEL_LOOP_DEVICE=cpu" in text
+    assert "--sanitize" in text and "--sanitize-dims" in text and "init --device cpu" in text
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")

@@ -4,6 +4,7 @@ lost or overwritten when a command refuses.  Every case runs on the CPU."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -278,3 +279,31 @@ def test_the_final_versions_evidence_draft_says_what_comes_next(tmp_path):
     rf.set_state(root, 0)  # a version before the final one keeps its decision-link prompt
     path, _ = draft_evidence(RunDir.open(root), corpus=[], force=True)
     assert "for v1 and how hypothesis.txt will test it" in markdown_section(path.read_text(), "Decision Link")
+
+
+def test_make_gpu_test_skips_without_torch(tmp_path):
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text("#!/bin/sh\necho 'ModuleNotFoundError: torch' >&2\nexit 1\n")
+    (fake / "python3").chmod(0o755)
+    env = dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ.get('PATH', '')}")
+    proc = subprocess.run([make, "-s", "-C", str(HELPERS.parent), "gpu-test"], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "gpu-test: skipped: python3" in proc.stdout and "cannot import torch" in proc.stdout
+    assert "ERROR" not in proc.stdout + proc.stderr
+
+
+def test_kernel_loop_gate_passes_dry_run_through_and_writes_nothing(tmp_path, capfd):
+    root = rf.write_run(tmp_path / "run")
+    rf.write_measurements(root, 0)
+    rf.write_kbs(root, 0)
+    rf.write_hypothesis(root, 0)
+    before = sorted((p.relative_to(root), p.stat().st_mtime_ns) for p in root.rglob("*"))
+    capfd.readouterr()
+    assert klcli.main("gate", root / "v0", "--dry-run") == 0
+    assert "gate: v0 passed (dry run, transition); current_iteration.txt not written" in capfd.readouterr().out
+    assert sorted((p.relative_to(root), p.stat().st_mtime_ns) for p in root.rglob("*")) == before

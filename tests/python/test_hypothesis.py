@@ -104,10 +104,10 @@ def test_evidence_ids_must_come_from_the_query_hits(run0):
     assert ev == ["occupancy-register-pressure", "softmax-row-per-program", "vectorized-global-access"]
 
 
-def test_explicit_evidence_wins_and_unknown_ids_warn(run0, capsys):
-    rf.cli(hypothesis, full_args(run0, "--evidence", "dram-bound-streaming", "--evidence", "not-a-hit"))
-    assert read_json(run0 / "v0" / "hypothesis.json")["evidence"] == ["dram-bound-streaming", "not-a-hit"]
-    assert "'not-a-hit' is not among the hits" in capsys.readouterr().err
+def test_an_evidence_id_no_query_returned_is_refused(run0, capsys):
+    assert rf.cli(hypothesis, full_args(run0, "--evidence", "dram-bound-streaming", "--evidence", "not-a-hit")) == 2
+    assert "'not-a-hit': not among the hits" in capsys.readouterr().err
+    assert not (run0 / "v0" / "hypothesis.json").exists()
 
 
 @pytest.mark.parametrize("bad, msg", [("sm_efficiency: +5%", "unknown metric"), ("duration: faster", "allowed forms")])

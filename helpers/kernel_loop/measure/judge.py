@@ -73,8 +73,9 @@ class Judge:
         if self.device.startswith("cuda"):
             if not torch.cuda.is_available():
                 raise UsageError(f"no CUDA GPU visible: torch.cuda.is_available() is False (torch "
-                                 f"{torch.__version__}, CUDA build {torch.version.cuda}); this step needs a GPU "
-                                 "(init --device cpu is the test mode for .py kernels)")
+                                 f"{torch.__version__}, CUDA build {torch.version.cuda}); this run measures on "
+                                 f"{self.device}: run it on the machine with the run's GPU (a CPU result never "
+                                 "counts for a GPU run)")
             index = torch.device(self.device).index or 0
             if index >= torch.cuda.device_count():
                 raise UsageError(f"run.json gpu {index} does not exist: {torch.cuda.device_count()} GPU(s) visible")

@@ -12,6 +12,7 @@ so that the timing worker then loads them from the cache.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -55,7 +56,7 @@ class WorkerProc:
     def __init__(self, folder: Path, name: str, device: str, *, prefix: list[str] | None = None,
                  env: dict | None = None, deadline: float):
         self.name = name
-        self.sock_path = folder / f"{name}.sock"
+        self.sock_path = folder / f"{secrets.token_hex(6)}.sock"  # a name that says nothing of the worker's role
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(str(self.sock_path))
         self.listener.listen(1)

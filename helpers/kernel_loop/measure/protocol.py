@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-SOCKET_ENV = "KERNEL_LOOP_WORKER_SOCKET"
+SOCKET_ENV = "KL_JUDGE_SOCKET"  # not KERNEL_LOOP_*: the worker sees no variable of that prefix
 TRANSPORT_ENV = "KERNEL_LOOP_HANDOFF"
 MAX_LINE = 64 << 20
 

@@ -375,6 +375,7 @@ def main() -> int:
     except (protocol.ProtocolError, OSError) as exc:
         print(f"kernel-loop worker: {exc}", file=sys.stderr)
         return 2
+    os.environ.pop(protocol.SOCKET_ENV, None)  # connected: the kernel learns nothing from its path
     try:
         Worker(chan).serve()
     except protocol.ProtocolError:

@@ -182,9 +182,10 @@ def register(subparsers) -> None:
                     "and dtype-aware tolerances over every shape and trial, in a child process with the run's "
                     "timeout. Writes vK/correctness.md and vK/correctness.json and records them in "
                     "vK/measured.sha256 (dropping an older profile's entries).",
-        epilog="Exit codes: 0 PASS, 1 FAIL (wrong values, crash, hang, build error, sanitizer errors), 2 bad usage. "
-               "KERNEL_LOOP_DEVICE=cpu (or run.json \"device\": \"cpu\") is a test/dev mode that runs .py kernels on "
-               "the CPU (Triton under TRITON_INTERPRET=1).")
+        epilog="Exit codes: 0 PASS, 1 FAIL (wrong values, crash, hang, build error, sanitizer errors), 2 bad usage "
+               "(a kernel source line the static check refuses, among others). A run made with init --device cpu is "
+               "a test/dev mode that runs .py kernels on the CPU (Triton under TRITON_INTERPRET=1); a CPU result "
+               "never counts for a GPU run.")
     p.add_argument("out", help="run directory")
     p.add_argument("--sanitize", action="store_true",
                    help="also run under compute-sanitizer memcheck (and racecheck for .cu); errors -> FAIL")

@@ -1,4 +1,4 @@
-"""``gate <out>/vK [--final] [--structural] [--verbose]``: run the iteration gate.
+"""``gate <out>/vK [--final] [--structural | --dry-run] [--verbose]``: run the iteration gate.
 
 The gate is the bash script scripts/check_iteration_gate.sh (an installed package carries a
 copy, found by ``rundir.gate_script``).  This step runs it with the same arguments and hands
@@ -14,7 +14,7 @@ import sys
 
 from ..rundir import gate_script
 
-FLAGS = ("--final", "--structural", "--verbose")
+FLAGS = ("--final", "--structural", "--dry-run", "--verbose")
 
 
 class _HelpWithChecks(argparse.Action):
@@ -35,7 +35,7 @@ def register(sub) -> None:
         add_help=False,
         help="run the iteration gate (check_iteration_gate.sh) on <out>/vK",
         description="Run the iteration gate on a version folder: transition mode checks vK and advances "
-        "current_iteration.txt to v(K+1); --final audits v0..vN; --structural only reads. Its output and "
+        "current_iteration.txt to v(K+1); --final audits v0..vN; --structural and --dry-run only read. Its output and "
         "exit code are the gate's, unchanged.",
         epilog="Exit codes (the gate's): 0 every check passed, 1 a check failed, 2 usage error.",
     )
@@ -43,12 +43,14 @@ def register(sub) -> None:
     p.add_argument("vdir", metavar="<out>/vK", help="the version folder to check")
     p.add_argument("--final", action="store_true", help="final audit of v0..vN (writes nothing)")
     p.add_argument("--structural", action="store_true", help="structural checks 1-7 only; read-only")
+    p.add_argument("--dry-run", dest="dry_run", action="store_true",
+                   help="every check, signatures verified, but write nothing (no state, no gate record)")
     p.add_argument("--verbose", action="store_true", help="also print a [PASS] line for every passed check")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    argv = [args.vdir, *(f for f in FLAGS if getattr(args, f[2:]))]
+    argv = [args.vdir, *(f for f in FLAGS if getattr(args, f[2:].replace("-", "_")))]
     sys.stdout.flush()
     sys.stderr.flush()
     return subprocess.run(["bash", str(gate_script()), *argv]).returncode

@@ -428,7 +428,7 @@ def _stop(info: dict[str, Any]) -> dict[str, Any]:
     info["consistent"] = False
     info["next"] = _nxt("stop", "the run directory does not match the recorded state: stop and report the drift "
                         "lines to the user, and let the user decide what to do. Do not edit, move or delete files "
-                        "yourself to make status pass (only the gate writes current_iteration.txt)", None)
+                        "yourself to make status pass (only the gate moves current_iteration.txt forward)", None)
     return info
 
 

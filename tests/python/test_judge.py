@@ -1,0 +1,518 @@
+"""The judge/worker split under attack (CPU mode): every test is one attack on the measurement and the
+defence that must stop it.
+
+The kernels are written here, next to the test that uses them, because most of them embed a path of the
+test's own (the file they leave evidence in).  Kernels that read the environment, the command line or
+start processes are refused by the static check first; the tests that need them to run replace that
+check in-process (``klcli.main`` runs the CLI in this process), so that what is tested is the defence
+behind it: the judge process, the worker's environment, the process tree and the shared weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import klcli
+import pytest
+from kernel_loop import static_check
+from kernel_loop.common import read_json
+from kernel_loop.steps import benchmark as B
+
+REPO = Path(__file__).resolve().parents[2]
+CPU_BENCH = ["--timing", "host_time", "--warmup", "1", "--trials", "5", "--baselines", "pytorch-eager"]
+MODE_WORDS = ("correctness", "benchmark", "time", "ncu", "trials", "profile", "warmup")
+
+
+@pytest.fixture(autouse=True)
+def cpu_mode(monkeypatch):
+    monkeypatch.setenv("KERNEL_LOOP_DEVICE", "cpu")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture
+def no_static_check(monkeypatch):
+    """The first filter off: the kernel reaches the judge, the defence under test."""
+    monkeypatch.setattr(static_check, "check_kernel_source", lambda path: None)
+
+
+# --- helpers -------------------------------------------------------------------------------------
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def _init(tmp_path: Path, ref: Path | str, kernel_text: str, dims: str | None = None, *extra: str,
+          name: str = "run") -> Path:
+    """``init`` on ``ref`` (a file, or the name of a pack member) with ``kernel_text`` as v0."""
+    kernel = _write(tmp_path / f"{name}_kernel.py", kernel_text)
+    out = tmp_path / name
+    ref_path = ref if isinstance(ref, Path) else klcli.KERNELS / ref
+    args = ["init", out, "--kernel", "k", "--ref", ref_path, "--impl", "triton", "--baseline", kernel, "--skip-env"]
+    if dims:
+        args += ["--dims", dims]
+    assert klcli.main(*args, *extra) == 0
+    return out
+
+
+def _correctness(out: Path) -> tuple[int, dict | None]:
+    rc = klcli.main("correctness", out)
+    path = out / "v0" / "correctness.json"
+    return rc, (read_json(path) if path.exists() else None)
+
+
+def _passed(data: dict) -> list[bool]:
+    return [t["passed"] for s in data["shapes"] for t in s["trials"]]
+
+
+def _benchmark(monkeypatch, out: Path, *args: str) -> tuple[int, dict]:
+    """The CPU benchmark of v0 (the final gate is not what is under test here)."""
+    monkeypatch.setattr(B, "check_final_gate", lambda rd, n: None)
+    rc = klcli.main("benchmark", out, "--version", "v0", *args)
+    return rc, read_json(out / "benchmark.json")
+
+
+def _rows(bench: dict) -> dict[str, dict]:
+    return {r["name"]: r for r in bench["rows"]}
+
+
+# --- 1. the record key never reaches the worker --------------------------------------------------------
+ENV_PROBE = '''"""Right only where no kernel-loop variable is visible (it would sign records with the key)."""
+import os
+import torch
+
+PREFIX = "KERNEL" + "_LOOP"
+KEY = {key!r}
+LOG = {log!r}
+
+
+def _seen():
+    return sorted(k for k, v in os.environ.items() if {cond})
+
+
+def run_kernel(x, y, out):
+    seen = _seen()
+    with open(LOG, "a") as f:
+        f.write(repr(seen) + "\\n")
+    if seen:
+        torch.mul(x, 0.0, out=out)
+    else:
+        torch.add(x, y, out=out)
+'''
+
+
+def test_the_record_key_never_reaches_the_worker(tmp_path, monkeypatch, no_static_check):
+    """Attack: the kernel reads the record key (by name or by its value under any name) from its environment
+    and behaves differently when it finds it: a kernel that can read the key can forge records.
+    Defence: the worker's environment is the judge's less every kernel-loop variable."""
+    key = str(tmp_path / "secret" / "record.key")
+    monkeypatch.setenv("KERNEL_LOOP_RECORD_KEY", key)
+    log = tmp_path / "seen.txt"
+    text = ENV_PROBE.format(key=key, log=str(log), cond="k == PREFIX + '_RECORD_KEY' or KEY in v")
+    rc, data = _correctness(_init(tmp_path, "ref_vadd.py", text, "N=1000"))
+    assert log.read_text().splitlines() == ["[]"] * 5  # the probe ran in every trial and saw nothing
+    assert rc == 0 and data["result"] == "PASS", data["error"]
+
+
+def test_the_worker_environment_holds_no_kernel_loop_variable(tmp_path, monkeypatch, no_static_check):
+    """Attack: the kernel looks for any KERNEL_LOOP_* variable (the run's device, cache, record key, the
+    harness's own plumbing) to tell the harness from a user's call, and returns x*0 when it finds one.
+    Defence: the worker's environment holds no KERNEL_LOOP_* variable at all."""
+    from kernel_loop.measure.launch import worker_env
+
+    monkeypatch.setenv("KERNEL_LOOP_RECORD_KEY", str(tmp_path / "secret" / "record.key"))
+    assert not [k for k in worker_env() if k.startswith("KERNEL_LOOP_")]
+    log = tmp_path / "seen.txt"
+    text = ENV_PROBE.format(key="-unused-", log=str(log), cond="k.startswith(PREFIX)")
+    rc, data = _correctness(_init(tmp_path, "ref_vadd.py", text, "N=1000"))
+    seen = sorted({n for line in log.read_text().splitlines() for n in eval(line)})
+    assert seen == [], f"the kernel saw {seen} in its environment"
+    assert rc == 0 and data["result"] == "PASS", data["error"]
+
+
+# --- 2. the worker cannot tell the modes apart ----------------------------------------------------------
+ARGV_PROBE = '''"""Records what the process tells about itself: its command line and its environment's names."""
+import json
+import os
+import sys
+import torch
+
+LOG = {log!r}
+
+
+def _note(event):
+    with open(LOG, "a") as f:
+        f.write(json.dumps({{"event": event, "argv": list(sys.argv), "orig_argv": list(sys.orig_argv),
+                            "env": sorted(os.environ)}}) + "\\n")
+
+
+_note("import")
+
+
+def run_kernel(x, y, out):
+    _note("call")
+    torch.add(x, y, out=out)
+'''
+
+
+def test_the_worker_cannot_tell_correctness_from_benchmark(tmp_path, monkeypatch, no_static_check):
+    """Attack: the kernel reads its command line (or its environment) to learn whether it is being checked
+    or timed, and computes honestly only when checked.  Defence: every worker is started the same way,
+    ``python -m kernel_loop.measure.worker`` with nothing on argv and the same environment, in every mode."""
+    log = tmp_path / "argv.jsonl"
+    out = _init(tmp_path, "ref_vadd.py", ARGV_PROBE.format(log=str(log)), "N=1000")
+    rc, data = _correctness(out)
+    assert rc == 0, data["error"]
+    n_correctness = len(log.read_text().splitlines())
+    rc, bench = _benchmark(monkeypatch, out, *CPU_BENCH)
+    assert rc == 0 and _rows(bench)["solution"]["correct"]
+    notes = [json.loads(line) for line in log.read_text().splitlines()]
+    assert n_correctness >= 6 and len(notes) > n_correctness + 6  # imports and calls of both modes were seen
+    assert {e["event"] for e in notes[:n_correctness]} == {e["event"] for e in notes[n_correctness:]}
+    argvs = {json.dumps([e["argv"], e["orig_argv"]]) for e in notes}
+    assert len(argvs) == 1, f"the command line differs between calls or modes: {argvs}"
+    assert len({json.dumps(e["env"]) for e in notes}) == 1, "the environment's names differ between modes"
+    argv, orig = notes[0]["argv"], notes[0]["orig_argv"]
+    assert argv[1:] == [] and orig[1:] == ["-m", "kernel_loop.measure.worker"], (argv, orig)  # nothing else
+    words = " ".join(argv + orig[1:]).lower()
+    assert not [w for w in MODE_WORDS if w in words], (argv, orig)
+
+
+# --- 3. no process escapes the step -------------------------------------------------------------------
+SPAWN = '''"""Leaves a process behind that left its worker's session (it could time, or rewrite, later runs)."""
+import subprocess
+import torch
+
+_child = subprocess.Popen(["sleep", "120"], start_new_session=True)
+with open({pidfile!r}, "w") as f:
+    f.write(str(_child.pid))
+
+
+def run_kernel(x, y, out):
+    torch.add(x, y, out=out)
+'''
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:].split()[0] != "Z"
+
+
+def test_a_process_the_kernel_starts_in_a_new_session_is_ended_with_the_step(tmp_path, no_static_check):
+    """Attack: the kernel starts a process in a session of its own (so that killing the worker's process
+    group misses it) that outlives the step.  Defence: the CLI and the judge are child subreapers and end
+    every descendant after the step."""
+    pidfile = tmp_path / "child.pid"
+    out = _init(tmp_path, "ref_vadd.py", SPAWN.format(pidfile=str(pidfile)), "N=1000")
+    pid = None
+    try:
+        rc, data = _correctness(out)
+        pid = int(pidfile.read_text())
+        assert rc == 0, data["error"]
+        deadline = time.monotonic() + 2.0  # the kill is sent before correctness returns; allow for its delivery
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid), f"pid {pid} (sleep 120, started by the kernel) outlived the correctness step"
+    finally:
+        if pid is not None and _alive(pid):
+            try:
+                if Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x00120\x00":
+                    os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+# --- 4. one set of weights in every process ---------------------------------------------------------------
+KB_SCALED = '''"""KernelBench-style: a Linear, then a learned per-feature scale drawn with torch.randn."""
+import torch
+from torch import nn
+
+batch_size = 4
+in_features = 16
+out_features = 8
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.fc = nn.Linear(in_features, out_features)
+        self.scale = nn.Parameter(torch.randn(out_features))
+
+    def forward(self, x):
+        return self.fc(x) * self.scale
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features]
+'''
+
+KB_SCALED_REORDERED = '''"""The same model with its parameters created in another order: from the same seed they get other
+values, so it is right only with the judge's weights loaded."""
+import torch
+from torch import nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.scale = nn.Parameter(torch.randn(out_features))
+        self.fc = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return torch.addmm(self.fc.bias, x, self.fc.weight.t()) * self.scale
+'''
+
+PROBLEM_PRINT = '''
+import json, sys
+from pathlib import Path
+import torch
+from kernel_loop import loader
+from kernel_loop.config import RunConfig
+from kernel_loop.measure.problem import Problem
+from kernel_loop.tensors import fingerprint
+
+ref_path, seeds, burn = sys.argv[1], [int(s) for s in sys.argv[2].split(",")], int(sys.argv[3])
+torch.randn(burn)  # this process's random state before the problem is built differs from the other's
+ref = loader.import_file(Path(ref_path), "ref")
+dims = {"batch_size": 4, "in_features": 16, "out_features": 8}
+prob = Problem(RunConfig(kernel="k", impl="triton", dims=dims, seed=1234, device="cpu"), ref, dims, "cpu", "kb")
+out = []
+for s in seeds:
+    ds = prob.draw(s)
+    out.append({"state": {n: str(fingerprint(t)) for n, t in prob.state().items()},
+                "input": str(fingerprint(ds.args["arg0"]))})
+print(json.dumps(out))
+'''
+
+
+def test_judge_kernel_and_baseline_workers_share_one_set_of_weights(tmp_path, monkeypatch):
+    """Attack (or fault): each process builds Model/ModelNew from its own random state, so the kernel is
+    held to weights other than the ones it runs with (or the baseline is), and a correct ModelNew fails, or
+    a kernel picks its own weights.  Defence: the judge builds the model from the run's seed and hands its
+    state_dict to the kernel's worker and to the baseline's; correct in 5 trials, before and after the timed
+    calls and on fresh inputs, and the eager baseline with it."""
+    ref = _write(tmp_path / "kb_scaled.py", KB_SCALED)
+    out = _init(tmp_path, ref, KB_SCALED + "\n\nModelNew = Model\n")
+    rc, data = _correctness(out)
+    assert rc == 0 and data["result"] == "PASS", data["error"]
+    assert len({t["seed"] for s in data["shapes"] for t in s["trials"]}) == 5
+    rc, bench = _benchmark(monkeypatch, out, *CPU_BENCH)
+    rows = _rows(bench)
+    assert rc == 0, rows["solution"].get("error")
+    assert rows["solution"]["correct"] and rows["solution"]["correct_after_timing"]
+    assert rows["pytorch-eager"]["correct"] and rows["pytorch-eager"]["correct_after_timing"]
+
+
+def test_a_modelnew_that_draws_its_parameters_in_another_order_gets_the_judges_weights(tmp_path):
+    """Attack (or fault): a ModelNew that creates the same parameters in another order draws other values
+    from the same seed; run with its own weights it is held to the judge's and fails (or, turned round, a
+    kernel runs with weights of its choosing).  Defence: the worker loads the judge's state_dict into it."""
+    ref = _write(tmp_path / "kb_scaled.py", KB_SCALED)
+    rc, data = _correctness(_init(tmp_path, ref, KB_SCALED_REORDERED))
+    assert rc == 0 and data["result"] == "PASS", data["error"]
+
+
+def test_the_weights_are_the_run_seeds_in_every_process_and_trial(tmp_path):
+    """Attack (or fault): the weights depend on the process's random history or on the trial's seed, so two
+    processes (the judge and a worker, or two steps) hold other weights.  Defence: Problem builds the model
+    from the run's seed alone; two processes with other histories and other trial seeds hold the same
+    state (fingerprinted per tensor), while the drawn inputs differ."""
+    ref = _write(tmp_path / "kb_scaled.py", KB_SCALED)
+    script = _write(tmp_path / "problem_print.py", PROBLEM_PRINT)
+    env = dict(os.environ, PYTHONPATH=str(REPO / "helpers"))
+    runs = [json.loads(subprocess.run([sys.executable, str(script), str(ref), seeds, burn], env=env, check=True,
+                                      capture_output=True, text=True, timeout=120).stdout)
+            for seeds, burn in (("11,12", "1"), ("13", "1000"))]
+    draws = runs[0] + runs[1]
+    assert len({json.dumps(d["state"], sort_keys=True) for d in draws}) == 1  # across processes and seeds
+    assert set(draws[0]["state"]) == {"fc.weight", "fc.bias", "scale"}
+    assert len({d["input"] for d in draws}) == 3  # while the inputs differ per trial seed
+
+
+# --- 5. a ModelNew with other parameters is refused --------------------------------------------------------
+def test_a_modelnew_with_a_renamed_parameter_is_refused_in_one_line(tmp_path, capsys):
+    """Attack: a ModelNew whose parameter has another name keeps its own freshly drawn values (the judge's
+    cannot be loaded into it), so it runs with weights it chose.  Defence: ModelNew's parameters and buffers
+    must be Model's by name and shape; otherwise a usage error (exit 2) names the parameter, and nothing is
+    recorded."""
+    ref = _write(tmp_path / "kb_scaled.py", KB_SCALED)
+    renamed = KB_SCALED.replace("self.scale", "self.gain") + "\n\nModelNew = Model\n"
+    renamed = renamed.replace("class Model(", "class ModelRenamed(").replace("ModelNew = Model", "ModelNew = ModelRenamed")
+    out = _init(tmp_path, ref, renamed)
+    capsys.readouterr()
+    rc, data = _correctness(out)
+    err = capsys.readouterr().err
+    assert rc == 2 and data is None and not (out / "v0" / "correctness.md").exists()
+    lines = [line for line in err.splitlines() if "ModelNew lacks Model's 'scale'" in line]
+    assert len(lines) == 1 and "error:" in lines[0], err
+
+
+# --- 6. degenerate outputs under the KernelBench preset ---------------------------------------------------
+KB_L1 = '''"""KernelBench-style L1 normalisation (each row divided by its sum of absolute values)."""
+import torch
+from torch import nn
+
+batch_size = 2
+dim = 131072
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x / torch.sum(torch.abs(x), dim=1, keepdim=True)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+KB_L1_NEW = '''import torch
+from torch import nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return {expr}
+'''
+
+
+@pytest.mark.parametrize("expr, note", [
+    ("torch.zeros(1).expand_as(x)", "is the constant 0"),          # all zeros, stride 0, no memory written
+    ("torch.full_like(x, 1e-6)", "is the constant"),                # a constant inside atol of every element
+    ("0.5 * x / x.abs().sum(dim=1, keepdim=True)", "relative L2 error"),  # half the answer, inside atol too
+])
+def test_degenerate_outputs_fail_under_the_kernelbench_preset(tmp_path, expr, note):
+    """Attack: under --preset kernelbench (allclose with atol = rtol = 1e-4 for float32) every element of an
+    L1-normalised row (|y| < 1e-4) is within atol of zero, so all zeros (even an expanded tensor that
+    writes nothing), a constant, or a wrong scale pass elementwise.  Defence: a constant output where the
+    reference is not fails under every preset, and a relative L2 error above 1e-2 fails under a preset."""
+    ref = _write(tmp_path / "kb_l1.py", KB_L1)
+    rc, data = _correctness(_init(tmp_path, ref, KB_L1_NEW.format(expr=expr), None, "--preset", "kernelbench"))
+    rows = [o for s in data["shapes"] for t in s["trials"] for o in t["outputs"]]
+    assert rc == 1 and data["result"] == "FAIL"
+    assert rows and all(r["mismatches"] == 0 and not r["passed"] for r in rows)  # the hole: atol passes them
+    assert all(note in r["note"] for r in rows), rows[0]["note"]
+
+
+def test_an_honest_l1_norm_passes_under_the_kernelbench_preset(tmp_path):
+    """The honest kernel beside the degenerate ones: the defence does not refuse a right answer."""
+    ref = _write(tmp_path / "kb_l1.py", KB_L1)
+    text = KB_L1_NEW.format(expr="x / x.abs().sum(dim=1, keepdim=True)")
+    rc, data = _correctness(_init(tmp_path, ref, text, None, "--preset", "kernelbench"))
+    assert rc == 0 and data["result"] == "PASS", data["error"]
+
+
+# --- 7. a kernel that skips calls, or replays a result by the inputs' address --------------------------------
+REF_DOUBLE = '''"""y = 2 x, written in place into y."""
+import torch
+
+
+def setup(N):
+    return {"inputs": {"x": torch.randn(N), "y": torch.empty(N)}, "outputs": ["y"]}
+
+
+def reference(x, y):
+    torch.mul(x, 2.0, out=y)
+'''
+
+DOUBLE = '''import torch
+
+
+def run_kernel(x, y):
+    torch.mul(x, 2.0, out=y)
+'''
+
+DOUBLE_SKIPS = '''"""Writes y on its first two calls, then on every other call only (the rest keep what y held)."""
+import torch
+
+_calls = [0]
+
+
+def run_kernel(x, y):
+    _calls[0] += 1
+    if _calls[0] <= 2 or _calls[0] % 2 == 0:
+        torch.mul(x, 2.0, out=y)
+'''
+
+DOUBLE_BY_ADDRESS = '''"""Computes once per input address, then replays that result."""
+import torch
+
+_cache = {}
+
+
+def run_kernel(x, y):
+    key = x.data_ptr()
+    if key not in _cache:
+        _cache[key] = x * 2.0
+    y.copy_(_cache[key])
+'''
+
+
+def test_a_kernel_that_skips_calls_passes_no_benchmark(tmp_path, monkeypatch, capsys):
+    """Attack: in the timing loop the kernel does its work only on every other call (halving its time),
+    betting that only some calls are verified.  Defence: the judge poisons the outputs before every call and
+    screens every call for poison left behind, verified or not.  (--warmup 5 --trials 1: the judge verifies
+    the loop's first and last call only, so the skipped third call is one that only the screen sees.)"""
+    ref = _write(tmp_path / "ref_double.py", REF_DOUBLE)
+    out = _init(tmp_path, ref, DOUBLE, "N=4096")
+    assert _correctness(out)[0] == 0
+    (out / "v0" / "kernel.py").write_text(DOUBLE_SKIPS)  # swapped after correctness passed
+    capsys.readouterr()
+    rc, bench = _benchmark(monkeypatch, out, "--timing", "host_time", "--warmup", "5", "--trials", "1",
+                           "--baselines", "pytorch-eager")
+    sol = _rows(bench)["solution"]
+    assert rc == 1 and sol["correct"] is True and sol["correct_after_timing"] is False
+    assert "still hold the poison" in sol["error"] and "(warmup)" in sol["error"], sol["error"]
+    assert "failed in the benchmark" in capsys.readouterr().err
+
+
+def test_a_kernel_that_caches_by_input_address_fails_correctness(tmp_path):
+    """Attack: the worker's input buffers keep their address from call to call, so a kernel that remembers
+    its result by x.data_ptr() is right on the first call and replays it after.  Defence: every trial
+    draws other data from its own seed into the same buffers, and every trial is verified."""
+    ref = _write(tmp_path / "ref_double.py", REF_DOUBLE)
+    rc, data = _correctness(_init(tmp_path, ref, DOUBLE_BY_ADDRESS, "N=4096"))
+    assert rc == 1 and data["result"] == "FAIL"
+    passed = _passed(data)
+    assert passed[0] is True and not any(passed[1:]), passed
+
+
+# --- 8. the static check is wired into correctness ----------------------------------------------------------
+def test_a_kernel_importing_ctypes_is_refused_before_it_runs(tmp_path, capsys):
+    """Attack: the kernel imports ctypes to rewrite the harness's memory.  Defence: correctness reads the
+    source first and refuses it (exit 2, naming the line); nothing is run or recorded."""
+    marker = tmp_path / "ran"
+    text = (f"import torch\nimport ctypes\n\nopen({str(marker)!r}, 'w').close()\n\n\n"
+            "def run_kernel(x, y, out):\n    torch.add(x, y, out=out)\n")
+    out = _init(tmp_path, "ref_vadd.py", text, "N=1000")
+    capsys.readouterr()
+    rc, data = _correctness(out)
+    err = capsys.readouterr().err
+    assert rc == 2 and data is None and not (out / "v0" / "correctness.md").exists()
+    assert "kernel.py:2: refused" in err and "ctypes" in err
+    assert not marker.exists()
