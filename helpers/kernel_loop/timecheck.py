@@ -32,13 +32,11 @@ def timing_invalid(ncu_us: float, event_us: Any, clock_control: str | None, ncu_
     """
     if not (_finite(event_us) and event_us > 0 and _finite(ncu_us)):
         return None
-    bound, how = ncu_us, ""
-    if clock_control != "none":
-        if not (_finite(ncu_sm_clock_hz) and _finite(event_sm_clock_mhz) and event_sm_clock_mhz > 0):
-            return None
-        scale = min(1.0, ncu_sm_clock_hz / (event_sm_clock_mhz * 1e6))
-        bound, how = ncu_us * scale, (f" (ncu's {ncu_us:.2f} us scaled by its locked SM clock over the timing "
-                                      f"run's, x{scale:.3f})")
+    bound = ncu_bound(ncu_us, clock_control, ncu_sm_clock_hz, event_sm_clock_mhz)
+    if bound is None:
+        return None
+    how = "" if bound == ncu_us else (f" (ncu's {ncu_us:.2f} us scaled by its locked SM clock over the timing "
+                                      f"run's, x{bound / ncu_us:.3f})")
     if bound > event_us * (1 + DIFF_WARN):
         return (f"the timing is invalid: ncu's summed kernel duration {bound:.2f} us{how} exceeds the CUDA-event "
                 f"median {event_us:.2f} us by {100 * (bound - event_us) / event_us:.0f}%. Honest timing cannot "
@@ -46,6 +44,19 @@ def timing_invalid(ncu_us: float, event_us: Any, clock_control: str | None, ncu_
                 "not joined to the caller's stream), so the events miss it. Join every stream the kernel uses "
                 "back to the current stream before returning")
     return None
+
+
+def ncu_bound(ncu_us: Any, clock_control: str | None, ncu_sm_clock_hz: Any, event_sm_clock_mhz: Any
+              ) -> float | None:
+    """ncu's summed duration as a bound on an honest event time: as measured under --clock-control none,
+    else scaled by ncu's locked SM clock over the timing run's clock; None when a clock is unknown."""
+    if not _finite(ncu_us):
+        return None
+    if clock_control == "none":
+        return float(ncu_us)
+    if not (_finite(ncu_sm_clock_hz) and _finite(event_sm_clock_mhz) and event_sm_clock_mhz > 0):
+        return None
+    return ncu_us * min(1.0, ncu_sm_clock_hz / (event_sm_clock_mhz * 1e6))
 
 
 def floor_invalid(output_bytes: Any, median_us: Any, peak_gbps: Any) -> str | None:

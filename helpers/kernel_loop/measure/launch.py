@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import proctree
-from ..common import MeasuredFailure, UsageError, package_dir, progress
+from ..common import MeasuredFailure, UsageError, progress
 from ..config import RunConfig
 from . import protocol
 
@@ -42,10 +42,9 @@ class KernelFailed(MeasuredFailure):
 # --- a worker process ------------------------------------------------------------------------
 def worker_env(extra: dict | None = None) -> dict:
     """The worker's environment: the judge's, less every kernel-loop variable (the record key above all)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNEL_LOOP_")}
-    helpers = str(package_dir().parent)
-    env["PYTHONPATH"] = helpers + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["PYTHONUNBUFFERED"] = "1"
+    from .session import judge_env
+
+    env = {k: v for k, v in judge_env().items() if not k.startswith("KERNEL_LOOP_")}
     env.update(extra or {})
     return env
 

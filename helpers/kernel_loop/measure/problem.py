@@ -90,12 +90,14 @@ class Problem:
 
     # --- KernelBench ----------------------------------------------------------------------------
     def _apply_dims(self) -> None:
+        """Set this shape's dims on ref.py's module; a no-op while they are the module's current ones (every
+        draw asks; the module is shared by the shapes of one process)."""
         from .. import kb_dims
 
-        kb_dims.apply_dims(self.ref, self.dims, self._source())
-
-    def _source(self) -> str:
-        return Path(self.ref.__file__).read_text(encoding="utf-8")
+        if getattr(self.ref, "_kl_applied_dims", None) == self.dims:
+            return
+        kb_dims.apply_dims(self.ref, self.dims, Path(self.ref.__file__).read_text(encoding="utf-8"))
+        self.ref._kl_applied_dims = dict(self.dims)
 
     def _build_model(self) -> None:
         torch = _torch()

@@ -262,7 +262,6 @@ class Worker:
         returned tensor into the buffer of its name.  Returns what the judge needs to read them."""
         from ..tensors import is_tensor, normalize_outputs
 
-        torch = self.torch
         for name, sh in self.shared.items():
             lo = self.local[name]
             if lo is not sh:
@@ -293,7 +292,6 @@ class Worker:
                         sh.copy_(v.to(sh.device) if v.device != sh.device else v)
                     meta["stored"] = True
             report[name] = meta
-        del torch
         return report
 
     def op_call(self, msg: dict) -> dict:

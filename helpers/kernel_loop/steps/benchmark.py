@@ -37,7 +37,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .. import plan, records, sidecars, static_check
+from .. import plan, records, sidecars, static_check, timecheck
 from ..common import (
     KernelLoopError,
     MeasuredFailure,
@@ -358,18 +358,13 @@ def run(args) -> int:
 
 
 def ncu_bound(ncu: dict[str, Any] | None) -> float | None:
-    """A version's summed ncu duration as a bound on its event time: scaled by ncu's locked SM clock over the
-    timing run's clock when ncu locked the clock (as the profile's own check does); None when unknown."""
+    """A version's summed ncu duration from its ncu.json, as a bound on its event time (timecheck.ncu_bound)."""
     if not ncu:
         return None
-    dur = (ncu.get("metrics") or {}).get("duration_us")
     state = ncu.get("gpu_state") or {}
-    if state.get("ncu_clock_control", (ncu.get("tool") or {}).get("clock_control")) == "none":
-        return dur
-    hz, mhz = state.get("ncu_sm_clock_hz"), state.get("sm_clock_mhz")
-    if not (dur and isinstance(hz, (int, float)) and isinstance(mhz, (int, float)) and mhz > 0):
-        return None
-    return dur * min(1.0, hz / (mhz * 1e6))
+    return timecheck.ncu_bound((ncu.get("metrics") or {}).get("duration_us"),
+                               state.get("ncu_clock_control", (ncu.get("tool") or {}).get("clock_control")),
+                               state.get("ncu_sm_clock_hz"), state.get("sm_clock_mhz"))
 
 
 def measure_all(spec: dict[str, Any], cfg, timeout: float) -> dict[str, Any]:
