@@ -124,9 +124,28 @@ class RunConfig:
 
 
 # --- values init parses ------------------------------------------------------------------------
+MAX_DIM = 2**31 - 1  # the largest value one dim may take (a kernel's 32-bit index; torch's int64 sizes aside)
+MAX_NUMEL = 2**63 - 1  # the product of the dims must fit a 64-bit element count
+
+
+def check_dim_limits(dims: dict[str, int], what: str = "--dims") -> None:
+    """Refuse (exit 2) a dim beyond 2^31-1 and dims whose product overflows a 64-bit count: no kernel runs
+    them (torch itself fails with "Overflow when unpacking long long")."""
+    for key, n in dims.items():
+        if abs(n) > MAX_DIM:
+            raise UsageError(f"{what}: {key}={n} exceeds 2^31-1 ({MAX_DIM}), the largest value one dim may take")
+    product = 1
+    for n in dims.values():
+        product *= abs(n) or 1
+    if product > MAX_NUMEL:
+        raise UsageError(f"{what}: {format_dims(dims)}: the product of the dims ({float(product):.3g}) exceeds "
+                         f"2^63-1, a 64-bit element count: no tensor of these sizes can be made")
+
+
 def parse_dims(text: str, what: str = "--dims", positive: bool = True) -> dict[str, int]:
     """``M=4096,N=8192`` -> {"M": 4096, "N": 8192}; positive ints only (any int with ``positive=False``,
-    for a caller that checks the names first and the values after)."""
+    for a caller that checks the names first and the values and limits after); each at most 2^31-1, and
+    their product at most 2^63-1 (``check_dim_limits``)."""
     dims: dict[str, int] = {}
     for part in [p.strip() for p in (text or "").split(",") if p.strip()]:
         key, sep, val = part.partition("=")
@@ -144,6 +163,8 @@ def parse_dims(text: str, what: str = "--dims", positive: bool = True) -> dict[s
         dims[key] = n
     if not dims:
         raise UsageError(f"{what} is empty: give NAME=VALUE pairs such as M=4096,N=8192")
+    if positive:  # a caller that checks the names first checks the limits after them
+        check_dim_limits(dims, what)
     return dims
 
 

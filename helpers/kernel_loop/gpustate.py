@@ -121,11 +121,14 @@ def compute_processes(cuda_index: int = 0, uuid: str | None = None) -> list[dict
         pynvml.nvmlShutdown()
 
 
-def foreign_processes(procs: list[dict[str, Any]] | None, own: set[int]) -> list[dict[str, Any]]:
-    """The processes of ``procs`` that are not ours.  A container may show NVML's pids from another pid
-    namespace, so pids that match none of ours are counted against ours that NVML did not list."""
+def foreign_processes(procs: list[dict[str, Any]] | None, own: set[int], users: int) -> list[dict[str, Any]]:
+    """The processes of ``procs`` that are not ours; ``users`` is how many of ours hold the GPU (the judge
+    and its live workers).  When some pid NVML lists is ours, pids compare: every other one is foreign.
+    When none is, NVML sees another pid namespace (a container): then only a count can tell, and the
+    processes beyond our ``users`` are foreign."""
     if not procs:
         return []
     unmatched = [p for p in procs if p["pid"] not in own]
-    ours_unlisted = len(own - {p["pid"] for p in procs})
-    return unmatched[ours_unlisted:] if ours_unlisted else unmatched
+    if len(unmatched) < len(procs):
+        return unmatched
+    return unmatched[users:]

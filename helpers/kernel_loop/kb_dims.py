@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import UsageError
-from .kb_eval import Binding, evaluate, is_int, is_int_seq
+from .kb_eval import Binding, evaluate, is_int, is_int_seq, value_of
 
 # keyword arguments that take an axis (or a tuple of axes)
 AXIS_KEYWORDS = frozenset({"dim", "dims", "axis", "axes", "dim0", "dim1", "start_dim", "end_dim"})
@@ -412,3 +412,51 @@ def apply_dims(module: Any, dims: dict[str, int], source_text: str | None = None
             setattr(module, name, b.value)
             changed[name] = b.value
     return changed
+
+
+# torch factories get_inputs() may call, and the bytes of an element of each dtype (float32 by default)
+_FACTORIES = ("rand", "randn", "zeros", "ones", "empty", "full", "randint")
+_DTYPE_BYTES = {"float64": 8, "double": 8, "int64": 8, "long": 8, "complex64": 8, "float32": 4, "float": 4,
+                "int32": 4, "int": 4, "float16": 2, "half": 2, "bfloat16": 2, "int16": 2, "short": 2,
+                "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
+
+
+def input_bytes(tree: ast.Module, dims: dict[str, int]) -> int:
+    """A lower bound of the bytes of the inputs a KernelBench ``get_inputs()`` makes at ``dims``: the torch
+    factory calls (torch.rand(batch_size, dim), torch.randn(*input_shape), ...) whose sizes are pure
+    expressions of the file's constants, each counted once; any other call counts nothing."""
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "get_inputs"), None)
+    if fn is None:
+        return 0
+    consts = evaluate(tree, dims, set(size_constants(tree)))
+    env = {k: b.value for k, b in consts.items()}
+    total = 0
+    for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
+        f = call.func
+        if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "torch"
+                and f.attr in _FACTORIES):
+            continue
+        kw = {k.arg: k.value for k in call.keywords if k.arg}
+        args = list(call.args)
+        if f.attr == "randint":
+            args = [kw["size"]] if "size" in kw else args[-1:]
+        elif f.attr == "full":
+            args = [kw["size"]] if "size" in kw else args[:1]
+        elif "size" in kw:
+            args = [kw["size"]]
+        sizes: list[Any] = []
+        try:
+            for a in args:
+                v = value_of(a.value if isinstance(a, ast.Starred) else a, env)
+                sizes.extend(v if isinstance(v, (tuple, list)) else [v])
+        except Exception:  # a size that is not a pure expression of the constants: not counted
+            continue
+        if not sizes or not all(is_int(v) and v >= 0 for v in sizes):
+            continue
+        dtype = kw.get("dtype")
+        name = dtype.attr if isinstance(dtype, ast.Attribute) else "int64" if f.attr == "randint" else "float32"
+        numel = 1
+        for v in sizes:
+            numel *= v
+        total += numel * _DTYPE_BYTES.get(name, 1)
+    return total

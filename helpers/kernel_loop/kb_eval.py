@@ -96,6 +96,9 @@ def _eval(node: ast.AST, env: dict[str, Any]) -> Any:
     raise _Impure
 
 
+value_of = _eval  # one size expression's value under ``env`` (names bound to numbers and tuples)
+
+
 def _has_names(node: ast.AST) -> bool:
     return any(isinstance(n, ast.Name) for n in ast.walk(node))
 

@@ -44,3 +44,11 @@ def library_note(profiled: list[str], defined: list[str], kernel_file: str) -> s
              else f"{kernel_file}, which defines no kernel of its own (no __global__, @triton.jit or @cute.kernel)")
     return (f"library fallback: every kernel the profile caught in the measured call comes from PyTorch or its "
             f"libraries, not from {where}; caught: {shown}")
+
+
+def short_name(name: str, width: int = 48) -> str:
+    """A profiled kernel's name cut to what tells kernels apart in a line of text: no return type, no
+    template arguments or parameter list (``void at::elementwise_kernel<128, 2, ...>(int, T3)`` ->
+    ``at::elementwise_kernel``), at most ``width`` characters."""
+    n = re.split(r"[<(]", name.strip().removeprefix("void ").strip(), maxsplit=1)[0].strip() or name.strip()
+    return n if len(n) <= width else n[: width - 3] + "..."

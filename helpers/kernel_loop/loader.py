@@ -29,7 +29,9 @@ _MODULES: dict[str, Any] = {}
 
 
 def device_for(cfg: RunConfig) -> str:
-    """The torch device a run measures on; cpu only in the test/dev mode."""
+    """The torch device a run measures on; cpu only in the test/dev mode: a run initialised with --device cpu,
+    or ``KERNEL_LOOP_DEVICE=cpu``, the harness tests' switch, whose results never count for a GPU run (no
+    message may offer it as a way to check a GPU run on a machine without one)."""
     if os.environ.get("KERNEL_LOOP_DEVICE", "").lower() == "cpu" or cfg.device == "cpu":
         return "cpu"
     return f"cuda:{cfg.gpu}"
@@ -52,7 +54,7 @@ def import_file(path: Path, prefix: str) -> Any:
     # beside the kernel would run other code than the file the records name), and the version folder is not
     # put on sys.path (code the kernel imports from beside it would not be measured; the gate refuses it)
     code = compile(data, str(path), "exec", dont_inherit=True)
-    with _heartbeat(f"importing {path.name}" + (" (a load_inline / JIT build runs here; its cache is "
+    with _heartbeat(f"importing {path.parent.name}/{path.name}" + (" (a load_inline / JIT build runs here; its cache is "
                                                 "$TORCH_EXTENSIONS_DIR)" if prefix == "kernel" else "")):
         exec(code, mod.__dict__)
     _MODULES[key] = mod

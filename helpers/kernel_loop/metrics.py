@@ -85,7 +85,7 @@ _KEYS: list[Key] = [
     Key("duration_us", "timing", "us", "GPU time of the kernel as ncu measured it (under ncu's clock and cache control).",
         ("gpu__time_duration.sum",), ((_SOL, "Duration"),)),
     Key("event_median_us", "timing", "us", "Median CUDA-event time of one solution call, timed outside ncu with an L2 flush per trial."),
-    Key("sm_clock_hz", "timing", "Hz", "SM clock during the profiled launch (ncu locks it to base by default).",
+    Key("sm_clock_hz", "timing", "Hz", "SM clock during the profiled launch (at base with ncu's default clock control; as the GPU ran it with --clock-control none).",
         ("gpc__cycles_elapsed.avg.per_second",), ((_SOL, "SM Frequency"),)),
     Key("sm_throughput_pct", "speed of light", "%", "Compute (SM) throughput: the busiest SM unit, % of its peak (SOL SM%).",
         ("sm__throughput.avg.pct_of_peak_sustained_elapsed",), ((_SOL, "Compute (SM) Throughput"),)),

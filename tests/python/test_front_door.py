@@ -307,3 +307,31 @@ def test_kernel_loop_gate_passes_dry_run_through_and_writes_nothing(tmp_path, ca
     assert klcli.main("gate", root / "v0", "--dry-run") == 0
     assert "gate: v0 passed (dry run, transition); current_iteration.txt not written" in capfd.readouterr().out
     assert sorted((p.relative_to(root), p.stat().st_mtime_ns) for p in root.rglob("*")) == before
+
+
+CUDA_ONLY_KERNEL = "import torch\n\n\ndef run_kernel(x, y, out):\n    out.copy_((x.cuda() + y.cuda()).cpu())\n"
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"], ids=["gpu-run-with-KERNEL_LOOP_DEVICE", "init-device-cpu"])
+def test_a_kernel_that_needs_cuda_on_a_machine_without_it_signs_no_fail(tmp_path, monkeypatch, capsys, device):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("checks a machine without CUDA")
+    kernel = tmp_path / "cuda_vadd.py"
+    kernel.write_text(CUDA_ONLY_KERNEL)
+    out = tmp_path / "run"
+    assert klcli.main("init", out, "--kernel", "vadd", "--ref", klcli.KERNELS / "ref_vadd.py", "--impl", "triton",
+                      "--baseline", kernel, "--dims", "N=64", "--skip-env", "--device", device) == 0
+    if device == "cuda":
+        monkeypatch.setenv("KERNEL_LOOP_DEVICE", "cpu")
+    else:
+        monkeypatch.delenv("KERNEL_LOOP_DEVICE", raising=False)
+    capsys.readouterr()
+    assert klcli.main("correctness", out) == 2
+    err = capsys.readouterr().err
+    assert "needs CUDA" in err and "Torch not compiled with CUDA" in err and "nothing was recorded" in err, err
+    if device == "cuda":
+        assert "KERNEL_LOOP_DEVICE=cpu is the cpu test mode of runs initialised with --device cpu" in err
+        assert "this run measures on cuda:0" in err
+    assert not (out / "v0" / "correctness.json").exists()
+    assert [ln.split("\tstep=")[1].split("\t")[0] for ln in (out / "records.log").read_text().splitlines()] == ["init"]

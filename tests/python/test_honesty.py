@@ -53,7 +53,7 @@ def test_init_on_an_existing_file_is_a_usage_error(tmp_path):
     target.write_text("not a run\n")
     proc = kloop("init", str(target), "--kernel", "softmax", "--ref", str(root / "ref.py"), "--impl", "triton",
                  "--baseline", str(root / "v0" / "kernel.py"), "--dims", "M=64,N=128", "--skip-env")
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "is not a folder" in proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "is a regular file: give a new folder or an existing run directory" in proc.stderr
     assert target.read_text() == "not a run\n"
 
 

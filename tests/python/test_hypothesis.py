@@ -146,3 +146,20 @@ def test_query_hits_rejects_a_broken_jsonl(run0):
         fh.write("{broken\n")
     assert rf.cli(hypothesis, full_args(run0)) == 2
     json.loads((run0 / "v0" / "kbs_queries.jsonl").read_text().splitlines()[0])  # earlier lines untouched
+
+
+def test_with_several_kernels_each_symptom_names_the_kernel_that_fired_it():
+    """A conv + bias-add + Triton epilogue solution: the tags come from three kernels, and the evidence
+    must not read as if one kernel had them all."""
+    conv = "sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nchwkcrs_nchw_tilesize256x64x8_cudnn"
+    add = "void at::elementwise_kernel<128, 2, void at::gpu_kernel_impl_nocast<at::CUDAFunctor_add<float>>>(int, T3)"
+    ncu = {"bottleneck": "compute-bound", "kernels": [{"name": conv}, {"name": add}, {"name": "_relu_hardswish"}],
+           "symptoms": [{"tag": "tensor-cores-unused", "kernel": conv}, {"tag": "long-scoreboard-stalls", "kernel": add},
+                        {"tag": "dram-near-peak", "kernel": "_relu_hardswish"}, {"tag": "multi-kernel", "kernel": None}],
+           "metrics": {"duration_us": 1309.9}}
+    ev = hypothesis.current_evidence(ncu, {"result": "PASS"})
+    assert [s["kernel"] for s in ev["symptoms"]] == [
+        "sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f...", "at::elementwise_kernel", "_relu_hardswish", None]
+    one = dict(ncu, kernels=[{"name": "_relu_hardswish"}],
+               symptoms=[{"tag": "dram-near-peak", "kernel": "_relu_hardswish"}])
+    assert hypothesis.current_evidence(one, {"result": "PASS"})["symptoms"][0]["kernel"] is None

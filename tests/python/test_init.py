@@ -14,6 +14,7 @@ import pytest
 from kernel_loop.common import UsageError
 from kernel_loop.config import RunConfig, check_flags_against_run
 from kernel_loop.steps import init
+from test_env import _facts
 from test_kb_dims import CUMSUM
 
 
@@ -309,3 +310,168 @@ def test_help_says_a_shape_names_only_what_it_changes(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "names only the dims it changes" in text and "keep the run dims" in text
     assert "input_shape_0=1000" in text and "axis" in text
+
+
+# --- issue 25: init refuses what cannot run, and a refused init leaves nothing behind -------------------
+HUGE = "1" + "0" * 30
+REF_ABC = ("import torch\n\n\ndef setup(A, B, C, device='cpu'):\n    return {'x': torch.zeros(A, device=device)}\n\n\n"
+           "def reference(x):\n    return x\n")
+
+
+def _kb_ref(tmp_path, batch_size="16", in_features="64"):
+    text = (klcli.KERNELS / "kb_ref.py").read_text()
+    text = text.replace("batch_size = 16", f"batch_size = {batch_size}").replace("in_features = 64",
+                                                                                   f"in_features = {in_features}")
+    ref = tmp_path / "kb_big_ref.py"
+    ref.write_text(text)
+    return ref
+
+
+@pytest.mark.parametrize("dims, message", [
+    (f"N={HUGE}", f"--dims: N={HUGE} exceeds 2^31-1 (2147483647), the largest value one dim may take"),
+    ("N=2147483648", "--dims: N=2147483648 exceeds 2^31-1 (2147483647)"),
+], ids=["10^30", "2^31"])
+def test_a_dim_beyond_2_31_is_refused(tmp_path, capsys, dims, message):
+    rc = klcli.init_run(tmp_path / "run", "ref_vadd.py", "py_vadd.py", "triton", dims, "--device", "cpu")
+    assert rc == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    rc = klcli.init_run(tmp_path / "run", "ref_vadd.py", "py_vadd.py", "triton", "N=64", "--extra-shapes", dims)
+    assert rc == 2 and "--extra-shapes: N=" in capsys.readouterr().err and not (tmp_path / "run").exists()
+
+
+def test_dims_whose_product_overflows_are_refused(tmp_path, capsys):
+    ref = tmp_path / "ref_abc.py"
+    ref.write_text(REF_ABC)
+    big = 2**31 - 1
+    rc = klcli.main("init", tmp_path / "run", "--kernel", "k", "--ref", ref, "--impl", "triton", "--baseline",
+                    klcli.KERNELS / "py_vadd.py", "--dims", f"A={big},B={big},C={big}", "--device", "cpu")
+    err = capsys.readouterr().err
+    assert rc == 2 and "the product of the dims" in err and "2^63-1" in err, err
+    assert not (tmp_path / "run").exists()
+    assert klcli.main("init", tmp_path / "run", "--kernel", "k", "--ref", ref, "--impl", "triton", "--baseline",
+                      klcli.KERNELS / "py_vadd.py", "--dims", f"A={big},B=2,C=2", "--device", "cpu") == 0
+
+
+@pytest.mark.parametrize("dims, constant", [(f"batch_size={HUGE}", None), (None, HUGE)], ids=["--dims", "constant"])
+def test_a_kernelbench_dim_beyond_2_31_is_refused(tmp_path, capsys, dims, constant):
+    ref = _kb_ref(tmp_path, batch_size=constant or "16")
+    extra = ["--dims", dims] if dims else []
+    rc = klcli.main("init", tmp_path / "run", "--kernel", "k", "--ref", ref, "--impl", "triton", "--baseline",
+                    klcli.KERNELS / "kb_new.py", "--device", "cpu", *extra)
+    err = capsys.readouterr().err
+    assert rc == 2 and f"batch_size={HUGE} exceeds 2^31-1" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("name", ["", "   ", "soft\nmax"], ids=["empty", "blank", "newline"])
+def test_an_empty_kernel_name_is_refused(tmp_path, capsys, name):
+    rc = klcli.main("init", tmp_path / "run", "--kernel", name, "--ref", klcli.KERNELS / "ref_vadd.py", "--impl",
+                    "triton", "--baseline", klcli.KERNELS / "py_vadd.py", "--dims", "N=64", "--device", "cpu")
+    err = capsys.readouterr().err
+    assert rc == 2 and "--kernel" in err and ("is empty" in err or "control character" in err), err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("impl", ["cuda-cpp", "cutlass"])
+def test_a_cuda_impl_with_a_plain_python_kernel_is_refused(tmp_path, capsys, impl):
+    rc = klcli.init_run(tmp_path / "run", "ref_vadd.py", "triton_vadd.py", impl, "N=64")
+    err = capsys.readouterr().err
+    assert rc == 2 and f"--impl {impl} takes a .cu kernel or a .py that builds CUDA C++ with " \
+                       "torch.utils.cpp_extension" in err, err
+    assert "triton_vadd.py does not use torch.utils.cpp_extension" in err and "--impl triton" in err
+    assert not (tmp_path / "run").exists()
+    inline = tmp_path / "inline_vadd.py"
+    inline.write_text("from torch.utils.cpp_extension import load_inline\n\nSRC = '__global__ void k() {}'\n")
+    assert klcli.main("init", tmp_path / "run", "--kernel", "vadd", "--ref", klcli.KERNELS / "ref_vadd.py",
+                      "--impl", impl, "--baseline", inline, "--dims", "N=64", "--skip-env") == 0
+
+
+def test_a_triton_impl_with_a_cu_kernel_names_the_cuda_impls(tmp_path, capsys):
+    assert klcli.init_run(tmp_path / "run", "ref_vadd.py", "cu_vadd.cu", "triton", "N=64") == 2
+    err = capsys.readouterr().err
+    assert "--impl triton needs a .py kernel, but --baseline is cu_vadd.cu" in err and "--impl cuda-cpp" in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("flag", ["--ref", "--baseline"])
+def test_ref_and_baseline_path_errors_say_what_the_path_is(tmp_path, capsys, flag):
+    folder = tmp_path / "a_folder"
+    folder.mkdir()
+    for path, what in [(folder, "is a directory"), ("/dev/null", "is a device"),
+                       (tmp_path / "absent.py", "does not exist"), (tmp_path / "absent.py" / "x.py", "does not exist")]:
+        args = {"--ref": klcli.KERNELS / "ref_vadd.py", "--baseline": klcli.KERNELS / "py_vadd.py", flag: path}
+        rc = klcli.main("init", tmp_path / "run", "--kernel", "k", "--ref", args["--ref"], "--impl", "triton",
+                        "--baseline", args["--baseline"], "--dims", "N=64", "--device", "cpu")
+        err = capsys.readouterr().err
+        assert rc == 2 and f"{flag} {path} {what}" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def _fake_env_check(report):
+    """envcheck.check_and_write as on a machine whose check gives ``report`` (or fails when it is None): with an
+    ``out`` folder it writes there first, as the real one does."""
+    def fake(gpu, impl, out, cfg_build=None, **kw):
+        if out is not None:
+            (out / "env.json").write_text("{}\n")
+            (out / "env_check.md").write_text("# env\n")
+        if report is None:
+            raise UsageError("no CUDA GPU visible: torch.cuda.is_available() is False -> check `nvidia-smi`")
+        return report
+    return fake
+
+
+@pytest.mark.parametrize("before", [False, True], ids=["new-folder", "existing-folder"])
+def test_a_gpu_init_refused_by_the_environment_leaves_nothing_behind(tmp_path, capsys, monkeypatch, before):
+    monkeypatch.setattr(init.envcheck, "check_and_write", _fake_env_check(None))
+    out = tmp_path / "new" / "run"
+    if before:
+        out.mkdir(parents=True)
+        (out / "notes.txt").write_text("mine\n")
+    rc = klcli.main("init", out, "--kernel", "vadd", "--ref", klcli.KERNELS / "ref_vadd.py", "--impl", "triton",
+                    "--baseline", klcli.KERNELS / "py_vadd.py", "--dims", "N=64")
+    assert rc == 2 and "no CUDA GPU visible" in capsys.readouterr().err
+    if before:
+        assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    else:
+        assert not (tmp_path / "new").exists()
+
+
+def test_a_gpu_init_on_a_machine_without_cuda_leaves_no_folder(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("checks a machine without CUDA")
+    rc = klcli.main("init", tmp_path / "run", "--kernel", "vadd", "--ref", klcli.KERNELS / "ref_vadd.py", "--impl",
+                    "triton", "--baseline", klcli.KERNELS / "py_vadd.py", "--dims", "N=64")
+    assert rc == 2 and "no CUDA GPU visible" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_write_that_fails_midway_leaves_nothing_behind(tmp_path, capsys, monkeypatch):
+    def boom(*a, **kw):
+        raise UsageError("cannot append to records.log: disk full")
+
+    monkeypatch.setattr(init.records, "append", boom)
+    out = tmp_path / "run"
+    assert klcli.init_run(out, "ref_vadd.py", "py_vadd.py", "triton", "N=64") == 2
+    assert "disk full" in capsys.readouterr().err and not out.exists()
+    out.mkdir()
+    (out / "env.json").write_text('{"mine": true}\n')
+    assert klcli.init_run(out, "ref_vadd.py", "py_vadd.py", "triton", "N=64") == 2
+    assert sorted(p.name for p in out.iterdir()) == ["env.json"] and "mine" in (out / "env.json").read_text()
+
+
+def test_inputs_beyond_the_gpus_memory_are_refused(tmp_path, capsys, monkeypatch):
+    facts = _facts()
+    report = init.envcheck.make_report({**facts, "gpu": {**facts["gpu"], "name": "Small GPU", "memory_gib": 1.0}},
+                                       "triton", 0)
+    monkeypatch.setattr(init.envcheck, "check_and_write", _fake_env_check(report))
+    ref = _kb_ref(tmp_path, batch_size="65536", in_features="8192")  # randn(65536, 8192): 2 GiB of float32
+    rc = klcli.main("init", tmp_path / "run", "--kernel", "linear", "--ref", ref, "--impl", "triton", "--baseline",
+                    klcli.KERNELS / "kb_new.py")
+    err = capsys.readouterr().err
+    assert rc == 2 and "the inputs get_inputs() makes take at least 2 GiB" in err, err
+    assert "Small GPU has 1 GiB" in err and not (tmp_path / "run").exists()
+    rc = klcli.main("init", tmp_path / "run", "--kernel", "linear", "--ref", ref, "--impl", "triton", "--baseline",
+                    klcli.KERNELS / "kb_new.py", "--dims", "batch_size=1024")  # 32 MiB
+    assert rc == 0, capsys.readouterr().err
+    assert "Small GPU" in (tmp_path / "run" / "env_check.md").read_text()

@@ -516,3 +516,61 @@ def test_a_kernel_importing_ctypes_is_refused_before_it_runs(tmp_path, capsys):
     assert rc == 2 and data is None and not (out / "v0" / "correctness.md").exists()
     assert "kernel.py:2: refused" in err and "ctypes" in err
     assert not marker.exists()
+
+
+# --- another process on the GPU ----------------------------------------------------------------------------
+def test_a_foreign_gpu_process_is_found_next_to_ours():
+    """The attack: a process outside the judge's tree computes on the GPU while a time is taken (it would
+    slow the baselines, or the kernel's rival).  Our pids that hold no GPU context must not hide it."""
+    from kernel_loop.gpustate import foreign_processes
+
+    procs = [{"pid": 10, "name": "judge"}, {"pid": 11, "name": "worker"}, {"pid": 99, "name": "intruder"}]
+    own = {10, 11, 12, 13}  # 12, 13: a build and a wrapper of ours that NVML does not list
+    assert [p["pid"] for p in foreign_processes(procs, own, users=2)] == [99]
+    assert foreign_processes(procs[:2], own, users=2) == []
+    # another pid namespace (no NVML pid is ours): only a count tells, beyond the judge and its worker
+    other = [{"pid": 5010, "name": ""}, {"pid": 5011, "name": ""}]
+    assert foreign_processes(other, own, users=2) == []
+    assert [p["pid"] for p in foreign_processes([*other, {"pid": 5099, "name": ""}], own, users=2)] == [5099]
+
+
+def test_the_judge_refuses_to_time_while_another_process_computes(monkeypatch):
+    from kernel_loop import gpustate
+    from kernel_loop.common import UsageError
+    from kernel_loop.measure.judge import Judge
+
+    class _Proc:
+        def __init__(self, pid):
+            self.pid = pid
+
+        def poll(self):
+            return None
+
+    class _Worker:
+        def __init__(self, pid):
+            self.proc = _Proc(pid)
+
+    class _Props:
+        uuid = "abc"
+
+    class _Torch:
+        class cuda:  # noqa: N801 - stands for torch.cuda
+            @staticmethod
+            def get_device_properties(_dev):
+                return _Props()
+
+        @staticmethod
+        def device(_name):
+            class _D:
+                index = 0
+            return _D()
+
+    judge = Judge.__new__(Judge)
+    judge.device, judge.torch, judge.workers = "cuda:0", _Torch, [_Worker(os.getpid() + 1)]
+    me = os.getpid()
+    monkeypatch.setattr(gpustate, "compute_processes", lambda index, uuid: [
+        {"pid": me, "name": "judge"}, {"pid": me + 1, "name": "worker"}, {"pid": 4_000_000, "name": "miner"}])
+    with pytest.raises(UsageError, match=r"another process computes on the GPU \(pid 4000000: miner\)"):
+        judge.check_gpu_is_ours("the timing")
+    monkeypatch.setattr(gpustate, "compute_processes", lambda index, uuid: [{"pid": me, "name": "judge"}])
+    assert judge.check_gpu_is_ours("the timing") == {"checked": True, "processes": 1}

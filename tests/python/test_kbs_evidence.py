@@ -220,3 +220,37 @@ def test_candidate_from_both_queries_gives_each_reason_once(tmp_path, monkeypatc
         assert "covers sm90" in reasons, line  # both queries filter on the architecture
     vector = next(ln for ln in both if "**vector-loads**" in ln)
     assert vector.count("covers triton") == 1 and vector.count("lists the measured symptom(s)") == 1
+
+
+def test_a_run_of_type_any_ranks_by_the_family_its_kernel_name_says(tmp_path, monkeypatch, measured_run):
+    monkeypatch.setenv("KERNEL_LOOP_CACHE", str(tmp_path / "cache"))
+    cfg = json.loads((measured_run / "run.json").read_text())
+    cfg.update(kernel="fp8 per-token quant", kernel_type="any")
+    (measured_run / "run.json").write_text(json.dumps(cfg))
+    if run(["kbs", "evidence", str(measured_run)], monkeypatch) != 0:
+        pytest.skip("the run fixture refuses an edited run.json")
+    logged = queries_log(measured_run)
+    assert all(q["filters"].get("family") == "quant" for q in logged)
+    assert all("--family quant" in q["command"] for q in logged)
+
+
+def test_a_solution_of_several_kernels_gets_a_fusion_query(tmp_path, monkeypatch, measured_run):
+    """A call whose time is spread over several kernels: the fusion pages get a query of their own, since
+    the pages matching the other symptoms outrank them in the bottleneck query (seen on a conv + bias +
+    activation solution, where kernel-fusion and gemm-epilogue-fusion were not among its hits)."""
+    monkeypatch.setenv("KERNEL_LOOP_CACHE", str(tmp_path / "cache"))
+    ncu_path = measured_run / "v0" / "ncu.json"
+    ncu = json.loads(ncu_path.read_text())
+    ncu["symptoms"].append({"tag": "multi-kernel", "metrics": {"duration_us": 10.0}, "kernel": None})
+    ncu_path.write_text(json.dumps(ncu))
+    assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 0
+    extra = [q for q in queries_log(measured_run) if q["purpose"] == "extra"]
+    assert len(extra) == 1 and extra[0]["filters"]["symptoms"] == ["multi-kernel"]
+    ids = [h["id"] if isinstance(h, dict) else h for h in extra[0]["hits"]]
+    assert {"kernel-fusion", "gemm-epilogue-fusion"} & set(ids), ids
+
+
+def test_a_solution_of_one_kernel_gets_no_fusion_query(tmp_path, monkeypatch, measured_run):
+    monkeypatch.setenv("KERNEL_LOOP_CACHE", str(tmp_path / "cache"))
+    assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 0
+    assert [q["purpose"] for q in queries_log(measured_run)] == ["kernel", "bottleneck", "precedent"]

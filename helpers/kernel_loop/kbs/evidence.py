@@ -7,7 +7,13 @@
 * the ``bottleneck`` query: the bottleneck class and the fired symptom tags (in diagnostic
   order, ``vocab.by_priority``) as terms and as symptom filters, with the same filters;
 
-and a third, optional ``precedent`` query (the same symptoms over PR notes with claimed numbers),
+every query weighs the kernel family with the symptoms (``family.py``): the run's kernel type, or, for a
+run recorded as ``any``, the family its kernel's name says (``--family``), so the family's playbook and
+PR notes rank next to the symptom's pattern pages;
+
+a third, optional ``precedent`` query (the same symptoms over PR notes with claimed numbers), and,
+when ``multi-kernel`` fired, an ``extra`` query for the fusion pages (which pages matching the other
+symptoms outrank in the bottleneck query),
 logs them to ``vK/kbs_queries.jsonl`` and renders ``kbs_evidence.md.j2`` with the measured
 facts, the queries and their candidate pages, leaving ``TODO`` markers for the agent.  The
 markers say what to do with the drafted candidate list (it is a draft to replace with the
@@ -27,6 +33,7 @@ from ..prose import TODO
 from ..rundir import RunDir
 from ..sidecars import KBS_EVIDENCE, NCU_JSON
 from ..templating import fmt, render
+from . import family as kfamily
 from .index import open_index
 from .search import filters_of, log_query, query_command, search_filtered, sign_queries, signed_log
 
@@ -63,6 +70,8 @@ def _why(hit: dict[str, Any], filters: dict[str, Any]) -> list[str]:
                               ("kernel_type", "kernel_types", "covers kernel type")):
         if filters.get(key) and filters[key] in hit[field]:
             reasons.append(f"{label} {filters[key]}")
+    if hit.get("family_slot"):
+        reasons.append(f"kept in the first five as {hit['family_slot']}")
     return reasons or ["matches the query text"]
 
 
@@ -81,6 +90,8 @@ def _run_queries(rd: RunDir, ncu: dict[str, Any], cfg: Any, arch: str | None,
                  corpus: list[str]) -> list[dict[str, Any]]:
     """The kernel and bottleneck queries, each logged; their terms, filters, command and hits."""
     ktype = cfg.kernel_type if cfg.kernel_type in vocab.KERNEL_TYPES else None
+    fam = kfamily.of_run(ktype, cfg.kernel)
+    fam = fam if fam != ktype else None  # a kernel type already names the family
     impl = cfg.impl if cfg.impl in vocab.LANGUAGES else None
     fired = [s for s in ncu.get("symptoms") or [] if isinstance(s, dict) and s.get("tag")]
     tags = [t for t in [ncu.get("bottleneck")] + [s["tag"] for s in fired] if t and vocab.is_known(t)]
@@ -91,12 +102,16 @@ def _run_queries(rd: RunDir, ncu: dict[str, Any], cfg: Any, arch: str | None,
     no_notes = ("pr-note",)  # the pattern queries; PR notes answer the precedent query
     specs = [
         ("kernel", _dedupe_words(" ".join(str(getattr(cfg, key) or "") for key in ("kernel", "kernel_type", "impl"))),
-         filters_of(arch=arch, language=impl, kernel_type=ktype, exclude_kinds=no_notes)),
+         filters_of(arch=arch, language=impl, kernel_type=ktype, exclude_kinds=no_notes, family=fam)),
         ("bottleneck", " ".join(tags), filters_of(symptoms=tags, arch=arch, language=impl, kernel_type=ktype,
-                                                  exclude_kinds=no_notes)),
+                                                  exclude_kinds=no_notes, family=fam)),
         ("precedent", " ".join(tags), filters_of(symptoms=tags, arch=arch, language=impl, kernel_type=ktype,
-                                                 kind="pr-note", has_claims=True)),
+                                                 kind="pr-note", has_claims=True, family=fam)),
     ]
+    if "multi-kernel" in tags:  # the time spread over several kernels: the fusion pages, which the other
+        # symptoms' pages outrank in the bottleneck query, get a query of their own
+        specs.append(("extra", "multi-kernel kernel fusion epilogue",
+                      filters_of(symptoms=["multi-kernel"], arch=arch, language=impl, exclude_kinds=no_notes)))
     for purpose, terms, filters in specs:
         limit = PRECEDENT_HITS if purpose == "precedent" else EVIDENCE_HITS
         hits = search_filtered(conn, terms, filters, limit) if (terms or filters.get("symptoms")) else []

@@ -11,7 +11,13 @@ higher and one matching none can still rank on its text:
 * ``arch`` / ``language`` / ``kernel_type``: a match, more for a page specific to the
   value; when one is not given, pages that apply broadly get a small edge instead;
 * ``tags``: the share of the given tags the page lists;
-* always: a small prior for pages that many other pages link to.
+* always: a small prior for pages that many other pages link to;
+* the kernel family (``family.py``: ``family``, else ``kernel_type``, else the words of the query, such
+  as softmax, decode, moe, rmsnorm, cumsum, quant): pages of that family get a boost, more for a page
+  about that family alone.  A symptom alone would pull generic pattern pages to the top, so two of the
+  first five places are kept for the family: when the family's playbook or its best-ranked PR note is
+  not in the first five, it takes the fifth place (both: the fourth and fifth), and the pages it passes
+  move down one (``family_slot`` says why a page is there).  The first three places are never changed.
 
 Hard filters: ``kind`` (only that kind), ``exclude_kinds`` (none of these), ``repo`` (PR notes on that
 repository), ``confidence`` (only that level) and ``has_claims`` (only pages quoting a measured
@@ -36,12 +42,15 @@ from .. import records, vocab
 from ..common import UsageError, now_iso, sha256_file
 from ..rundir import RunDir
 from ..sidecars import KBS_QUERIES
+from . import family as kfamily
 from .corpus import corpus_roots
 from .index import BM25_WEIGHTS, FTS_COLUMNS, all_pages, open_index, page_row
 from .schema import as_list
 
 # soft-filter boosts, in units of the best text match (which scores 1)
 W_SYMPTOMS, W_FOCUS, W_ARCH, W_LANG, W_KTYPE, W_TAG, W_LINKS = 2.0, 0.5, 0.3, 0.5, 0.5, 0.5, 0.2
+W_FAMILY = 0.6  # a page of the query's first family (family.WEAK of it for a weakly named or a second family)
+FAMILY_SLOTS_WITHIN = 5  # the family's playbook and best PR note are kept within the first five places
 SPECIFIC_SYMPTOMS = 5  # pages listing more symptoms than this get a damped symptom boost
 GENERALITY = 0.3  # share of a filter's weight that broad pages get when that filter is not given
 CONFIDENCE_RANK = {c: i for i, c in enumerate(vocab.CONFIDENCE)}
@@ -111,11 +120,13 @@ def search(
     repo: str | None = None,
     confidence: str | None = None,
     has_claims: bool = False,
+    family: str | None = None,
 ) -> list[dict[str, Any]]:
     """Ranked hits; see the module docstring for the scoring."""
     expr = fts_expression(terms or "")
     symptoms = list(dict.fromkeys(symptoms))
-    soft = bool(symptoms or arch or language or kernel_type or tags)
+    families = kfamily.families_for(terms or "", kernel_type, family)
+    soft = bool(symptoms or arch or language or kernel_type or tags or family in kfamily.FAMILIES)
     hard = bool(kind or repo or confidence or has_claims)
     if not expr and not (soft or hard):
         raise UsageError("give search terms or at least one filter (--symptom, --arch, --language, "
@@ -150,6 +161,7 @@ def search(
             W_FOCUS * _focus([page_syms.index(s) for s in matched]),
             W_TAG * len(set(tags) & set(as_list(p.get("tags")))) / max(len(tags), 1),
             sum(w * _fit(v, as_list(p.get(field)), voc) for w, v, field, voc in dims if v),
+            W_FAMILY * max((kfamily.fit(p, f) * w for f, w in families), default=0.0),
         ]
         t = text.get(p["rowid"], 0.0) / best_text
         if not (t > 0 or any(boosts) or (not expr and not soft)):  # hard filters alone list every page they keep
@@ -174,10 +186,14 @@ def search(
             "perf_claims": [c for c in (p.get("perf_claims") or []) if isinstance(c, dict)],
             "path": p["path"],
             "line": p["line"],
+            "family_slot": None,
             "_rowid": p["rowid"],
             "_body": p["body"],
+            "_page": p,
         })
     hits.sort(key=lambda h: (-h["score"], CONFIDENCE_RANK.get(h["confidence"], 9), h["id"]))
+    if families:
+        hits = _keep_family_slots(hits, families[0][0])
     hits = hits[: max(limit, 0)]
     snippets: dict[int, str] = {}
     if expr and hits:
@@ -188,8 +204,27 @@ def search(
     for h in hits:
         snip = " ".join(re.sub(r"(?m)^\s*#+\s+", "", snippets.get(h["_rowid"], "")).split())
         h["excerpt"] = snip if "**" in snip else _first_sentences(h["_body"])
-        del h["_rowid"], h["_body"]
+        del h["_rowid"], h["_body"], h["_page"]
     return hits
+
+
+def _keep_family_slots(hits: list[dict[str, Any]], fam: str) -> list[dict[str, Any]]:
+    """The ranked hits with the family's playbook and its best-ranked PR note moved up into the first
+    FAMILY_SLOTS_WITHIN places when they are below (the last places of that window; the others keep their
+    order).  Only pages the query already returned move, so hard filters still hold."""
+    window = FAMILY_SLOTS_WITHIN
+    playbook = next((h for h in hits if kfamily.is_playbook_of(h["_page"], fam)), None)
+    note = next((h for h in hits if h["kind"] == "pr-note" and kfamily.fit(h["_page"], fam) > 0), None)
+    keep = [(h, why) for h, why in ((playbook, f"the {fam} playbook"), (note, f"the best-ranked {fam} PR note"))
+            if h is not None and hits.index(h) >= window]
+    if not keep:
+        return hits
+    moved = [h for h, _ in keep]
+    for h, why in keep:
+        h["family_slot"] = why
+    rest = [h for h in hits if all(h is not m for m in moved)]
+    cut = max(window - len(moved), 0)
+    return rest[:cut] + moved + rest[cut:]
 
 
 def get(page_id: str, extra_roots: list[str] | None = None) -> dict[str, Any] | None:
@@ -215,11 +250,11 @@ def corpus_stats(pages: list[dict[str, Any]]) -> dict[str, Any]:
 
 # --- the query log ---------------------------------------------------------------------------
 def filters_of(symptoms=(), arch=None, language=None, kernel_type=None, kind=None, tags=(), *,
-               exclude_kinds=(), repo=None, confidence=None, has_claims=False) -> dict[str, Any]:
+               exclude_kinds=(), repo=None, confidence=None, has_claims=False, family=None) -> dict[str, Any]:
     """The filters that were given, as logged in kbs_queries.jsonl."""
     given = {"symptoms": list(symptoms), "arch": arch, "language": language,
              "kernel_type": kernel_type, "kind": kind, "tags": list(tags), "exclude_kinds": list(exclude_kinds),
-             "repo": repo, "confidence": confidence, "has_claims": bool(has_claims)}
+             "repo": repo, "confidence": confidence, "has_claims": bool(has_claims), "family": family}
     return {k: v for k, v in given.items() if v}
 
 
@@ -229,7 +264,7 @@ def search_filtered(conn: sqlite3.Connection, terms: str, filters: dict[str, Any
                   language=filters.get("language"), kernel_type=filters.get("kernel_type"), kind=filters.get("kind"),
                   tags=filters.get("tags", ()), limit=limit, exclude_kinds=filters.get("exclude_kinds", ()),
                   repo=filters.get("repo"), confidence=filters.get("confidence"),
-                  has_claims=bool(filters.get("has_claims")))
+                  has_claims=bool(filters.get("has_claims")), family=filters.get("family"))
 
 
 def _quote(s: str) -> str:
@@ -244,7 +279,7 @@ def query_command(terms: str, filters: dict[str, Any], corpus: list[str]) -> str
     parts += ["query", _quote(terms)]
     for s in filters.get("symptoms", []):
         parts += ["--symptom", s]
-    for key in ("arch", "language", "kernel_type", "kind", "repo", "confidence"):
+    for key in ("arch", "language", "kernel_type", "family", "kind", "repo", "confidence"):
         if filters.get(key):
             parts += [f"--{key.replace('_', '-')}", filters[key]]
     for k in filters.get("exclude_kinds", []):

@@ -126,7 +126,8 @@ class Judge:
         procs = gpustate.compute_processes(index, self._uuid())
         if procs is None:
             return {"checked": False, "why": "NVML (nvidia-ml-py) is not available"}
-        foreign = gpustate.foreign_processes(procs, self.own_pids())
+        foreign = gpustate.foreign_processes(procs, self.own_pids(),
+                                             1 + sum(w.proc.poll() is None for w in self.workers))
         if foreign:
             p = foreign[0]
             raise UsageError(f"another process computes on the GPU (pid {p['pid']}: {p['name']}); {what} would "

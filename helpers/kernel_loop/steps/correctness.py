@@ -94,6 +94,26 @@ def _overall(res: dict) -> tuple[str, str | None]:
     return "PASS", None
 
 
+# what torch says when a kernel or ref.py asks for CUDA on a machine without it (cpu build, no driver, no GPU)
+_NO_CUDA = re.compile(r"Torch not compiled with CUDA enabled|Found no NVIDIA driver|No CUDA GPUs are available|"
+                      r"CUDA driver initialization failed|no CUDA GPU visible")
+
+
+def refuse_no_cuda_in_cpu_mode(cfg, version: str, error: str | None) -> None:
+    """In the cpu test mode, a FAIL because the machine has no CUDA is the machine's, not the kernel's: a usage
+    error (exit 2) before any file or record is written."""
+    if not error or not _NO_CUDA.search(error):
+        return
+    why = (f"{version}'s kernel or ref.py needs CUDA ({error.splitlines()[0]}), which the cpu test mode does not "
+           "have on this machine; nothing was recorded. ")
+    if cfg.device != "cpu":
+        raise UsageError(why + "KERNEL_LOOP_DEVICE=cpu is the cpu test mode of runs initialised with --device cpu; "
+                         f"this run measures on cuda:{cfg.gpu}: run correctness where the run's GPU is, without "
+                         "KERNEL_LOOP_DEVICE")
+    raise UsageError(why + "The cpu mode (init --device cpu) runs .py kernels on the CPU: check a kernel that needs "
+                     "CUDA in a GPU run (init without --device cpu) on the machine with the GPU")
+
+
 def run_correctness(args: argparse.Namespace) -> int:
     rd = RunDir.open(args.out)
     cfg = rd.config()
@@ -119,6 +139,8 @@ def run_correctness(args: argparse.Namespace) -> int:
     outcome.raise_usage()  # bad input or environment: nothing was measured
     res = judged(outcome, device)
     result, error = _overall(res)
+    if device == "cpu" and result == "FAIL":
+        refuse_no_cuda_in_cpu_mode(cfg, f"v{k}", error)
 
     sanitize = None
     if args.sanitize:

@@ -32,6 +32,7 @@ from ..common import (
     sha256_text,
     write_json,
 )
+from ..kernel_names import short_name
 from ..prose import HEADINGS, TEXT_FIELDS, TODO, load_hypothesis, markdown_section, parse_hypothesis_text
 from ..rundir import RunDir
 from ..sidecars import event_median, query_hits, require
@@ -108,9 +109,13 @@ def max_errors(corr: dict[str, Any]) -> tuple[float | None, float | None]:
 def current_evidence(ncu: dict[str, Any], corr: dict[str, Any]) -> dict[str, Any]:
     mabs, mrel = max_errors(corr)
     metrics = ncu.get("metrics") or {}
+    fired = ncu.get("symptoms") or []
+    # with several kernels in the call, each symptom says which one fired it (the whole call's have none)
+    several = len({s.get("kernel") for s in fired if s.get("kernel")}) > 1 or len(ncu.get("kernels") or []) > 1
     return {
         "bottleneck": ncu.get("bottleneck"),
-        "symptoms": [{"tag": s.get("tag"), "metrics": s.get("metrics") or {}} for s in ncu.get("symptoms") or []],
+        "symptoms": [{"tag": s.get("tag"), "metrics": s.get("metrics") or {},
+                      "kernel": short_name(s["kernel"]) if several and s.get("kernel") else None} for s in fired],
         "event_median_us": event_median(ncu),
         "duration_us": metrics.get("duration_us"),
         "correctness": corr.get("result"),

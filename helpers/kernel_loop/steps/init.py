@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from .. import envcheck, kb_dims, records
-from ..common import UsageError, now_iso, progress, read_json, sha256_file, write_json
+from ..common import UsageError, atomic_write_text, now_iso, progress, read_json, sha256_file, write_json
 from ..config import (
     DEFAULT_CORRECTNESS_TRIALS,
     DEFAULT_GPU,
@@ -28,11 +31,12 @@ from ..config import (
     BuildConfig,
     NcuConfig,
     RunConfig,
+    check_dim_limits,
     format_dims,
     parse_dims,
     parse_extra_shapes,
 )
-from ..rundir import RunDir, copy_new
+from ..rundir import RunDir, copy_new, what_path_is
 from ..sidecars import RUN_JSON
 from ..vocab import IMPL_SUFFIXES, IMPLS, KERNEL_TYPES
 
@@ -64,8 +68,7 @@ def guess_kernel_type(name: str) -> str:
 def inspect_ref(path: Path) -> dict[str, Any]:
     """Parse ref.py without importing it: what it defines, literal atol/rtol/rel_l2 and, for a KernelBench
     file, its dims (``kb_dims``: the size constants by name, tuple elements as ``T_i``, axis arguments apart)."""
-    if not path.is_file():
-        raise UsageError(f"--ref {path} does not exist")
+    _require_file(path, "--ref", "the ref.py file")
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except SyntaxError as exc:
@@ -99,6 +102,12 @@ def inspect_ref(path: Path) -> dict[str, Any]:
     return info
 
 
+def _require_file(path: Path, flag: str, want: str) -> None:
+    """Refuse a path that is not a readable regular file, saying what it is (a directory, a device, absent)."""
+    if not (path.is_file() and os.access(path, os.R_OK)):
+        raise UsageError(f"{flag} {path} {what_path_is(path)}: give {want}")
+
+
 def _is_kb(ref_info: dict[str, Any]) -> bool:
     """A KernelBench ref whose module constants are the dims (one with its own setup() takes --dims)."""
     return bool(ref_info.get("kernelbench")) and not ref_info.get("has_setup")
@@ -128,6 +137,7 @@ def _kb_checked(changes: dict[str, int], what: str, tree: ast.Module) -> dict[st
     bad = [f"{k}={v}" for k, v in changes.items() if v <= 0]
     if bad:
         raise UsageError(f"{what}: {', '.join(bad)} must be a positive integer")
+    check_dim_limits(changes, what)
     return changes
 
 
@@ -147,11 +157,31 @@ def run_shapes(args: argparse.Namespace, ref_info: dict) -> tuple[dict[str, int]
         def complete(changes: dict[str, int]) -> dict[str, int]:
             return kb_dims.shape_dims(tree, {**pinned, **_kb_checked(changes, "--extra-shapes", tree)})
 
-        return dims, parse_extra_shapes(args.extra_shapes, dims, complete)
-    if args.dims is None:
-        raise UsageError("--dims is required: the problem size, e.g. --dims M=4096,N=8192")
-    dims = parse_dims(args.dims)
-    return dims, parse_extra_shapes(args.extra_shapes, dims)
+        check_dim_limits(dims, "--dims" if args.dims else "the size constants of ref.py")
+        shapes = parse_extra_shapes(args.extra_shapes, dims, complete)
+    else:
+        if args.dims is None:
+            raise UsageError("--dims is required: the problem size, e.g. --dims M=4096,N=8192")
+        dims = parse_dims(args.dims)
+        shapes = parse_extra_shapes(args.extra_shapes, dims)
+    for shape in shapes:  # complete shapes: a changed dim and those it keeps or derives, together
+        check_dim_limits(shape, "--extra-shapes")
+    return dims, shapes
+
+
+def check_inputs_fit(ref_info: dict[str, Any], shapes: list[dict[str, int]], gpu: dict[str, Any] | None) -> None:
+    """Refuse dims whose inputs clearly exceed the GPU's memory: known for a KernelBench ref (its get_inputs()
+    read without running it) on a GPU whose memory the environment check measured; otherwise nothing is known."""
+    mem_gib = (gpu or {}).get("memory_gib")
+    if not _is_kb(ref_info) or not isinstance(mem_gib, (int, float)) or mem_gib <= 0:
+        return
+    for shape in shapes:
+        need = kb_dims.input_bytes(ref_info["kb_tree"], shape)
+        if need > mem_gib * 2**30:
+            raise UsageError(f"at dims {format_dims(shape)} the inputs get_inputs() makes take at least "
+                             f"{need / 2**30:.3g} GiB, and {gpu.get('name') or 'the GPU'} has {mem_gib:.3g} GiB: "
+                             "give smaller --dims (a KernelBench constant is changed by name, e.g. "
+                             f"--dims {next(iter(shape))}=...)")
 
 
 def resolve_run_tolerance(cli_atol, cli_rtol, ref_atol, ref_rtol, cli_rel_l2=None, ref_rel_l2=None) -> dict[str, Any]:
@@ -190,15 +220,40 @@ def build_config(args: argparse.Namespace, ref_info: dict) -> dict[str, Any]:
     return cfg.to_json()
 
 
+def _check_kernel_name(name: str) -> None:
+    if not name.strip():
+        raise UsageError("--kernel is empty: give the kernel's name (free text used in the KBS queries, e.g. "
+                         "--kernel softmax)")
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise UsageError(f"--kernel {name!r} holds a control character (a newline or tab): give a one-line name")
+
+
+def _check_kernel_suffix(baseline: Path, impl: str) -> None:
+    """A .cu is never Triton or CuTe DSL; --impl's suffixes are ``IMPL_SUFFIXES``."""
+    want = IMPL_SUFFIXES[impl]
+    if baseline.suffix not in want:
+        cuda = " (a .cu kernel is --impl cuda-cpp or cutlass)" if baseline.suffix == ".cu" else ""
+        raise UsageError(f"--impl {impl} needs a {' or '.join(want)} kernel, but --baseline is {baseline.name}{cuda}")
+
+
+def _check_kernel_language(baseline: Path, impl: str) -> None:
+    """A .py for cuda-cpp or cutlass must build CUDA C++ with torch.utils.cpp_extension (load_inline, as a
+    KernelBench ModelNew does; the same test that ``measure.launch.prebuild`` uses to find a build)."""
+    if ".cu" in IMPL_SUFFIXES[impl] and baseline.suffix == ".py" and \
+            "cpp_extension" not in baseline.read_text(encoding="utf-8", errors="replace"):
+        raise UsageError(f"--impl {impl} takes a .cu kernel or a .py that builds CUDA C++ with "
+                         f"torch.utils.cpp_extension (load_inline, as a KernelBench ModelNew does); --baseline "
+                         f"{baseline.name} does not use torch.utils.cpp_extension: for a Triton or Python kernel "
+                         "give --impl triton (or cute-dsl)")
+
+
 def _validate(args: argparse.Namespace) -> tuple[Path, Path, dict]:
+    _check_kernel_name(args.kernel)
     ref = Path(args.ref).expanduser()
     ref_info = inspect_ref(ref)
     baseline = Path(args.baseline).expanduser()
-    if not baseline.is_file():
-        raise UsageError(f"--baseline {baseline} does not exist")
-    want = IMPL_SUFFIXES[args.impl]
-    if baseline.suffix not in want:
-        raise UsageError(f"--impl {args.impl} needs a {' or '.join(want)} kernel, but --baseline is {baseline.name}")
+    _require_file(baseline, "--baseline", "the v0 kernel file (.py or .cu)")
+    _check_kernel_suffix(baseline, args.impl)
     for name in ("iterations", "warmup", "trials", "correctness_trials", "timeout"):
         v = getattr(args, name)
         if v is None or v < (0 if name == "warmup" else 1):
@@ -224,6 +279,7 @@ def _validate(args: argparse.Namespace) -> tuple[Path, Path, dict]:
     if args.device == "cpu" and ".cu" in IMPL_SUFFIXES[args.impl]:
         raise UsageError(f"--device cpu runs .py kernels only (Triton under TRITON_INTERPRET=1); --impl {args.impl} "
                          "needs a CUDA GPU")
+    _check_kernel_language(baseline, args.impl)
     dims, extra_shapes = run_shapes(args, ref_info)
     if baseline.suffix == ".py" or ref_info["has_setup"]:
         check_dims_against_ref(dims, ref_info)
@@ -248,6 +304,33 @@ def _same_file(a: Path, b: Path) -> bool:
     return a.is_file() and b.is_file() and sha256_file(a) == sha256_file(b)
 
 
+@contextmanager
+def _undone_on_failure(rd: RunDir, files: list[Path]):
+    """On any failure inside, put the run directory back as it was: the folders made here removed (with
+    what they hold), and in a folder that was there before, each of ``files`` restored to its old bytes or
+    removed, and v0/ removed if it was made here and is left empty."""
+    made = next((q for q in [rd.root, *rd.root.parents] if q.exists()), None)
+    top = rd.root if made is None or made == rd.root else \
+        next(q for q in [rd.root, *rd.root.parents] if q.parent == made)
+    new_root = not rd.root.exists()
+    v0_made = not rd.vdir(0).exists()
+    old = {f: (f.read_bytes() if f.is_file() else None) for f in files}
+    try:
+        yield
+    except BaseException:
+        if new_root:
+            shutil.rmtree(top, ignore_errors=True)
+            raise
+        for f, data in old.items():
+            if data is None:
+                f.unlink(missing_ok=True)
+            elif not f.is_file() or f.read_bytes() != data:
+                f.write_bytes(data)
+        if v0_made and rd.vdir(0).is_dir() and not any(rd.vdir(0).iterdir()):
+            rd.vdir(0).rmdir()
+        raise
+
+
 def _record_init(rd: RunDir, cfg: dict[str, Any], v0_kernel: Path) -> None:
     """The first signed record: ref.py, run.json and the baseline kernel as init wrote them."""
     env = read_json(rd.env_json) if rd.env_json.is_file() else {}
@@ -261,8 +344,9 @@ def run_init(args: argparse.Namespace) -> int:
     ref, baseline, ref_info = _validate(args)
     cfg = build_config(args, ref_info)
     rd = RunDir.open(args.out, must_exist=False)
-    if rd.root.exists() and not rd.root.is_dir():
-        raise UsageError(f"{args.out} exists and is not a folder: give a new or existing run directory")
+    kind = what_path_is(args.out)
+    if kind not in ("is a directory", "does not exist"):
+        raise UsageError(f"{args.out} {kind}: give a new folder or an existing run directory")
     v0_kernel = rd.vdir(0) / f"kernel{Path(args.baseline).suffix}"
     if rd.run_json.exists():
         old = rd.config().to_json()  # normalised: keys an older init did not write take their defaults
@@ -286,18 +370,28 @@ def run_init(args: argparse.Namespace) -> int:
     if rd.ref_py.exists() and not _same_file(rd.ref_py, ref):
         raise UsageError(f"{rd.ref_py} exists and differs from {ref}; refusing to overwrite it")
     records.load_key(rd.root)  # made (or refused: inside the run directory) before anything is written
-    rd.root.mkdir(parents=True, exist_ok=True)
-
-    if args.skip_env or args.device == "cpu":  # the cpu mode needs no GPU toolchain
-        envcheck.write_skipped(rd.root)
-    else:
-        envcheck.check_and_write(gpu=args.gpu, impl=args.impl, out=rd.root, cfg_build=cfg["build"])
-    if not rd.ref_py.exists():
-        copy_new(ref, rd.ref_py)
-    if not v0_kernel.exists():
-        copy_new(baseline, v0_kernel)
-    write_json(rd.run_json, cfg)
-    _record_init(rd, cfg, v0_kernel)
+    report = None
+    if not (args.skip_env or args.device == "cpu"):  # the cpu mode needs no GPU toolchain
+        # checked before anything is written: a machine that cannot run the kernel gets no half-made folder
+        report = envcheck.check_and_write(gpu=args.gpu, impl=args.impl, out=None, cfg_build=cfg["build"])
+        check_inputs_fit(ref_info, [cfg["dims"], *cfg["extra_shapes"]], report.get("gpu"))
+    with _undone_on_failure(rd, [rd.env_json, rd.root / "env_check.md", rd.ref_py, v0_kernel, rd.run_json,
+                                 rd.root / records.FILENAME]):
+        rd.root.mkdir(parents=True, exist_ok=True)
+        if report is None:
+            envcheck.write_skipped(rd.root)
+        else:
+            write_json(rd.env_json, report)
+            atomic_write_text(rd.root / "env_check.md", envcheck.render_markdown(report))
+            progress(f"wrote {rd.root / 'env_check.md'}")
+        if not rd.ref_py.exists():
+            copy_new(ref, rd.ref_py)
+        if not v0_kernel.exists():
+            copy_new(baseline, v0_kernel)
+        write_json(rd.run_json, cfg)
+        _record_init(rd, cfg, v0_kernel)
+    progress(f"records.log is signed with the record key at {records.key_path()} (key id "
+             f"{records.key_id(records.load_key(rd.root))}); every later step must find the same key there")
     progress(f"run.json written ({cfg['impl']}, dims {', '.join(f'{k}={v}' for k, v in cfg['dims'].items())})")
     print(f"initialised {rd.root}: v0 = {v0_kernel.relative_to(rd.root)}; next: kernel-loop correctness {args.out}")
     return 0

@@ -22,6 +22,7 @@ from typing import Any
 from .. import vocab
 from ..common import UsageError, progress
 from ..kbs import corpus, index, schema, search
+from ..kbs import family as kfamily
 from ..kbs.corpus import ENV_PATH
 from ..kbs.evidence import claim_line, draft_evidence
 from ..prose import TODO
@@ -40,6 +41,8 @@ def _corpus_args(args) -> list[str]:
 
 def _print_hit(i: int, h: dict[str, Any]) -> None:
     print(f"{i}. {h['id']}  score {h['score']}  [{h['confidence']}]  {h['title']}")
+    if h.get("family_slot"):
+        print(f"   kept in the first five as {h['family_slot']}")
     if h["symptoms"]:
         matched = f"  (matched: {', '.join(h['matched_symptoms'])})" if h["matched_symptoms"] else ""
         print(f"   symptoms: {', '.join(h['symptoms'])}{matched}")
@@ -69,7 +72,7 @@ def cmd_query(args) -> int:
                                 f"{', '.join(repos[:8])}{' ...' if len(repos) > 8 else ''}"))
     filters = search.filters_of(args.symptom or [], args.arch, args.language, args.kernel_type, args.kind,
                                 args.tag or [], exclude_kinds=args.exclude_kind or [], repo=args.repo,
-                                confidence=args.confidence, has_claims=args.has_claims)
+                                confidence=args.confidence, has_claims=args.has_claims, family=args.family)
     hits = search.search_filtered(conn, terms, filters, args.limit)
     if rd is not None:
         path = search.log_query(rd, args.purpose, terms, filters, hits,
@@ -194,7 +197,9 @@ def register(subparsers) -> None:
         description="Rank pages by bm25 text match (title weighs most, then tags and symptoms, then body) "
         "plus soft boosts for every matching --symptom (rarer symptoms weigh more), --arch, --language, "
         "--kernel-type and --tag: a page matching more of them ranks higher, one matching none can still "
-        "rank on its text. --kind is a hard filter. Terms may be empty when a filter is given.",
+        "rank on its text. The kernel family (--family, else --kernel-type, else the family the words name) "
+        "weighs too: its pages get a boost, and its playbook and best PR note are kept in the first five. "
+        "--kind is a hard filter. Terms may be empty when a filter is given.",
         epilog="Exit codes: 0 done (also when nothing matches), 2 bad usage.",
     )
     q.add_argument("terms", nargs="*", help="search words (any punctuation is ignored)")
@@ -202,6 +207,9 @@ def register(subparsers) -> None:
     q.add_argument("--arch", choices=vocab.ARCHITECTURES, help="favour pages for this GPU architecture (soft)")
     q.add_argument("--language", choices=vocab.LANGUAGES, help="favour pages for this implementation (soft)")
     q.add_argument("--kernel-type", choices=vocab.KERNEL_TYPES, help="favour pages for this kernel family (soft)")
+    q.add_argument("--family", choices=kfamily.FAMILIES,
+                   help="rank as for a kernel of this family (soft; default: --kernel-type, else the family "
+                   "the search words name, e.g. softmax, decode, moe, rmsnorm, cumsum, quant)")
     q.add_argument("--kind", choices=vocab.KBS_KINDS, help="only pages of this kind (hard filter)")
     q.add_argument("--tag", action="append", metavar="T", help="a free keyword the page lists (repeatable)")
     q.add_argument("--exclude-kind", action="append", choices=vocab.KBS_KINDS, metavar="KIND",

@@ -68,5 +68,6 @@ def run(args) -> int:
     progress(f"v{new} starts as a copy of v{prev}/{src.name}. Make exactly one change, the one "
              f"v{prev}/hypothesis.txt names: {change}")
     if new == n:
-        progress(f"v{new} is the final version: after correctness and profile, run the gate with --final")
+        progress(f"v{new} is the final version: after correctness and profile, draft and fill its kbs_evidence.md "
+                 "(kbs evidence), then run the gate with --final (no hypothesis: vN has no next version)")
     return 0

@@ -306,8 +306,9 @@ def collect(out: str | Path) -> dict[str, Any]:
     if key:
         info["consistent"] = False
         info["next"] = _nxt("key", f"the gate cannot verify records.log with the record key ({key[0]}). Point "
-                            "KERNEL_LOOP_RECORD_KEY at the key file this run was signed with (made at init under "
-                            "this user's ~/.config/kernel-loop), then run status again; tell the user if it is lost. "
+                            "KERNEL_LOOP_RECORD_KEY at the key file this run was signed with (the one KERNEL_LOOP_RECORD_KEY "
+                            "named at init, else the ~/.config/kernel-loop/record.key of the user who ran init), "
+                            "then run status again; tell the user if it is lost. "
                             "Run no other step first: it would sign its record with a new key, which the gate rejects",
                             None)
         return info
