@@ -9,6 +9,7 @@ harness can read launch errors from the CUDA runtime the kernel itself links aga
 from __future__ import annotations
 
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -134,16 +135,49 @@ def arch_flag(cc: tuple[int, int]) -> str:
     return f"-gencode=arch=compute_{tag},code=sm_{tag}"
 
 
-def include_dirs(cfg_dirs: list[str] | None, environ: dict | None = None) -> list[str]:
-    """run.json build.include_dirs, then $CUTLASS_PATH/{include,tools/util/include}, $CUTLASS_INCLUDE_DIR."""
+def cutlass_package_source() -> str | None:
+    """The CUTLASS tree inside the ``nvidia-cutlass`` pip package (``<site>/cutlass_library/source``, holding
+    ``include/{cutlass,cute}`` and ``tools/util/include``) when that package is on the path; it is not imported."""
+    try:
+        spec = importlib.util.find_spec("cutlass_library")
+    except (ImportError, ValueError):
+        return None
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        src = Path(loc) / "source"
+        if (src / "include" / "cutlass" / "cutlass.h").is_file():
+            return str(src)
+    return None
+
+
+def include_dir_sources(cfg_dirs: list[str] | None, environ: dict | None = None,
+                        package_source: str | None = None) -> list[tuple[str, str]]:
+    """(folder, where it came from) for each nvcc include folder, in order: run.json build.include_dirs,
+    $CUTLASS_PATH/{include,tools/util/include}, $CUTLASS_INCLUDE_DIR; when neither variable is set, the
+    nvidia-cutlass pip package's include and tools/util/include (``package_source``: its
+    cutlass_library/source folder; None looks it up, "" leaves it out)."""
     environ = os.environ if environ is None else environ
-    dirs = [str(Path(d).expanduser()) for d in (cfg_dirs or [])]
+    out = [(str(Path(d).expanduser()), "run.json build.include_dirs") for d in (cfg_dirs or [])]
     cp = environ.get("CUTLASS_PATH")
     if cp:
-        dirs += [str(Path(cp) / "include"), str(Path(cp) / "tools" / "util" / "include")]
+        out += [(str(Path(cp) / "include"), "$CUTLASS_PATH"),
+                (str(Path(cp) / "tools" / "util" / "include"), "$CUTLASS_PATH")]
     if environ.get("CUTLASS_INCLUDE_DIR"):
-        dirs.append(environ["CUTLASS_INCLUDE_DIR"])
-    return list(dict.fromkeys(dirs))
+        out.append((environ["CUTLASS_INCLUDE_DIR"], "$CUTLASS_INCLUDE_DIR"))
+    if not cp and not environ.get("CUTLASS_INCLUDE_DIR"):
+        src = cutlass_package_source() if package_source is None else package_source
+        if src:
+            out += [(str(Path(src) / sub), "nvidia-cutlass package") for sub in ("include", "tools/util/include")
+                    if (Path(src) / sub).is_dir()]
+    first: dict[str, str] = {}
+    for d, why in out:
+        first.setdefault(d, why)
+    return list(first.items())
+
+
+def include_dirs(cfg_dirs: list[str] | None, environ: dict | None = None,
+                 package_source: str | None = None) -> list[str]:
+    """The nvcc include folders (``include_dir_sources`` without the origins)."""
+    return [d for d, _ in include_dir_sources(cfg_dirs, environ, package_source)]
 
 
 def find_cuda_tool(name: str) -> str | None:

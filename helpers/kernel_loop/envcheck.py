@@ -5,8 +5,11 @@ sizes and the copy peak, rendering) take plain data so they are testable without
 collects the facts.  The copy peak is the fastest of copies at several sizes (``COPY_SIZES``, as free
 memory allows), all recorded in ``peaks.copy_bandwidth_by_size``.
 Required: torch with a visible CUDA GPU; nvcc for .cu kernels; triton / nvidia-cutlass-dsl /
-CUTLASS headers for their implementations.  ncu and counter access are needed by ``profile``
-and are reported as missing (with the fix) without failing ``env``.
+CUTLASS headers for their implementations.  The CUTLASS include folder (``cutlass``: the one ``build``
+uses, and where it came from) and the CuTe DSL version (``cute_dsl``: with whether ``import cutlass.cute``
+works) are reported for every implementation, required only for their own; the fix names
+scripts/cutlass_offline.sh.  ncu and counter access are needed by ``profile`` and are reported as missing
+(with the fix) without failing ``env``.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ PACKAGES = {  # shown name -> distribution names tried in order, import name
     "triton": (("triton",), "triton"),
     "cuda-python": (("cuda-python", "cuda-bindings"), "cuda"),
     "nvidia-cutlass-dsl": (("nvidia-cutlass-dsl",), "cutlass"),
+    "nvidia-cutlass": (("nvidia-cutlass",), "cutlass_library"),  # the CUTLASS headers as a pip package
     "flashinfer": (("flashinfer-python", "flashinfer"), "flashinfer"),
 }
 # Copy-peak sizes: the bytes of the copied tensor (the copy reads them and writes as many).  Bandwidth rises
@@ -46,6 +50,14 @@ PACKAGES = {  # shown name -> distribution names tried in order, import name
 COPY_SIZES = (256 << 20, 1 << 30, 4 << 30)
 COPY_RESERVE = 1 << 30
 COPY_MIN = 16 << 20  # below this a copy is mostly launch and L2 effects: no peak is measured
+OFFLINE_SCRIPT = "scripts/cutlass_offline.sh"
+CUTLASS_FIX = ("set CUTLASS_PATH to a CUTLASS checkout (git clone https://github.com/NVIDIA/cutlass), set "
+               "CUTLASS_INCLUDE_DIR or pass --include-dir, or pip install nvidia-cutlass (its headers are found "
+               f"without CUTLASS_PATH); on a GPU machine without network: {OFFLINE_SCRIPT} (fetch where pip works, "
+               "install there, then eval the export lines it prints)")
+CUTE_DSL_FIX = ("pip install nvidia-cutlass-dsl (4.2.1 or newer with CUDA 13 / cuda-bindings 13); on a GPU machine "
+                f"without network: {OFFLINE_SCRIPT} (fetch where pip works, install there, then eval the export lines "
+                "it prints: PYTHONPATH needs <target>/nvidia_cutlass_dsl/python_packages)")
 _PROBE = ("import torch; d = torch.device('cuda:{gpu}'); x = torch.ones(4096, device=d); "
           "y = (x * 2).sum(); torch.cuda.synchronize(d)")
 
@@ -177,15 +189,8 @@ def evaluate(facts: dict[str, Any], impl: str | None) -> list[dict[str, Any]]:
     if impl == "triton":
         checks.append(_check("triton", bool(v.get("triton")), "required", f"triton {v.get('triton')}",
                              "pip install triton"))
-    if impl == "cute-dsl":
-        checks.append(_check("nvidia-cutlass-dsl", bool(v.get("nvidia-cutlass-dsl")), "required",
-                             f"nvidia-cutlass-dsl {v.get('nvidia-cutlass-dsl')}", "pip install nvidia-cutlass-dsl"))
-    if impl == "cutlass":
-        heads = facts.get("cute_headers")
-        checks.append(_check("CUTLASS headers", bool(heads), "required",
-                             f"cute/tensor.hpp in {heads}" if heads else "cute/tensor.hpp not found",
-                             "set CUTLASS_PATH to a CUTLASS checkout (git clone https://github.com/NVIDIA/cutlass) "
-                             "or pass --include-dir"))
+    checks.append(_cute_dsl_check(facts, "required" if impl == "cute-dsl" else "optional"))
+    checks.append(_cutlass_check(facts, "required" if impl == "cutlass" else "optional"))
     ncu = tools.get("ncu") or {}
     checks.append(_check("ncu", bool(ncu.get("path")), "profile",
                          f"ncu {ncu.get('version')} at {ncu.get('path')}" if ncu.get("path") else "ncu not found",
@@ -205,6 +210,42 @@ def evaluate(facts: dict[str, Any], impl: str | None) -> list[dict[str, Any]]:
         checks.append(_check(name, bool(v.get(name)), "optional", f"{name} {v.get(name) or 'not installed'}",
                              f"pip install {'flashinfer-python' if name == 'flashinfer' else name} (optional)"))
     return checks
+
+
+def _cutlass_check(facts: dict[str, Any], level: str) -> dict[str, Any]:
+    """CUTLASS headers: the include folder holding cute/tensor.hpp and where it came from (``facts["cutlass"]``;
+    an env.json from before it has only ``cute_headers``)."""
+    info = facts.get("cutlass") or {}
+    heads = info.get("include") or facts.get("cute_headers")
+    if heads:
+        where = f" (from {info['source']})" if info.get("source") else ""
+        pkg = f", nvidia-cutlass {info['package_version']}" if info.get("package_version") else ""
+        return _check("CUTLASS headers", True, level, f"cute/tensor.hpp in {heads}{where}{pkg}")
+    searched = info.get("searched")
+    if searched:
+        detail = "cute/tensor.hpp not found in " + ", ".join(searched)
+    elif searched is not None:
+        detail = ("cute/tensor.hpp not found: no include folder (CUTLASS_PATH and CUTLASS_INCLUDE_DIR are unset and "
+                  "the nvidia-cutlass package is not installed)")
+    else:
+        detail = "cute/tensor.hpp not found"
+    return _check("CUTLASS headers", False, level, detail, CUTLASS_FIX)
+
+
+def _cute_dsl_check(facts: dict[str, Any], level: str) -> dict[str, Any]:
+    """CuTe DSL: the nvidia-cutlass-dsl version and whether ``import cutlass.cute`` worked (``facts["cute_dsl"]``;
+    an env.json from before it has only the version)."""
+    info = facts.get("cute_dsl") or {}
+    ver = info.get("version", (facts.get("versions") or {}).get("nvidia-cutlass-dsl"))
+    if not ver:
+        return _check("nvidia-cutlass-dsl", False, level, "nvidia-cutlass-dsl not installed (no importable cutlass)",
+                      CUTE_DSL_FIX)
+    if info.get("import") == "failed":
+        return _check("nvidia-cutlass-dsl", False, level,
+                      f"nvidia-cutlass-dsl {ver} is installed but `import cutlass.cute` failed: {info.get('error')}",
+                      CUTE_DSL_FIX)
+    done = " (import cutlass.cute OK)" if info.get("import") == "ok" else ""
+    return _check("nvidia-cutlass-dsl", True, level, f"nvidia-cutlass-dsl {ver}{done}")
 
 
 def required_failures(checks: list[dict]) -> list[dict]:
@@ -299,11 +340,29 @@ def _driver_version() -> str | None:
         return out.strip().splitlines()[0] if rc == 0 and out.strip() else None
 
 
-def _cute_headers(cfg_dirs: list[str] | None) -> str | None:
-    for d in build.include_dirs(cfg_dirs):
+def cutlass_facts(cfg_dirs: list[str] | None, environ: dict | None = None,
+                  package_source: str | None = None) -> dict[str, Any]:
+    """The CUTLASS include folder ``build`` would use: the first of ``build.include_dir_sources`` holding
+    cute/tensor.hpp, where it came from, and every folder searched."""
+    found = build.include_dir_sources(cfg_dirs, environ, package_source)
+    for d, why in found:
         if (Path(d) / "cute" / "tensor.hpp").is_file():
-            return d
-    return None
+            return {"include": d, "source": why, "cutlass_h": (Path(d) / "cutlass" / "cutlass.h").is_file(),
+                    "searched": [x for x, _ in found]}
+    return {"include": None, "source": None, "cutlass_h": False, "searched": [x for x, _ in found]}
+
+
+def cute_dsl_facts(version: str | None, timeout: float = 300) -> dict[str, Any]:
+    """The nvidia-cutlass-dsl version and whether ``import cutlass.cute`` works, tried in a child Python (the
+    import loads a large MLIR library); nothing is tried when the package is not installed."""
+    if not version:
+        return {"version": None, "import": None, "error": None}
+    with step("importing cutlass.cute"):
+        rc, out = _run([sys.executable, "-c", "import cutlass, cutlass.cute"], timeout)
+    if rc == 0:
+        return {"version": version, "import": "ok", "error": None}
+    lines = [ln for ln in (out or "").strip().splitlines() if ln.strip()]
+    return {"version": version, "import": "failed", "error": (lines[-1] if lines else f"exit {rc}")[:500]}
 
 
 def _measure_copies(torch: Any, dev: Any, sizes: list[int], median_ms: Any) -> list[dict[str, Any]]:
@@ -384,7 +443,10 @@ def gather(gpu: int, cfg_build: dict | None = None, measure: bool = True) -> dic
                              "versions": package_versions(), "tools": tool_facts(), "gpu_index": gpu,
                              "gpu": None, "cuda_available": False, "torch_cuda": None, "driver": None,
                              "counters": None, "peaks": None,
-                             "cute_headers": _cute_headers((cfg_build or {}).get("include_dirs"))}
+                             "cutlass": cutlass_facts((cfg_build or {}).get("include_dirs"))}
+    facts["cute_headers"] = facts["cutlass"]["include"]
+    facts["cutlass"]["package_version"] = facts["versions"].get("nvidia-cutlass")
+    facts["cute_dsl"] = cute_dsl_facts(facts["versions"].get("nvidia-cutlass-dsl"))
     if not facts["versions"]["torch"]:
         return facts
     import torch

@@ -82,7 +82,17 @@ def test_include_dirs_from_config_and_environment(tmp_path):
     environ = {"CUTLASS_PATH": "/opt/cutlass", "CUTLASS_INCLUDE_DIR": "/opt/extra"}
     dirs = build.include_dirs(["/my/inc", "/opt/cutlass/include"], environ)
     assert dirs == ["/my/inc", "/opt/cutlass/include", "/opt/cutlass/tools/util/include", "/opt/extra"]
-    assert build.include_dirs(None, {}) == []
+    assert build.include_dirs(None, {}, package_source="") == []
+    # the nvidia-cutlass pip package's CUTLASS tree, when neither variable is set
+    src = tmp_path / "site" / "cutlass_library" / "source"
+    for sub in ("include/cute", "tools/util/include"):
+        (src / sub).mkdir(parents=True)
+    assert build.include_dirs(None, {}, package_source=str(src)) == [str(src / "include"),
+                                                                     str(src / "tools" / "util" / "include")]
+    assert build.include_dir_sources(["/my/inc"], {}, package_source=str(src))[:2] == [
+        ("/my/inc", "run.json build.include_dirs"), (str(src / "include"), "nvidia-cutlass package")]
+    assert build.include_dirs(None, environ, package_source=str(src)) == [
+        "/opt/cutlass/include", "/opt/cutlass/tools/util/include", "/opt/extra"]
 
 
 def test_build_command():

@@ -3,13 +3,19 @@ rendering, no-CUDA exit."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import os
+import shutil
+import subprocess
 import sys
+import zipfile
 
 import klcli
 import pytest
 from conftest import cuda_available
-from kernel_loop import envcheck
+from kernel_loop import build, envcheck
 
 NVCC_OUT = """nvcc: NVIDIA (R) Cuda compiler driver
 Copyright (c) 2005-2024 NVIDIA Corporation
@@ -271,3 +277,195 @@ def test_env_on_gpu(tmp_path):
     assert (tmp_path / "env_check.md").read_text().count(report["gpu"]["name"]) >= 1
     if report["tools"]["ncu"]["path"]:
         assert report["counters"]["status"] in ("ok", "denied", "unknown")
+
+
+# --- CUTLASS headers and CuTe DSL: what env reports, and scripts/cutlass_offline.sh --------------------------
+OFFLINE = klcli.REPO / "scripts" / "cutlass_offline.sh"
+CUTLASS_WHEEL, DSL_WHEEL = "nvidia_cutlass-4.2.0.0-py3-none-any.whl", "nvidia_cutlass_dsl-4.2.1-py3-none-any.whl"
+
+
+def _cutlass_tree(root):
+    """A fake CUTLASS tree: include/{cutlass/cutlass.h, cute/tensor.hpp} and tools/util/include."""
+    for rel in ("include/cutlass/cutlass.h", "include/cute/tensor.hpp", "tools/util/include/cutlass/util/debug.h"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("#pragma once\n")
+    return root
+
+
+def _fake_site(root, dsl_init="", cutlass_pkg=True):
+    """A site folder with a fake nvidia-cutlass (cutlass_library/source) and, when ``dsl_init`` is not None, a
+    fake nvidia-cutlass-dsl 4.2.1 whose cutlass/cute/__init__.py holds ``dsl_init``."""
+    if cutlass_pkg:
+        (root / "cutlass_library").mkdir(parents=True)
+        (root / "cutlass_library" / "__init__.py").write_text("raise ImportError('never imported by env')\n")
+        _cutlass_tree(root / "cutlass_library" / "source")
+    if dsl_init is not None:
+        (root / "cutlass" / "cute").mkdir(parents=True)
+        (root / "cutlass" / "__init__.py").write_text("")
+        (root / "cutlass" / "cute" / "__init__.py").write_text(dsl_init)
+        meta = root / "nvidia_cutlass_dsl-4.2.1.dist-info"
+        meta.mkdir()
+        (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-cutlass-dsl\nVersion: 4.2.1\n")
+    return root
+
+
+def _item(checks, item):
+    return next(c for c in checks if c["item"] == item)
+
+
+def test_cutlass_include_from_the_environment(tmp_path):
+    tree = _cutlass_tree(tmp_path / "cutlass")
+    info = envcheck.cutlass_facts(None, {"CUTLASS_PATH": str(tree)}, package_source="")
+    assert info["include"] == str(tree / "include") and info["source"] == "$CUTLASS_PATH" and info["cutlass_h"]
+    assert info["searched"] == [str(tree / "include"), str(tree / "tools" / "util" / "include")]
+    info = envcheck.cutlass_facts(None, {"CUTLASS_INCLUDE_DIR": str(tree / "include")}, package_source="")
+    assert info["include"] == str(tree / "include") and info["source"] == "$CUTLASS_INCLUDE_DIR"
+    info = envcheck.cutlass_facts([str(tree / "include")], {}, package_source="")
+    assert info["source"] == "run.json build.include_dirs"
+    c = _item(envcheck.evaluate(_facts(cutlass={**info, "package_version": None}), "cutlass"), "CUTLASS headers")
+    assert c["status"] == "ok" and c["level"] == "required" and c["fix"] is None
+    assert c["detail"] == f"cute/tensor.hpp in {tree / 'include'} (from run.json build.include_dirs)"
+
+
+def test_cutlass_include_from_the_pip_package(tmp_path, monkeypatch):
+    site = _fake_site(tmp_path / "site", dsl_init=None)
+    monkeypatch.syspath_prepend(str(site))
+    src = site / "cutlass_library" / "source"
+    assert build.cutlass_package_source() == str(src)
+    info = envcheck.cutlass_facts(None, {})
+    assert info["include"] == str(src / "include") and info["source"] == "nvidia-cutlass package"
+    assert build.include_dirs(None, {}) == [str(src / "include"), str(src / "tools" / "util" / "include")]
+    # CUTLASS_PATH (or CUTLASS_INCLUDE_DIR) wins: the package is not added behind a tree the user chose
+    tree = _cutlass_tree(tmp_path / "checkout")
+    assert envcheck.cutlass_facts(None, {"CUTLASS_PATH": str(tree)})["source"] == "$CUTLASS_PATH"
+    assert str(src / "include") not in build.include_dirs(None, {"CUTLASS_PATH": str(tree)})
+    c = _item(envcheck.evaluate(_facts(cutlass={**info, "package_version": "4.2.0.0"}), None), "CUTLASS headers")
+    assert c["status"] == "ok" and c["level"] == "optional"
+    assert c["detail"].endswith("(from nvidia-cutlass package), nvidia-cutlass 4.2.0.0")
+
+
+def test_cutlass_headers_missing_names_the_offline_script(tmp_path):
+    none = envcheck.cutlass_facts(None, {}, package_source="")
+    assert none == {"include": None, "source": None, "cutlass_h": False, "searched": []}
+    failed = envcheck.required_failures(envcheck.evaluate(_facts(cutlass=none), "cutlass"))
+    assert [c["item"] for c in failed] == ["CUTLASS headers"]
+    assert "no include folder" in failed[0]["detail"] and "scripts/cutlass_offline.sh" in failed[0]["fix"]
+    empty = envcheck.cutlass_facts(None, {"CUTLASS_PATH": str(tmp_path / "nothing")}, package_source="")
+    c = _item(envcheck.evaluate(_facts(cutlass=empty), "triton"), "CUTLASS headers")
+    assert c["status"] == "missing" and c["level"] == "optional"  # reported, but not needed by triton
+    assert c["detail"].startswith(f"cute/tensor.hpp not found in {tmp_path / 'nothing' / 'include'}")
+    assert envcheck.required_failures(envcheck.evaluate(_facts(cutlass=empty), "triton")) == []
+
+
+def test_cute_dsl_version_and_import(tmp_path, monkeypatch):
+    assert envcheck.cute_dsl_facts(None) == {"version": None, "import": None, "error": None}
+    good = _fake_site(tmp_path / "good", cutlass_pkg=False)
+    monkeypatch.syspath_prepend(str(good))
+    monkeypatch.setenv("PYTHONPATH", str(good))
+    assert envcheck.package_versions()["nvidia-cutlass-dsl"] == "4.2.1"
+    ok = envcheck.cute_dsl_facts("4.2.1")
+    assert ok == {"version": "4.2.1", "import": "ok", "error": None}
+    c = _item(envcheck.evaluate(_facts(cute_dsl=ok), "cute-dsl"), "nvidia-cutlass-dsl")
+    assert c["status"] == "ok" and c["detail"] == "nvidia-cutlass-dsl 4.2.1 (import cutlass.cute OK)"
+    bad = _fake_site(tmp_path / "bad", dsl_init="raise ImportError('libcuda.so.1: cannot open shared object')\n",
+                     cutlass_pkg=False)
+    monkeypatch.setenv("PYTHONPATH", str(bad))
+    broken = envcheck.cute_dsl_facts("4.2.1")
+    assert broken["import"] == "failed" and "libcuda.so.1" in broken["error"]
+    failed = envcheck.required_failures(envcheck.evaluate(_facts(cute_dsl=broken), "cute-dsl"))
+    assert [c["item"] for c in failed] == ["nvidia-cutlass-dsl"]
+    assert "`import cutlass.cute` failed: ImportError: libcuda.so.1" in failed[0]["detail"]
+    assert "scripts/cutlass_offline.sh" in failed[0]["fix"]
+    missing = _item(envcheck.evaluate(_facts(cute_dsl=envcheck.cute_dsl_facts(None)), "triton"), "nvidia-cutlass-dsl")
+    assert missing["status"] == "missing" and missing["level"] == "optional"
+
+
+@pytest.mark.skipif(cuda_available(), reason="a quick env run on a machine without CUDA (no peaks measured)")
+def test_env_json_reports_cutlass_and_cute_dsl(tmp_path):
+    site = _fake_site(tmp_path / "site")
+    proc = klcli.run("env", "--json", env={"PYTHONPATH": f"{klcli.HELPERS}:{site}", "CUTLASS_PATH": "",
+                                           "CUTLASS_INCLUDE_DIR": ""})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    report = json.loads(proc.stdout)
+    src = site / "cutlass_library" / "source"
+    assert report["cutlass"]["include"] == report["cute_headers"] == str(src / "include")
+    assert report["cutlass"]["source"] == "nvidia-cutlass package"
+    assert report["cute_dsl"] == {"version": "4.2.1", "import": "ok", "error": None}
+    items = {c["item"]: c for c in report["checks"]}
+    assert items["CUTLASS headers"]["status"] == items["nvidia-cutlass-dsl"]["status"] == "ok"
+
+
+def _offline(*args, env=None):
+    return subprocess.run(["bash", str(OFFLINE), *map(str, args)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def test_offline_verify_refuses_a_wheel_with_another_sha256(tmp_path):
+    (tmp_path / CUTLASS_WHEEL).write_bytes(b"not the wheel that was pinned")
+    proc = _offline("verify", tmp_path)
+    assert proc.returncode == 2
+    assert f"sha256 mismatch: {tmp_path / CUTLASS_WHEEL}" in proc.stderr and "never carry them" in proc.stderr
+    assert "f9599ada45c7bcb6bf53f7d3f0a7d154183e53451c01bfa59eecd37dd4a693f6" in proc.stderr  # the recorded sum
+    # fetch checks the wheels it already has (no download: both are there) and packs nothing
+    wheels = tmp_path / "dl" / "wheels"
+    wheels.mkdir(parents=True)
+    for name in (CUTLASS_WHEEL, "nvidia_cutlass_dsl-4.2.1-cp312-cp312-manylinux_2_28_x86_64.whl"):
+        (wheels / name).write_bytes(b"tampered")
+    proc = _offline("fetch", tmp_path / "dl")
+    assert proc.returncode == 2 and proc.stderr.count("sha256 mismatch") == 2, proc.stderr
+    assert not (tmp_path / "dl" / "carry" / "cutlass-offline.tar.xz").exists()
+
+
+def _wheel(path, files):
+    """A minimal wheel at ``path`` holding ``files`` ({name: text}) and a RECORD of their sha256."""
+    dist, version = path.name.split("-")[:2]
+    info = f"{dist}-{version}.dist-info"
+    files = {**files, f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    data = {n: t.encode() for n, t in files.items()}
+    digest = {n: base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b"=").decode() for n, b in data.items()}
+    data[f"{info}/RECORD"] = "".join(f"{n},sha256={digest[n]},{len(b)}\n" for n, b in data.items()).encode() \
+        + f"{info}/RECORD,,\n".encode()
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for n, b in data.items():
+            z.writestr(n, b)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.skipif(shutil.which("sha256sum") is None, reason="needs sha256sum")
+def test_offline_fetch_install_round_trip_with_pinned_fakes(tmp_path):
+    wheels = tmp_path / "dl" / "wheels"
+    wheels.mkdir(parents=True)
+    pins = [
+        (_wheel(wheels / CUTLASS_WHEEL, {"cutlass_library/__init__.py": "",
+                                         "cutlass_library/source/include/cutlass/cutlass.h": "#pragma once\n",
+                                         "cutlass_library/source/include/cute/tensor.hpp": "#pragma once\n"}),
+         CUTLASS_WHEEL),
+        (_wheel(wheels / DSL_WHEEL, {"nvidia_cutlass_dsl.pth": "nvidia_cutlass_dsl/python_packages\n",
+                                     "nvidia_cutlass_dsl/python_packages/cutlass/__init__.py": "",
+                                     "nvidia_cutlass_dsl/python_packages/cutlass/cute/__init__.py": "OK = 1\n"}),
+         DSL_WHEEL),
+    ]
+    (tmp_path / "pins").write_text("".join(f"{s}  {n}\n" for s, n in pins))
+    env = {"CUTLASS_OFFLINE_PINS": str(tmp_path / "pins")}
+    assert _offline("verify", wheels, env=env).returncode == 0
+    proc = _offline("fetch", tmp_path / "dl", env=env)
+    assert proc.returncode == 0, proc.stderr
+    carry = tmp_path / "dl" / "carry"
+    assert sorted(p.name for p in carry.iterdir()) == ["SHA256SUMS", "cutlass-offline.tar.xz"]
+    assert "MiB working tree" in proc.stderr and "of 64 MiB" in proc.stderr
+    proc = _offline("install", carry, tmp_path / "site", env=env)
+    assert proc.returncode == 0, proc.stderr
+    site = (tmp_path / "site").resolve()
+    assert f"export CUTLASS_PATH={site / 'cutlass_library' / 'source'}" in proc.stdout.splitlines()
+    assert f"export PYTHONPATH={site / 'nvidia_cutlass_dsl' / 'python_packages'}:{site}" in proc.stdout
+    assert "import cutlass.cute OK, nvidia-cutlass-dsl 4.2.1" in proc.stderr
+    check = subprocess.run(["bash", "-c", proc.stdout + 'python3 -c "import cutlass.cute as c; print(c.OK)"; '
+                            'test -f "$CUTLASS_PATH/include/cute/tensor.hpp" && echo headers'],
+                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
+    assert check.stdout.split() == ["1", "headers"], check.stderr
+    # a damaged copy is refused before anything is installed
+    with open(carry / "cutlass-offline.tar.xz", "ab") as f:
+        f.write(b"\0")
+    proc = _offline("install", carry, tmp_path / "site2", env=env)
+    assert proc.returncode == 2 and "checksum mismatch" in proc.stderr and not (tmp_path / "site2").exists()

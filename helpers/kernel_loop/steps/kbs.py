@@ -256,10 +256,12 @@ def register(subparsers) -> None:
 
     e = sub.add_parser(
         "evidence", parents=[common],
-        help="run the two required queries (kernel, bottleneck) and a precedent query; draft vK/kbs_evidence.md",
+        help="run the two required queries (kernel, bottleneck), a precedent query (and a fusion query when "
+        "multi-kernel fired); draft vK/kbs_evidence.md",
         description="For the current version K: read vK/ncu.json and run.json, run the two queries the gate "
         "requires, 'kernel' (kernel name, type, language) and 'bottleneck' (bottleneck class and fired symptoms), "
-        "over the pattern pages, and a third, 'precedent' (the same symptoms over PR notes with claimed numbers), "
+        "over the pattern pages, a third, 'precedent' (the same symptoms over PR notes with claimed numbers), "
+        "and, when multi-kernel fired, an 'extra' query for the fusion pages, "
         f"append them to vK/kbs_queries.jsonl and draft vK/kbs_evidence.md with {TODO} markers for the "
         "agent. A kbs_evidence.md that differs from the helper's own draft (it holds your text) is never "
         "overwritten without --force.",
