@@ -318,6 +318,15 @@ def test_check_passes_a_good_corpus(corpus, monkeypatch, capsys):
         ("no-arch", {"architectures": ()}, "required key 'architectures' is missing or empty"),
         ("no-symptoms-key", {"symptoms": None}, "required key 'symptoms' is missing"),
         ("bad-claim", {"extra": "perf_claims:\n  - {gpu: H100, value: 3 us}\n"}, "perf claim 1 lacks metric, source"),
+        ("bad-marker", {"body": "A long enough body whose counter name `x.sum` [verified: no] is marked with a "
+                                "page-level confidence instead of a claim level."},
+         "claim marker '[verified: ...]' on body line 1: the level is one of inferred, unverified"),
+        ("misspelt-marker", {"body": "A long enough body whose counter name `x.sum` [unverifed: not seen] is marked "
+                                     "with a level spelt wrong, so it would be ignored."},
+         "claim marker '[unverifed: ...]'"),
+        ("empty-marker", {"body": "A long enough body whose counter name `x.sum` [unverified: ] is marked without "
+                                  "saying why, which tells the reader nothing."},
+         "claim marker '[unverified: ]' on body line 1 gives no reason"),
     ],
 )
 def test_check_catches_each_problem(corpus, monkeypatch, capsys, pid, kw, problem):
@@ -627,3 +636,18 @@ def test_repo_confidence_and_claims_filters(corpus, monkeypatch, capsys):
     assert run(["kbs", "stats"], monkeypatch) == 0
     out = capsys.readouterr().out
     assert "repository: acme/kernels 1, other/lib 1" in out and "(6 quote measured numbers)" not in out
+
+
+def test_get_lists_the_claims_marked_beyond_the_sources(corpus, monkeypatch, capsys):
+    """A sentence that goes beyond its source carries [inferred: ...] or [unverified: ...]; kbs get says so
+    again after the body, and its JSON carries the list."""
+    write_page(corpus, "marked-page", body="Bank conflicts on wgmma operands have a counter of their own\n"
+               "[unverified: no recorded ncu output shows the name]. Another [see: this] bracket is not a marker.")
+    assert run(["kbs", "get", "marked-page"], monkeypatch) == 0
+    out = capsys.readouterr().out
+    assert "claims marked beyond the sources" in out
+    assert "  - line 2: unverified: no recorded ncu output shows the name" in out and "see: this" not in out.split(
+        "claims marked")[1]
+    assert run(["kbs", "get", "marked-page", "--json"], monkeypatch) == 0
+    marks = json.loads(capsys.readouterr().out)["claim_marks"]
+    assert marks == [{"level": "unverified", "why": "no recorded ncu output shows the name", "line": 2}]

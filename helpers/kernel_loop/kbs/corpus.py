@@ -32,6 +32,7 @@ from .. import vocab
 from ..common import UsageError, package_dir, warn
 from .schema import (
     CLAIM_KEYS,
+    CLAIM_LEVELS,
     CLAIM_OPTIONAL_KEYS,
     DATE_RE,
     ID_RE,
@@ -43,6 +44,7 @@ from .schema import (
     URL_RE,
     as_list,
     body_links,
+    claim_marks,
     list_vocabs,
 )
 
@@ -319,6 +321,12 @@ def _page_problems(page: PageText, front: dict[str, Any], body: str, ids: dict[s
     out += _pr_problems(front, {} if prs is None else prs, page.where(pid))
     if len(body.strip()) < MIN_BODY_CHARS:
         out.append(f"the body has {len(body.strip())} characters; at least {MIN_BODY_CHARS} are needed")
+    for mark in claim_marks(body):
+        if mark["level"] not in CLAIM_LEVELS:
+            out.append(f"claim marker '[{mark['level']}: ...]' on body line {mark['line']}: the level is one of "
+                       f"{', '.join(CLAIM_LEVELS)}")
+        elif not mark["why"]:
+            out.append(f"claim marker '[{mark['level']}: ]' on body line {mark['line']} gives no reason")
     fence = unclosed_fence(body)
     if fence is not None:
         out.append(f"the code fence on line {page.line + body_offset(page.text) + fence} is never closed")

@@ -23,6 +23,27 @@ PR_KEYS = ("repo", "pr", "merged")
 REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
+# A sentence that goes beyond the page's sources carries a marker right after it, so a reader knows where
+# the sources stop: ``[inferred: why]`` (reasoned from the sources, which do not say it) or
+# ``[unverified: why]`` (no source shows it: a metric name, a number, a date).  ``kbs check`` refuses a
+# marker with another level or an empty reason; ``kbs get`` lists the page's markers after its body.
+CLAIM_LEVELS = ("inferred", "unverified")
+CLAIM_MARK_RE = re.compile(r"\[(?P<level>[A-Za-z][A-Za-z-]*):\s*(?P<why>[^\]]*)\]")
+# words that can only mean a confidence marker, so that a misspelt or wrong level is refused, not ignored
+MARKER_WORDS = (*CLAIM_LEVELS, *vocab.CONFIDENCE, "confidence", "unsure", "unknown", "unverifed", "infered")
+
+
+def claim_marks(body: str) -> list[dict[str, Any]]:
+    """The claim markers of a page body: [{"level", "why", "line"}] (line 1 = the body's first), those
+    whose level is a confidence word only (other bracketed text is not a marker)."""
+    out = []
+    for m in CLAIM_MARK_RE.finditer(body):
+        if m.group("level").lower() in MARKER_WORDS:
+            out.append({"level": m.group("level"), "why": " ".join(m.group("why").split()),
+                        "line": body.count("\n", 0, m.start()) + 1})
+    return out
+
+
 # what each key holds, as ``kbs schema`` prints it
 KEY_HELP: dict[str, str] = {
     "id": "kebab-case page id, unique across every corpus folder; a file holding one page is "
@@ -96,6 +117,7 @@ def describe() -> dict[str, Any]:
         "pr_note_keys": list(PR_KEYS),
         "claim_keys": list(CLAIM_KEYS),
         "claim_optional_keys": list(CLAIM_OPTIONAL_KEYS),
+        "claim_marker_levels": list(CLAIM_LEVELS),
         "vocabularies": {
             "kind": list(vocab.KBS_KINDS),
             "architectures": list(vocab.ARCHITECTURES),

@@ -95,7 +95,7 @@ def cmd_get(args) -> int:
         close = difflib.get_close_matches(args.id, known, n=5, cutoff=0.5)
         raise UsageError(f"no page with id '{args.id}'" + (f"; close matches: {', '.join(close)}" if close else ""))
     if args.json:
-        print(json.dumps(page, indent=2, default=str))
+        print(json.dumps({**page, "claim_marks": schema.claim_marks(page["body"].strip())}, indent=2, default=str))
         return 0
     print(f"# {page.get('title')}  ({page['id']})")
     print(f"path: {page['path']}:{page['line']}")
@@ -114,6 +114,12 @@ def cmd_get(args) -> int:
         print(f"  - {claim_line(c)}  [{c.get('source')}]" if isinstance(c, dict) else f"  - {c}")
     print()
     print(page["body"].strip())
+    marks = schema.claim_marks(page["body"].strip())
+    if marks:  # where the page goes beyond its sources, said once more at the end
+        print()
+        print("claims marked beyond the sources (body line: level: why):")
+        for m in marks:
+            print(f"  - line {m['line']}: {m['level']}: {m['why']}")
     return 0
 
 
@@ -161,6 +167,8 @@ def cmd_schema(args) -> int:
     for key, values in data["vocabularies"].items():
         print(f"  {SCHEMA_LABELS.get(key, key)}: {', '.join(values)}")
     print(f"\nfiles: {data['layout']}")
+    print(f"\nclaim markers: a body sentence that goes beyond the page's sources is followed by "
+          f"[LEVEL: why], LEVEL one of {', '.join(data['claim_marker_levels'])} ('kbs get' lists them)")
     return 0
 
 
