@@ -52,3 +52,9 @@ def short_name(name: str, width: int = 48) -> str:
     ``at::elementwise_kernel``), at most ``width`` characters."""
     n = re.split(r"[<(]", name.strip().removeprefix("void ").strip(), maxsplit=1)[0].strip() or name.strip()
     return n if len(n) <= width else n[: width - 3] + "..."
+
+
+def builds_cpp_extension(source: str) -> bool:
+    """Whether a .py kernel builds CUDA C++ through ``torch.utils.cpp_extension`` (``load_inline``, as a
+    KernelBench ModelNew does, or ``load``): read from its text, never by importing it."""
+    return "cpp_extension" in source

@@ -26,6 +26,7 @@ from typing import Any
 from .. import proctree
 from ..common import MeasuredFailure, UsageError, progress
 from ..config import RunConfig
+from ..kernel_names import builds_cpp_extension
 from . import protocol
 
 CONNECT_TIMEOUT_S = 300.0
@@ -202,7 +203,7 @@ def prebuild(judge: Any, entries: dict[str, tuple[Path, str]]) -> None:
     """Build every version's library (nvcc, load_inline) at once, each in its own short-lived worker, so that
     the timing worker loads them from the cache one after another without waiting on each build."""
     todo = {n: e for n, e in entries.items()
-            if e[1] == "cu" or "cpp_extension" in Path(e[0]).read_text(encoding="utf-8", errors="replace")}
+            if e[1] == "cu" or builds_cpp_extension(Path(e[0]).read_text(encoding="utf-8", errors="replace"))}
     if len(todo) < 2:
         return
     progress(f"building {len(todo)} versions' libraries in parallel before timing")

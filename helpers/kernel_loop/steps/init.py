@@ -36,33 +36,21 @@ from ..config import (
     parse_dims,
     parse_extra_shapes,
 )
+from ..kbs import family as kfamily
+from ..kernel_names import builds_cpp_extension
 from ..rundir import RunDir, copy_new, what_path_is
 from ..sidecars import RUN_JSON
 from ..vocab import IMPL_SUFFIXES, IMPLS, KERNEL_TYPES
 
 # Name fragments -> kernel type, checked in order (first match wins).
-_TYPE_HINTS = [
-    ("attention", ("attn", "attention", "flash", "mha", "gqa", "mla")),
-    ("moe", ("moe", "expert")),
-    ("softmax", ("softmax",)),
-    ("norm", ("norm",)),
-    ("gemm", ("gemm", "matmul", "mm", "linear", "dense")),
-    ("conv", ("conv",)),
-    ("transpose", ("transpose", "permute")),
-    ("scan", ("scan", "cumsum", "prefix")),
-    ("reduction", ("reduce", "reduction", "sum", "argmax", "max", "mean")),
-    ("elementwise", ("add", "mul", "relu", "gelu", "silu", "elementwise", "axpy", "copy", "activation")),
-]
 # Keys that do not define the configuration (compared when re-running init).
 _VOLATILE = ("created",)
 
 
 def guess_kernel_type(name: str) -> str:
-    low = name.lower()
-    for ktype, hints in _TYPE_HINTS:
-        if any(h in low for h in hints):
-            return ktype
-    return "any"
+    """The kernel type a run's name says (``kbs.family``'s words, the ones the KBS ranks by), else ``any``."""
+    fam = kfamily.of_run(None, name)
+    return fam if fam in KERNEL_TYPES else "any"
 
 
 def inspect_ref(path: Path) -> dict[str, Any]:
@@ -238,9 +226,9 @@ def _check_kernel_suffix(baseline: Path, impl: str) -> None:
 
 def _check_kernel_language(baseline: Path, impl: str) -> None:
     """A .py for cuda-cpp or cutlass must build CUDA C++ with torch.utils.cpp_extension (load_inline, as a
-    KernelBench ModelNew does; the same test that ``measure.launch.prebuild`` uses to find a build)."""
+    KernelBench ModelNew does: ``builds_cpp_extension``, the test ``measure.launch.prebuild`` uses too)."""
     if ".cu" in IMPL_SUFFIXES[impl] and baseline.suffix == ".py" and \
-            "cpp_extension" not in baseline.read_text(encoding="utf-8", errors="replace"):
+            not builds_cpp_extension(baseline.read_text(encoding="utf-8", errors="replace")):
         raise UsageError(f"--impl {impl} takes a .cu kernel or a .py that builds CUDA C++ with "
                          f"torch.utils.cpp_extension (load_inline, as a KernelBench ModelNew does); --baseline "
                          f"{baseline.name} does not use torch.utils.cpp_extension: for a Triton or Python kernel "
