@@ -82,42 +82,63 @@ def test_profile_cuda_vadd(tmp_path):
     assert data["bottleneck"] == "memory-bound"     # a streaming add is bound by DRAM on any GPU
 
 
-def _times(fn, n, timer=None):
-    from kernel_loop.timing import CallTimer
+# The call timer's tests run in a child process: a CUDA context held by pytest's own process is, rightly,
+# "another process computes on the GPU" to every later step of the suite.
+TIMES = """
+from kernel_loop.timing import CallTimer
 
+
+def _times(fn, n, timer=None):
     timer = timer or CallTimer("cuda:0")
     return [timer.time(fn, "k")[1] for _ in range(n)], timer
+"""
+
+
+def _in_child(body: str) -> None:
+    import subprocess
+    import sys
+
+    from klcli import HELPERS
+
+    env = dict(__import__("os").environ, PYTHONPATH=str(HELPERS))
+    proc = subprocess.run([sys.executable, "-c", TIMES + body], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 @pytest.mark.gpu
 def test_the_call_timer_on_gpu():
-    import statistics
+    _in_child("""
+import statistics
 
-    import torch
-    from kernel_loop.timing import flush_bytes
+import torch
+from kernel_loop.timing import flush_bytes
 
-    small = torch.empty(1 << 22, device="cuda")
-    big = torch.empty(1 << 26, device="cuda")     # 16x the bytes
-    s, timer = _times(lambda: small.fill_(1.5), 25)
-    b, _ = _times(lambda: big.fill_(1.5), 25, timer)
-    assert all(x > 0 for x in s + b)
-    assert statistics.median(b) > 4 * statistics.median(s)
-    assert 4 * timer.flush.numel() == flush_bytes() > torch.cuda.get_device_properties(0).L2_cache_size
+small = torch.empty(1 << 22, device="cuda")
+big = torch.empty(1 << 26, device="cuda")     # 16x the bytes
+s, timer = _times(lambda: small.fill_(1.5), 25)
+b, _ = _times(lambda: big.fill_(1.5), 25, timer)
+assert all(x > 0 for x in s + b), (s, b)
+assert statistics.median(b) > 4 * statistics.median(s), (s, b)
+assert 4 * timer.flush.numel() == flush_bytes() > torch.cuda.get_device_properties(0).L2_cache_size
+""")
 
 
 @pytest.mark.gpu
 def test_the_call_timer_reuses_the_flush_buffer_on_gpu():
-    import torch
-    from kernel_loop import timing
+    _in_child("""
+import torch
+from kernel_loop import timing
 
-    x = torch.empty(1 << 20, device="cuda")
-    _, timer = _times(lambda: x.fill_(2.5), 1)
-    buf = timing.flush_buffer(torch.device("cuda", torch.cuda.current_device()))
-    before = torch.cuda.memory_allocated()
-    for _ in range(20):  # one call at a time, as the worker times them
-        assert timer.time(lambda: x.fill_(2.5), "k")[1] > 0
-    assert timer.flush is buf
-    assert torch.cuda.memory_allocated() == before
+x = torch.empty(1 << 20, device="cuda")
+_, timer = _times(lambda: x.fill_(2.5), 1)
+buf = timing.flush_buffer(torch.device("cuda", torch.cuda.current_device()))
+before = torch.cuda.memory_allocated()
+for _ in range(20):  # one call at a time, as the worker times them
+    assert timer.time(lambda: x.fill_(2.5), "k")[1] > 0
+assert timer.flush is buf
+assert torch.cuda.memory_allocated() == before
+""")
 
 
 @pytest.mark.gpu

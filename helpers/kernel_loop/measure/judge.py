@@ -44,6 +44,7 @@ from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, 
 from .problem import DataSet, Problem, accepts_baseline, import_ref, kernel_kind
 
 FRESH_SEED_OFFSET = 7_777_777   # the seed of the check after timing: never one a correctness trial used
+_T0 = time.monotonic()          # the judge's start: the phases of a step are counted from it
 ISOLATION_WHY = ("the worker runs as the user with no user-namespace sandbox: it can read the user's files, the "
                  "record key among them; see references/artifacts.md, 'what remains open'")
 
@@ -83,6 +84,11 @@ class Judge:
         self.ref = import_ref(self.run_root)
         self.tolerance = spec.get("tolerance", self.cfg.tolerance)
         self._problems: dict[tuple, Problem] = {}
+        self.phases: dict[str, float] = {"ready": round(time.monotonic() - _T0, 2)}
+
+    def mark(self, phase: str) -> None:
+        """Seconds from the judge's start to the end of ``phase`` (reported with the result)."""
+        self.phases[phase] = round(time.monotonic() - _T0, 2)
 
     def close(self) -> None:
         for w in self.workers:
@@ -243,6 +249,7 @@ def profile(judge: Judge) -> dict[str, Any]:
                                                          f"before, after the timed calls, is wrong: {r['failure']}",
                                                          "rows": r["rows"]}))
     judge.end_worker(timer)
+    judge.mark("timed")
     timing = timing_block(loop, cfg.warmup, cfg.trials, judge.device)
     # the run under ncu: every call verified; only the last is inside the NVTX range ncu measures
     ncu_worker.hello(cfg.impl)
@@ -261,7 +268,8 @@ def profile(judge: Judge) -> dict[str, Any]:
     output = "\n".join(ncu_worker.tail)
     judge.workers.remove(ncu_worker)
     proctree.end_descendants()
-    return {"timing": timing, "gpu_state": {"before": before, "after": after}, "gpu": judge.gpu_info(),
+    judge.mark("ncu")
+    return {"timing": timing, "phases_s": judge.phases, "gpu_state": {"before": before, "after": after}, "gpu": judge.gpu_info(),
             "gpu_check": gpu_check, "ncu": {"returncode": rc, "output_tail": output, "calls": warm + 1},
             "worker_isolated": False, "isolation_why": ISOLATION_WHY,
             "output_bytes": _memory(first, None)["outputs_bytes"], "inputs_bytes": _memory(first, None)["inputs_bytes"]}

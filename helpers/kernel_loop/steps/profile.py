@@ -32,6 +32,7 @@ from ..common import (
     MeasuredFailure,
     UsageError,
     atomic_write_text,
+    progress,
     read_json,
     sha256_file,
     step,
@@ -360,6 +361,10 @@ def run(args: argparse.Namespace) -> int:
         with step(f"{vdir.name}: timing with CUDA events ({cfg.warmup} warmup, {cfg.trials} trials, L2 flush), "
                   f"then the run under ncu (--set {ncfg['set']})"):
             timed = measure(dict(spec, ncu_prefix=prefix), timeout)
+        ph = timed.get("phases_s") or {}
+        if {"ready", "timed", "ncu"} <= set(ph):
+            progress(f"{vdir.name}: the judge was ready after {ph['ready']:.1f} s; the timing run ended at "
+                     f"{ph['timed']:.1f} s, the run under ncu at {ph['ncu']:.1f} s")
         if not new_report.is_file():
             raise MeasuredFailure(f"ncu did not write its report:\n{_tail((timed.get('ncu') or {}).get('output_tail') or '')}")
         with step(f"{vdir.name}: ncu --import {report.name} --csv (raw and details pages, in parallel)"):
