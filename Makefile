@@ -1,5 +1,6 @@
 # kernel-loop: `make demo` runs the bundled example, `make test` runs every check.
-# `make demo` creates .venv (Python tools) on first use; `make test` creates .venv and node_modules (bats, skillmds).
+# `make demo` creates .venv with the replay's few packages on first use; `make test` adds the test tools (CPU torch
+# among them) and creates node_modules (bats, skillmds).
 
 VENV      := .venv
 PY        := $(VENV)/bin/python
@@ -9,15 +10,21 @@ export BATS_LIB_PATH := $(CURDIR)/node_modules
 .PHONY: demo test setup lint skill-check kbs-check bats pytest skill-pack gpu-test clean \
         install-skill examples-unpack examples-pack
 
-demo: $(VENV)/.ready
+demo: $(VENV)/.demo-ready
 	$(PY) helpers/kloop.py demo
 
 test: setup lint skill-check kbs-check bats pytest skill-pack
 
 setup: $(VENV)/.ready node_modules/.ready
 
-$(VENV)/.ready: requirements-dev.txt
-	python3 -m venv $(VENV)
+# The replay needs no torch: the demo's own requirements install in seconds (the test tools reuse the venv).
+$(VENV)/.demo-ready: requirements-demo.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q -r requirements-demo.txt
+	touch $@
+
+$(VENV)/.ready: requirements-dev.txt requirements-demo.txt
+	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements-dev.txt
 	touch $@

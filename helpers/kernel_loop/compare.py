@@ -156,36 +156,46 @@ def compare(got, exp, atol: float, rtol: float, l2_limit: float | None = None) -
     wd = _work_dtype(exp.dtype)
     tiny = torch.finfo(torch.float64 if wd.is_complex else wd).tiny
     gf, ef = got.detach().reshape(-1), exp.detach().reshape(-1)
-    mismatches = nonfinite = 0
-    max_abs = max_rel = None
-    sq_diff = sq_ref = 0.0
-    first = None
+    # every count and bound stays on the device until the end: one host synchronisation per output (and one
+    # more pass to find the first bad element of a failing output), never several per chunk
+    dev = ef.device
+    zero_i = torch.zeros((), dtype=torch.int64, device=dev)
+    zero_d = torch.zeros((), dtype=torch.float64, device=dev)
+    bad_t, nonfinite_t, seen_t = zero_i.clone(), zero_i.clone(), zero_i.clone()
+    max_abs_t, max_rel_t, sq_diff_t, sq_ref_t = zero_d.clone(), zero_d.clone(), zero_d.clone(), zero_d.clone()
+
+    def chunk(s: int):
+        return gf[s:s + CHUNK].to(device=dev, dtype=wd), ef[s:s + CHUNK].to(wd)
+
     for s in range(0, ef.numel(), CHUNK):
-        g = gf[s:s + CHUNK].to(device=ef.device, dtype=wd)
-        e = ef[s:s + CHUNK].to(wd)
-        bad = ~torch.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
-        nb = int(bad.sum())
-        if nb and first is None:
-            i = int(torch.nonzero(bad)[0])
-            first = (s + i, g[i], e[i])
-        mismatches += nb
+        g, e = chunk(s)
+        bad_t += (~torch.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)).sum()
         fg, fe = torch.isfinite(g), torch.isfinite(e)
-        nonfinite += int((~fg & fe).sum())
+        nonfinite_t += (~fg & fe).sum()
         both = fg & fe
-        del bad, fg, fe
-        if bool(both.any()):
-            d = (g - e).abs()[both]
-            ea = e.abs()[both]
-            if d.is_complex():
-                d, ea = d.real, ea.real
-            m = float(d.max())
-            r = float((d / ea.clamp_min(tiny)).max())
-            max_abs = m if max_abs is None else max(max_abs, m)
-            max_rel = r if max_rel is None else max(max_rel, r)
-            sq_diff += float(d.double().square().sum())
-            sq_ref += float(ea.double().square().sum())
-            del d, ea
-        del g, e, both
+        del fg, fe
+        seen_t += both.sum()
+        d = torch.where(both, (g - e).abs(), 0)   # real (abs of a complex is real); 0 where not both finite
+        ea = torch.where(both, e.abs(), 0)
+        max_abs_t = torch.maximum(max_abs_t, d.max().double())
+        max_rel_t = torch.maximum(max_rel_t, (d / ea.clamp_min(tiny)).max().double())
+        sq_diff_t += d.double().square().sum()
+        sq_ref_t += ea.double().square().sum()
+        del g, e, both, d, ea
+    mismatches, nonfinite, seen = (int(x) for x in torch.stack([bad_t, nonfinite_t, seen_t]).cpu())
+    max_abs = max_rel = None
+    if seen:
+        max_abs, max_rel, sq_diff, sq_ref = (float(x) for x in
+                                             torch.stack([max_abs_t, max_rel_t, sq_diff_t, sq_ref_t]).cpu())
+    first = None
+    if mismatches:  # a failing output: the first bad element, chunk by chunk
+        for s in range(0, ef.numel(), CHUNK):
+            g, e = chunk(s)
+            idx = torch.nonzero(~torch.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True))
+            if idx.numel():
+                i = int(idx[0])
+                first = (s + i, g[i], e[i])
+                break
     if max_abs is None:
         rel_l2 = None
     elif sq_ref > 0:

@@ -61,14 +61,17 @@ def fingerprint(t) -> tuple:
     if flat.dtype.is_complex or size not in _INT_OF_SIZE:
         flat, size = flat.view(torch.uint8), 1
     ints = getattr(torch, _INT_OF_SIZE[size])
-    s1 = s2 = 0
+    # the sums stay on the tensor's device (int64, wrapping like the residues mod 2**64 they stand for) and are
+    # read once: one host synchronisation per tensor, not two per chunk
+    s1 = torch.zeros((), dtype=torch.int64, device=flat.device)
+    s2 = torch.zeros((), dtype=torch.int64, device=flat.device)
     for s in range(0, flat.numel(), FP_CHUNK):
         bits = flat[s:s + FP_CHUNK].view(ints).to(torch.int64)
         pos = torch.arange(s, s + bits.numel(), device=bits.device, dtype=torch.int64)
-        s1 += int(bits.sum())
+        s1 += bits.sum()
         weight = ((pos * -7046029254386353131) >> 20) & 0xFFFFFF | 1  # a multiplicative hash: no period
-        s2 += int((bits * weight).sum())
-    return tuple(t.shape), str(t.dtype), s1 % (1 << 64), s2 % (1 << 64)
+        s2 += (bits * weight).sum()
+    return tuple(t.shape), str(t.dtype), int(s1) % (1 << 64), int(s2) % (1 << 64)
 
 
 def normalize_outputs(value: Any, names: list[str]) -> dict:

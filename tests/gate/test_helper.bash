@@ -6,6 +6,8 @@
 # quoting bugs), a temporary HOME and a reset PATH.  make_run builds a complete,
 # valid v0; make_version K adds a valid vK whose kernel differs from v(K-1);
 # measure K signs vK's correctness, profile and kbs records like the helpers do.
+# make_run and advance_to N build a run once per .bats file (per RUN_ITERATIONS and DEVICE) and copy it,
+# with the key that signed it, into an empty "$OUT" for every later test of that file.
 #
 # Records are signed here with openssl (the helpers use Python's hmac, the gate
 # plain bash and sha256sum: three implementations of one format, see
@@ -89,8 +91,29 @@ write_run_json() {
     "${1:-42}" "${RUN_ITERATIONS:+, \"iterations\": $RUN_ITERATIONS}" >"$OUT/run.json"
 }
 
+# cached NAME FUNCTION [ARG...]: FUNCTION's run directory and key, built once per .bats file.  The first
+# call in a file runs FUNCTION and keeps a copy of "$OUT" and of the record key under $BATS_FILE_TMPDIR;
+# later calls copy them back.  Only into an empty "$OUT": a test that builds over a run it already has
+# (make_run twice in one folder appends to records.log) gets the real build.  The name holds every
+# variable the build reads, so that two variants never share a copy.
+cached() {
+  local name="$1-${RUN_ITERATIONS:-}-${DEVICE:-}" keep
+  shift
+  keep="$BATS_FILE_TMPDIR/fixture $name"
+  if [[ -n $(find "$OUT" -mindepth 1 -print -quit) ]]; then
+    "$@"
+  elif [[ -d $keep ]]; then
+    cp -a "$keep/run/." "$OUT/" && cp "$keep/key" "$KERNEL_LOOP_RECORD_KEY"
+  else
+    "$@" || return 1
+    mkdir -p "$keep/run" && cp -a "$OUT/." "$keep/run/" && cp "$KERNEL_LOOP_RECORD_KEY" "$keep/key"
+  fi
+}
+
 # A valid run directory with v0 only (no current_iteration.txt yet).
-make_run() {
+make_run() { cached make_run build_run; }
+
+build_run() {
   write_run_json
   printf 'def reference(x):\n    return x.softmax(-1)\n' >"$OUT/ref.py"
   sign_init
@@ -213,7 +236,9 @@ make_version() {
 }
 
 # advance_to N: v0..vN exist and the gates of v0..v(N-1) have passed.
-advance_to() {
+advance_to() { cached "advance_to-$1" build_advanced "$1"; }
+
+build_advanced() {
   local k
   make_run
   for ((k = 0; k < $1; k++)); do

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
@@ -517,8 +518,9 @@ def test_schema_json(monkeypatch, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["required_keys"] == ["id", "title", "kind", "symptoms", "architectures", "languages",
                                      "kernel_types", "confidence", "sources"]
-    assert data["optional_keys"] == ["tags", "perf_claims", "related", "repo", "pr", "merged"]
-    assert data["pr_note_keys"] == ["repo", "pr", "merged"] and "baseline" in data["claim_optional_keys"]
+    assert data["optional_keys"] == ["tags", "perf_claims", "related", "repo", "pr", "merged", "merge_sha",
+                                     "merge_sha_why"]
+    assert data["pr_note_keys"] == ["repo", "pr", "merged", "merge_sha"] and "baseline" in data["claim_optional_keys"]
     assert set(data["keys"]) == set(data["required_keys"]) | set(data["optional_keys"])
     voc = data["vocabularies"]
     assert voc["kind"] == list(vocab.KBS_KINDS) and voc["architectures"] == list(vocab.ARCHITECTURES)
@@ -584,13 +586,15 @@ def test_bundled_triton_gemm_on_hopper(bundled, monkeypatch, capsys):
 
 # --- PR notes -----------------------------------------------------------------------------------
 def pr_note(pid: str, repo: str = "acme/kernels", pr: int = 12, merged: str = "2025-03-04", link: str | None = None,
-            claims: str | None = None, **kw) -> dict:
+            claims: str | None = None, sha: str | None = None, **kw) -> dict:
     link = link or f"https://github.com/{repo}/pull/{pr}"
+    sha = sha if sha is not None else hashlib.sha1(f"{repo}#{pr}".encode()).hexdigest()  # one commit per PR
+    sha_line = f"merge_sha: {sha}\n" if sha else ""
     claims = claims if claims is not None else (
         "perf_claims:\n  - gpu: H100\n    metric: kernel time\n    value: 1.8x faster\n"
         f"    dtype: bf16\n    source: {link}\n")
     return dict(kind="pr-note", confidence="source-reported", sources=[(link, "the change and its numbers")],
-                extra=f"repo: {repo}\npr: {pr}\nmerged: {merged}\n{claims}", **kw)
+                extra=f"repo: {repo}\npr: {pr}\nmerged: {merged}\n{sha_line}{claims}", **kw)
 
 
 @pytest.mark.parametrize("kw, problem", [
@@ -602,6 +606,11 @@ def pr_note(pid: str, repo: str = "acme/kernels", pr: int = 12, merged: str = "2
     ({"claims": "perf_claims:\n  - gpu: H100\n    metric: time\n    value: 2x\n    source: see the PR\n"},
      "perf claim 1: the source must be a link"),
     ({"claims": "perf_claims:\n  - gpu: H100\n    value: 2x\n    source: https://x.org/a\n"}, "perf claim 1 lacks metric"),
+    ({"sha": ""}, "lacks 'merge_sha'"),
+    ({"sha": "abc123"}, "'merge_sha' must be 40 lowercase hex"),
+    ({"sha": "A" * 40}, "'merge_sha' must be 40 lowercase hex"),
+    ({"sha": "1" * 40}, "YAML read it as a number: put it in quotes"),
+    ({"sha": "unavailable"}, "'merge_sha: unavailable' needs 'merge_sha_why'"),
 ])
 def test_check_catches_each_pr_note_problem(corpus, monkeypatch, capsys, kw, problem):
     write_page(corpus, "pr-acme-kernels-12", **pr_note("pr-acme-kernels-12", **kw))
@@ -616,6 +625,20 @@ def test_check_refuses_two_notes_on_one_pr_and_pr_keys_on_other_kinds(corpus, mo
     assert run(["kbs", "check"], monkeypatch) == 1
     out = capsys.readouterr().out
     assert "kernels#12 already has a note" in out and "'repo' belongs to PR notes (kind pr-note) only" in out
+
+
+def test_check_refuses_two_notes_on_one_merge_commit_and_counts_the_unavailable(corpus, monkeypatch, capsys):
+    write_page(corpus, "pr-acme-kernels-12", **pr_note("pr-acme-kernels-12", sha="a1" * 20))
+    write_page(corpus, "pr-acme-kernels-13", **pr_note("pr-acme-kernels-13", pr=13, sha="a1" * 20))
+    assert run(["kbs", "check"], monkeypatch) == 1
+    assert "merge_sha a1a1a1a1a1a1 is already the commit of acme/kernels#12" in capsys.readouterr().out
+    write_page(corpus, "pr-acme-kernels-13", **pr_note("pr-acme-kernels-13", pr=13, sha="unavailable\nmerge_sha_why: "
+                                                       "the history is too large to fetch"))
+    assert run(["kbs", "check"], monkeypatch) == 0
+    out = capsys.readouterr().out
+    assert "PR notes: 1 with their merge commit, 1 without (history not read: acme/kernels 1)" in out
+    assert run(["kbs", "get", "pr-acme-kernels-13"], monkeypatch) == 0
+    assert "merge_sha_why: the history is too large to fetch" in capsys.readouterr().out
 
 
 def test_repo_confidence_and_claims_filters(corpus, monkeypatch, capsys):

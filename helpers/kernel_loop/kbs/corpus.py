@@ -24,6 +24,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,11 +37,13 @@ from .schema import (
     CLAIM_OPTIONAL_KEYS,
     DATE_RE,
     ID_RE,
+    MERGE_SHA_UNAVAILABLE,
     MIN_BODY_CHARS,
     OPTIONAL_KEYS,
     PR_KEYS,
     REPO_RE,
     REQUIRED_KEYS,
+    SHA_RE,
     URL_RE,
     as_list,
     body_links,
@@ -219,9 +222,10 @@ def _pr_problems(front: dict[str, Any], prs: dict[tuple[str, int], str], where: 
     """The problems of a PR note's own keys; records (repo, pr) in ``prs``."""
     out: list[str] = []
     if front.get("kind") != "pr-note":
-        present = [k for k in PR_KEYS if k in front]
+        present = [k for k in (*PR_KEYS, "merge_sha_why") if k in front]
         return [f"'{k}' belongs to PR notes (kind pr-note) only" for k in present]
     repo, number, merged = front.get("repo"), front.get("pr"), front.get("merged")
+    out += _sha_problems(front, prs)
     if not isinstance(repo, str) or not REPO_RE.match(repo):
         out.append("'repo' must be owner/name")
     if not isinstance(number, int) or isinstance(number, bool) or number <= 0:
@@ -240,6 +244,26 @@ def _pr_problems(front: dict[str, Any], prs: dict[tuple[str, int], str], where: 
         out.append(f"{repo}#{number} already has a note (in {prs[key]})")
     else:
         prs[key] = where
+    return out
+
+
+def _sha_problems(front: dict[str, Any], seen: dict) -> list[str]:
+    """A PR note's merge commit: 40 hex found in the history, one note per commit; or 'unavailable' with why."""
+    sha, why = front.get("merge_sha"), str(front.get("merge_sha_why") or "").strip()
+    if sha is None:
+        return ["lacks 'merge_sha': the merge commit's SHA (40 hex) as found in the repository's history, or "
+                f"'{MERGE_SHA_UNAVAILABLE}' with 'merge_sha_why' where that history cannot be read"]
+    if sha == MERGE_SHA_UNAVAILABLE:
+        return [] if why else [f"'merge_sha: {MERGE_SHA_UNAVAILABLE}' needs 'merge_sha_why'"]
+    out = [] if not why else ["'merge_sha_why' belongs with 'merge_sha: unavailable' only"]
+    if not isinstance(sha, str) or not SHA_RE.match(sha):
+        quote = "" if isinstance(sha, str) else " (YAML read it as a number: put it in quotes)"
+        return out + [f"'merge_sha' must be 40 lowercase hex (the merge commit), not {str(sha)[:50]!r}{quote}"]
+    key = ("sha", sha)
+    if key in seen:
+        out.append(f"merge_sha {sha[:12]} is already the commit of {seen[key]}")
+    else:
+        seen[key] = f"{front.get('repo')}#{front.get('pr')}"
     return out
 
 
@@ -331,6 +355,20 @@ def _page_problems(page: PageText, front: dict[str, Any], body: str, ids: dict[s
     if fence is not None:
         out.append(f"the code fence on line {page.line + body_offset(page.text) + fence} is never closed")
     return out
+
+
+def merge_sha_counts(roots: list[Path]) -> dict[str, Any]:
+    """PR notes with their merge commit and those marked unavailable (by repository)."""
+    found, missing = 0, Counter()
+    for page in read_pages(corpus_files(roots)):
+        front, _, problem = split_page(page.text)
+        if problem or not front or front.get("kind") != "pr-note":
+            continue
+        if front.get("merge_sha") == MERGE_SHA_UNAVAILABLE:
+            missing[str(front.get("repo"))] += 1
+        elif front.get("merge_sha"):
+            found += 1
+    return {"found": found, "unavailable": sum(missing.values()), "unavailable_by_repo": dict(missing.most_common())}
 
 
 def check_corpus(roots: list[Path]) -> tuple[list[tuple[str, str]], int]:

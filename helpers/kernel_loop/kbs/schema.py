@@ -16,10 +16,14 @@ from .. import vocab
 
 REQUIRED_KEYS = ("id", "title", "kind", "symptoms", "architectures", "languages", "kernel_types",
                  "confidence", "sources")
-OPTIONAL_KEYS = ("tags", "perf_claims", "related", "repo", "pr", "merged")
+OPTIONAL_KEYS = ("tags", "perf_claims", "related", "repo", "pr", "merged", "merge_sha", "merge_sha_why")
 # a PR note (kind pr-note) records the merged pull request it describes: these keys are required
 # for it, its first source is the PR's own link, and no two notes describe the same PR
-PR_KEYS = ("repo", "pr", "merged")
+PR_KEYS = ("repo", "pr", "merged", "merge_sha")
+# the merge commit as found in the repository's history (scripts/kbs_check_shas.py re-checks it against a
+# fetched copy); MERGE_SHA_UNAVAILABLE, with merge_sha_why saying why, where that history could not be read
+SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+MERGE_SHA_UNAVAILABLE = "unavailable"
 REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
@@ -64,6 +68,9 @@ KEY_HELP: dict[str, str] = {
     "repo": "pr-note only (required): the repository, owner/name",
     "pr": "pr-note only (required): the pull request's number",
     "merged": "pr-note only (required): the date it was merged, YYYY-MM-DD",
+    "merge_sha": "pr-note only (required): the merge commit's SHA, 40 lowercase hex, as found in the "
+    "repository's history; 'unavailable' where that history could not be read, with merge_sha_why",
+    "merge_sha_why": "pr-note only, with merge_sha: unavailable: why the history could not be read",
 }
 
 # list-valued keys and the vocabulary each must come from (None: free words)

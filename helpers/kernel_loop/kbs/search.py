@@ -183,6 +183,7 @@ def search(
             "repo": p.get("repo"),
             "pr": p.get("pr"),
             "merged": p.get("merged"),
+            "merge_sha": p.get("merge_sha"),
             "perf_claims": [c for c in (p.get("perf_claims") or []) if isinstance(c, dict)],
             "path": p["path"],
             "line": p["line"],

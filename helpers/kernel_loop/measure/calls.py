@@ -93,15 +93,12 @@ def bad_row(name: str, exp, note: str) -> dict[str, Any]:
 
 def count_poison(torch, t, variant: int) -> int:
     flat = t.detach().reshape(-1)
-    n = 0
+    n = torch.zeros((), dtype=torch.int64, device=flat.device)  # read once, after every chunk
+    sentinel = max(FLOAT_SENTINEL, -torch.finfo(t.dtype).max if t.dtype.is_floating_point else FLOAT_SENTINEL)
     for s in range(0, flat.numel(), 1 << 25):
         c = flat[s:s + (1 << 25)]
-        if variant % 2 == 0:
-            n += int(torch.isnan(c).sum())
-        else:
-            n += int((c == max(FLOAT_SENTINEL, -torch.finfo(t.dtype).max if t.dtype.is_floating_point
-                               else FLOAT_SENTINEL)).sum())
-    return n
+        n += torch.isnan(c).sum() if variant % 2 == 0 else (c == sentinel).sum()
+    return int(n)
 
 
 def changed_input(name: str, t) -> dict[str, Any]:

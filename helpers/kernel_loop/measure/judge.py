@@ -49,6 +49,11 @@ ISOLATION_WHY = ("the worker runs as the user with no user-namespace sandbox: it
                  "record key among them; see references/artifacts.md, 'what remains open'")
 
 
+def _at() -> str:
+    """Where a long step stands, for its progress lines: seconds since the judge started."""
+    return f" (at {time.monotonic() - _T0:.1f} s)"
+
+
 def derive_seed(run_seed: int, shape_index: int, trial: int) -> int:
     """The seed of one correctness trial: distinct per shape and trial, fixed by the run seed."""
     return run_seed * 1000 + trial + 100_003 * shape_index
@@ -235,6 +240,7 @@ def profile(judge: Judge) -> dict[str, Any]:
     first = prob.draw(cfg.seed)
     sess = Session(judge, timer, prob, {"k": (path, kind)}, first, "t")
     sess.prepare_sets(cfg.warmup + cfg.trials, cfg.seed + 1)
+    judge.mark("timer_ready")
     gpu_check = judge.check_gpu_is_ours("the timing")
     index = judge.torch.device(judge.device).index or 0
     before = gpustate.snapshot(index, judge._uuid())
@@ -255,6 +261,7 @@ def profile(judge: Judge) -> dict[str, Any]:
     ncu_worker.hello(cfg.impl)
     import_kernel(ncu_worker, "k", path, kind, cfg)
     nsess = Session(judge, ncu_worker, prob, {"k": (path, kind)}, first, "n")
+    judge.mark("ncu_ready")
     nsess.sets = sess.sets
     nsess.fresh = False
     warm = max(1, cfg.warmup)
@@ -264,6 +271,7 @@ def profile(judge: Judge) -> dict[str, Any]:
         if r["failure"]:
             raise MeasuredFailure(f"the run under ncu: call {i + 1} of {warm + 1} is wrong: {r['failure']} (every "
                                   "call under ncu is verified, like the timed ones)")
+    judge.mark("ncu_calls")
     rc = ncu_worker.close(wait_s=float(max(60.0, judge.deadline - time.monotonic())))
     output = "\n".join(ncu_worker.tail)
     judge.workers.remove(ncu_worker)
@@ -337,7 +345,7 @@ def benchmark(judge: Judge) -> dict[str, Any]:
         if r.get("raised"):
             item.update(available=False, why=r["failure"])
             continue
-        progress(f"timing {name}: {warmup} warmup + {trials} trials (every call poisoned, some verified)")
+        progress(f"timing {name}: {warmup} warmup + {trials} trials (every call poisoned, some verified){_at()}")
         loop = sess.loop(name, warmup, trials, label=f"{name}'s timed calls")
         if loop["failure"]:
             item.update(correct_after=False, error=item["error"] or loop["failure"])
@@ -354,7 +362,7 @@ def benchmark(judge: Judge) -> dict[str, Any]:
     for a, b in spec["ab"]:
         if a not in ok or b not in ok:
             continue
-        progress(f"A/B {a} -> {b}: {trials} alternating trials each")
+        progress(f"A/B {a} -> {b}: {trials} alternating trials each{_at()}")
         ab = ab_loop(sess, a, b, warmup, trials)
         if ab.get("failure"):
             res["ab_failures"] = [*res.get("ab_failures", []), ab["failure"]]
@@ -413,7 +421,7 @@ def baselines(judge: Judge, prob: Problem, first: DataSet) -> dict[str, Any]:
             if r.get("raised"):
                 item.update(available=False, why=r["failure"])
                 continue
-            progress(f"timing {b}: {warmup} warmup + {trials} trials")
+            progress(f"timing {b}: {warmup} warmup + {trials} trials{_at()}")
             loop = sess.loop(b, warmup, trials, label=f"{b}'s timed calls")
             item["correct_after"] = loop["failure"] is None
             if loop["failure"]:

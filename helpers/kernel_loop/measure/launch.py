@@ -207,6 +207,7 @@ def prebuild(judge: Any, entries: dict[str, tuple[Path, str]]) -> None:
     if len(todo) < 2:
         return
     progress(f"building {len(todo)} versions' libraries in parallel before timing")
+    t0 = time.monotonic()
     workers = []
     for n, (path, kind) in todo.items():
         w = judge.start_worker(f"build-{n}")
@@ -227,3 +228,5 @@ def prebuild(judge: Any, entries: dict[str, tuple[Path, str]]) -> None:
         t.join()
     for w, *_ in workers:
         judge.end_worker(w)
+    progress(f"built {len(todo) - len(errors)} of {len(todo)} versions' libraries in {time.monotonic() - t0:.1f} s"
+             + (" (the failures are reported with their versions)" if errors else ""))

@@ -99,7 +99,7 @@ def cmd_get(args) -> int:
         return 0
     print(f"# {page.get('title')}  ({page['id']})")
     print(f"path: {page['path']}:{page['line']}")
-    for key in ("kind", "repo", "pr", "merged", "confidence", "symptoms", "architectures", "languages",
+    for key in ("kind", "repo", "pr", "merged", "merge_sha", "merge_sha_why", "confidence", "symptoms", "architectures", "languages",
                 "kernel_types", "tags", "related"):
         value = page.get(key)
         if value:
@@ -143,6 +143,10 @@ def cmd_check(args) -> int:
     if problems:
         progress(f"kbs check: {len(problems)} problem(s) in {n} page(s)")
         return 1
+    shas = corpus.merge_sha_counts(roots)
+    if shas["unavailable"]:
+        print(f"PR notes: {shas['found']} with their merge commit, {shas['unavailable']} without (history not read: "
+              + ", ".join(f"{r} {k}" for r, k in shas["unavailable_by_repo"].items()) + ")")
     print(f"kbs check: OK, {n} pages in {len(roots)} corpus folder(s)")
     return 0
 
@@ -248,8 +252,9 @@ def register(subparsers) -> None:
         "kebab-case ids unique across every file and folder (a file holding one page is named after its "
         "id; the pages of a file named after a kind are of that kind), sources with http(s) urls and "
         "'supports', internal links (related and [text](kbs:id)) that resolve, a body of at least "
-        f"{schema.MIN_BODY_CHARS} characters with every code fence closed; PR notes (kind pr-note) with repo, pr "
-        "and merged, the PR's own link as first source, one note per PR, and perf claims whose fields are "
+        f"{schema.MIN_BODY_CHARS} characters with every code fence closed; PR notes (kind pr-note) with repo, pr, "
+        "merged and merge_sha (the merge commit, 40 hex, one note per commit; or 'unavailable' with "
+        "merge_sha_why), the PR's own link as first source, one note per PR, and perf claims whose fields are "
         "complete and whose value holds a number. Prints 'where: problem' lines "
         "(the file, or file:line (id) for a page of a multi-page file) and exits 1 if there is any.",
     )

@@ -363,8 +363,11 @@ def run(args: argparse.Namespace) -> int:
             timed = measure(dict(spec, ncu_prefix=prefix), timeout)
         ph = timed.get("phases_s") or {}
         if {"ready", "timed", "ncu"} <= set(ph):
+            more = ", ".join(f"{what} {ph[key]:.1f} s" for key, what in (
+                ("timer_ready", "timing worker ready"), ("ncu_ready", "ncu's worker ready"),
+                ("ncu_calls", "calls under ncu done")) if key in ph)
             progress(f"{vdir.name}: the judge was ready after {ph['ready']:.1f} s; the timing run ended at "
-                     f"{ph['timed']:.1f} s, the run under ncu at {ph['ncu']:.1f} s")
+                     f"{ph['timed']:.1f} s, the run under ncu at {ph['ncu']:.1f} s ({more})")
         if not new_report.is_file():
             raise MeasuredFailure(f"ncu did not write its report:\n{_tail((timed.get('ncu') or {}).get('output_tail') or '')}")
         with step(f"{vdir.name}: ncu --import {report.name} --csv (raw and details pages, in parallel)"):
