@@ -44,8 +44,19 @@ skill-check: setup
 kbs-check: setup
 	$(PY) helpers/kloop.py kbs check
 
+# The .bats files run in two bats processes at once (bats --jobs needs GNU parallel): the files named in
+# BATS_FIRST in one, every other file in the other (a new file lands there).  Each process's output is
+# kept in order and printed whole, the first group's, then the second's; the target fails if either fails.
+BATS_FIRST := state provenance failsafe usage files templates
+
 bats: setup
-	$(BATS) tests/gate
+	@first=; second=; for f in tests/gate/*.bats; do n=$${f##*/}; n=$${n%.bats}; \
+	  case " $(BATS_FIRST) " in *" $$n "*) first="$$first $$f";; *) second="$$second $$f";; esac; done; \
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(BATS) $$first >"$$tmp/1" 2>&1 & p1=$$!; \
+	$(BATS) $$second >"$$tmp/2" 2>&1; r2=$$?; wait $$p1; r1=$$?; \
+	echo "$(BATS)$$first"; cat "$$tmp/1"; echo "$(BATS)$$second"; cat "$$tmp/2"; \
+	[ $$r1 -eq 0 ] && [ $$r2 -eq 0 ] || { echo "bats: failed (exit $$r1 and $$r2)" >&2; exit 1; }
 
 # pytest exits 5 when it collects nothing; that is not a failure of the suite.  With pytest-xdist in .venv
 # the files run on every core (-n auto); without it, one after another.

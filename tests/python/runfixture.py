@@ -391,9 +391,36 @@ def gate(vdir: Path, *flags: str):
     return subprocess.run(["bash", str(rundir.gate_script()), str(vdir), *flags], capture_output=True, text=True)
 
 
+_BUILT: dict[tuple, Path] = {}  # build_with_gate's runs, built once per test process
+
+
 def build_with_gate(root: Path, iterations: int = 3, dims: dict | None = None) -> Path:
     """The same run as build_complete, but driven the loop's way: the real gate advances the state
-    after each version and ``next`` starts each new version from the previous kernel."""
+    after each version and ``next`` starts each new version from the previous kernel.
+
+    The run is built once per test process for each (iterations, dims, record key, device) and copied
+    into ``root`` after (nothing in it names its folder: only the records' and hypothesis.json's times
+    would differ); a ``root`` that already holds files gets a build of its own."""
+    import os
+    import shutil
+
+    from conftest import INPUTS
+
+    key = (iterations, json.dumps(dims, sort_keys=True), os.environ.get("KERNEL_LOOP_RECORD_KEY"),
+           os.environ.get("KERNEL_LOOP_DEVICE"), os.environ.get("KERNEL_LOOP_CACHE"))
+    if root.exists() and any(root.iterdir()):
+        return _build_with_gate(root, iterations, dims)
+    kept = _BUILT.get(key)
+    if kept is None or not kept.is_dir():
+        kept = INPUTS / "built" / str(len(_BUILT)) / "run"
+        shutil.rmtree(kept.parent, ignore_errors=True)
+        _build_with_gate(kept, iterations, dims)
+        _BUILT[key] = kept
+    shutil.copytree(kept, root, symlinks=True, dirs_exist_ok=True)
+    return root
+
+
+def _build_with_gate(root: Path, iterations: int, dims: dict | None) -> Path:
     from kernel_loop.steps import next_version
 
     write_run(root, iterations, dims)

@@ -260,39 +260,55 @@ def test_cuda_event_needs_a_gpu(cpu_run):
     assert rf.cli(B, ["benchmark", str(cpu_run), "--timing", "cuda_event", "--trials", "3"]) == 2
 
 
-@pytest.mark.parametrize("body, where", [
-    # adversarial kernels: a wrong result, and one that writes only on its first call
-    ("    y.copy_(x)\n", "before"),
-    ("    if not _calls:\n        y.copy_(torch.softmax(x, dim=-1))\n    _calls.append(1)\n", "after"),
-    # right on its first four calls, then it replays its last result: the judge's data changes between
-    # calls, so a verified timed call (or the call on fresh inputs after them) tells
-    ("    if len(_calls) < 4:\n        _calls.append(torch.softmax(x, dim=-1))\n    y.copy_(_calls[-1])\n", "fresh"),
-])
-def test_a_wrong_solution_fails_the_benchmark(cpu_run, monkeypatch, capsys, body, where):
-    monkeypatch.setattr(B, "check_final_gate", lambda rd, n: None)  # the kernel is swapped after the gate
-    (cpu_run / "v3" / "kernel.py").write_text("import torch\n_calls = []\n\n\ndef run_kernel(x, y):\n" + body)
+# Adversarial kernels, one per version of one benchmark (every version is checked, timed and checked on
+# fresh inputs in the same worker, each by the same code as the solution): a wrong result; one that writes
+# only on its first call; one right on its first four calls that then replays its last result (the judge's
+# data changes between calls, so a verified timed call, or the call on fresh inputs after them, tells).
+# The last is the solution too, so the run fails as a wrong solution must.
+WRONG_SOLUTIONS = {
+    "v1": ("    y.copy_(x)\n", "before"),
+    "v2": ("    if not _calls:\n        y.copy_(torch.softmax(x, dim=-1))\n    _calls.append(1)\n", "after"),
+    "v3": ("    if len(_calls) < 4:\n        _calls.append(torch.softmax(x, dim=-1))\n    y.copy_(_calls[-1])\n",
+           "fresh"),
+}
+
+
+def test_a_wrong_solution_fails_the_benchmark(cpu_run, monkeypatch, capsys):
+    monkeypatch.setattr(B, "check_final_gate", lambda rd, n: None)  # the kernels are swapped after the gate
+    for v, (body, _where) in WRONG_SOLUTIONS.items():
+        (cpu_run / v / "kernel.py").write_text("import torch\n_calls = []\n\n\ndef run_kernel(x, y):\n" + body)
     assert rf.cli(B, ["benchmark", str(cpu_run), "--version", "v3", *CPU_ARGS]) == 1
-    sol = next(r for r in read_json(cpu_run / "benchmark.json")["rows"] if r["name"] == "solution")
-    if where == "before":
-        assert sol["correct"] is False
-    else:
-        assert sol["correct"] is True and sol["correct_after_timing"] is False
-    if where == "fresh":
-        assert "timed calls: call" in sol["error"] or "with fresh inputs after the timed calls" in sol["error"]
+    rows = {r["name"]: r for r in read_json(cpu_run / "benchmark.json")["rows"]}
+    assert rows["v0"]["correct"] and rows["v0"]["correct_after_timing"]  # the honest v0 beside them
+    # v3's row runs the solution's kernel again after the solution's calls (one module state): wrong either way
+    assert not (rows["v3"]["correct"] and rows["v3"]["correct_after_timing"])
+    for name in ("v1", "v2", "solution"):
+        row, where = rows[name], WRONG_SOLUTIONS["v3" if name == "solution" else name][1]
+        if where == "before":
+            assert row["correct"] is False, name
+        else:
+            assert row["correct"] is True and row["correct_after_timing"] is False, name
+        if where == "fresh":
+            assert "timed calls: call" in row["error"] or "with fresh inputs after the timed calls" in row["error"]
     assert "failed in the benchmark" in capsys.readouterr().err
 
 
 DTYPE_DEFAULT_TOL = {"atol": None, "rtol": None, "by": {"atol": None, "rtol": None}, "source": "dtype-default"}
 
 
-def test_dtype_default_tolerance_is_shown_as_applied(cpu_run, monkeypatch):
-    """run.json without atol/rtol: the benchmark checks with, and shows, correctness's fp32 default."""
+def test_dtype_default_tolerance_is_shown_as_applied_and_libraries_are_built_at_once(cpu_run, monkeypatch, capfd):
+    """run.json without atol/rtol: the benchmark checks with, and shows, correctness's fp32 default.
+    And load_inline and .cu versions are built in parallel, each in a short-lived worker, before the timing
+    worker loads them one after another from the cache (a kernel whose text names cpp_extension counts)."""
     from kernel_loop.compare import dtype_default
 
-    monkeypatch.setattr(B, "check_final_gate", lambda rd, n: None)  # run.json is edited after the gate
+    monkeypatch.setattr(B, "check_final_gate", lambda rd, n: None)  # run.json and kernels are edited after the gate
     for path in [cpu_run / "run.json", *cpu_run.glob("v*/correctness.json")]:
         write_json(path, dict(read_json(path), tolerance=DTYPE_DEFAULT_TOL))
-    assert rf.cli(B, ["benchmark", str(cpu_run), *CPU_ARGS]) == 0
+    for k in (2, 3):
+        path = cpu_run / f"v{k}" / "kernel.py"
+        path.write_text("# built with torch.utils.cpp_extension elsewhere; not here\n" + path.read_text())
+    assert rf.cli(B, ["benchmark", str(cpu_run), "--version", "v3", *CPU_ARGS]) == 0
     bench = read_json(cpu_run / "benchmark.json")
     atol, rtol = dtype_default("float32")
     assert bench["tolerance_applied"] == {"y": {"atol": atol, "rtol": rtol, "rel_l2": 1e-5,
@@ -302,6 +318,8 @@ def test_dtype_default_tolerance_is_shown_as_applied(cpu_run, monkeypatch):
                                                 "source": "dtype-default (float32)"}}
     md = (cpu_run / "benchmark.md").read_text()
     assert "Tolerance: atol 1e-4, rtol 1e-3, rel L2 <= 1e-5 (dtype default for float32)." in md and "N/A" not in md.split("|")[0]
+    err = capfd.readouterr().err
+    assert "building 3 versions' libraries in parallel before timing" in err  # the solution, v2 and v3
 
 
 def test_tolerance_words():
@@ -345,15 +363,3 @@ def test_the_ncu_bound_follows_the_clock_ncu_ran_at():
     assert B.ncu_bound(none) == 70.0
     assert B.ncu_bound({"metrics": {"duration_us": 70.0}, "gpu_state": {}}) is None  # no clocks: no bound
     assert B.ncu_bound(None) is None
-
-
-def test_versions_that_build_libraries_are_built_at_once_before_timing(cpu_run, monkeypatch, capfd):
-    """load_inline and .cu versions are built in parallel, each in a short-lived worker, before the timing
-    worker loads them one after another from the cache (a kernel whose text names cpp_extension counts)."""
-    monkeypatch.setattr(B, "check_final_gate", lambda rd, n: None)  # the kernels are touched after the gate
-    for k in (2, 3):
-        path = cpu_run / f"v{k}" / "kernel.py"
-        path.write_text("# built with torch.utils.cpp_extension elsewhere; not here\n" + path.read_text())
-    assert rf.cli(B, ["benchmark", str(cpu_run), "--version", "v3", *CPU_ARGS]) == 0
-    err = capfd.readouterr().err
-    assert "building 3 versions' libraries in parallel before timing" in err  # the solution, v2 and v3

@@ -81,9 +81,14 @@ def _rows(bench: dict) -> dict[str, dict]:
     return {r["name"]: r for r in bench["rows"]}
 
 
-# --- 1. the record key never reaches the worker --------------------------------------------------------
-ENV_PROBE = '''"""Right only where no kernel-loop variable is visible (it would sign records with the key)."""
+# --- 1. the record key never reaches the worker; 2. the worker cannot tell the modes apart ------------------
+PROBE = '''"""Records what the process tells about itself (its command line, its environment's names, the kernel-loop
+variables it can see) and is right only where it sees none: a kernel that can read the record key (by name, or
+its value under any name) can forge records, and any KERNEL_LOOP_* variable would tell the harness from a
+user's call."""
+import json
 import os
+import sys
 import torch
 
 PREFIX = "KERNEL" + "_LOOP"
@@ -91,88 +96,54 @@ KEY = {key!r}
 LOG = {log!r}
 
 
-def _seen():
-    return sorted(k for k, v in os.environ.items() if {cond})
-
-
-def run_kernel(x, y, out):
-    seen = _seen()
-    with open(LOG, "a") as f:
-        f.write(repr(seen) + "\\n")
-    if seen:
-        torch.mul(x, 0.0, out=out)
-    else:
-        torch.add(x, y, out=out)
-'''
-
-
-def test_the_record_key_never_reaches_the_worker(tmp_path, monkeypatch, no_static_check):
-    """Attack: the kernel reads the record key (by name or by its value under any name) from its environment
-    and behaves differently when it finds it: a kernel that can read the key can forge records.
-    Defence: the worker's environment is the judge's less every kernel-loop variable."""
-    key = str(tmp_path / "secret" / "record.key")
-    monkeypatch.setenv("KERNEL_LOOP_RECORD_KEY", key)
-    log = tmp_path / "seen.txt"
-    text = ENV_PROBE.format(key=key, log=str(log), cond="k == PREFIX + '_RECORD_KEY' or KEY in v")
-    rc, data = _correctness(_init(tmp_path, "ref_vadd.py", text, "N=1000"))
-    assert log.read_text().splitlines() == ["[]"] * 5  # the probe ran in every trial and saw nothing
-    assert rc == 0 and data["result"] == "PASS", data["error"]
-
-
-def test_the_worker_environment_holds_no_kernel_loop_variable(tmp_path, monkeypatch, no_static_check):
-    """Attack: the kernel looks for any KERNEL_LOOP_* variable (the run's device, cache, record key, the
-    harness's own plumbing) to tell the harness from a user's call, and returns x*0 when it finds one.
-    Defence: the worker's environment holds no KERNEL_LOOP_* variable at all."""
-    from kernel_loop.measure.launch import worker_env
-
-    monkeypatch.setenv("KERNEL_LOOP_RECORD_KEY", str(tmp_path / "secret" / "record.key"))
-    assert not [k for k in worker_env() if k.startswith("KERNEL_LOOP_")]
-    log = tmp_path / "seen.txt"
-    text = ENV_PROBE.format(key="-unused-", log=str(log), cond="k.startswith(PREFIX)")
-    rc, data = _correctness(_init(tmp_path, "ref_vadd.py", text, "N=1000"))
-    seen = sorted({n for line in log.read_text().splitlines() for n in eval(line)})
-    assert seen == [], f"the kernel saw {seen} in its environment"
-    assert rc == 0 and data["result"] == "PASS", data["error"]
-
-
-# --- 2. the worker cannot tell the modes apart ----------------------------------------------------------
-ARGV_PROBE = '''"""Records what the process tells about itself: its command line and its environment's names."""
-import json
-import os
-import sys
-import torch
-
-LOG = {log!r}
-
-
 def _note(event):
+    key = sorted(k for k, v in os.environ.items() if k == PREFIX + "_RECORD_KEY" or KEY in v)
+    prefixed = sorted(k for k in os.environ if k.startswith(PREFIX))
     with open(LOG, "a") as f:
         f.write(json.dumps({{"event": event, "argv": list(sys.argv), "orig_argv": list(sys.orig_argv),
-                            "env": sorted(os.environ)}}) + "\\n")
+                            "env": sorted(os.environ), "key": key, "prefixed": prefixed}}) + "\\n")
+    return key or prefixed
 
 
 _note("import")
 
 
 def run_kernel(x, y, out):
-    _note("call")
-    torch.add(x, y, out=out)
+    if _note("call"):
+        torch.mul(x, 0.0, out=out)
+    else:
+        torch.add(x, y, out=out)
 '''
 
 
-def test_the_worker_cannot_tell_correctness_from_benchmark(tmp_path, monkeypatch, no_static_check):
-    """Attack: the kernel reads its command line (or its environment) to learn whether it is being checked
-    or timed, and computes honestly only when checked.  Defence: every worker is started the same way,
-    ``python -m kernel_loop.measure.worker`` with nothing on argv and the same environment, in every mode."""
-    log = tmp_path / "argv.jsonl"
-    out = _init(tmp_path, "ref_vadd.py", ARGV_PROBE.format(log=str(log)), "N=1000")
+def test_the_worker_sees_no_key_no_kernel_loop_variable_and_no_mode(tmp_path, monkeypatch, no_static_check):
+    """Attacks: (1) the kernel reads the record key (by name or by its value under any name) from its
+    environment and behaves differently when it finds it; (2) it looks for any KERNEL_LOOP_* variable (the
+    run's device, cache, record key, the harness's own plumbing) to tell the harness from a user's call, and
+    returns x*0 when it finds one; (3) it reads its command line (or its environment) to learn whether it is
+    being checked or timed, and computes honestly only when checked.  Defences: the worker's environment is
+    the judge's less every kernel-loop variable, and every worker is started the same way, ``python -m
+    kernel_loop.measure.worker`` with nothing on argv and the same environment, in every mode."""
+    from kernel_loop.measure.launch import worker_env
+
+    key = str(tmp_path / "secret" / "record.key")
+    monkeypatch.setenv("KERNEL_LOOP_RECORD_KEY", key)
+    assert not [k for k in worker_env() if k.startswith("KERNEL_LOOP_")]
+    log = tmp_path / "probe.jsonl"
+    out = _init(tmp_path, "ref_vadd.py", PROBE.format(key=key, log=str(log)), "N=1000")
     rc, data = _correctness(out)
-    assert rc == 0, data["error"]
-    n_correctness = len(log.read_text().splitlines())
+    assert rc == 0 and data["result"] == "PASS", data["error"]
+    notes = [json.loads(line) for line in log.read_text().splitlines()]
+    n_correctness = len(notes)
+    calls = [e for e in notes if e["event"] == "call"]
+    assert [e["key"] for e in calls] == [[]] * 5  # the probe ran in every trial and saw no key
+    seen = sorted({n for e in notes for n in e["prefixed"]})
+    assert seen == [], f"the kernel saw {seen} in its environment"
     rc, bench = _benchmark(monkeypatch, out, *CPU_BENCH)
     assert rc == 0 and _rows(bench)["solution"]["correct"]
     notes = [json.loads(line) for line in log.read_text().splitlines()]
     assert n_correctness >= 6 and len(notes) > n_correctness + 6  # imports and calls of both modes were seen
+    assert not [e for e in notes if e["key"] or e["prefixed"]]  # nor in the benchmark
     assert {e["event"] for e in notes[:n_correctness]} == {e["event"] for e in notes[n_correctness:]}
     argvs = {json.dumps([e["argv"], e["orig_argv"]]) for e in notes}
     assert len(argvs) == 1, f"the command line differs between calls or modes: {argvs}"
@@ -306,9 +277,12 @@ def test_judge_kernel_and_baseline_workers_share_one_set_of_weights(tmp_path, mo
     held to weights other than the ones it runs with (or the baseline is), and a correct ModelNew fails, or
     a kernel picks its own weights.  Defence: the judge builds the model from the run's seed and hands its
     state_dict to the kernel's worker and to the baseline's; correct in 5 trials, before and after the timed
-    calls and on fresh inputs, and the eager baseline with it."""
+    calls and on fresh inputs, and the eager baseline with it.  Also (attack or fault): a ModelNew that
+    creates the same parameters in another order draws other values from the same seed; run with its own
+    weights it is held to the judge's and fails (or, turned round, a kernel runs with weights of its
+    choosing).  Defence: the worker loads the judge's state_dict into it (the kernel here is that ModelNew)."""
     ref = _write(tmp_path / "kb_scaled.py", KB_SCALED)
-    out = _init(tmp_path, ref, KB_SCALED + "\n\nModelNew = Model\n")
+    out = _init(tmp_path, ref, KB_SCALED_REORDERED)
     rc, data = _correctness(out)
     assert rc == 0 and data["result"] == "PASS", data["error"]
     assert len({t["seed"] for s in data["shapes"] for t in s["trials"]}) == 5
@@ -319,26 +293,23 @@ def test_judge_kernel_and_baseline_workers_share_one_set_of_weights(tmp_path, mo
     assert rows["pytorch-eager"]["correct"] and rows["pytorch-eager"]["correct_after_timing"]
 
 
-def test_a_modelnew_that_draws_its_parameters_in_another_order_gets_the_judges_weights(tmp_path):
-    """Attack (or fault): a ModelNew that creates the same parameters in another order draws other values
-    from the same seed; run with its own weights it is held to the judge's and fails (or, turned round, a
-    kernel runs with weights of its choosing).  Defence: the worker loads the judge's state_dict into it."""
-    ref = _write(tmp_path / "kb_scaled.py", KB_SCALED)
-    rc, data = _correctness(_init(tmp_path, ref, KB_SCALED_REORDERED))
-    assert rc == 0 and data["result"] == "PASS", data["error"]
-
-
-def test_the_weights_are_the_run_seeds_in_every_process_and_trial(tmp_path):
+def test_the_weights_are_the_run_seeds_in_every_process_and_trial(tmp_path, monkeypatch, capsys):
     """Attack (or fault): the weights depend on the process's random history or on the trial's seed, so two
     processes (the judge and a worker, or two steps) hold other weights.  Defence: Problem builds the model
     from the run's seed alone; two processes with other histories and other trial seeds hold the same
-    state (fingerprinted per tensor), while the drawn inputs differ."""
+    state (fingerprinted per tensor), while the drawn inputs differ.  (The second process is this one, whose
+    random history is pytest's and the burn's.)"""
+    import runpy
+
     ref = _write(tmp_path / "kb_scaled.py", KB_SCALED)
     script = _write(tmp_path / "problem_print.py", PROBLEM_PRINT)
     env = dict(os.environ, PYTHONPATH=str(REPO / "helpers"))
-    runs = [json.loads(subprocess.run([sys.executable, str(script), str(ref), seeds, burn], env=env, check=True,
-                                      capture_output=True, text=True, timeout=120).stdout)
-            for seeds, burn in (("11,12", "1"), ("13", "1000"))]
+    runs = [json.loads(subprocess.run([sys.executable, str(script), str(ref), "11,12", "1"], env=env, check=True,
+                                      capture_output=True, text=True, timeout=120).stdout)]
+    monkeypatch.setattr(sys, "argv", [str(script), str(ref), "13", "1000"])
+    capsys.readouterr()
+    runpy.run_path(str(script), run_name="__main__")
+    runs.append(json.loads(capsys.readouterr().out))
     draws = runs[0] + runs[1]
     assert len({json.dumps(d["state"], sort_keys=True) for d in draws}) == 1  # across processes and seeds
     assert set(draws[0]["state"]) == {"fc.weight", "fc.bias", "scale"}
@@ -401,22 +372,43 @@ class ModelNew(nn.Module):
 '''
 
 
-@pytest.mark.parametrize("expr, note", [
+DEGENERATE = [
     ("torch.zeros(1).expand_as(x)", "is the constant 0"),          # all zeros, stride 0, no memory written
     ("torch.full_like(x, 1e-6)", "is the constant"),                # a constant inside atol of every element
     ("0.5 * x / x.abs().sum(dim=1, keepdim=True)", "relative L2 error"),  # half the answer, inside atol too
-])
-def test_degenerate_outputs_fail_under_the_kernelbench_preset(tmp_path, expr, note):
+]
+
+KB_L1_DEGENERATE = '''import torch
+from torch import nn
+
+
+class ModelNew(nn.Module):
+    """Call k returns degenerate output k % 3: the three holes, one per trial, in one run."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return [EXPRS][(self.calls - 1) % 3]()
+'''.replace("EXPRS", ", ".join(f"lambda: {expr}" for expr, _ in DEGENERATE))
+
+
+def test_degenerate_outputs_fail_under_the_kernelbench_preset(tmp_path):
     """Attack: under --preset kernelbench (allclose with atol = rtol = 1e-4 for float32) every element of an
     L1-normalised row (|y| < 1e-4) is within atol of zero, so all zeros (even an expanded tensor that
     writes nothing), a constant, or a wrong scale pass elementwise.  Defence: a constant output where the
-    reference is not fails under every preset, and a relative L2 error above 1e-2 fails under a preset."""
+    reference is not fails under every preset, and a relative L2 error above 1e-2 fails under a preset.
+    (Every trial is verified on its own: trial k gets the degenerate output k % 3.)"""
     ref = _write(tmp_path / "kb_l1.py", KB_L1)
-    rc, data = _correctness(_init(tmp_path, ref, KB_L1_NEW.format(expr=expr), None, "--preset", "kernelbench"))
-    rows = [o for s in data["shapes"] for t in s["trials"] for o in t["outputs"]]
-    assert rc == 1 and data["result"] == "FAIL"
-    assert rows and all(r["mismatches"] == 0 and not r["passed"] for r in rows)  # the hole: atol passes them
-    assert all(note in r["note"] for r in rows), rows[0]["note"]
+    rc, data = _correctness(_init(tmp_path, ref, KB_L1_DEGENERATE, None, "--preset", "kernelbench"))
+    trials = [t["outputs"] for s in data["shapes"] for t in s["trials"]]
+    assert rc == 1 and data["result"] == "FAIL" and len(trials) >= 3
+    for k, rows in enumerate(trials):
+        expr, note = DEGENERATE[k % 3]
+        assert rows and all(r["mismatches"] == 0 and not r["passed"] for r in rows), expr  # the hole: atol passes them
+        assert all(note in r["note"] for r in rows), (expr, rows[0]["note"])
 
 
 def test_an_honest_l1_norm_passes_under_the_kernelbench_preset(tmp_path):
