@@ -641,6 +641,22 @@ def test_check_refuses_two_notes_on_one_merge_commit_and_counts_the_unavailable(
     assert "merge_sha_why: the history is too large to fetch" in capsys.readouterr().out
 
 
+def test_pr_notes_take_at_most_three_of_the_first_five_places_unless_asked_for(corpus, monkeypatch, capsys):
+    """Five notes that match a query better than two pattern pages fill only three of the first five places;
+    with --kind pr-note they fill all five."""
+    for n in range(5):
+        write_page(corpus, f"pr-acme-kernels-{20 + n}", **pr_note(f"pr-acme-kernels-{20 + n}", pr=20 + n,
+                   title=f"Acme #{20 + n}: zorblat zorblat staging", body="zorblat staging zorblat staging"))
+    for pid in ("plain-pattern-a", "plain-pattern-b"):
+        write_page(corpus, pid, body="A page that names zorblat once, deep in its text.")
+    assert run(["kbs", "query", "zorblat", "--json"], monkeypatch) == 0
+    top5 = json.loads(capsys.readouterr().out)[:5]
+    assert [h["kind"] for h in top5].count("pr-note") == 3, ids(top5)
+    assert {"plain-pattern-a", "plain-pattern-b"} <= set(ids(top5)), ids(top5)
+    assert run(["kbs", "query", "zorblat", "--kind", "pr-note", "--json"], monkeypatch) == 0
+    assert [h["kind"] for h in json.loads(capsys.readouterr().out)[:5]] == ["pr-note"] * 5
+
+
 def test_repo_confidence_and_claims_filters(corpus, monkeypatch, capsys):
     write_page(corpus, "pr-acme-kernels-12", **pr_note("pr-acme-kernels-12", body="coalesced loads in softmax"))
     write_page(corpus, "pr-other-lib-7", **pr_note("pr-other-lib-7", repo="other/lib", pr=7, claims="",

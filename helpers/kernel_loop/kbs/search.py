@@ -18,6 +18,8 @@ higher and one matching none can still rank on its text:
   first five places are kept for the family: when the family's playbook or its best-ranked PR note is
   not in the first five, it takes the fifth place (both: the fourth and fifth), and the pages it passes
   move down one (``family_slot`` says why a page is there).  The first three places are never changed.
+* when no ``kind`` is asked for, at most three of the first five places are PR notes (before the family
+  slots): the precedent backs a pattern page, it does not push every pattern off the first screen.
 
 Hard filters: ``kind`` (only that kind), ``exclude_kinds`` (none of these), ``repo`` (PR notes on that
 repository), ``confidence`` (only that level) and ``has_claims`` (only pages quoting a measured
@@ -50,6 +52,7 @@ from .schema import as_list
 # soft-filter boosts, in units of the best text match (which scores 1)
 W_SYMPTOMS, W_FOCUS, W_ARCH, W_LANG, W_KTYPE, W_TAG, W_LINKS = 2.0, 0.5, 0.3, 0.5, 0.5, 0.5, 0.2
 W_FAMILY = 0.6  # a page of the query's first family (family.WEAK of it for a weakly named or a second family)
+PR_NOTES_WITHIN = 3      # of the first FAMILY_SLOTS_WITHIN places, at most this many PR notes (no kind asked)
 FAMILY_SLOTS_WITHIN = 5  # the family's playbook and best PR note are kept within the first five places
 SPECIFIC_SYMPTOMS = 5  # pages listing more symptoms than this get a damped symptom boost
 GENERALITY = 0.3  # share of a filter's weight that broad pages get when that filter is not given
@@ -193,6 +196,8 @@ def search(
             "_page": p,
         })
     hits.sort(key=lambda h: (-h["score"], CONFIDENCE_RANK.get(h["confidence"], 9), h["id"]))
+    if kind is None:
+        hits = _cap_pr_notes(hits)
     if families:
         hits = _keep_family_slots(hits, families[0][0])
     hits = hits[: max(limit, 0)]
@@ -207,6 +212,25 @@ def search(
         h["excerpt"] = snip if "**" in snip else _first_sentences(h["_body"])
         del h["_rowid"], h["_body"], h["_page"]
     return hits
+
+
+def _cap_pr_notes(hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """At most PR_NOTES_WITHIN of the first FAMILY_SLOTS_WITHIN places go to PR notes (when no kind is asked
+    for): precedent is there to back a pattern, not to crowd it out of the first screen. The notes passed
+    over follow the window, in their order."""
+    window, first, later = FAMILY_SLOTS_WITHIN, [], []
+    for h in hits:
+        if len(first) >= window:
+            later.append(h)
+        elif h["kind"] == "pr-note" and sum(x["kind"] == "pr-note" for x in first) >= PR_NOTES_WITHIN:
+            later.append(h)
+        else:
+            first.append(h)
+    if len(first) < window:  # too few other pages: the notes fill the window after all
+        return hits
+    passed = [h for h in later if h["kind"] == "pr-note" and hits.index(h) < window]
+    rest = [h for h in later if h not in passed]
+    return first + passed + rest
 
 
 def _keep_family_slots(hits: list[dict[str, Any]], fam: str) -> list[dict[str, Any]]:
