@@ -611,6 +611,7 @@ def pr_note(pid: str, repo: str = "acme/kernels", pr: int = 12, merged: str = "2
     ({"sha": "A" * 40}, "'merge_sha' must be 40 lowercase hex"),
     ({"sha": "1" * 40}, "YAML read it as a number: put it in quotes"),
     ({"sha": "unavailable"}, "'merge_sha: unavailable' needs 'merge_sha_why'"),
+    ({"sha": "a1" * 20 + "\nmerge_sha_why: too big"}, "'merge_sha_why' belongs with 'merge_sha: unavailable' only"),
 ])
 def test_check_catches_each_pr_note_problem(corpus, monkeypatch, capsys, kw, problem):
     write_page(corpus, "pr-acme-kernels-12", **pr_note("pr-acme-kernels-12", **kw))
@@ -621,10 +622,11 @@ def test_check_catches_each_pr_note_problem(corpus, monkeypatch, capsys, kw, pro
 def test_check_refuses_two_notes_on_one_pr_and_pr_keys_on_other_kinds(corpus, monkeypatch, capsys):
     write_page(corpus, "pr-acme-kernels-12", **pr_note("pr-acme-kernels-12"))
     write_page(corpus, "pr-acme-kernels-12-again", **pr_note("pr-acme-kernels-12-again", repo="Acme/kernels"))
-    write_page(corpus, "a-pattern", extra="repo: acme/kernels\n")
+    write_page(corpus, "a-pattern", extra="repo: acme/kernels\nmerge_sha_why: no history\n")
     assert run(["kbs", "check"], monkeypatch) == 1
     out = capsys.readouterr().out
     assert "kernels#12 already has a note" in out and "'repo' belongs to PR notes (kind pr-note) only" in out
+    assert "'merge_sha_why' belongs to PR notes (kind pr-note) only" in out
 
 
 def test_check_refuses_two_notes_on_one_merge_commit_and_counts_the_unavailable(corpus, monkeypatch, capsys):

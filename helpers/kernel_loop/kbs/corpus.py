@@ -25,7 +25,7 @@ import difflib
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -218,8 +218,18 @@ def pr_link(repo: str, number: int) -> str:
     return f"https://github.com/{repo}/pull/{number}"
 
 
-def _pr_problems(front: dict[str, Any], prs: dict[tuple[str, int], str], where: str) -> list[str]:
-    """The problems of a PR note's own keys; records (repo, pr) in ``prs``."""
+@dataclass
+class PrLedger:
+    """What the PR notes checked so far hold: where each (repo, pr) has its note, which note each merge
+    commit belongs to, and how many notes of each repository could not name their merge commit."""
+
+    notes: dict[tuple[str, int], str] = field(default_factory=dict)
+    shas: dict[str, str] = field(default_factory=dict)
+    unavailable: Counter = field(default_factory=Counter)
+
+
+def _pr_problems(front: dict[str, Any], prs: PrLedger, where: str) -> list[str]:
+    """The problems of a PR note's own keys; records the note in ``prs``."""
     out: list[str] = []
     if front.get("kind") != "pr-note":
         present = [k for k in (*PR_KEYS, "merge_sha_why") if k in front]
@@ -240,30 +250,30 @@ def _pr_problems(front: dict[str, Any], prs: dict[tuple[str, int], str], where: 
     if str(first or "").rstrip("/") != link:
         out.append(f"the first source must be the PR's own link, {link}")
     key = (repo.lower(), number)
-    if key in prs:
-        out.append(f"{repo}#{number} already has a note (in {prs[key]})")
+    if key in prs.notes:
+        out.append(f"{repo}#{number} already has a note (in {prs.notes[key]})")
     else:
-        prs[key] = where
+        prs.notes[key] = where
     return out
 
 
-def _sha_problems(front: dict[str, Any], seen: dict) -> list[str]:
+def _sha_problems(front: dict[str, Any], prs: PrLedger) -> list[str]:
     """A PR note's merge commit: 40 hex found in the history, one note per commit; or 'unavailable' with why."""
     sha, why = front.get("merge_sha"), str(front.get("merge_sha_why") or "").strip()
     if sha is None:
         return ["lacks 'merge_sha': the merge commit's SHA (40 hex) as found in the repository's history, or "
                 f"'{MERGE_SHA_UNAVAILABLE}' with 'merge_sha_why' where that history cannot be read"]
     if sha == MERGE_SHA_UNAVAILABLE:
+        prs.unavailable[str(front.get("repo"))] += 1
         return [] if why else [f"'merge_sha: {MERGE_SHA_UNAVAILABLE}' needs 'merge_sha_why'"]
     out = [] if not why else ["'merge_sha_why' belongs with 'merge_sha: unavailable' only"]
     if not isinstance(sha, str) or not SHA_RE.match(sha):
         quote = "" if isinstance(sha, str) else " (YAML read it as a number: put it in quotes)"
         return out + [f"'merge_sha' must be 40 lowercase hex (the merge commit), not {str(sha)[:50]!r}{quote}"]
-    key = ("sha", sha)
-    if key in seen:
-        out.append(f"merge_sha {sha[:12]} is already the commit of {seen[key]}")
+    if sha in prs.shas:
+        out.append(f"merge_sha {sha[:12]} is already the commit of {prs.shas[sha]}")
     else:
-        seen[key] = f"{front.get('repo')}#{front.get('pr')}"
+        prs.shas[sha] = f"{front.get('repo')}#{front.get('pr')}"
     return out
 
 
@@ -291,9 +301,9 @@ def _claim_problems(claims: Any, pr_note: bool) -> list[str]:
 
 
 def _page_problems(page: PageText, front: dict[str, Any], body: str, ids: dict[str, str],
-                   prs: dict[tuple[str, int], str] | None = None) -> list[str]:
+                   prs: PrLedger | None = None) -> list[str]:
     """The problems of one parsed page; records its id in ``ids`` (id -> where it was first seen)
-    and a PR note's (repo, number) in ``prs``."""
+    and a PR note in ``prs``."""
     out: list[str] = []
     for key in REQUIRED_KEYS:
         # an overview page may match no symptom, but it says so: ``symptoms: []``
@@ -342,7 +352,7 @@ def _page_problems(page: PageText, front: dict[str, Any], body: str, ids: dict[s
     elif sources is not None:
         out.append("'sources' must be a list")
     out += _claim_problems(front.get("perf_claims"), kind == "pr-note")
-    out += _pr_problems(front, {} if prs is None else prs, page.where(pid))
+    out += _pr_problems(front, PrLedger() if prs is None else prs, page.where(pid))
     if len(body.strip()) < MIN_BODY_CHARS:
         out.append(f"the body has {len(body.strip())} characters; at least {MIN_BODY_CHARS} are needed")
     for mark in claim_marks(body):
@@ -357,29 +367,16 @@ def _page_problems(page: PageText, front: dict[str, Any], body: str, ids: dict[s
     return out
 
 
-def merge_sha_counts(roots: list[Path]) -> dict[str, Any]:
-    """PR notes with their merge commit and those marked unavailable (by repository)."""
-    found, missing = 0, Counter()
-    for page in read_pages(corpus_files(roots)):
-        front, _, problem = split_page(page.text)
-        if problem or not front or front.get("kind") != "pr-note":
-            continue
-        if front.get("merge_sha") == MERGE_SHA_UNAVAILABLE:
-            missing[str(front.get("repo"))] += 1
-        elif front.get("merge_sha"):
-            found += 1
-    return {"found": found, "unavailable": sum(missing.values()), "unavailable_by_repo": dict(missing.most_common())}
-
-
-def check_corpus(roots: list[Path]) -> tuple[list[tuple[str, str]], int]:
-    """Every problem of every page as (where, problem), and the number of pages read.
+def check_corpus(roots: list[Path]) -> tuple[list[tuple[str, str]], int, dict[str, Any]]:
+    """Every problem of every page as (where, problem), the number of pages read, and the PR notes' merge
+    commits: {"found": notes with one, "unavailable": {repository: notes marked unavailable}}.
 
     ``where`` is the file for a one-page file, ``file:line (id)`` for a page of a multi-page file.
     """
     files = corpus_files(roots)
     problems: list[tuple[str, str]] = []
     ids: dict[str, str] = {}
-    prs: dict[tuple[str, int], str] = {}
+    prs = PrLedger()
     links: list[tuple[str, str, str]] = []
     if not files:
         problems.append((str(roots[0]), "no pages (*.md) found in any corpus folder"))
@@ -400,4 +397,4 @@ def check_corpus(roots: list[Path]) -> tuple[list[tuple[str, str]], int]:
     for where, target, kind in links:
         if target not in ids:
             problems.append((where, f"{kind} 'kbs:{target}' names no page{suggest(target, ids)}"))
-    return problems, len(pages)
+    return problems, len(pages), {"found": len(prs.shas), "unavailable": dict(prs.unavailable.most_common())}

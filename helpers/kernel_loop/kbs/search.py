@@ -217,20 +217,16 @@ def search(
 def _cap_pr_notes(hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """At most PR_NOTES_WITHIN of the first FAMILY_SLOTS_WITHIN places go to PR notes (when no kind is asked
     for): precedent is there to back a pattern, not to crowd it out of the first screen. The notes passed
-    over follow the window, in their order."""
-    window, first, later = FAMILY_SLOTS_WITHIN, [], []
+    over follow the window, everything keeping its order."""
+    first, later, notes = [], [], 0
     for h in hits:
-        if len(first) >= window:
-            later.append(h)
-        elif h["kind"] == "pr-note" and sum(x["kind"] == "pr-note" for x in first) >= PR_NOTES_WITHIN:
-            later.append(h)
-        else:
+        if len(first) < FAMILY_SLOTS_WITHIN and (h["kind"] != "pr-note" or notes < PR_NOTES_WITHIN):
+            notes += h["kind"] == "pr-note"
             first.append(h)
-    if len(first) < window:  # too few other pages: the notes fill the window after all
-        return hits
-    passed = [h for h in later if h["kind"] == "pr-note" and hits.index(h) < window]
-    rest = [h for h in later if h not in passed]
-    return first + passed + rest
+        else:
+            later.append(h)
+    # too few other pages to fill the window: the notes fill it after all
+    return first + later if len(first) == FAMILY_SLOTS_WITHIN else hits
 
 
 def _keep_family_slots(hits: list[dict[str, Any]], fam: str) -> list[dict[str, Any]]:

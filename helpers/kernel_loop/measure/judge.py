@@ -277,8 +277,9 @@ def profile(judge: Judge) -> dict[str, Any]:
     judge.workers.remove(ncu_worker)
     proctree.end_descendants()
     judge.mark("ncu")
-    return {"timing": timing, "phases_s": judge.phases, "gpu_state": {"before": before, "after": after}, "gpu": judge.gpu_info(),
-            "gpu_check": gpu_check, "ncu": {"returncode": rc, "output_tail": output, "calls": warm + 1},
+    return {"timing": timing, "phases_s": judge.phases, "gpu_state": {"before": before, "after": after},
+            "gpu": judge.gpu_info(), "gpu_check": gpu_check,
+            "ncu": {"returncode": rc, "output_tail": output, "calls": warm + 1},
             "worker_isolated": False, "isolation_why": ISOLATION_WHY,
             "output_bytes": _memory(first, None)["outputs_bytes"], "inputs_bytes": _memory(first, None)["inputs_bytes"]}
 

@@ -99,8 +99,8 @@ def cmd_get(args) -> int:
         return 0
     print(f"# {page.get('title')}  ({page['id']})")
     print(f"path: {page['path']}:{page['line']}")
-    for key in ("kind", "repo", "pr", "merged", "merge_sha", "merge_sha_why", "confidence", "symptoms", "architectures", "languages",
-                "kernel_types", "tags", "related"):
+    for key in ("kind", "repo", "pr", "merged", "merge_sha", "merge_sha_why", "confidence", "symptoms",
+                "architectures", "languages", "kernel_types", "tags", "related"):
         value = page.get(key)
         if value:
             print(f"{key}: {', '.join(map(str, value)) if isinstance(value, list) else value}")
@@ -137,16 +137,15 @@ def cmd_stats(args) -> int:
 
 def cmd_check(args) -> int:
     roots = corpus.corpus_roots(_corpus_args(args))
-    problems, n = corpus.check_corpus(roots)
+    problems, n, shas = corpus.check_corpus(roots)
     for where, msg in problems:
         print(f"{where}: {msg}")
     if problems:
         progress(f"kbs check: {len(problems)} problem(s) in {n} page(s)")
         return 1
-    shas = corpus.merge_sha_counts(roots)
     if shas["unavailable"]:
-        print(f"PR notes: {shas['found']} with their merge commit, {shas['unavailable']} without (history not read: "
-              + ", ".join(f"{r} {k}" for r, k in shas["unavailable_by_repo"].items()) + ")")
+        print(f"PR notes: {shas['found']} with their merge commit, {sum(shas['unavailable'].values())} without "
+              "(history not read: " + ", ".join(f"{r} {k}" for r, k in shas["unavailable"].items()) + ")")
     print(f"kbs check: OK, {n} pages in {len(roots)} corpus folder(s)")
     return 0
 
