@@ -27,6 +27,7 @@ from typing import Any
 
 from . import build
 from .common import UsageError, atomic_write_text, now_iso, progress, step, write_json
+from .measure import sandbox
 from .templating import render
 from .vocab import IMPL_SUFFIX
 
@@ -206,6 +207,14 @@ def evaluate(facts: dict[str, Any], impl: str | None) -> list[dict[str, Any]]:
     checks.append(_check("compute-sanitizer", bool(san.get("path")), "optional",
                          san.get("path") or "not found (needed only for correctness --sanitize)",
                          "install the CUDA toolkit's compute-sanitizer"))
+    if "landlock_abi" in facts:
+        abi = int(facts.get("landlock_abi") or 0)
+        checks.append(_check("worker sandbox", abi > 0, "integrity",
+                             f"Landlock ABI {abi}: the kernel's worker cannot read or change the record key or the "
+                             "run directory" if abi else "no Landlock in this kernel: the kernel's worker runs with "
+                             "the user's rights over the user's files, the record key among them",
+                             "Linux 5.13 or later with landlock in its LSM list (lsm=...,landlock); every step "
+                             "still runs, and says the worker was not isolated"))
     for name in ("cuda-python", "flashinfer"):
         checks.append(_check(name, bool(v.get(name)), "optional", f"{name} {v.get(name) or 'not installed'}",
                              f"pip install {'flashinfer-python' if name == 'flashinfer' else name} (optional)"))
@@ -447,6 +456,7 @@ def gather(gpu: int, cfg_build: dict | None = None, measure: bool = True) -> dic
     facts["cute_headers"] = facts["cutlass"]["include"]
     facts["cutlass"]["package_version"] = facts["versions"].get("nvidia-cutlass")
     facts["cute_dsl"] = cute_dsl_facts(facts["versions"].get("nvidia-cutlass-dsl"))
+    facts["landlock_abi"] = sandbox.abi()
     if not facts["versions"]["torch"]:
         return facts
     import torch

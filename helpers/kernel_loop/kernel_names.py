@@ -29,9 +29,12 @@ def defined_kernels(source: str) -> list[str]:
 
 
 def own_kernels(profiled: list[str], defined: list[str]) -> list[str]:
-    """The profiled kernel names that contain one of the defined names as a word (Triton may append its
-    signature suffix, as in ``softmax_kernel_0d1d2d``)."""
-    pats = [re.compile(rf"(?<![A-Za-z0-9_]){re.escape(d)}(?:_[0-9][0-9a-z]*)*(?![A-Za-z0-9_])") for d in defined]
+    """The profiled kernel names that contain one of the defined names as a word.  Triton may append its
+    signature suffix (``softmax_kernel_0d1d2d``); CuTe DSL names the compiled kernel
+    ``kernel_cutlass_<name>_<its arguments' types>`` (``kernel_cutlass__add_kernel_tensorptrf32gmem...``
+    for ``_add_kernel``)."""
+    pats = [re.compile(rf"(?<![A-Za-z0-9_]){re.escape(d)}(?:_[0-9][0-9a-z]*)*(?![A-Za-z0-9_])"
+                       rf"|(?<![A-Za-z0-9_])kernel_cutlass_{re.escape(d)}(?:_|(?![A-Za-z0-9]))") for d in defined]
     return [p for p in profiled if any(rx.search(p) for rx in pats)]
 
 
@@ -40,10 +43,12 @@ def library_note(profiled: list[str], defined: list[str], kernel_file: str) -> s
     if not profiled or own_kernels(profiled, defined):
         return None
     shown = ", ".join(f"`{n[:80]}`" for n in profiled[:4]) + (" ..." if len(profiled) > 4 else "")
-    where = (f"none of the kernels {kernel_file} defines ({', '.join(defined[:6])})" if defined
-             else f"{kernel_file}, which defines no kernel of its own (no __global__, @triton.jit or @cute.kernel)")
-    return (f"library fallback: every kernel the profile caught in the measured call comes from PyTorch or its "
-            f"libraries, not from {where}; caught: {shown}")
+    if defined:
+        return (f"library fallback: the profile caught none of the kernels {kernel_file} defines "
+                f"({', '.join(defined[:6])}) in the measured call, only kernels of PyTorch or its libraries: {shown}")
+    return (f"library fallback: {kernel_file} defines no kernel of its own (no __global__, @triton.jit or "
+            f"@cute.kernel), so every kernel the profile caught in the measured call comes from PyTorch or its "
+            f"libraries: {shown}")
 
 
 def short_name(name: str, width: int = 48) -> str:

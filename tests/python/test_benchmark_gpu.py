@@ -117,3 +117,62 @@ def test_two_version_triton_run_benchmark_and_report(tmp_path):
     assert "Same-run A/B: speedup" in md
     assert (out / "final_report.png").stat().st_size > 0 or "chart was skipped" in md
     assert json.loads(_ok(klcli.run("status", out, "--json")).stdout)["next"]["step"] == "done"
+
+
+# --- CUTLASS and CuTe DSL through the whole loop --------------------------------------------------------------
+CUTLASS_OK = __import__("os").environ.get("CUTLASS_PATH")
+CUTE_DSL_OK = __import__("importlib").util.find_spec("cutlass") is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("impl, name, suffix, threads", [
+    pytest.param("cutlass", "cutlass_vadd.cu", ".cu", ("(N + 255) / 256, 256", "(N + 127) / 128, 128"),
+                 marks=pytest.mark.skipif(not CUTLASS_OK, reason="CUTLASS_PATH is not set")),
+    pytest.param("cute-dsl", "cute_dsl_vadd.py", ".py", ("THREADS = 256", "THREADS = 128"),
+                 marks=pytest.mark.skipif(not CUTE_DSL_OK, reason="nvidia-cutlass-dsl (import cutlass) is not "
+                                          "installed")),
+])
+def test_cutlass_and_cute_dsl_run_the_whole_loop(tmp_path, impl, name, suffix, threads):
+    """v0 -> v1 (one change: the block size) through correctness, profile, the gates, benchmark and report,
+    for the two implementations that had only run correctness and profile on a GPU."""
+    gate = rundir.gate_script()
+    text = (klcli.KERNELS / name).read_text()
+    old, new = threads
+    assert text.count(old) == 1, (name, old)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / f"vadd{suffix}").write_text(text)
+    out = tmp_path / "run"
+    _ok(klcli.run("init", out, "--kernel", "vadd", "--ref", klcli.KERNELS / "ref_vadd.py", "--impl", impl,
+                  "--baseline", src / f"vadd{suffix}", "--dims", "N=16777216", "--iterations", "1",
+                  "--warmup", "5", "--trials", "30", timeout=900))
+    measure(out, "The next version launches half as many threads per block.")
+    _ok(klcli.run("hypothesis", out, "--change", "Launch 128 threads per block instead of 256.",
+                  "--rationale", "A streaming add is DRAM-bound; the block size should not matter.",
+                  "--risk", "More blocks to schedule.", "--decision-rule", "Keep if the A/B interval is above 1.0.",
+                  "--predict", "duration: -1%"))
+    _ok(subprocess.run(["bash", str(gate), str(out / "v0")], capture_output=True, text=True))
+    path = Path(_ok(klcli.run("next", out)).stdout.strip())
+    assert path.name == f"kernel{suffix}", path
+    path.write_text(text.replace(old, new))
+    measure(out, "Final version: the profile shows what remains.")
+    _ok(subprocess.run(["bash", str(gate), str(out / "v1"), "--final"], capture_output=True, text=True))
+    for v in ("v0", "v1"):
+        ncu = json.loads((out / v / "ncu.json").read_text())
+        assert not ncu["library_fallback"], ncu["library_fallback"]
+        assert len(ncu["kernels"]) == 1 and "add_kernel" in ncu["kernels"][0]["name"], ncu["kernels"]
+    _ok(klcli.run("benchmark", out, "--baselines", "pytorch-eager,torch-compile", "--trials", "40", timeout=900))
+    bench = json.loads((out / "benchmark.json").read_text())
+    rows = {r["name"]: r for r in bench["rows"]}
+    for row in ("solution", "pytorch-eager", "torch-compile", "v0", "v1"):
+        assert rows[row]["available"] and rows[row]["correct"] and rows[row]["correct_after_timing"], \
+            (row, rows[row]["why"], rows[row]["error"])
+    (ab,) = bench["ab"]
+    assert (ab["from"], ab["to"]) == ("v0", "v1")
+    _ok(klcli.run("report", out))
+    md = (out / "final_report.md").read_text()
+    assert "### v0 -> v1" in md and "Launch 128 threads per block instead of 256." in md
+    assert json.loads(_ok(klcli.run("status", out, "--json")).stdout)["next"]["step"] == "done"
+    print(f"{impl}: solution {rows['solution']['stats_us']['median']:.1f} us, eager "
+          f"{rows['pytorch-eager']['stats_us']['median']:.1f} us, compile "
+          f"{rows['torch-compile']['stats_us']['median']:.1f} us, A/B v0->v1 {ab['speedup']:.3f} ({ab['verdict']})")

@@ -276,3 +276,64 @@ def test_a_version_that_runs_only_library_kernels_is_noted_not_failed():
     assert library_note(["softmax_kernel"], ["softmax_kernel"], "kernel.py") is None
     assert library_note(["void transpose_tile<32>(float const*)"], ["transpose_tile"], "kernel.cu") is None
     assert "defines no kernel of its own" in library_note(torch_only, [], "kernel.py")
+    # CuTe DSL's compiled name, as ncu showed it on the H200 (nvidia-cutlass-dsl 4.2.1)
+    dsl = "kernel_cutlass__add_kernel_tensorptrf32gmemalign16o167772161_tensorptrf32gmemali"
+    assert library_note([dsl], ["_add_kernel"], "kernel.py") is None
+    assert library_note(["kernel_cutlass__add_kernel2_tensorptr"], ["_add_kernel"], "kernel.py") is not None
+    assert library_note(["kernel_cutlass_add_kernel"], ["add_kernel"], "kernel.py") is None
+    note = library_note(torch_only, ["softmax_kernel"], "kernel.py")
+    assert "none of the kernels kernel.py defines (softmax_kernel)" in note and "not from none" not in note
+
+
+# --- the worker's sandbox: the record key and the run directory are out of its reach -----------------------
+REACHER = '''import os
+
+import torch
+
+KEY = {key!r}
+RECORDS = {records!r}
+
+
+def _reached():
+    got = []
+    for path, mode in ((KEY, "r"), (RECORDS, "r"), (RECORDS, "a")):
+        try:
+            with open(path, mode) as fh:
+                got.append(fh.read(1) if mode == "r" else fh.write(""))
+        except OSError:
+            pass
+    return got
+
+
+def run_kernel(x, y, out, N):
+    torch.add(x, y, out=out)
+    if _reached():  # a kernel that could read the key could re-sign any record: it shows it by a wrong answer
+        out.add_(1.0)
+'''
+
+
+@pytest.mark.skipif(__import__("kernel_loop.measure.sandbox", fromlist=["abi"]).abi() < 1,
+                    reason="this kernel has no Landlock")
+def test_a_kernel_cannot_read_the_record_key_or_the_records(tmp_path, monkeypatch):
+    """The attack: read the record key (to re-sign records) and records.log from inside the kernel. The static
+    check refuses such source first; it is off here, so what is tested is the sandbox behind it. The same
+    kernel with the sandbox switched off reaches both and fails, so the sandbox is what stops it."""
+    from kernel_loop import records
+
+    monkeypatch.setattr(static_check, "check_kernel_source", lambda path: None)
+    outcomes = {}
+    for mode in ("on", "off"):
+        out = tmp_path / mode
+        kernel = tmp_path / f"reacher_{mode}.py"
+        kernel.write_text(REACHER.format(key=str(records.key_path()), records=str(out / "records.log")))
+        assert klcli.main("init", out, "--kernel", "reacher", "--ref", KERNELS / "ref_vadd.py", "--impl", "triton",
+                          "--baseline", kernel, "--dims", "N=4096", "--skip-env", "--trials", "1") == 0
+        monkeypatch.setenv("KERNEL_LOOP_SANDBOX", mode)
+        rc = klcli.main("correctness", out)
+        outcomes[mode] = (rc, json.loads((out / "v0" / "correctness.json").read_text()))
+    rc, data = outcomes["on"]
+    assert rc == 0 and data["result"] == "PASS", data["error"]
+    assert data["worker_isolated"] is True and "Landlock" in data["isolation_why"]
+    assert "Worker sandbox | yes" in (tmp_path / "on" / "v0" / "correctness.md").read_text()
+    rc, data = outcomes["off"]
+    assert rc == 1 and data["result"] == "FAIL" and data["worker_isolated"] is False

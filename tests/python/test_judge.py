@@ -130,6 +130,7 @@ def test_the_worker_sees_no_key_no_kernel_loop_variable_and_no_mode(tmp_path, mo
     monkeypatch.setenv("KERNEL_LOOP_RECORD_KEY", key)
     assert not [k for k in worker_env() if k.startswith("KERNEL_LOOP_")]
     log = tmp_path / "probe.jsonl"
+    log.touch()  # made before the worker's sandbox: a new file beside the run directory would be refused
     out = _init(tmp_path, "ref_vadd.py", PROBE.format(key=key, log=str(log)), "N=1000")
     rc, data = _correctness(out)
     assert rc == 0 and data["result"] == "PASS", data["error"]
@@ -186,11 +187,13 @@ def test_a_process_the_kernel_starts_in_a_new_session_is_ended_with_the_step(tmp
     group misses it) that outlives the step.  Defence: the CLI and the judge are child subreapers and end
     every descendant after the step."""
     pidfile = tmp_path / "child.pid"
+    pidfile.touch()  # made before the worker's sandbox: a new file beside the run directory would be refused
     out = _init(tmp_path, "ref_vadd.py", SPAWN.format(pidfile=str(pidfile)), "N=1000")
     pid = None
     try:
         rc, data = _correctness(out)
-        pid = int(pidfile.read_text())
+        pid = int(pidfile.read_text() or 0) or None
+        assert pid, data["error"]
         assert rc == 0, data["error"]
         deadline = time.monotonic() + 2.0  # the kill is sent before correctness returns; allow for its delivery
         while _alive(pid) and time.monotonic() < deadline:

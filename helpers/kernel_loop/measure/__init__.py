@@ -9,11 +9,13 @@ Every piece of user code runs in a child process.  Two kinds of process take par
   kernel when told and says "done".  It decides nothing: it cannot tell a correctness call from a timed
   or a profiled one, and it never learns which calls are verified.
 
+``sandbox`` is the worker's file sandbox (Landlock), put in place before the kernel is imported: no
+record key, nothing of the run directory but the files it was given, no tracing of the judge.
 ``protocol`` is what passes between them (JSON messages over a Unix socket, tensors by CUDA IPC or
 shared files); ``problem`` builds the judge's data from ref.py; ``session`` is the CLI's side: it starts
 the judge, waits for it with the run's timeout and ends every process the step started.
 
-Imports: ``worker`` imports ``protocol`` and the loader/build/timing support modules, never ``judge``,
+Imports: ``worker`` imports ``protocol``, ``sandbox`` and the loader/build/timing support modules, never ``judge``,
 ``problem`` or ``compare``; ``judge`` imports ``protocol`` and ``problem``; ``session`` imports neither
 (the CLI process never imports torch).
 """

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -45,8 +46,6 @@ from .problem import DataSet, Problem, accepts_baseline, import_ref, kernel_kind
 
 FRESH_SEED_OFFSET = 7_777_777   # the seed of the check after timing: never one a correctness trial used
 _T0 = time.monotonic()          # the judge's start: the phases of a step are counted from it
-ISOLATION_WHY = ("the worker runs as the user with no user-namespace sandbox: it can read the user's files, the "
-                 "record key among them; see references/artifacts.md, 'what remains open'")
 
 
 def _at() -> str:
@@ -72,8 +71,10 @@ class Judge:
         self.deadline = started.deadline
         self.rng = random.SystemRandom()
         self._tmp = started.tmp
+        self._worker_tmp = started.worker_tmp
         self.folder = started.folder
         self.workers: list[WorkerProc] = list(started.workers.values())
+        self.seen: list[WorkerProc] = list(self.workers)  # every worker of the step, for what its sandbox said
         self._early = dict(started.workers)
         self.use_file = os.environ.get(protocol.TRANSPORT_ENV) == "file" or not self.device.startswith("cuda")
         if self.device.startswith("cuda"):
@@ -100,6 +101,7 @@ class Judge:
             w.kill()
         proctree.end_descendants()
         self._tmp.cleanup()
+        shutil.rmtree(self._worker_tmp, ignore_errors=True)
 
     def problem(self, dims: dict, kernel: Path) -> Problem:
         kind = kernel_kind(kernel, self.ref)
@@ -112,9 +114,19 @@ class Judge:
     def start_worker(self, name: str, *, prefix: list[str] | None = None, env: dict | None = None) -> WorkerProc:
         if name in self._early:  # started before the judge imported torch: their imports overlapped
             return self._early.pop(name)
-        w = start(self.folder, name, self.spec, deadline=self.deadline, prefix=prefix, env=env)
+        w = start(self.folder, name, self.spec, deadline=self.deadline, prefix=prefix, env=env,
+                  tmpdir=self._worker_tmp)
         self.workers.append(w)
+        self.seen.append(w)
         return w
+
+    def isolation(self) -> dict[str, Any]:
+        """Whether every worker that ran code of the user's was sandboxed (sandbox.py), and how or why not."""
+        said = [w.isolated for w in self.seen if w.isolated is not None]
+        if not said:
+            return {"worker_isolated": False, "isolation_why": "no worker started"}
+        bad = [why for ok, why in said if not ok]
+        return {"worker_isolated": not bad, "isolation_why": bad[0] if bad else said[0][1]}
 
     def end_worker(self, w: WorkerProc) -> None:
         """End a worker and everything it started, before anything else is measured."""
@@ -189,6 +201,7 @@ def correctness(judge: Judge) -> dict[str, Any]:
         _correctness(judge, worker, path, kind, result)
     finally:
         judge.end_worker(worker)
+    result.update(judge.isolation())
     return result
 
 
@@ -280,7 +293,7 @@ def profile(judge: Judge) -> dict[str, Any]:
     return {"timing": timing, "phases_s": judge.phases, "gpu_state": {"before": before, "after": after},
             "gpu": judge.gpu_info(), "gpu_check": gpu_check,
             "ncu": {"returncode": rc, "output_tail": output, "calls": warm + 1},
-            "worker_isolated": False, "isolation_why": ISOLATION_WHY,
+            **judge.isolation(),
             "output_bytes": _memory(first, None)["outputs_bytes"], "inputs_bytes": _memory(first, None)["inputs_bytes"]}
 
 
@@ -335,7 +348,6 @@ def benchmark(judge: Judge) -> dict[str, Any]:
     sess.prepare_sets(len(usable) * (warmup + trials + 2), cfg.seed + 1)
     res["gpu_check"] = judge.check_gpu_is_ours("the benchmark")
     res["input_sets"] = "fresh per call" if sess.fresh else "two, chosen at random per call"
-    res.update(worker_isolated=False, isolation_why=ISOLATION_WHY)
     for item in res["items"]:
         name = item["name"]
         if not item["available"]:
@@ -374,6 +386,7 @@ def benchmark(judge: Judge) -> dict[str, Any]:
     base = baselines(judge, prob, first)
     res["items"] += base.pop("items")
     res.update(base)
+    res.update(judge.isolation())
     return res
 
 

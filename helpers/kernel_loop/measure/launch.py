@@ -6,30 +6,35 @@ messages, and turns a crash, a hang or a broken protocol into ``WorkerFailed`` a
 exception into ``KernelFailed``.  ``Started`` starts the workers a mode needs first, before the judge
 imports torch, so that their imports overlap.  ``import_kernel`` asks a worker to import (or build) a
 kernel; ``prebuild`` builds every version's library at once, each in a short-lived worker of its own,
-so that the timing worker then loads them from the cache.
+so that the timing worker then loads them from the cache.  Each worker is told, in its first request, what
+to hide from itself (``sandbox.policy``: the record key and the run directory, all but the kernel files
+and ref.py), and says whether it could.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
 from pathlib import Path
 from typing import Any
 
-from .. import proctree
+from .. import proctree, records
 from ..common import MeasuredFailure, UsageError, progress
 from ..config import RunConfig
 from ..kernel_names import builds_cpp_extension
-from . import protocol
+from . import protocol, sandbox
 
 CONNECT_TIMEOUT_S = 300.0
+SANDBOX_ENV = "KERNEL_LOOP_SANDBOX"  # "off": the workers run unsandboxed (every step then says so)
 
 
 class WorkerFailed(MeasuredFailure):
@@ -54,8 +59,10 @@ class WorkerProc:
     """A started worker: its process (in its own group), its channel, the tail of its output."""
 
     def __init__(self, folder: Path, name: str, device: str, *, prefix: list[str] | None = None,
-                 env: dict | None = None, deadline: float):
+                 env: dict | None = None, deadline: float, policy: dict | None = None):
         self.name = name
+        self.policy = policy
+        self.isolated: tuple[bool, str] | None = None  # what the worker said of its sandbox
         self.sock_path = folder / f"{secrets.token_hex(6)}.sock"  # a name that says nothing of the worker's role
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(str(self.sock_path))
@@ -133,7 +140,10 @@ class WorkerProc:
         return reply
 
     def hello(self, impl: str) -> dict[str, Any]:
-        return self.request({"op": "hello", "device": self.device, "folder": str(self.folder), "impl": impl})
+        reply = self.request({"op": "hello", "device": self.device, "folder": str(self.folder), "impl": impl,
+                              "sandbox": self.policy})
+        self.isolated = (bool(reply.get("isolated")), str(reply.get("isolation") or "the worker did not say"))
+        return reply
 
     def close(self, wait_s: float = 30.0) -> int | None:
         """Ask it to leave, then end its group and every process it started; returns its exit status."""
@@ -165,12 +175,31 @@ class WorkerProc:
         self.listener.close()
 
 
+def kernel_files(spec: dict[str, Any]) -> list[str]:
+    """Every kernel file a step's spec names (the one measured, or the solution and every version)."""
+    files = [spec.get("kernel"), (spec.get("solution") or {}).get("kernel")]
+    files += [v.get("kernel") for v in spec.get("versions") or []]
+    return [str(f) for f in files if f]
+
+
+def sandbox_policy(spec: dict[str, Any]) -> dict[str, Any] | None:
+    """What every worker of this step hides from itself: the record key and the run directory, whose kernel
+    files and ref.py it may still read.  None when the user switched the sandbox off."""
+    if os.environ.get(SANDBOX_ENV, "").strip().lower() in ("off", "0", "no"):
+        return None
+    root = Path(spec["run_root"])
+    return sandbox.policy([records.key_path(), root], [*kernel_files(spec), root / "ref.py"])
+
+
 def start(folder: Path, name: str, spec: dict[str, Any], *, deadline: float, prefix: list[str] | None = None,
-          env: dict | None = None) -> WorkerProc:
+          env: dict | None = None, tmpdir: str | None = None) -> WorkerProc:
     extra = dict(env or {})
     if spec["device"] == "cpu" and spec["cfg"].get("impl") == "triton":
         extra.setdefault("TRITON_INTERPRET", "1")
-    return WorkerProc(folder, name, spec["device"], prefix=prefix, env=extra, deadline=deadline)
+    if tmpdir:  # its own temporary folder, made before its sandbox's rules (see sandbox.py)
+        extra.update(TMPDIR=tmpdir, TEMP=tmpdir, TMP=tmpdir)
+    return WorkerProc(folder, name, spec["device"], prefix=prefix, env=extra, deadline=deadline,
+                      policy=sandbox_policy(spec))
 
 
 class Started:
@@ -180,18 +209,23 @@ class Started:
         self.deadline = time.monotonic() + float(spec.get("timeout_s") or 300)
         self.tmp = protocol.private_dir("kl-judge-")
         self.folder = Path(self.tmp.name)
+        # the workers' temporary files land here, and go when the judge ends (whatever a kernel left)
+        self.worker_tmp = tempfile.mkdtemp(prefix="kl-worker-tmp-")
         self.workers: dict[str, WorkerProc] = {}
         mode = spec["mode"]
         if mode == "profile":
-            self.workers["ncu"] = start(self.folder, "ncu", spec, deadline=self.deadline, prefix=spec["ncu_prefix"])
+            self.workers["ncu"] = start(self.folder, "ncu", spec, deadline=self.deadline, prefix=spec["ncu_prefix"],
+                                        tmpdir=self.worker_tmp)
         self.workers["kernel"] = start(self.folder, "kernel", spec, deadline=self.deadline,
                                        prefix=spec.get("prefix") if mode == "correctness" else None,
-                                       env=spec.get("worker_env") if mode == "correctness" else None)
+                                       env=spec.get("worker_env") if mode == "correctness" else None,
+                                       tmpdir=self.worker_tmp)
 
     def close(self) -> None:
         for w in self.workers.values():
             w.kill()
         self.tmp.cleanup()
+        shutil.rmtree(self.worker_tmp, ignore_errors=True)
 
 
 def import_kernel(worker: WorkerProc, kid: str, path: Path, kind: str, cfg: RunConfig) -> dict[str, Any]:

@@ -6,6 +6,7 @@ judge wraps it), with nothing on its command line; it connects to the socket nam
 serves one request at a time:
 
 - ``hello``: the device; the timing primitives were bound before any user code ran (``timing.bind``);
+  the sandbox the judge asks for (``sandbox.apply``) is put in place, and the reply says whether it held;
 - ``import``: import a kernel file (``.py``, run from its hashed bytes) or build and load a ``.cu``
   library; a baseline worker imports ref.py instead (the judge never asks a kernel's worker for that);
 - ``bind``: map the judge's tensors and make each kernel's call: ``run_kernel(**inputs)``, ``solve(...)``,
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common import UsageError
-from . import protocol
+from . import protocol, sandbox
 
 NVTX_RANGE = "kl_measure"
 
@@ -105,7 +106,9 @@ class Worker:
             torch.cuda.set_device(torch.device(self.device))
         elif msg.get("impl") == "triton":
             os.environ.setdefault("TRITON_INTERPRET", "1")
-        return {"pid": os.getpid(), "torch": torch.__version__}
+        # before any of the kernel's code runs, for good: no record key, no run directory but the files given
+        isolated, how = sandbox.apply(msg.get("sandbox"))
+        return {"pid": os.getpid(), "torch": torch.__version__, "isolated": isolated, "isolation": how}
 
     def op_bye(self, msg: dict) -> dict:
         self.shared.clear()  # the judge's memory is released before it ends

@@ -257,7 +257,7 @@ def finish(result: dict[str, Any], *, version: str, selection: str, timing: dict
             "tolerance_applied": result.get("tolerances"), "rows": rows,
             "speedups": speedups, "roofline": roof, "ab": ab, "flags": flags, "gate": "passed",
             "input_sets": result.get("input_sets"), "worker_isolated": result.get("worker_isolated"),
-            "created": now_iso()}
+            "isolation_why": result.get("isolation_why"), "created": now_iso()}
 
 
 # --- the command --------------------------------------------------------------------------------

@@ -164,7 +164,8 @@ def run_correctness(args: argparse.Namespace) -> int:
             "result": result, "error": error, "device": res.get("device", device), "impl": cfg.impl,
             "time": now_iso(), "seconds": round(outcome.seconds, 2),
             "tolerance": cfg.tolerance, "build": res.get("build"), "shapes": res["shapes"],
-            "warnings": res.get("warnings", []), "sanitize": sanitize, "memory": memory_summary(res["shapes"])}
+            "warnings": res.get("warnings", []), "sanitize": sanitize, "memory": memory_summary(res["shapes"]),
+            "worker_isolated": res.get("worker_isolated"), "isolation_why": res.get("isolation_why")}
     write_json(vdir / "correctness.json", data)
     atomic_write_text(vdir / "correctness.md", render("correctness.md.j2", c=data))
     provenance.record(vdir, [kernel, vdir / "correctness.md", vdir / "correctness.json", rd.run_json],

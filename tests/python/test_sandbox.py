@@ -1,0 +1,90 @@
+"""The worker's file sandbox (measure/sandbox.py): the plan of its rules, and the rules at work in a child
+process (Landlock needs Linux 5.13+; where the kernel has none, the child tests skip and say so)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from kernel_loop.measure import sandbox
+from klcli import HELPERS
+
+needs_landlock = pytest.mark.skipif(sandbox.abi() < 1, reason="this kernel has no Landlock")
+
+
+def _tree(tmp_path):
+    (tmp_path / "home" / ".config" / "kernel-loop").mkdir(parents=True)
+    key = tmp_path / "home" / ".config" / "kernel-loop" / "record.key"
+    key.write_text("0" * 64 + "\n")
+    (tmp_path / "home" / ".config" / "other.conf").write_text("x")
+    run = tmp_path / "work" / "run"
+    (run / "v0").mkdir(parents=True)
+    (run / "v0" / "kernel.py").write_text("# kernel\n")
+    (run / "ref.py").write_text("# ref\n")
+    (run / "records.log").write_text("signed\n")
+    (tmp_path / "work" / "notes.txt").write_text("mine")
+    (tmp_path / "work" / "to-key").symlink_to(key.parent)
+    return key, run
+
+
+def test_the_plan_grants_everything_beside_the_hidden_paths_and_nothing_in_them(tmp_path):
+    key, run = _tree(tmp_path)
+    pol = sandbox.policy([key, run], [run / "v0" / "kernel.py", run / "ref.py"])
+    rules = dict(sandbox.grants(pol["hide"], pol["read"]))
+    real = os.path.realpath
+    assert rules[real(tmp_path / "home" / ".config" / "other.conf")] == "all"   # beside the key
+    assert rules[real(tmp_path / "work" / "notes.txt")] == "all"                 # beside the run directory
+    assert rules[real(run / "v0" / "kernel.py")] == rules[real(run / "ref.py")] == "read"
+    for hidden in (key, key.parent, run, run / "records.log", run / "v0", tmp_path / "work" / "to-key"):
+        assert str(hidden) not in rules and real(hidden) not in rules, hidden     # a link to the key folder too
+    for way in (tmp_path, tmp_path / "home", tmp_path / "work"):               # folders on the way get no rule
+        assert real(way) not in rules
+
+
+CHILD = """
+import os, sys
+from kernel_loop.measure import sandbox
+key, run, parent = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ok, how = sandbox.apply(sandbox.policy([key, run], [os.path.join(run, "v0", "kernel.py")]))
+assert ok, how
+def can(fn):
+    try:
+        fn()
+        return True
+    except OSError:
+        return False
+print("key", can(lambda: open(key).read()))
+print("records", can(lambda: open(os.path.join(run, "records.log")).read()))
+print("append", can(lambda: open(os.path.join(run, "records.log"), "a").write("forged")))
+print("new", can(lambda: open(os.path.join(run, "v0", "planted.py"), "w").write("x")))
+print("kernel", can(lambda: open(os.path.join(run, "v0", "kernel.py")).read()))
+print("beside", can(lambda: open(os.path.join(os.path.dirname(run), "notes.txt")).read()))
+print("tmp", can(lambda: open(os.path.join(os.environ["TMPDIR"], "scratch"), "w").write("x")))
+print("mem", can(lambda: open(f"/proc/{parent}/mem", "rb").read(1)))
+print("root", can(lambda: open(f"/proc/{parent}/root" + key).read()))
+"""
+
+
+@needs_landlock
+def test_a_sandboxed_process_cannot_reach_the_key_the_records_or_the_judge(tmp_path):
+    key, run = _tree(tmp_path)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(HELPERS), TMPDIR=str(scratch))
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(CHILD), str(key), str(run), str(os.getpid())],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = dict(line.split() for line in proc.stdout.splitlines())
+    assert got == {"key": "False", "records": "False", "append": "False", "new": "False", "kernel": "True",
+                   "beside": "True", "tmp": "True", "mem": "False", "root": "False"}, got
+    assert (run / "records.log").read_text() == "signed\n" and not (run / "v0" / "planted.py").exists()
+
+
+def test_without_landlock_the_worker_says_it_is_not_isolated(monkeypatch):
+    monkeypatch.setattr(sandbox, "abi", lambda: 0)
+    ok, why = sandbox.apply({"hide": ["/nonexistent"], "read": []})
+    assert not ok and "no Landlock" in why and "record key" in why
+    assert sandbox.apply(None) == (False, "the sandbox was switched off (KERNEL_LOOP_SANDBOX=off)")
