@@ -15,6 +15,11 @@ One line is printed per note, starting with its status:
 * ``pr-not-named``  the commit exists but nothing ties it to the PR number;
 * ``no-mirror``     the repository was not fetched, so nothing was checked.
 
+``--mirror-for owner/name=PATH`` (repeatable) makes another mirror stand for a repository,
+e.g. a fork whose history holds the same upstream commits when upstream itself was too large
+to fetch; PATH is a bare git directory or a folder holding one as ``repo/`` or ``repo/.git``.
+Each such choice is printed first, as a ``# mirror-for`` line.
+
 A summary line follows. The exit status is 1 when any note of a mirrored repository is
 not ``ok``, else 0.
 
@@ -22,7 +27,7 @@ CI does not run this script: it needs repository mirrors fetched onto the machin
 Usage::
 
     python3 scripts/kbs_check_shas.py --corpus helpers/kernel_loop/kbs_corpus/pr-note.md \\
-        --mirrors /work/.mirror
+        --mirrors /work/.mirror [--mirror-for vllm-project/vllm=/work/.mirror/someone+vllm]
 """
 
 from __future__ import annotations
@@ -60,11 +65,24 @@ def parse_notes(text: str) -> list[dict[str, str]]:
     return notes
 
 
-def git_dir_for(mirrors: Path, repo: str) -> Path | None:
-    """Find the bare git directory of a mirror named owner+name, or None."""
+def is_git_dir(cand: Path) -> bool:
+    return (cand / "HEAD").is_file() and (cand / "objects").is_dir()
+
+
+def git_dir_for(mirrors: Path, repo: str, mirror_for: dict[str, Path] | None = None) -> Path | None:
+    """Find the bare git directory of the mirror standing for repo, or None.
+
+    A ``--mirror-for`` entry wins; otherwise the mirror named owner+name under ``mirrors``.
+    """
+    if mirror_for and repo in mirror_for:
+        base = mirror_for[repo]
+        for cand in (base / "repo", base / "repo" / ".git", base):
+            if is_git_dir(cand):
+                return cand
+        return None
     base = mirrors / repo.replace("/", "+")
     for cand in (base / "repo", base):
-        if (cand / "HEAD").is_file() and (cand / "objects").is_dir():
+        if is_git_dir(cand):
             return cand
     return None
 
@@ -78,11 +96,13 @@ def git(git_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def check_note(note: dict[str, str], mirrors: Path) -> tuple[str, str]:
+def check_note(
+    note: dict[str, str], mirrors: Path, mirror_for: dict[str, Path] | None = None
+) -> tuple[str, str]:
     """Return (status, detail) for one note."""
     repo = note.get("repo", "")
     pr = note.get("pr", "")
-    git_dir = git_dir_for(mirrors, repo) if repo else None
+    git_dir = git_dir_for(mirrors, repo, mirror_for) if repo else None
     if git_dir is None:
         return "no-mirror", f"no mirror for {repo or '(no repo field)'}"
     sha = note.get("merge_sha", "").lower()
@@ -111,12 +131,30 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", required=True, type=Path, help="pr-note corpus file")
     ap.add_argument("--mirrors", required=True, type=Path, help="folder of owner+name git mirrors")
+    ap.add_argument(
+        "--mirror-for",
+        action="append",
+        default=[],
+        metavar="OWNER/NAME=PATH",
+        help="git mirror standing for a repository (repeatable), e.g. a fork of it",
+    )
     args = ap.parse_args(argv)
+
+    mirror_for: dict[str, Path] = {}
+    for item in args.mirror_for:
+        repo, sep, path = item.partition("=")
+        if not sep or "/" not in repo or not path:
+            ap.error(f"--mirror-for wants OWNER/NAME=PATH, not {item!r}")
+        if repo in mirror_for:
+            ap.error(f"--mirror-for given twice for {repo}")
+        mirror_for[repo] = Path(path)
+        found = git_dir_for(args.mirrors, repo, mirror_for)
+        print(f"# mirror-for {repo}={path} ({found if found else 'no git directory there'})")
 
     notes = parse_notes(args.corpus.read_text(encoding="utf-8"))
     counts: collections.Counter[str] = collections.Counter()
     for note in notes:
-        status, detail = check_note(note, args.mirrors)
+        status, detail = check_note(note, args.mirrors, mirror_for)
         counts[status] += 1
         cols = [status, note.get("id", "?"), note.get("repo", "?"), note.get("pr", "?")]
         cols += [note.get("merge_sha", "-") or "-", detail]
