@@ -667,7 +667,8 @@ tuning_values() {
     function emit(name, val) {
       gsub(/^[ \t]+|[ \t]+$/, "", val)
       if (val == "" || val ~ /constexpr/) return
-      if (name in V) V[name] = V[name] "|" val; else V[name] = val
+      if (!(name in V)) V[name] = val
+      else if (index("|" V[name] "|", "|" val "|") == 0) V[name] = V[name] "|" val  # each distinct value once
     }
     { line = $0; sub(/\r$/, "", line)
       if (FILENAME ~ /\.py$/) sub(/#.*/, "", line); else sub(/\/\/.*/, "", line)
@@ -696,7 +697,8 @@ warn_tuning_changes() {
   local changed
   changed=$(LC_ALL=C join -t $'\x1f' -a1 -a2 -e '(none)' -o 0,1.2,2.2 \
     <(tuning_values "$PREV_KERNEL" | sed 's/=/\x1f/') <(tuning_values "$D/$KERNEL" | sed 's/=/\x1f/') |
-    awk -F '\x1f' '$2 != $3 { printf "%s%s (%s -> %s)", sep, $1, $2, $3; n++; sep = ", " } END { if (n < 2) printf "" ; else printf "\n%d", n }')
+    awk -F '\x1f' '$2 != $3 { what = ($2 == "(none)") ? "new: " $3 : ($3 == "(none)") ? "removed: " $2 : $2 " -> " $3
+                 printf "%s%s (%s)", sep, $1, what; n++; sep = ", " } END { if (n < 2) printf "" ; else printf "\n%d", n }')
   [[ $changed == *$'\n'* ]] || return 0
   printf '[WARN] %s: %s changes %s launch/tuning values against v%s: %s (one change per version makes each measurement attributable)\n' \
     "$V" "$KERNEL" "${changed##*$'\n'}" "$((VK - 1))" "${changed%$'\n'*}"

@@ -158,9 +158,11 @@ def _tail(m: Metrics, ctx: dict[str, Any]):
 
 def _small_grid(m: Metrics, ctx: dict[str, Any]):
     w, g, n = m["waves_per_sm"], m["grid_size"], m["sm_count"]
-    if w < 1 or g < n:
-        return ({"waves_per_sm": "< 1", "grid_size": "< sm_count"},
-                f"{g:g} blocks, {w:.2f} waves on {n:g} SMs: some SMs have no work")
+    if g < n:
+        return ({"grid_size": "< sm_count"}, f"{g:g} blocks on {n:g} SMs: some SMs have no work")
+    if w < 1:
+        return ({"waves_per_sm": "< 1"}, f"{g:g} blocks fill {w:.2f} of one wave on {n:g} SMs: every SM has work, "
+                "but not every block slot the occupancy allows")
     return None
 
 

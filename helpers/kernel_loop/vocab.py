@@ -137,7 +137,7 @@ SYMPTOMS: dict[str, dict[str, str]] = {
         "rule": "ncu rule LaunchStats (tail effect)",
     },
     "small-grid": {
-        "summary": "The grid has fewer blocks than SMs, or less than one wave.",
+        "summary": "The grid has fewer blocks than SMs, or less than one full wave of resident blocks.",
         "fires_when": "waves_per_sm < 1 or grid_size < sm_count",
         "rule": "ncu rule LaunchStats (small grid)",
     },

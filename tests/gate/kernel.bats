@@ -166,8 +166,9 @@ cu_run() {
   make_run
   run -0 gate "$OUT/v0"
   make_version 1
-  printf '\nsoftmax_kernel[(1,)](x, y, n, num_warps=8)\n' >>"$OUT/v1/kernel.py"
+  # two launches with the same value: one value, shown once; a value v0 lacks is "new"
+  printf '\nsoftmax_kernel[(1,)](x, y, n, num_warps=8)\nsoftmax_kernel[(2,)](x, y, n, num_warps=8)\n' >>"$OUT/v1/kernel.py"
   measure 1
   run -0 gate "$OUT/v1"
-  assert_line '[WARN] v1: kernel.py changes 2 launch/tuning values against v0: BLOCK (64 -> 128), num_warps ((none) -> 8) (one change per version makes each measurement attributable)'
+  assert_line '[WARN] v1: kernel.py changes 2 launch/tuning values against v0: BLOCK (64 -> 128), num_warps (new: 8) (one change per version makes each measurement attributable)'
 }

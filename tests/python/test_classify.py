@@ -193,3 +193,13 @@ def test_informational_rule_rows_do_not_fire():
 def test_checks_cover_the_vocabulary_exactly():
     assert {c.tag for c in classify.CHECKS} | {"multi-kernel"} == set(SYMPTOMS)
     assert set(classify.RULE_TAGS.values()) <= set(SYMPTOMS)
+
+
+def test_small_grid_says_which_case_fired():
+    from kernel_loop.classify import _small_grid
+
+    thr, why = _small_grid({"waves_per_sm": 0.5, "grid_size": 66, "sm_count": 132}, {})
+    assert thr == {"grid_size": "< sm_count"} and "some SMs have no work" in why
+    thr, why = _small_grid({"waves_per_sm": 0.97, "grid_size": 1024, "sm_count": 132}, {})  # seen on the H200
+    assert thr == {"waves_per_sm": "< 1"} and "every SM has work" in why and "no work" not in why
+    assert _small_grid({"waves_per_sm": 2.0, "grid_size": 1024, "sm_count": 132}, {}) is None

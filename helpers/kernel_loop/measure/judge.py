@@ -450,7 +450,9 @@ def baselines(judge: Judge, prob: Problem, first: DataSet) -> dict[str, Any]:
     out["flops"] = float(loader.call_with(flops_fn, cfg.dims)) if callable(flops_fn) else None
     out["bytes_moved"] = float(loader.call_with(bytes_fn, cfg.dims)) if callable(bytes_fn) else None
     mem = _memory(first, None)
-    out["io_bytes"] = float(mem["inputs_bytes"] + mem["outputs_bytes"])
+    state = sum(t.numel() * t.element_size() for t in prob.state().values() if is_tensor(t))
+    out["param_bytes"] = float(state)  # a model's weights are read too (KernelBench's nn.Linear, nn.Conv*d)
+    out["io_bytes"] = float(mem["inputs_bytes"] + mem["outputs_bytes"] + state)
     out["output_bytes"] = float(mem["outputs_bytes"])
     out["roofline_why"] = None if (out["flops"] or out["bytes_moved"]) else \
         "ref.py declares neither flops(**dims) nor bytes_moved(**dims)"

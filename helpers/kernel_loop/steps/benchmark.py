@@ -248,7 +248,8 @@ def finish(result: dict[str, Any], *, version: str, selection: str, timing: dict
                     result.get("output_dtype"), env)
     if roof is not None and lower:
         roof["bytes_lower_bound"] = True
-        roof["notes"].append("bytes moved is the inputs' and outputs' size (each read or written once): a lower "
+        what = "inputs', parameters' and outputs'" if result.get("param_bytes") else "inputs' and outputs'"
+        roof["notes"].append(f"bytes moved is the {what} size (each read or written once): a lower "
                              "bound, since ref.py declares no bytes_moved(**dims)")
     if roof is None and result.get("roofline_why") and not lower:
         flags.append(f"no roofline: {result['roofline_why']}")
