@@ -118,6 +118,28 @@ def test_a_skipped_chart_leaves_no_earlier_chart_behind(tmp_path, monkeypatch, c
     assert "removed the earlier final_report.png" in err and "final_report.png" not in out
 
 
+def test_a_chart_drawn_from_the_same_numbers_is_kept_without_matplotlib(tmp_path, monkeypatch, capsys):
+    """Drawn on the GPU machine, the report re-rendered where matplotlib is missing: the chart shows these very
+    numbers, so it stays; a chart drawn from other numbers goes."""
+    pytest.importorskip("matplotlib")
+    root = finished_run(tmp_path)
+    render(root)
+    png = root / "final_report.png"
+    drawn = png.read_bytes()
+    from kernel_loop.steps import report
+
+    assert report.png_description(png).startswith(report.CHART_TAG)
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "matplotlib", None)
+        md = render(root)
+        assert png.read_bytes() == drawn and "final_report.png)" in md and "chart was skipped" not in md
+        assert "kept final_report.png" in capsys.readouterr().err
+        tag = report.png_description(png).encode("latin-1")  # a chart of other numbers: another digest
+        png.write_bytes(drawn.replace(tag, tag[:-32] + b"0" * 32))
+        md = render(root)
+        assert not png.exists() and "chart was skipped" in md
+
+
 def test_kbs_titles_come_from_the_kbs_module(tmp_path, monkeypatch):
     from kernel_loop.kbs import search
 
