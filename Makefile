@@ -13,7 +13,11 @@ export BATS_LIB_PATH := $(CURDIR)/node_modules
 demo: $(VENV)/.demo-ready
 	$(PY) helpers/kloop.py demo
 
-test: setup lint skill-check kbs-check bats pytest skill-pack
+# bats, pytest and skill-pack need nothing of one another: after the quick checks they run at once, sharing
+# the cores (each leaves some idle: sleeps, waits on child processes), and each one's output is printed
+# whole when it ends (--output-sync).  The target fails if any of them fails.
+test: setup lint skill-check kbs-check
+	@$(MAKE) --no-print-directory -j3 --output-sync=target bats pytest skill-pack
 
 setup: $(VENV)/.ready node_modules/.ready
 

@@ -182,6 +182,15 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture
+def judge_here(monkeypatch) -> list[str]:
+    """The steps' judge runs in this test's process (klcli.judge_in_this_process); its workers are real
+    processes.  For tests of a verdict; tests of the CLI -> judge boundary use the real child judge."""
+    import klcli
+
+    return klcli.judge_in_this_process(monkeypatch)
+
+
+@pytest.fixture
 def repo() -> Path:
     return REPO
 

@@ -33,3 +33,51 @@ def init_run(out: Path, ref: str, kernel: str, impl: str, dims: str, *extra: str
     """``init --skip-env`` with kernels/ref files named as members of the kernel packs (klcli.KERNELS)."""
     return main("init", out, "--kernel", Path(kernel).stem, "--ref", KERNELS / ref, "--impl", impl,
                 "--baseline", KERNELS / kernel, "--dims", dims, "--skip-env", *extra)
+
+
+def run_judge_here(mode: str, spec: dict, timeout: float, *, env: dict | None = None, tail_lines: int = 200):
+    """``session.run_judge`` with the judge (``kernel_loop.measure.judge.main``) run in this process instead of
+    a ``python -m kernel_loop.measure.judge`` child: for tests whose subject is a verdict, not the CLI ->
+    judge process boundary (each child judge imports torch again, which this process has already done).
+    The spec file, the judge's environment (``session.judge_env``) and the Outcome are what
+    ``session.run_judge`` makes; the workers that run the kernel are real processes, started by the judge
+    as always.  Tests of the boundary itself (a hang, the process tree, the CLI as a command) keep the
+    real child."""
+    import json
+    import time
+
+    from kernel_loop.common import write_json
+    from kernel_loop.measure import judge, session
+    from kernel_loop.measure.protocol import private_dir
+
+    with private_dir("kl-step-") as tmp:
+        result_path = Path(tmp) / "result.json"
+        spec_path = Path(tmp) / "spec.json"
+        write_json(spec_path, dict(spec, mode=mode, result_path=str(result_path), timeout_s=timeout))
+        saved, judges = dict(os.environ), session.judge_env(env)
+        os.environ.clear()
+        os.environ.update(judges)
+        t0 = time.monotonic()
+        try:
+            rc = judge.main([str(spec_path)])
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        result = json.loads(result_path.read_text(encoding="utf-8")) if result_path.is_file() else None
+        return session.Outcome(result, rc, False, time.monotonic() - t0, "")
+
+
+def judge_in_this_process(monkeypatch) -> list[str]:
+    """The steps (correctness, profile, benchmark) call ``run_judge_here`` in place of ``session.run_judge``.
+    Returns the list of modes the judge ran in, so that a test can check it was used (or was not)."""
+    from kernel_loop.steps import benchmark, correctness, profile
+
+    modes: list[str] = []
+
+    def run_judge(mode: str, spec: dict, timeout: float, **kw):
+        modes.append(mode)
+        return run_judge_here(mode, spec, timeout, **kw)
+
+    for step in (correctness, benchmark, profile):
+        monkeypatch.setattr(step, "run_judge", run_judge)
+    return modes

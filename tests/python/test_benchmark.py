@@ -206,7 +206,9 @@ def test_bad_timing_options(tmp_path):
 
 @pytest.mark.skipif(cuda_available(), reason="checks the no-GPU error path")
 def test_judge_without_cuda_gives_a_usage_error(tmp_path):
-    from kernel_loop.measure.session import run_judge
+    # the judge's benchmark mode, run in this process (klcli.run_judge_here); the judge as a child process
+    # refuses a GPU run on this machine in test_correctness.py::test_gpu_run_without_cuda_is_a_usage_error
+    from klcli import run_judge_here as run_judge
 
     root = rf.build_complete(tmp_path / "run")
     spec = {"run_root": str(root), "cfg": read_json(root / "run.json"), "device": "cuda:0"}
@@ -273,12 +275,27 @@ WRONG_SOLUTIONS = {
 }
 
 
-def test_a_wrong_solution_fails_the_benchmark(cpu_run, monkeypatch, capsys):
-    monkeypatch.setattr(B, "check_final_gate", lambda rd, n: None)  # the kernels are swapped after the gate
+DTYPE_DEFAULT_TOL = {"atol": None, "rtol": None, "by": {"atol": None, "rtol": None}, "source": "dtype-default"}
+
+
+def test_a_wrong_solution_fails_the_benchmark_checked_with_the_dtype_default_and_libraries_built_at_once(
+        cpu_run, monkeypatch, capfd, judge_here):
+    """The wrong versions above (one benchmark, the judge in this process, its workers real processes).
+    And, in the same benchmark: run.json without atol/rtol: the benchmark checks with, and shows,
+    correctness's fp32 default.  And load_inline and .cu versions are built in parallel, each in a
+    short-lived worker, before the timing worker loads them one after another from the cache (a kernel
+    whose text names cpp_extension counts: v2 and v3 here)."""
+    from kernel_loop.compare import dtype_default
+
+    monkeypatch.setattr(B, "check_final_gate", lambda rd, n: None)  # kernels and run.json change after the gate
+    for path in [cpu_run / "run.json", *cpu_run.glob("v*/correctness.json")]:
+        write_json(path, dict(read_json(path), tolerance=DTYPE_DEFAULT_TOL))
     for v, (body, _where) in WRONG_SOLUTIONS.items():
-        (cpu_run / v / "kernel.py").write_text("import torch\n_calls = []\n\n\ndef run_kernel(x, y):\n" + body)
+        note = "# built with torch.utils.cpp_extension elsewhere; not here\n" if v in ("v2", "v3") else ""
+        (cpu_run / v / "kernel.py").write_text(note + "import torch\n_calls = []\n\n\ndef run_kernel(x, y):\n" + body)
     assert rf.cli(B, ["benchmark", str(cpu_run), "--version", "v3", *CPU_ARGS]) == 1
-    rows = {r["name"]: r for r in read_json(cpu_run / "benchmark.json")["rows"]}
+    bench = read_json(cpu_run / "benchmark.json")
+    rows = {r["name"]: r for r in bench["rows"]}
     assert rows["v0"]["correct"] and rows["v0"]["correct_after_timing"]  # the honest v0 beside them
     # v3's row runs the solution's kernel again after the solution's calls (one module state): wrong either way
     assert not (rows["v3"]["correct"] and rows["v3"]["correct_after_timing"])
@@ -290,26 +307,6 @@ def test_a_wrong_solution_fails_the_benchmark(cpu_run, monkeypatch, capsys):
             assert row["correct"] is True and row["correct_after_timing"] is False, name
         if where == "fresh":
             assert "timed calls: call" in row["error"] or "with fresh inputs after the timed calls" in row["error"]
-    assert "failed in the benchmark" in capsys.readouterr().err
-
-
-DTYPE_DEFAULT_TOL = {"atol": None, "rtol": None, "by": {"atol": None, "rtol": None}, "source": "dtype-default"}
-
-
-def test_dtype_default_tolerance_is_shown_as_applied_and_libraries_are_built_at_once(cpu_run, monkeypatch, capfd):
-    """run.json without atol/rtol: the benchmark checks with, and shows, correctness's fp32 default.
-    And load_inline and .cu versions are built in parallel, each in a short-lived worker, before the timing
-    worker loads them one after another from the cache (a kernel whose text names cpp_extension counts)."""
-    from kernel_loop.compare import dtype_default
-
-    monkeypatch.setattr(B, "check_final_gate", lambda rd, n: None)  # run.json and kernels are edited after the gate
-    for path in [cpu_run / "run.json", *cpu_run.glob("v*/correctness.json")]:
-        write_json(path, dict(read_json(path), tolerance=DTYPE_DEFAULT_TOL))
-    for k in (2, 3):
-        path = cpu_run / f"v{k}" / "kernel.py"
-        path.write_text("# built with torch.utils.cpp_extension elsewhere; not here\n" + path.read_text())
-    assert rf.cli(B, ["benchmark", str(cpu_run), "--version", "v3", *CPU_ARGS]) == 0
-    bench = read_json(cpu_run / "benchmark.json")
     atol, rtol = dtype_default("float32")
     assert bench["tolerance_applied"] == {"y": {"atol": atol, "rtol": rtol, "rel_l2": 1e-5,
                                                 "atol_source": "dtype-default (float32)",
@@ -319,7 +316,9 @@ def test_dtype_default_tolerance_is_shown_as_applied_and_libraries_are_built_at_
     md = (cpu_run / "benchmark.md").read_text()
     assert "Tolerance: atol 1e-4, rtol 1e-3, rel L2 <= 1e-5 (dtype default for float32)." in md and "N/A" not in md.split("|")[0]
     err = capfd.readouterr().err
+    assert "failed in the benchmark" in err
     assert "building 3 versions' libraries in parallel before timing" in err  # the solution, v2 and v3
+    assert judge_here == ["benchmark"]
 
 
 def test_tolerance_words():

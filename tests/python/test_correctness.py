@@ -26,6 +26,15 @@ def cpu_mode(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
+@pytest.fixture
+def cpu_judged(cpu_mode, judge_here):
+    """The cpu mode with the judge in this process (conftest.judge_here; the kernel's worker is a real
+    process): for the tests of a verdict.  The judge as a child process of the CLI is what
+    test_triton_vector_add_passes, test_hang_is_killed, test_subprocess_cli_exit_codes and
+    test_gpu_run_without_cuda_is_a_usage_error run."""
+    return judge_here
+
+
 def _check(tmp_path, ref, kernel, dims="N=1000", *init_args, name="run"):
     out = tmp_path / name
     assert klcli.init_run(out, ref, kernel, "triton", dims, *init_args) == 0
@@ -104,14 +113,14 @@ def test_triton_vector_add_passes(tmp_path, monkeypatch, capsys):
     assert provenance.stale(out / "v0") == {}
 
 
-def test_triton_softmax_returning_output_passes(tmp_path, cpu_mode):
+def test_triton_softmax_returning_output_passes(tmp_path, cpu_judged):
     rc, data, md, _ = _check(tmp_path, "ref_softmax.py", "triton_softmax.py", "M=8,N=100")
     assert rc == 0, md
     assert data["shapes"][0]["trials"][0]["outputs"][0]["shape"] == [8, 100]
 
 
 @pytest.mark.parametrize("kernel", BROKEN_TRITON)
-def test_trivially_wrong_kernels_fail(tmp_path, cpu_mode, kernel):
+def test_trivially_wrong_kernels_fail(tmp_path, cpu_judged, kernel):
     rc, data, md, _ = _check(tmp_path, "ref_vadd.py", kernel)
     assert rc == 1
     assert "| Result | FAIL |" in md and data["result"] == "FAIL"
@@ -137,7 +146,7 @@ def _verdict_in_process(ref: str, kernel: str, dims: dict, run_tol: dict | None 
     return rows
 
 
-def test_tolerance_from_ref_and_cli(tmp_path, cpu_mode):
+def test_tolerance_from_ref_and_cli(tmp_path, cpu_judged):
     # without a tolerance in ref.py or on the command line, the fp32 default refuses the noisy kernel (the
     # judge's comparison, in-process; the two runs below take the whole path through the judge)
     rows = _verdict_in_process("ref_vadd.py", "py_vadd_noisy.py", {"N": 1000})
@@ -153,7 +162,7 @@ def test_tolerance_from_ref_and_cli(tmp_path, cpu_mode):
     assert data["shapes"][0]["trials"][0]["outputs"][0]["tolerance"]["source"] == "cli"
 
 
-def test_kernelbench_format(tmp_path, cpu_mode):
+def test_kernelbench_format(tmp_path, cpu_judged):
     rc, data, md, _ = _check(tmp_path, "kb_ref.py", "kb_new.py", "batch_size=8")
     assert rc == 0, md
     assert data["shapes"][0]["trials"][0]["outputs"][0]["shape"] == [8, 32]
@@ -161,25 +170,27 @@ def test_kernelbench_format(tmp_path, cpu_mode):
     assert rc == 1 and "| Result | FAIL |" in md
 
 
-def test_child_exit_is_a_fail(tmp_path, cpu_mode):
+def test_child_exit_is_a_fail(tmp_path, cpu_judged):
     rc, data, md, out = _check(tmp_path, "ref_vadd.py", "py_exit.py")
     assert rc == 1 and "exited with status 3" in data["error"] and "| Result | FAIL |" in md
     assert provenance.read(out / "v0")["correctness.md"]
 
 
-def test_child_exception_is_a_fail(tmp_path, cpu_mode):
+def test_child_exception_is_a_fail(tmp_path, cpu_judged):
     rc, data, md, _ = _check(tmp_path, "ref_vadd.py", "py_raise.py")
     assert rc == 1 and data["error"].startswith("RuntimeError: kernel exploded on purpose")
 
 
 def test_hang_is_killed(tmp_path, cpu_mode):
     t0 = time.monotonic()
-    rc, data, md, _ = _check(tmp_path, "ref_vadd.py", "py_hang.py", "N=1000", "--timeout", "4")
+    # 10 s: the run's timeout counts from the judge's start, so it must leave the worker time to start (import
+    # torch) on a loaded machine, or the failure is "did not start in time" instead of the hang's
+    rc, data, md, _ = _check(tmp_path, "ref_vadd.py", "py_hang.py", "N=1000", "--timeout", "10")
     assert rc == 1 and "timed out after" in data["error"]
     assert time.monotonic() - t0 < 60
 
 
-def test_contradicting_flags_are_refused(tmp_path, cpu_mode, capsys):
+def test_contradicting_flags_are_refused_and_it_acts_on_the_current_version(tmp_path, cpu_judged, capsys):
     out = tmp_path / "run"
     assert klcli.init_run(out, "ref_vadd.py", "py_vadd.py", "triton", "N=4096") == 0
     assert klcli.main("correctness", out, "--dims", "N=1024") == 2
@@ -187,11 +198,9 @@ def test_contradicting_flags_are_refused(tmp_path, cpu_mode, capsys):
     assert klcli.main("correctness", out, "--seed", "3") == 2
     assert not (out / "v0" / "correctness.json").exists()
     assert klcli.main("correctness", out, "--dims", "N=4096", "--seed", "42", "--gpu", "0") == 0
-
-
-def test_acts_on_current_version_and_drops_old_profile(tmp_path, cpu_mode):
-    out = tmp_path / "run"
-    assert klcli.init_run(out, "ref_vadd.py", "py_vadd.py", "triton", "N=64") == 0
+    # the state names v1 (a kernel that writes nothing, and a profile of it from before): v1 is checked,
+    # v0's result stays as it was, and the profile's entry is dropped from v1/measured.sha256
+    v0_result = (out / "v0" / "correctness.json").read_bytes()
     v1 = out / "v1"
     v1.mkdir()
     (v1 / "kernel.py").write_text((klcli.KERNELS / "py_nowrite.py").read_text())
@@ -200,8 +209,9 @@ def test_acts_on_current_version_and_drops_old_profile(tmp_path, cpu_mode):
     (out / "current_iteration.txt").write_text("v1\n")
     assert klcli.main("correctness", out) == 1
     assert json.loads((v1 / "correctness.json").read_text())["version"] == "v1"
-    assert not (out / "v0" / "correctness.json").exists()
+    assert (out / "v0" / "correctness.json").read_bytes() == v0_result
     assert "ncu.json" not in provenance.read(v1)
+    assert cpu_judged == ["correctness", "correctness"]  # the refusals above started no judge
 
 
 def test_subprocess_cli_exit_codes(tmp_path):
@@ -229,8 +239,11 @@ def test_gpu_run_without_cuda_is_a_usage_error(tmp_path, monkeypatch, capsys):
     assert not (out / "v0" / "correctness.json").exists()
 
 
-def test_cu_kernel_in_cpu_mode_is_a_usage_error(tmp_path, cpu_mode, capsys):
+def test_cu_kernel_in_cpu_mode_is_a_usage_error(tmp_path, cpu_judged, capsys):
     out = tmp_path / "run"
     assert klcli.init_run(out, "ref_vadd.py", "cu_vadd.cu", "cuda-cpp", "N=64") == 0
     assert klcli.main("correctness", out) == 2
-    assert "runs .py kernels only" in capsys.readouterr().err
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "runs .py kernels only" in ln]
+    assert len(lines) == 1 and "kernel.cu is CUDA C++: the cpu test mode" in lines[0], lines
+    assert cpu_judged == []  # refused before a judge was started
+    assert not (out / "v0" / "correctness.json").exists()

@@ -53,14 +53,6 @@ def test_demo_replays_an_example_in_the_given_dir(tmp_path):
     assert not (REPO / "examples" / "transpose-cuda" / "run").exists()
 
 
-def test_demo_picks_the_named_example(tmp_path):
-    proc, _ = _demo(tmp_path, "--example", "softmax-triton", "--dir", str(tmp_path / "demo"))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert (tmp_path / "demo" / "softmax-triton" / "run.json").is_file()
-    assert not (tmp_path / "demo" / "transpose-cuda").exists()
-    assert "unpacked to" in proc.stderr + proc.stdout
-
-
 def test_demo_refuses_an_unknown_example(tmp_path):
     proc, _ = _demo(tmp_path, "--example", "no-such-run", "--dir", str(tmp_path / "d"))
     assert proc.returncode == 2
@@ -141,7 +133,7 @@ def test_the_examples_of_a_checkout_around_the_current_directory_are_found(tmp_p
     assert demo.list_examples() == []
 
 
-def test_a_demo_removes_its_temporary_folder_unless_kept(tmp_path):
+def test_a_demo_removes_its_temporary_folder_unless_kept_and_picks_the_named_example(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     home = tmp_path / "home"
@@ -152,7 +144,11 @@ def test_a_demo_removes_its_temporary_folder_unless_kept(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert list(tmp.iterdir()) == [] and "which is removed now" in proc.stdout
     assert "run directory:" not in proc.stdout and "chart:" not in proc.stdout
+    # kept, and the example named picked (another one than above, and than the first of the list)
+    cmd[-1] = "softmax-triton"
     proc = subprocess.run([*cmd, "--keep"], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (kept,) = tmp.iterdir()
-    assert f"run directory: {kept / 'transpose-cuda'}" in proc.stdout and (kept / "transpose-cuda" / "run.json").is_file()
+    assert f"run directory: {kept / 'softmax-triton'}" in proc.stdout and (kept / "softmax-triton" / "run.json").is_file()
+    assert [p.name for p in kept.iterdir() if not p.name.startswith(".") and p.is_dir()] == ["softmax-triton"]
+    assert "unpacked to" in proc.stderr + proc.stdout

@@ -246,9 +246,7 @@ def test_no_cuda_message_exit_2(tmp_path):
     assert "no CUDA GPU visible: torch.cuda.is_available() is False" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert "MISSING REQUIREMENTS" in (tmp_path / "envdir" / "env_check.md").read_text()
-    proc = klcli.run("env", "--json")
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert json.loads(proc.stdout)["ok"] is False
+    # `env --json` on this machine: test_env_json_reports_cutlass_and_cute_dsl (exit 2, "ok": false)
 
 
 @pytest.mark.skipif(cuda_available(), reason="checks init on a machine without CUDA")
@@ -387,6 +385,7 @@ def test_env_json_reports_cutlass_and_cute_dsl(tmp_path):
                                            "CUTLASS_INCLUDE_DIR": ""})
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     report = json.loads(proc.stdout)
+    assert report["ok"] is False  # no CUDA GPU here: exit 2, and the report says so
     src = site / "cutlass_library" / "source"
     assert report["cutlass"]["include"] == report["cute_headers"] == str(src / "include")
     assert report["cutlass"]["source"] == "nvidia-cutlass package"

@@ -313,7 +313,7 @@ CUDA_ONLY_KERNEL = "import torch\n\n\ndef run_kernel(x, y, out):\n    out.copy_(
 
 
 @pytest.mark.parametrize("device", ["cuda", "cpu"], ids=["gpu-run-with-KERNEL_LOOP_DEVICE", "init-device-cpu"])
-def test_a_kernel_that_needs_cuda_on_a_machine_without_it_signs_no_fail(tmp_path, monkeypatch, capsys, device):
+def test_a_kernel_that_needs_cuda_on_a_machine_without_it_signs_no_fail(tmp_path, monkeypatch, capsys, device, judge_here):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("checks a machine without CUDA")

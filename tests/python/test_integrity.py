@@ -20,7 +20,10 @@ from klcli import KERNELS
 
 
 @pytest.fixture(autouse=True)
-def cpu_mode(monkeypatch):
+def cpu_mode(monkeypatch, judge_here):
+    """The cpu mode, with the judge in this process (conftest.judge_here): what is under test here is the
+    judge's verdict on each kernel, which runs in a real worker process as always; the judge as the CLI's
+    child process is what test_correctness.py and test_judge.py run."""
     monkeypatch.setenv("KERNEL_LOOP_DEVICE", "cpu")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 

@@ -36,6 +36,14 @@ def cpu_mode(monkeypatch):
 
 
 @pytest.fixture
+def judged_here(judge_here):
+    """The judge in this process (conftest.judge_here), its workers real processes: for the attacks on a
+    verdict.  The attacks on the process boundary (the worker's environment and command line, a process
+    that leaves the step) run with the judge as the CLI's child process, as a user's step does."""
+    return judge_here
+
+
+@pytest.fixture
 def no_static_check(monkeypatch):
     """The first filter off: the kernel reaches the judge, the defence under test."""
     monkeypatch.setattr(static_check, "check_kernel_source", lambda path: None)
@@ -275,7 +283,7 @@ print(json.dumps(out))
 '''
 
 
-def test_judge_kernel_and_baseline_workers_share_one_set_of_weights(tmp_path, monkeypatch):
+def test_judge_kernel_and_baseline_workers_share_one_set_of_weights(tmp_path, monkeypatch, judged_here):
     """Attack (or fault): each process builds Model/ModelNew from its own random state, so the kernel is
     held to weights other than the ones it runs with (or the baseline is), and a correct ModelNew fails, or
     a kernel picks its own weights.  Defence: the judge builds the model from the run's seed and hands its
@@ -320,7 +328,7 @@ def test_the_weights_are_the_run_seeds_in_every_process_and_trial(tmp_path, monk
 
 
 # --- 5. a ModelNew with other parameters is refused --------------------------------------------------------
-def test_a_modelnew_with_a_renamed_parameter_is_refused_in_one_line(tmp_path, capsys):
+def test_a_modelnew_with_a_renamed_parameter_is_refused_in_one_line(tmp_path, capsys, judged_here):
     """Attack: a ModelNew whose parameter has another name keeps its own freshly drawn values (the judge's
     cannot be loaded into it), so it runs with weights it chose.  Defence: ModelNew's parameters and buffers
     must be Model's by name and shape; otherwise a usage error (exit 2) names the parameter, and nothing is
@@ -398,7 +406,7 @@ class ModelNew(nn.Module):
 '''.replace("EXPRS", ", ".join(f"lambda: {expr}" for expr, _ in DEGENERATE))
 
 
-def test_degenerate_outputs_fail_under_the_kernelbench_preset(tmp_path):
+def test_degenerate_outputs_fail_under_the_kernelbench_preset(tmp_path, judged_here):
     """Attack: under --preset kernelbench (allclose with atol = rtol = 1e-4 for float32) every element of an
     L1-normalised row (|y| < 1e-4) is within atol of zero, so all zeros (even an expanded tensor that
     writes nothing), a constant, or a wrong scale pass elementwise.  Defence: a constant output where the
@@ -414,7 +422,7 @@ def test_degenerate_outputs_fail_under_the_kernelbench_preset(tmp_path):
         assert all(note in r["note"] for r in rows), (expr, rows[0]["note"])
 
 
-def test_an_honest_l1_norm_passes_under_the_kernelbench_preset(tmp_path):
+def test_an_honest_l1_norm_passes_under_the_kernelbench_preset(tmp_path, judged_here):
     """The honest kernel beside the degenerate ones: the defence does not refuse a right answer."""
     ref = _write(tmp_path / "kb_l1.py", KB_L1)
     text = KB_L1_NEW.format(expr="x / x.abs().sum(dim=1, keepdim=True)")
@@ -468,7 +476,7 @@ def run_kernel(x, y):
 '''
 
 
-def test_a_kernel_that_skips_calls_passes_no_benchmark(tmp_path, monkeypatch, capsys):
+def test_a_kernel_that_skips_calls_passes_no_benchmark(tmp_path, monkeypatch, capsys, judged_here):
     """Attack: in the timing loop the kernel does its work only on every other call (halving its time),
     betting that only some calls are verified.  Defence: the judge poisons the outputs before every call and
     screens every call for poison left behind, verified or not.  (--warmup 5 --trials 1: the judge verifies
@@ -486,7 +494,7 @@ def test_a_kernel_that_skips_calls_passes_no_benchmark(tmp_path, monkeypatch, ca
     assert "failed in the benchmark" in capsys.readouterr().err
 
 
-def test_a_kernel_that_caches_by_input_address_fails_correctness(tmp_path):
+def test_a_kernel_that_caches_by_input_address_fails_correctness(tmp_path, judged_here):
     """Attack: the worker's input buffers keep their address from call to call, so a kernel that remembers
     its result by x.data_ptr() is right on the first call and replays it after.  Defence: every trial
     draws other data from its own seed into the same buffers, and every trial is verified."""

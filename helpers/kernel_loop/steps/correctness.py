@@ -128,6 +128,8 @@ def run_correctness(args: argparse.Namespace) -> int:
     if args.sanitize and device == "cpu":
         raise UsageError("--sanitize needs a CUDA device (compute-sanitizer); this run uses the cpu test mode")
     records.check_run_files(rd.root, records.read(rd.root))
+    if device == "cpu" and kernel.suffix == ".cu":  # the judge refuses it too; said here before one is started
+        raise UsageError(f"{kernel.name} is CUDA C++: the cpu test mode (KERNEL_LOOP_DEVICE=cpu) runs .py kernels only")
     kernel_sha = sha256_file(kernel)
     shapes = cfg.shapes
     spec = {"cfg": cfg.to_json(), "device": device, "run_root": str(rd.root), "kernel": str(kernel),
