@@ -37,6 +37,14 @@ def device_for(cfg: RunConfig) -> str:
     return f"cuda:{cfg.gpu}"
 
 
+def check_runs_on(path: Path, device: str) -> None:
+    """Refuse a kernel the device cannot run: a .cu file in the cpu test mode (the CLI says it before a judge
+    starts, and the judge says the same)."""
+    if device == "cpu" and Path(path).suffix == ".cu":
+        raise UsageError(f"{Path(path).name} is CUDA C++: the cpu test mode (KERNEL_LOOP_DEVICE=cpu) runs .py "
+                         "kernels only")
+
+
 def import_file(path: Path, prefix: str) -> Any:
     """Import a .py file once per process (by path and content) under a private module name."""
     path = Path(path).resolve()

@@ -468,3 +468,14 @@ def test_offline_fetch_install_round_trip_with_pinned_fakes(tmp_path):
         f.write(b"\0")
     proc = _offline("install", carry, tmp_path / "site2", env=env)
     assert proc.returncode == 2 and "checksum mismatch" in proc.stderr and not (tmp_path / "site2").exists()
+
+
+def test_env_says_whether_the_worker_can_be_sandboxed():
+    from kernel_loop import envcheck
+
+    rows = {c["item"]: c for c in envcheck.evaluate(_facts(landlock_abi=7), "triton")}
+    assert rows["worker sandbox"]["status"] == "ok" and "Landlock ABI 7" in rows["worker sandbox"]["detail"]
+    row = {c["item"]: c for c in envcheck.evaluate(_facts(landlock_abi=0), "triton")}["worker sandbox"]
+    assert row["status"] == "missing" and "record key" in row["detail"] and row["fix"]
+    assert "worker sandbox" not in [c["item"] for c in envcheck.required_failures(envcheck.evaluate(
+        _facts(landlock_abi=0), "triton"))]  # a kernel without Landlock still runs every step

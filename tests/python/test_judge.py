@@ -302,6 +302,10 @@ def test_judge_kernel_and_baseline_workers_share_one_set_of_weights(tmp_path, mo
     assert rc == 0, rows["solution"].get("error")
     assert rows["solution"]["correct"] and rows["solution"]["correct_after_timing"]
     assert rows["pytorch-eager"]["correct"] and rows["pytorch-eager"]["correct_after_timing"]
+    # the lower-bound bytes read the weights too: 4x16 inputs, 4x8 outputs and 8x16 + 8 + 8 parameters, fp32
+    roof = bench["roofline"]
+    assert roof["bytes_lower_bound"] and roof["bytes_moved"] == 4 * (4 * 16 + 4 * 8 + 8 * 16 + 8 + 8), roof
+    assert any("inputs', parameters' and outputs'" in n for n in roof["notes"]), roof["notes"]
 
 
 def test_the_weights_are_the_run_seeds_in_every_process_and_trial(tmp_path, monkeypatch, capsys):

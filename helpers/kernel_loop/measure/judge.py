@@ -174,8 +174,9 @@ class Judge:
 
 # --- modes -------------------------------------------------------------------------------------
 def _kernel_entry(judge: Judge, path: Path) -> tuple[Path, str]:
-    if judge.device == "cpu" and path.suffix == ".cu":
-        raise UsageError(f"{path.name} is CUDA C++: the cpu test mode (KERNEL_LOOP_DEVICE=cpu) runs .py kernels only")
+    from .. import loader
+
+    loader.check_runs_on(path, judge.device)
     return path, kernel_kind(path, judge.ref)
 
 

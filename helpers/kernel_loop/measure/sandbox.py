@@ -95,8 +95,9 @@ def grants(hide: list[str], read: list[str]) -> list[tuple[str, str]]:
         for name in names:
             path = os.path.join(folder, name)
             real = os.path.realpath(path)
-            # an entry that is, holds or leads (by a link) to a hidden path or a folder on the way gets nothing
-            if path in on_way or any(_inside(real, h) or _inside(h, real) for h in hide) or real in on_way:
+            # an entry that is, lies in, or holds a hidden path (itself or through a link) gets no rule of its own:
+            # the folders on the way are listed in turn, the hidden paths get nothing
+            if any(_inside(real, h) or _inside(h, real) for h in hide):
                 continue
             out.append((path, "all"))
     out += [(r, "read") for r in read if os.path.exists(r)]

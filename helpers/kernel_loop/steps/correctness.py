@@ -29,7 +29,7 @@ from ..common import (
     write_json,
 )
 from ..config import add_check_flags, check_flags_against_run, parse_dims
-from ..loader import device_for
+from ..loader import check_runs_on, device_for
 from ..measure.session import run_judge
 from ..rundir import RunDir
 from ..sidecars import CORRECTNESS_FILES, PROFILE_FILES
@@ -128,8 +128,7 @@ def run_correctness(args: argparse.Namespace) -> int:
     if args.sanitize and device == "cpu":
         raise UsageError("--sanitize needs a CUDA device (compute-sanitizer); this run uses the cpu test mode")
     records.check_run_files(rd.root, records.read(rd.root))
-    if device == "cpu" and kernel.suffix == ".cu":  # the judge refuses it too; said here before one is started
-        raise UsageError(f"{kernel.name} is CUDA C++: the cpu test mode (KERNEL_LOOP_DEVICE=cpu) runs .py kernels only")
+    check_runs_on(kernel, device)  # before a judge starts (it refuses the same)
     kernel_sha = sha256_file(kernel)
     shapes = cfg.shapes
     spec = {"cfg": cfg.to_json(), "device": device, "run_root": str(rd.root), "kernel": str(kernel),
