@@ -579,5 +579,10 @@ def test_the_judge_refuses_to_time_while_another_process_computes(monkeypatch):
         {"pid": me, "name": "judge"}, {"pid": me + 1, "name": "worker"}, {"pid": 4_000_000, "name": "miner"}])
     with pytest.raises(UsageError, match=r"another process computes on the GPU \(pid 4000000: miner\)"):
         judge.check_gpu_is_ours("the timing")
+    monkeypatch.setattr(gpustate, "compute_processes", lambda index, uuid: [
+        {"pid": me, "name": "judge"}, {"pid": os.getppid(), "name": "notebook"}])
+    with pytest.raises(UsageError, match=r"the process that started this step \(pid \d+: notebook\) holds a CUDA "
+                       "context of its own"):
+        judge.check_gpu_is_ours("the timing")
     monkeypatch.setattr(gpustate, "compute_processes", lambda index, uuid: [{"pid": me, "name": "judge"}])
     assert judge.check_gpu_is_ours("the timing") == {"checked": True, "processes": 1}

@@ -44,3 +44,16 @@ def test_a_worker_without_the_judge_socket_says_so(monkeypatch):
     monkeypatch.delenv(protocol.SOCKET_ENV, raising=False)
     with pytest.raises(protocol.ProtocolError, match="started by the judge only"):
         protocol.connect_from_env()
+
+
+def test_only_the_buffers_a_kernel_is_given_are_staged():
+    """A returned output's buffer only receives the returned tensor, so the worker keeps no copy of it (at
+    KernelBench's sizes that copy, in and out, was most of a call's cost); every buffer a call passes is."""
+    from kernel_loop.measure.worker import handed_over
+
+    kb = {"args": ["a0-t"], "state": {"weight": "p2-t"}, "outputs": {"out": "r1-t"}}
+    cu = {"args": [{"ptr": "a0-t"}, {"ctype": "int", "value": 4}, {"ptr": "a1-t"}], "outputs": {"y": "a1-t"}}
+    py = {"tensors": {"x": "a0-t", "y": "a1-t"}, "scalars": {"n": 4}, "outputs": {"out": "r2-t"}}
+    assert handed_over([kb]) == {"a0-t", "p2-t"}
+    assert handed_over([cu]) == {"a0-t", "a1-t"}
+    assert handed_over([py, kb]) == {"a0-t", "a1-t", "p2-t"}

@@ -236,11 +236,22 @@ def import_kernel(worker: WorkerProc, kid: str, path: Path, kind: str, cfg: RunC
 def prebuild(judge: Any, entries: dict[str, tuple[Path, str]]) -> None:
     """Build every version's library (nvcc, load_inline) at once, each in its own short-lived worker, so that
     the timing worker loads them from the cache one after another without waiting on each build."""
-    todo = {n: e for n, e in entries.items()
-            if e[1] == "cu" or builds_cpp_extension(Path(e[0]).read_text(encoding="utf-8", errors="replace"))}
+    todo: dict[str, tuple[Path, str]] = {}
+    seen: set[tuple[bytes, str]] = set()
+    same = 0
+    for n, (path, kind) in entries.items():
+        data = Path(path).read_bytes()
+        if not (kind == "cu" or builds_cpp_extension(data.decode("utf-8", errors="replace"))):
+            continue
+        if (data, kind) in seen:  # the solution is a copy of its version: one build serves both
+            same += 1
+            continue
+        seen.add((data, kind))
+        todo[n] = (path, kind)
     if len(todo) < 2:
         return
-    progress(f"building {len(todo)} versions' libraries in parallel before timing")
+    progress(f"building {len(todo)} versions' libraries in parallel before timing"
+             + (f" ({same} more {'is' if same == 1 else 'are'} byte-identical to one of them)" if same else ""))
     t0 = time.monotonic()
     workers = []
     for n, (path, kind) in todo.items():

@@ -155,10 +155,12 @@ class Worker:
         torch = self.torch
         self.shared.clear()
         self.local.clear()
+        given = handed_over(msg["calls"].values())
         for entry in msg["buffers"]:
             t = protocol.open_shared(self.folder, entry)
             self.shared[entry["name"]] = t
-            self.local[entry["name"]] = _local_like(torch, t, self.device)
+            # a buffer no call is given (a returned output's) only receives the returned tensor: not staged
+            self.local[entry["name"]] = _local_like(torch, t, self.device) if entry["name"] in given else t
         self._stage_in()
         info = {}
         for kid, call in msg["calls"].items():
@@ -346,6 +348,20 @@ def state_mismatch(cls_name: str, ours: dict[str, list], theirs: dict[str, list]
         what = f"has '{n}' of shape {ours[n]} where Model's is {theirs[n]}"
     return (f"{cls_name}'s parameters and buffers must be Model's (same names and shapes, so both get the run's "
             f"one set of weights): {cls_name} {what}")
+
+
+def handed_over(calls) -> set[str]:
+    """The judge buffers some call passes to its kernel: arguments, pointers, tensors and parameters."""
+    names: set[str] = set()
+    for call in calls:
+        for a in call.get("args") or []:  # a KernelBench call's buffer names; a .cu call's pointers and scalars
+            if isinstance(a, str):
+                names.add(a)
+            elif isinstance(a, dict) and "ptr" in a:
+                names.add(a["ptr"])
+        names.update((call.get("tensors") or {}).values())
+        names.update((call.get("state") or {}).values())
+    return names
 
 
 def _span(t) -> tuple[int, int]:
