@@ -132,3 +132,13 @@ def foreign_processes(procs: list[dict[str, Any]] | None, own: set[int], users: 
     if len(unmatched) < len(procs):
         return unmatched
     return unmatched[users:]
+
+
+def not_alone(p: dict[str, Any], what: str, parent: int) -> str:
+    """The refusal for a process found computing on the GPU beside a step's own (``parent``: the step's caller)."""
+    if p["pid"] == parent:  # kernel-loop used as a library by a process that has itself used CUDA
+        return (f"the process that started this step (pid {p['pid']}: {p['name']}) holds a CUDA context of its own, "
+                f"so {what} would share the GPU with it: run the step from a process that has not used CUDA (the "
+                "kloop.py command does not)")
+    return (f"another process computes on the GPU (pid {p['pid']}: {p['name']}); {what} would time it too: end it "
+            "and run the step again")

@@ -45,9 +45,7 @@ from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, 
 from .problem import DataSet, Problem, accepts_baseline, import_ref, kernel_kind
 
 FRESH_SEED_OFFSET = 7_777_777   # the seed of the check after timing: never one a correctness trial used
-NCU_WARMUP = 3                  # calls before the profiled one under ncu: the first builds, tunes and caches
-#   (Triton's autotuning, load_inline, the caching allocator); every one costs ncu's interception and a full
-#   verification, and the timed run already warmed the clocks, so the timing run's 25 would only add seconds
+NCU_WARMUP = 3  # calls under ncu before the profiled one (builds, autotuning, the allocator): each costs seconds
 _T0 = time.monotonic()          # the judge's start: the phases of a step are counted from it
 
 
@@ -155,13 +153,7 @@ class Judge:
         foreign = gpustate.foreign_processes(procs, self.own_pids(),
                                              1 + sum(w.proc.poll() is None for w in self.workers))
         if foreign:
-            p = foreign[0]
-            if p["pid"] == os.getppid():  # kernel-loop used as a library by a process that itself uses CUDA
-                raise UsageError(f"the process that started this step (pid {p['pid']}: {p['name']}) holds a CUDA "
-                                 f"context of its own, so {what} would share the GPU with it: run the step from "
-                                 "a process that has not used CUDA (the kloop.py command does not)")
-            raise UsageError(f"another process computes on the GPU (pid {p['pid']}: {p['name']}); {what} would "
-                             "time it too: end it and run the step again")
+            raise UsageError(gpustate.not_alone(foreign[0], what, os.getppid()))
         return {"checked": True, "processes": len(procs)}
 
     def _uuid(self) -> str | None:
