@@ -97,7 +97,7 @@ def test_init_device_cpu_is_recorded_and_used(tmp_path):
     (["--dims", "N=64,K=3"], "ref.py setup() takes no K"),
     (["--dims", "M=64"], "setup() needs N"),
     (["--extra-shapes", "N=7;M=3"], "not a run dim"),
-    (["--device", "cpu", "--impl", "cuda-cpp"], "--device cpu runs .py kernels only"),
+    (["--device", "cpu", "--impl", "cuda-cpp"], "--impl cuda-cpp needs a CUDA GPU, whatever the kernel file's suffix"),
 ], ids=["atol", "rtol", "gpu-index", "unknown-dim", "missing-dim", "extra-shapes", "cpu-cu"])
 def test_init_refuses_values_it_cannot_use(tmp_path, extra, message):
     args = {"--kernel": "vadd", "--ref": str(klcli.KERNELS / "ref_vadd.py"), "--impl": "triton",

@@ -241,9 +241,16 @@ def test_a_solution_of_several_kernels_gets_a_fusion_query(tmp_path, monkeypatch
     monkeypatch.setenv("KERNEL_LOOP_CACHE", str(tmp_path / "cache"))
     ncu_path = measured_run / "v0" / "ncu.json"
     ncu = json.loads(ncu_path.read_text())
+    # more tags than the bottleneck query takes, multi-kernel among the last (as on a conv + fused-epilogue
+    # solution whose cuDNN kernels fired a dozen): the fusion query still runs
+    many = ["uncoalesced-global", "smem-bank-conflicts", "wgmma-unused", "compute-near-peak", "small-grid",
+            "occupancy-limited-registers", "long-scoreboard-stalls", "low-issue-efficiency", "launch-overhead"]
+    ncu["symptoms"] += [{"tag": t, "metrics": {}, "kernel": "k"} for t in many]
     ncu["symptoms"].append({"tag": "multi-kernel", "metrics": {"duration_us": 10.0}, "kernel": None})
     ncu_path.write_text(json.dumps(ncu))
     assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 0
+    bottleneck = [q for q in queries_log(measured_run) if q["purpose"] == "bottleneck"]
+    assert "multi-kernel" not in bottleneck[0]["filters"]["symptoms"]  # past the limit there
     extra = [q for q in queries_log(measured_run) if q["purpose"] == "extra"]
     assert len(extra) == 1 and extra[0]["filters"]["symptoms"] == ["multi-kernel"]
     ids = [h["id"] if isinstance(h, dict) else h for h in extra[0]["hits"]]

@@ -108,8 +108,8 @@ def _run_queries(rd: RunDir, ncu: dict[str, Any], cfg: Any, arch: str | None,
         ("precedent", " ".join(tags), filters_of(symptoms=tags, arch=arch, language=impl, kernel_type=ktype,
                                                  kind="pr-note", has_claims=True, family=fam)),
     ]
-    if "multi-kernel" in tags:  # the time spread over several kernels: the fusion pages, which the other
-        # symptoms' pages outrank in the bottleneck query, get a query of their own
+    if any(s["tag"] == "multi-kernel" for s in fired):  # the time spread over several kernels: the fusion
+        # pages, which the other symptoms' pages outrank (or the tag fell past the bottleneck query's limit)
         specs.append(("extra", "multi-kernel kernel fusion epilogue",
                       filters_of(symptoms=["multi-kernel"], arch=arch, language=impl, exclude_kinds=no_notes)))
     for purpose, terms, filters in specs:

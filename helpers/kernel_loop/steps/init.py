@@ -265,8 +265,8 @@ def _validate(args: argparse.Namespace) -> tuple[Path, Path, dict]:
     if baseline.suffix == ".cu" and not ref_info["has_setup"] and args.ptr_size is None:
         raise UsageError("ref.py has no setup(): a .cu kernel then gets flat buffers, so give --ptr-size N")
     if args.device == "cpu" and ".cu" in IMPL_SUFFIXES[args.impl]:
-        raise UsageError(f"--device cpu runs .py kernels only (Triton under TRITON_INTERPRET=1); --impl {args.impl} "
-                         "needs a CUDA GPU")
+        raise UsageError(f"--impl {args.impl} needs a CUDA GPU, whatever the kernel file's suffix: the cpu test mode "
+                         "(--device cpu) runs Triton under TRITON_INTERPRET=1 and plain PyTorch only")
     _check_kernel_language(baseline, args.impl)
     dims, extra_shapes = run_shapes(args, ref_info)
     if baseline.suffix == ".py" or ref_info["has_setup"]:
