@@ -88,3 +88,19 @@ def test_without_landlock_the_worker_says_it_is_not_isolated(monkeypatch):
     ok, why = sandbox.apply({"hide": ["/nonexistent"], "read": []})
     assert not ok and "no Landlock" in why and "record key" in why
     assert sandbox.apply(None) == (False, "the sandbox was switched off (KERNEL_LOOP_SANDBOX=off)")
+
+
+def test_prepare_makes_a_named_build_cache_before_the_rules(tmp_path, monkeypatch):
+    """Seen on the GPU: load_inline's cache named in a folder that also holds the record key (so a folder on
+    the way to a hidden path) did not exist yet; made by the worker after the rules, it was refused
+    (PermissionError), so every build failed.  The worker makes it whole before the rules."""
+    from kernel_loop.measure import sandbox
+
+    ext = tmp_path / "beside-the-key" / "cache" / "torch_extensions"
+    tri = tmp_path / "triton-cache"
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(ext))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tri))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    sandbox.prepare()
+    assert ext.is_dir() and tri.is_dir()

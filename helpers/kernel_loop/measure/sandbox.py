@@ -39,6 +39,7 @@ _DIR_ONLY = sum(1 << b for b in (4, 5, 6, 7, 8, 9, 10, 11, 12))  # remove dir/fi
 _REFER, _TRUNCATE = 1 << 13, 1 << 14  # ABI 2, ABI 3
 _SCOPE_SIGNAL = 1 << 1  # ABI 6
 CACHES = (".triton", ".nv", ".cache")
+CACHE_VARS = ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR")
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -122,6 +123,12 @@ def prepare() -> None:
             (Path.home() / name).mkdir(exist_ok=True)
         except OSError:
             pass
+    for var in CACHE_VARS:  # a cache named elsewhere (load_inline's builds, Triton's), made whole while it may be
+        if os.environ.get(var):
+            try:
+                Path(os.environ[var]).mkdir(parents=True, exist_ok=True)
+            except OSError:
+                pass
 
 
 def apply(pol: dict[str, Any] | None) -> tuple[bool, str]:
