@@ -94,8 +94,9 @@ def test_prepare_makes_a_named_build_cache_before_the_rules(tmp_path, monkeypatc
     """Seen on the GPU: load_inline's cache named in a folder that also holds the record key (so a folder on
     the way to a hidden path) did not exist yet; made by the worker after the rules, it was refused
     (PermissionError), so every build failed.  The worker makes it whole before the rules."""
-    from kernel_loop.measure import sandbox
-
+    key = tmp_path / "beside-the-key" / "record.key"
+    key.parent.mkdir()
+    key.write_text("0" * 64 + "\n")
     ext = tmp_path / "beside-the-key" / "cache" / "torch_extensions"
     tri = tmp_path / "triton-cache"
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(ext))
@@ -104,3 +105,4 @@ def test_prepare_makes_a_named_build_cache_before_the_rules(tmp_path, monkeypatc
     (tmp_path / "home").mkdir()
     sandbox.prepare()
     assert ext.is_dir() and tri.is_dir()
+    assert (str(ext.parent), "all") in sandbox.grants([str(key)], [])  # so the rules let it be written
