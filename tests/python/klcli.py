@@ -81,3 +81,89 @@ def judge_in_this_process(monkeypatch) -> list[str]:
     for step in (correctness, benchmark, profile):
         monkeypatch.setattr(step, "run_judge", run_judge)
     return modes
+
+
+class _ThreadProc:
+    """What the judge reads of a worker's process (pid, poll, wait, returncode) for a worker that is a thread."""
+
+    def __init__(self, thread):
+        self.thread = thread
+        self.pid = os.getpid()
+        self.returncode = None
+
+    def poll(self):
+        if self.returncode is None and not self.thread.is_alive():
+            self.returncode = 0
+        return self.returncode
+
+    def wait(self, timeout=None):
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise subprocess.TimeoutExpired("worker thread", timeout)
+        return self.poll()
+
+
+def _thread_worker_class():
+    """A ``launch.WorkerProc`` whose worker (``kernel_loop.measure.worker.Worker``, the real one) serves the
+    judge from a thread of this process over a socket pair: the same requests, replies, buffers and
+    verdicts, without a process that imports torch again.  No sandbox (it would restrict this process)."""
+    import socket
+    import threading
+    import time
+    from collections import deque
+
+    from kernel_loop.measure import launch, protocol, worker
+
+    class ThreadWorkerProc(launch.WorkerProc):
+        def __init__(self, folder: Path, name: str, device: str, *, prefix=None, env=None, deadline: float,
+                     policy=None):
+            self.name, self.policy, self.isolated = name, None, None
+            self.tail = deque(maxlen=200)
+            self.deadline = deadline
+            self.timeout_s = max(0.0, deadline - time.monotonic())
+            self.device, self.folder = device, folder
+            ours, theirs = socket.socketpair()
+            self.listener = ours  # closed by kill(), like the real listener
+            self.chan = protocol.Channel(ours)
+
+            def serve() -> None:
+                chan = protocol.Channel(theirs)
+                try:
+                    worker.Worker(chan).serve()
+                except protocol.ProtocolError:
+                    pass
+                finally:
+                    chan.close()
+
+            self.reader = threading.Thread(target=serve, daemon=True, name=f"kl-worker-{name}")
+            self.proc = _ThreadProc(self.reader)
+            self.reader.start()
+
+        def kill(self) -> None:
+            self.chan.close()  # the worker's next receive fails and its thread ends
+            self.reader.join(timeout=30)
+
+    return ThreadWorkerProc
+
+
+def workers_in_this_process(monkeypatch) -> list[str]:
+    """The judge in this process (``judge_in_this_process``) and its workers too, each a thread running the
+    real ``Worker`` (``_thread_worker_class``): for tests of a verdict on a kernel that does not act on its
+    process (no exit, hang, patching of modules or environment, reading of files the sandbox hides).  A
+    worker under a prefix (ncu, compute-sanitizer) stays a real process.  Returns the names of the workers
+    started as threads."""
+    from kernel_loop.measure import judge, launch
+
+    cls = _thread_worker_class()
+    real = launch.start
+    names: list[str] = []
+
+    def start(folder, name, spec, *, deadline, prefix=None, env=None, tmpdir=None):
+        if prefix:
+            return real(folder, name, spec, deadline=deadline, prefix=prefix, env=env, tmpdir=tmpdir)
+        names.append(name)
+        return cls(folder, name, spec["device"], deadline=deadline)
+
+    monkeypatch.setattr(launch, "start", start)
+    monkeypatch.setattr(judge, "start", start)
+    return names

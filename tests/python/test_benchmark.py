@@ -279,8 +279,10 @@ DTYPE_DEFAULT_TOL = {"atol": None, "rtol": None, "by": {"atol": None, "rtol": No
 
 
 def test_a_wrong_solution_fails_the_benchmark_checked_with_the_dtype_default_and_libraries_built_at_once(
-        cpu_run, monkeypatch, capfd, judge_here):
-    """The wrong versions above (one benchmark, the judge in this process, its workers real processes).
+        cpu_run, monkeypatch, capfd, judge_here, worker_here):
+    """The wrong versions above (one benchmark, the judge and its workers in this process: conftest.judge_here,
+    worker_here; the benchmark with the judge and its workers as real processes is
+    test_child_end_to_end_in_the_cpu_dev_mode).
     And, in the same benchmark: run.json without atol/rtol: the benchmark checks with, and shows,
     correctness's fp32 default.  And load_inline and .cu versions are built in parallel, each in a
     short-lived worker, before the timing worker loads them one after another from the cache (a kernel
@@ -320,6 +322,7 @@ def test_a_wrong_solution_fails_the_benchmark_checked_with_the_dtype_default_and
     # v2 and v3; the solution is v3's file, built once for both
     assert "building 2 versions' libraries in parallel before timing (1 more is byte-identical to one of them)" in err
     assert judge_here == ["benchmark"]
+    assert sorted(worker_here) == ["baselines", "build-solution", "build-v2", "kernel"]  # two short-lived builders
 
 
 def test_tolerance_words():

@@ -27,11 +27,13 @@ def cpu_mode(monkeypatch):
 
 
 @pytest.fixture
-def cpu_judged(cpu_mode, judge_here):
-    """The cpu mode with the judge in this process (conftest.judge_here; the kernel's worker is a real
-    process): for the tests of a verdict.  The judge as a child process of the CLI is what
-    test_triton_vector_add_passes, test_hang_is_killed, test_subprocess_cli_exit_codes and
-    test_gpu_run_without_cuda_is_a_usage_error run."""
+def cpu_judged(cpu_mode, judge_here, worker_here):
+    """The cpu mode with the judge and its worker in this process (conftest.judge_here, worker_here: the real
+    judge and worker code, the worker a thread): for the tests of a verdict.  The judge as a child process
+    of the CLI is what test_triton_vector_add_passes, test_hang_is_killed, test_subprocess_cli_exit_codes
+    (a trivially wrong kernel, triton_vadd_zeros.py, through the whole CLI as a command) and
+    test_gpu_run_without_cuda_is_a_usage_error run; the worker as a real process, those and
+    test_child_exit_is_a_fail."""
     return judge_here
 
 
@@ -170,7 +172,7 @@ def test_kernelbench_format(tmp_path, cpu_judged):
     assert rc == 1 and "| Result | FAIL |" in md
 
 
-def test_child_exit_is_a_fail(tmp_path, cpu_judged):
+def test_child_exit_is_a_fail(tmp_path, cpu_mode, judge_here):  # the worker's process exits: a real one
     rc, data, md, out = _check(tmp_path, "ref_vadd.py", "py_exit.py")
     assert rc == 1 and "exited with status 3" in data["error"] and "| Result | FAIL |" in md
     assert provenance.read(out / "v0")["correctness.md"]

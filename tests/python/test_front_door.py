@@ -66,28 +66,37 @@ def test_written_files_follow_the_umask(tmp_path):
 
 
 # --- bad input: one line, exit 2 -----------------------------------------------------------------------
-def test_ref_py_that_raises_on_import_is_one_clear_line(tmp_path):
+def test_ref_py_that_raises_on_import_is_one_clear_line(tmp_path, monkeypatch, capsys, worker_here):
+    # the CLI, its judge and worker in this process (conftest.worker_here): the judge's refusal of a ref.py that
+    # raises is what is under test; a child judge's usage error reaching the CLI as exit 2 is
+    # test_correctness.py::test_gpu_run_without_cuda_is_a_usage_error, the CLI as a command test_subprocess_cli_exit_codes
+    monkeypatch.delenv("KERNEL_LOOP_DEVICE", raising=False)
     ref = tmp_path / "ref.py"
     ref.write_text("import torch\nraise RuntimeError('ref is broken')\n\ndef setup(N):\n    return {}\n\n"
                    "def reference(x):\n    return x\n")
     out = tmp_path / "run"
     assert klcli.main("init", out, "--kernel", "vadd", "--ref", ref, "--impl", "triton", "--baseline",
                       klcli.KERNELS / "py_vadd.py", "--dims", "N=64", "--device", "cpu") == 0
-    line = _one_line_error(_cli("correctness", out))
+    capsys.readouterr()
+    rc = klcli.main("correctness", out)
+    err = capsys.readouterr().err
+    line = _one_line_error(subprocess.CompletedProcess([], rc, "", err))
+    assert "Traceback" not in err, err
     assert "ref.py failed to import: RuntimeError: ref is broken" in line
     assert not (out / "v0" / "correctness.json").exists()  # bad input: nothing recorded as a measurement
 
 
-def test_init_device_cpu_is_recorded_and_used(tmp_path):
+def test_init_device_cpu_is_recorded_and_used(tmp_path, monkeypatch, worker_here):
+    # the CLI, its judge and worker in this process (conftest.worker_here), without KERNEL_LOOP_DEVICE: the
+    # device comes from run.json alone (the step's spec carries it to the judge whether a child or not)
     out = tmp_path / "run"
     assert klcli.main("init", out, "--kernel", "vadd", "--ref", klcli.KERNELS / "ref_vadd.py", "--impl", "triton",
                       "--baseline", klcli.KERNELS / "py_vadd.py", "--dims", "N=64", "--device", "cpu") == 0
     assert read_json(out / "run.json")["device"] == "cpu"
-    env = {k: v for k, v in os.environ.items() if k != "KERNEL_LOOP_DEVICE"}
-    proc = subprocess.run([sys.executable, str(HELPERS / "kloop.py"), "correctness", str(out)], env=env,
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    monkeypatch.delenv("KERNEL_LOOP_DEVICE", raising=False)
+    assert klcli.main("correctness", out) == 0
     assert read_json(out / "v0" / "correctness.json")["device"] == "cpu"
+    assert worker_here == ["kernel"]
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -172,14 +181,22 @@ def test_env_says_what_to_install_without_jinja2(tmp_path):
 
 
 # --- help and messages ----------------------------------------------------------------------------------
-def test_every_command_help_states_its_exit_codes():
+def test_every_command_help_states_its_exit_codes(capsys):
+    """Every step's --help through the real parser in this process; the first one through the CLI as a command
+    too (the same parser, and its exit status)."""
     from kernel_loop.cli import STEPS
 
-    for step in STEPS:
-        name = "next" if step == "next_version" else step
-        proc = _cli(name, "--help")
-        assert proc.returncode == 0, (name, proc.stderr)
-        assert "Exit codes" in " ".join(proc.stdout.split()), f"'{name} --help' does not state its exit codes"
+    names = ["next" if step == "next_version" else step for step in STEPS]
+    proc = _cli(names[0], "--help")
+    assert proc.returncode == 0, (names[0], proc.stderr)
+    assert "Exit codes" in " ".join(proc.stdout.split()), f"'{names[0]} --help' does not state its exit codes"
+    for name in names:
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exc:
+            klcli.main(name, "--help")
+        out = capsys.readouterr().out
+        assert exc.value.code in (0, None), name
+        assert "Exit codes" in " ".join(out.split()), f"'{name} --help' does not state its exit codes"
 
 
 def test_evidence_takes_one_id_per_flag_and_keeps_the_positional():
@@ -313,7 +330,8 @@ CUDA_ONLY_KERNEL = "import torch\n\n\ndef run_kernel(x, y, out):\n    out.copy_(
 
 
 @pytest.mark.parametrize("device", ["cuda", "cpu"], ids=["gpu-run-with-KERNEL_LOOP_DEVICE", "init-device-cpu"])
-def test_a_kernel_that_needs_cuda_on_a_machine_without_it_signs_no_fail(tmp_path, monkeypatch, capsys, device, judge_here):
+def test_a_kernel_that_needs_cuda_on_a_machine_without_it_signs_no_fail(tmp_path, monkeypatch, capsys, device,
+                                                                         judge_here, worker_here):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("checks a machine without CUDA")

@@ -22,8 +22,10 @@ from klcli import KERNELS
 @pytest.fixture(autouse=True)
 def cpu_mode(monkeypatch, judge_here):
     """The cpu mode, with the judge in this process (conftest.judge_here): what is under test here is the
-    judge's verdict on each kernel, which runs in a real worker process as always; the judge as the CLI's
-    child process is what test_correctness.py and test_judge.py run."""
+    judge's verdict on each kernel; the judge as the CLI's child process is what test_correctness.py and
+    test_judge.py run.  The tests that take ``worker_here`` run the kernel's worker as a thread of this
+    process too (the real worker code; conftest.worker_here); the kernels that act on their process (patch
+    the comparison or the clock, read the record key) keep a real worker process."""
     monkeypatch.setenv("KERNEL_LOOP_DEVICE", "cpu")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
@@ -41,7 +43,7 @@ def _rows(data):
 
 
 # --- small outputs cannot hide wrong values ------------------------------------------------------
-def test_constant_softmax_fails_the_normwise_bound(tmp_path):
+def test_constant_softmax_fails_the_normwise_bound(tmp_path, worker_here):
     rc, data, md = _correctness(tmp_path, "ref_softmax_rand.py", "cheat_softmax_const.py", "M=16,N=8192")
     assert rc == 1 and data["result"] == "FAIL"
     rows = _rows(data)
@@ -50,13 +52,13 @@ def test_constant_softmax_fails_the_normwise_bound(tmp_path):
     assert "Rel L2 limit" in md and "relative L2 error" in data["error"]
 
 
-def test_an_honest_reordered_softmax_passes_the_normwise_bound(tmp_path):
+def test_an_honest_reordered_softmax_passes_the_normwise_bound(tmp_path, worker_here):
     rc, data, _md = _correctness(tmp_path, "ref_softmax_rand.py", "honest_softmax_reordered.py", "M=16,N=8192")
     assert rc == 0, data["error"]
     assert all(r["rel_l2_err"] < r["tolerance"]["rel_l2"] / 10 for r in _rows(data))
 
 
-def test_the_normwise_limit_is_overridable_and_recorded(tmp_path):
+def test_the_normwise_limit_is_overridable_and_recorded(tmp_path, worker_here):
     scaled = tmp_path / "scaled.py"
     scaled.write_text("import torch\n\n\ndef run_kernel(x, M, N):\n    return 1.3 * torch.softmax(x, dim=-1)\n")
     out = tmp_path / "run"
@@ -71,14 +73,14 @@ def test_the_normwise_limit_is_overridable_and_recorded(tmp_path):
 
 
 # --- state between calls ------------------------------------------------------------------------
-def test_a_kernel_right_only_on_odd_calls_fails(tmp_path):
+def test_a_kernel_right_only_on_odd_calls_fails(tmp_path, worker_here):
     rc, data, _md = _correctness(tmp_path, "ref_softmax_rand.py", "cheat_softmax_every_other.py", "M=16,N=8192")
     assert rc == 1
     passed = [t["passed"] for s in data["shapes"] for t in s["trials"]]
     assert passed == [True, False, True, False, True]  # the same module instance served every trial
 
 
-def test_a_modelnew_that_replays_its_first_result_fails(tmp_path):
+def test_a_modelnew_that_replays_its_first_result_fails(tmp_path, worker_here):
     out = tmp_path / "run"
     assert klcli.main("init", out, "--kernel", "softmax", "--ref", klcli.KERNELS / "kb_ref_softmax.py", "--impl",
                       "triton", "--baseline", klcli.KERNELS / "kb_cheat_cache_first.py", "--dims",
@@ -90,7 +92,7 @@ def test_a_modelnew_that_replays_its_first_result_fails(tmp_path):
 
 
 # --- inputs stay untouched -----------------------------------------------------------------------
-def test_a_kernel_that_zeroes_its_input_fails_naming_the_input(tmp_path):
+def test_a_kernel_that_zeroes_its_input_fails_naming_the_input(tmp_path, worker_here):
     rc, data, _md = _correctness(tmp_path, "ref_vadd.py", "cheat_vadd_zero_input.py", "N=1000")
     assert rc == 1
     bad = [r for r in _rows(data) if not r["passed"]]
@@ -181,24 +183,24 @@ def test_a_speedup_above_ten_times_v0_is_flagged():
 
 
 # --- found by an adversarial review -----------------------------------------------------------------
-def test_a_reference_that_returns_its_output_buffer_still_has_its_own_expected_values(tmp_path):
+def test_a_reference_that_returns_its_output_buffer_still_has_its_own_expected_values(tmp_path, worker_here):
     rc, data, _md = _correctness(tmp_path, "ref_double_returns_buffer.py", "cheat_fill_42.py", "N=4096")
     assert rc == 1 and not any(r["passed"] for r in _rows(data))
 
 
-def test_an_output_that_is_a_view_of_an_input_fails(tmp_path):
+def test_an_output_that_is_a_view_of_an_input_fails(tmp_path, worker_here):
     rc, data, _md = _correctness(tmp_path, "ref_transpose.py", "cheat_transpose_view.py", "N=64")
     assert rc == 1
     assert all("shares memory with the input 'x'" in r["note"] for r in _rows(data))
 
 
-def test_an_output_that_views_an_input_at_an_offset_fails(tmp_path):
+def test_an_output_that_views_an_input_at_an_offset_fails(tmp_path, worker_here):
     rc, data, _md = _correctness(tmp_path, "ref_drop_first_row.py", "cheat_drop_first_row_view.py", "N=64")
     assert rc == 1
     assert all("shares memory with the input 'x'" in r["note"] for r in _rows(data))
 
 
-def test_unwritten_elements_fail_even_where_the_reference_is_nan(tmp_path):
+def test_unwritten_elements_fail_even_where_the_reference_is_nan(tmp_path, worker_here):
     rc, data, _md = _correctness(tmp_path, "ref_sqrt_into.py", "cheat_sqrt_skip_negative.py", "N=4096")
     assert rc == 1
     passed = [t["passed"] for s in data["shapes"] for t in s["trials"]]
@@ -286,6 +288,7 @@ def test_a_version_that_runs_only_library_kernels_is_noted_not_failed():
     assert library_note(["kernel_cutlass_add_kernel"], ["add_kernel"], "kernel.py") is None
     note = library_note(torch_only, ["softmax_kernel"], "kernel.py")
     assert "none of the kernels kernel.py defines (softmax_kernel)" in note and "not from none" not in note
+
 
 
 # --- the worker's sandbox: the record key and the run directory are out of its reach -----------------------

@@ -38,8 +38,17 @@ def cpu_mode(monkeypatch):
 @pytest.fixture
 def judged_here(judge_here):
     """The judge in this process (conftest.judge_here), its workers real processes: for the attacks on a
-    verdict.  The attacks on the process boundary (the worker's environment and command line, a process
-    that leaves the step) run with the judge as the CLI's child process, as a user's step does."""
+    verdict that need the worker's own process (its own random state).  The attacks on the process boundary
+    (the worker's environment and command line, a process that leaves the step) run with the judge as the
+    CLI's child process, as a user's step does."""
+    return judge_here
+
+
+@pytest.fixture
+def verdict_here(judge_here, worker_here):
+    """The judge and its workers in this process (conftest.judge_here, worker_here: the real judge and
+    worker code, each worker a thread): for the attacks on a verdict whose kernel does not act on its
+    process (it only computes wrong, skips, or replays)."""
     return judge_here
 
 
@@ -124,14 +133,17 @@ def run_kernel(x, y, out):
 '''
 
 
-def test_the_worker_sees_no_key_no_kernel_loop_variable_and_no_mode(tmp_path, monkeypatch, no_static_check):
+def test_the_worker_sees_no_key_no_kernel_loop_variable_and_no_mode(tmp_path, monkeypatch, no_static_check,
+                                                                     judged_here):
     """Attacks: (1) the kernel reads the record key (by name or by its value under any name) from its
     environment and behaves differently when it finds it; (2) it looks for any KERNEL_LOOP_* variable (the
     run's device, cache, record key, the harness's own plumbing) to tell the harness from a user's call, and
     returns x*0 when it finds one; (3) it reads its command line (or its environment) to learn whether it is
     being checked or timed, and computes honestly only when checked.  Defences: the worker's environment is
     the judge's less every kernel-loop variable, and every worker is started the same way, ``python -m
-    kernel_loop.measure.worker`` with nothing on argv and the same environment, in every mode."""
+    kernel_loop.measure.worker`` with nothing on argv and the same environment, in every mode.  (The judge's
+    code runs in this process with the environment a child judge gets, session.judge_env: klcli.run_judge_here;
+    the workers, whose environment and command line are under test, are real processes.)"""
     from kernel_loop.measure.launch import worker_env
 
     key = str(tmp_path / "secret" / "record.key")
@@ -161,6 +173,7 @@ def test_the_worker_sees_no_key_no_kernel_loop_variable_and_no_mode(tmp_path, mo
     assert argv[1:] == [] and orig[1:] == ["-m", "kernel_loop.measure.worker"], (argv, orig)  # nothing else
     words = " ".join(argv + orig[1:]).lower()
     assert not [w for w in MODE_WORDS if w in words], (argv, orig)
+    assert judged_here == ["correctness", "benchmark"]
 
 
 # --- 3. no process escapes the step -------------------------------------------------------------------
@@ -332,7 +345,7 @@ def test_the_weights_are_the_run_seeds_in_every_process_and_trial(tmp_path, monk
 
 
 # --- 5. a ModelNew with other parameters is refused --------------------------------------------------------
-def test_a_modelnew_with_a_renamed_parameter_is_refused_in_one_line(tmp_path, capsys, judged_here):
+def test_a_modelnew_with_a_renamed_parameter_is_refused_in_one_line(tmp_path, capsys, verdict_here):
     """Attack: a ModelNew whose parameter has another name keeps its own freshly drawn values (the judge's
     cannot be loaded into it), so it runs with weights it chose.  Defence: ModelNew's parameters and buffers
     must be Model's by name and shape; otherwise a usage error (exit 2) names the parameter, and nothing is
@@ -410,7 +423,7 @@ class ModelNew(nn.Module):
 '''.replace("EXPRS", ", ".join(f"lambda: {expr}" for expr, _ in DEGENERATE))
 
 
-def test_degenerate_outputs_fail_under_the_kernelbench_preset(tmp_path, judged_here):
+def test_degenerate_outputs_fail_under_the_kernelbench_preset(tmp_path, verdict_here):
     """Attack: under --preset kernelbench (allclose with atol = rtol = 1e-4 for float32) every element of an
     L1-normalised row (|y| < 1e-4) is within atol of zero, so all zeros (even an expanded tensor that
     writes nothing), a constant, or a wrong scale pass elementwise.  Defence: a constant output where the
@@ -426,7 +439,7 @@ def test_degenerate_outputs_fail_under_the_kernelbench_preset(tmp_path, judged_h
         assert all(note in r["note"] for r in rows), (expr, rows[0]["note"])
 
 
-def test_an_honest_l1_norm_passes_under_the_kernelbench_preset(tmp_path, judged_here):
+def test_an_honest_l1_norm_passes_under_the_kernelbench_preset(tmp_path, verdict_here):
     """The honest kernel beside the degenerate ones: the defence does not refuse a right answer."""
     ref = _write(tmp_path / "kb_l1.py", KB_L1)
     text = KB_L1_NEW.format(expr="x / x.abs().sum(dim=1, keepdim=True)")
@@ -480,7 +493,7 @@ def run_kernel(x, y):
 '''
 
 
-def test_a_kernel_that_skips_calls_passes_no_benchmark(tmp_path, monkeypatch, capsys, judged_here):
+def test_a_kernel_that_skips_calls_passes_no_benchmark(tmp_path, monkeypatch, capsys, verdict_here):
     """Attack: in the timing loop the kernel does its work only on every other call (halving its time),
     betting that only some calls are verified.  Defence: the judge poisons the outputs before every call and
     screens every call for poison left behind, verified or not.  (--warmup 5 --trials 1: the judge verifies
@@ -498,7 +511,7 @@ def test_a_kernel_that_skips_calls_passes_no_benchmark(tmp_path, monkeypatch, ca
     assert "failed in the benchmark" in capsys.readouterr().err
 
 
-def test_a_kernel_that_caches_by_input_address_fails_correctness(tmp_path, judged_here):
+def test_a_kernel_that_caches_by_input_address_fails_correctness(tmp_path, verdict_here):
     """Attack: the worker's input buffers keep their address from call to call, so a kernel that remembers
     its result by x.data_ptr() is right on the first call and replays it after.  Defence: every trial
     draws other data from its own seed into the same buffers, and every trial is verified."""

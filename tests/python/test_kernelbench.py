@@ -52,8 +52,9 @@ def _init(tmp_path, kernel_text=None, *extra):
     return rc, out
 
 
-# The judge runs as the CLI's child process in test_a_kernelbench_file_runs_at_its_own_sizes, and in this
-# process (conftest.judge_here, its worker a real process) in the other tests of a verdict.
+# The judge runs as the CLI's child process in test_a_kernelbench_file_runs_at_its_own_sizes (its worker a real
+# process), and in this process with its worker a thread (conftest.judge_here, worker_here: the real judge and
+# worker code) in the other tests of a verdict.
 def test_a_kernelbench_file_runs_at_its_own_sizes(tmp_path):
     rc, out = _init(tmp_path)
     assert rc == 0
@@ -72,7 +73,7 @@ def test_dims_override_a_constant_by_name_and_an_unknown_name_is_one_line(tmp_pa
     assert rc == 2 and "width names no module-level integer constant" in capsys.readouterr().err
 
 
-def test_a_modelnew_with_another_constructor_is_one_clear_line(tmp_path, judge_here):
+def test_a_modelnew_with_another_constructor_is_one_clear_line(tmp_path, judge_here, worker_here):
     bad = KB_REF.replace("class Model(nn.Module):", "class Other(nn.Module):") + '''
 
 class ModelNew(nn.Module):
@@ -89,7 +90,7 @@ class ModelNew(nn.Module):
     assert "ModelNew must take the same constructor arguments as Model" in err and "Traceback" not in err
 
 
-def test_the_kernelbench_preset_reproduces_its_protocol_and_warns(tmp_path, capsys, judge_here):
+def test_the_kernelbench_preset_reproduces_its_protocol_and_warns(tmp_path, capsys, judge_here, worker_here):
     """KernelBench's check is allclose with atol = rtol = 1e-4 for float32 and no normwise bound: a kernel off
     by a relative 5e-5 everywhere passes it, with a warning that kernel-loop's own check (rel L2 <= 1e-5)
     would not."""

@@ -19,7 +19,6 @@ from kernel_loop.common import (
     write_json,
 )
 from kernel_loop.config import DEFAULT_NCU_SECTIONS, RunConfig
-from kernel_loop.measure.session import run_judge
 from kernel_loop.steps import profile
 
 NCU = FIXTURES / "ncu"
@@ -328,8 +327,12 @@ def test_ncu_output_errors():
     profile.check_ncu_output(0, "==PROF== Disconnected")
 
 
-def test_the_judge_reports_a_missing_ref_as_bad_input(tmp_path):
-    """The real judge, on a run dir whose ref.py is missing: an error result naming ref.py, not a crash."""
+def test_the_judge_reports_a_missing_ref_as_bad_input(tmp_path, worker_here):
+    """The real judge, on a run dir whose ref.py is missing: an error result naming ref.py, not a crash.  (The
+    judge's code in this process, klcli.run_judge_here, its worker a thread: conftest.worker_here; a child
+    judge's error result reaching a step is test_correctness.py::test_gpu_run_without_cuda_is_a_usage_error.)"""
+    from klcli import run_judge_here as run_judge
+
     (tmp_path / "run.json").write_text("{}")
     spec = {"run_root": str(tmp_path), "kernel": str(tmp_path / "kernel.py"), "device": "cpu",
             "cfg": {"kernel": "k", "impl": "triton", "dims": {"N": 8}, "warmup": 1, "trials": 1},
