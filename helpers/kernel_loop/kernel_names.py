@@ -9,6 +9,11 @@ importing it:
   functions;
 - Triton: functions decorated with ``@triton.jit`` (or ``@jit``), autotuned or not;
 - CuTe DSL: functions decorated with ``@cute.kernel``.
+
+A ``.cu`` file's kernels may also come from templates it instantiates (CUTLASS's
+``cutlass::device_kernel<...>`` has no ``__global__`` in the file): those are read from the library
+the run built from it, whose embedded device code names each kernel in a ``.text.<mangled name>``
+section (``library_kernels``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ _GLOBAL = re.compile(r"__global__\s+[\w:<>,\s*&]*?\b(\w+)\s*\(")
 _BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")
 _DECORATED = re.compile(r"((?:^[ \t]*@[^\n]*\n)+)[ \t]*def\s+(\w+)", re.MULTILINE)
 _KERNEL_DECORATOR = re.compile(r"@\s*(?:triton\.)?jit\b|@\s*cute\.kernel\b")
+_SECTION = re.compile(rb"\.text\.([A-Za-z_][A-Za-z0-9_$]*)")
+_SOURCE_NAME = re.compile(r"(\d+)")
 
 
 def defined_kernels(source: str) -> list[str]:
@@ -26,6 +33,35 @@ def defined_kernels(source: str) -> list[str]:
     names = [m.group(1) for m in _GLOBAL.finditer(_BOUNDS.sub(" ", source))]
     names += [m.group(2) for m in _DECORATED.finditer(source) if _KERNEL_DECORATOR.search(m.group(1))]
     return list(dict.fromkeys(n for n in names if n not in ("void", "static", "inline")))
+
+
+def _qualified(mangled: str) -> str | None:
+    """The qualified function name of an Itanium-mangled name, without template arguments or parameters
+    (``_ZN7cutlass13device_kernelI...`` -> ``cutlass::device_kernel``, ``_Z8my_addPfi`` -> ``my_add``); an
+    unmangled name (``extern "C"``) is itself; None when the name cannot be read that way."""
+    if not mangled.startswith("_Z"):
+        return mangled
+    rest, nested = mangled[2:], mangled.startswith("_ZN")
+    rest = rest[1:] if nested else rest
+    parts: list[str] = []
+    while rest[:1].isdigit():
+        m = _SOURCE_NAME.match(rest)
+        n, rest = int(m.group(1)), rest[m.end():]
+        if n > len(rest):
+            return None
+        parts.append(rest[:n])
+        rest = rest[n:]
+        if not nested:
+            break
+    return "::".join(parts) or None
+
+
+def library_kernels(library: bytes) -> list[str]:
+    """The qualified names of the kernels whose device code a built library (``.so``) embeds, read from
+    its ``.text.<mangled name>`` sections; [] when it embeds none that can be read (compressed device code
+    among them)."""
+    names = (_qualified(m.group(1).decode("ascii")) for m in _SECTION.finditer(library))
+    return list(dict.fromkeys(n for n in names if n))
 
 
 def own_kernels(profiled: list[str], defined: list[str]) -> list[str]:

@@ -291,6 +291,41 @@ def test_a_version_that_runs_only_library_kernels_is_noted_not_failed():
 
 
 
+# Section names as nvcc 13.0 embeds them in a .so built for sm_90a from a CUTLASS 3 GEMM (no __global__ in the
+# file) and from CUTLASS 2's sm80 GEMM (seen in the libraries built on 2026-12-03; names cut after the template)
+CUTLASS3_SECTION = b"\0.text._ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalIN4cute5tupleIJiiiiEEEEEEvNT_6ParamsE\0"
+CUTLASS2_SECTION = b"\0.nv.info._ZN7cutlass6KernelINS_4gemm6kernel4GemmIEEEEvNT_6ParamsE\0.text._ZN7cutlass6KernelINS_4gemmEEEvNT_6ParamsE\0"
+NCU_CUTLASS3 = ("void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int, int>, "
+                "cutlass::gemm::collective::CollectiveMma<...>>>(T1::Params)")
+
+
+def test_the_kernels_of_a_cu_file_include_the_templates_its_library_instantiates(tmp_path):
+    from kernel_loop.kernel_names import _qualified, library_kernels, library_note
+    from kernel_loop.steps.profile import kernels_of
+
+    assert _qualified("_ZN7cutlass13device_kernelINS_4gemmE") == "cutlass::device_kernel"
+    assert _qualified("_Z6my_addPfi") == "my_add" and _qualified("vadd_kernel") == "vadd_kernel"
+    assert _qualified("_ZN3foo3bar3bazEv") == "foo::bar::baz" and _qualified("_Z99short") is None
+    blob = b"\x7fELF host code" + CUTLASS3_SECTION + CUTLASS2_SECTION + b".text.vadd_kernel\0"
+    assert library_kernels(blob) == ["cutlass::device_kernel", "cutlass::Kernel", "vadd_kernel"]
+    assert library_note([NCU_CUTLASS3], library_kernels(blob), "kernel.cu") is None
+    cublas = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1"
+    assert library_note([cublas], library_kernels(blob), "kernel.cu").startswith("library fallback")
+    # the profile step reads the library that this version's correctness built from the same bytes
+    vdir, lib = tmp_path / "v1", tmp_path / "kernel.so"
+    vdir.mkdir()
+    kernel = vdir / "kernel.cu"
+    kernel.write_text('#include <cutlass/gemm/device/gemm_universal_adapter.h>\nextern "C" void solve(float* y) {}\n')
+    lib.write_bytes(blob)
+    (vdir / "correctness.json").write_text(json.dumps({"kernel_sha256": "abc", "build": {"library": str(lib)}}))
+    assert "cutlass::device_kernel" in kernels_of(kernel, "abc", vdir)
+    assert kernels_of(kernel, "another sha", vdir) == []  # a build of other bytes says nothing of these
+    lib.unlink()
+    assert kernels_of(kernel, "abc", vdir) == []  # the library is gone: the source alone
+    (vdir / "correctness.json").write_text("not json")
+    assert kernels_of(kernel, "abc", vdir) == []
+
+
 # --- the worker's sandbox: the record key and the run directory are out of its reach -----------------------
 REACHER = '''import os
 

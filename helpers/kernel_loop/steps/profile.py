@@ -41,11 +41,11 @@ from ..common import (
 )
 from ..config import RunConfig
 from ..gpustate import slowdowns
-from ..kernel_names import defined_kernels, library_note
+from ..kernel_names import defined_kernels, library_kernels, library_note
 from ..measure.session import run_judge
 from ..measure.worker import NVTX_RANGE
 from ..rundir import RunDir
-from ..sidecars import NCU_DETAILS_CSV, NCU_JSON, NCU_RAW_CSV, NCU_REPORT
+from ..sidecars import CORRECTNESS_JSON, NCU_DETAILS_CSV, NCU_JSON, NCU_RAW_CSV, NCU_REPORT
 from ..templating import render
 from ..timecheck import DIFF_WARN, floor_invalid, timing_invalid
 
@@ -315,6 +315,23 @@ def ncu_settings(cfg: RunConfig, args: argparse.Namespace) -> dict[str, Any]:
     return n
 
 
+def kernels_of(kernel: Path, kernel_sha: str, vdir: Path) -> list[str]:
+    """The kernels a version defines: named in its source, and for a ``.cu`` file also those its built
+    library embeds (templates such as CUTLASS's ``cutlass::device_kernel``), the library being the one its
+    correctness PASS built from these bytes (correctness.json)."""
+    names = defined_kernels(kernel.read_text(encoding="utf-8", errors="replace"))
+    if kernel.suffix != ".cu" or not (vdir / CORRECTNESS_JSON).is_file():
+        return names
+    try:
+        corr = read_json(vdir / CORRECTNESS_JSON)
+        lib = (corr.get("build") or {}).get("library")
+        if not lib or corr.get("kernel_sha256") != kernel_sha:
+            return names
+        return list(dict.fromkeys(names + library_kernels(Path(lib).read_bytes())))
+    except (OSError, ValueError, AttributeError, UsageError):  # no library (any more), or a damaged sidecar
+        return names
+
+
 def _check_correctness(rd: RunDir, cfg: RunConfig, vdir: Path, kernel: Path) -> None:
     """Profile only a kernel whose correctness PASS is on record: for this kernel, on this run's GPU."""
     if cfg.device == "cpu":
@@ -380,7 +397,7 @@ def run(args: argparse.Namespace) -> int:
                 "sections": ncfg["sections"], "clock_control": ncfg["clock_control"],
                 "cache_control": ncfg["cache_control"]}
         context = {"version": vdir.name, "kernel_file": kernel.name, "kernel_sha256": kernel_sha,
-                   "defined_kernels": defined_kernels(kernel.read_text(encoding="utf-8", errors="replace")),
+                   "defined_kernels": kernels_of(kernel, kernel_sha, vdir),
                    "tool": tool, "gpu": timed.get("gpu"),
                    "gpu_state": {**(timed.get("gpu_state") or {}), **(timed.get("gpu_state") or {}).get("after", {})},
                    "baseline_protocol": protocol(base_ncu) if base_ncu else None}
