@@ -126,7 +126,9 @@ _KEYS: list[Key] = [
         ("sm__inst_executed.avg.per_cycle_active",), (("Compute Workload Analysis", "Executed Ipc Active"),)),
     Key("tensor_pipe_pct", "compute", "%", "Tensor pipes busy, % of peak (all tensor instructions).",
         ("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",)),
-    Key("gmma_pct", "compute", "%", "Hopper wgmma (GMMA) instructions executed, % of peak.",
+    Key("gmma_pct", "compute", "%", "Hopper wgmma (GMMA) instructions executed, % of the peak issue rate: nonzero means "
+        "wgmma runs; it is not how busy the tensor pipe is (one wgmma is a 64xNx16 product, so a kernel at 90% of the "
+        "bf16 peak read 2.5 on the H200): for that, tensor_pipe_pct.",
         ("sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_elapsed",)),
     Key("fma_pipe_pct", "compute", "%", "FMA pipe busy, % of peak (FP32 multiply-add on CUDA cores).",
         ("sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_elapsed",)),

@@ -18,6 +18,7 @@ from .. import plan, predictions, provenance, records
 from .. import vocab as symptoms
 from ..common import UsageError, atomic_write_text, progress, read_json, sha256_file, sha256_text, warn
 from ..compare import describe_tolerances
+from ..kernel_names import short_name
 from ..prose import TODO, load_hypothesis, markdown_section
 from ..rundir import RunDir
 from ..sidecars import query_hits
@@ -236,7 +237,7 @@ def collect(rd: RunDir) -> dict[str, Any]:
     for kern in dig(last, "kernels") if isinstance(dig(last, "kernels"), list) else []:
         for r in kern.get("rules") or []:
             if _num(r.get("est_speedup_pct")):
-                rules.append({"kernel": kern.get("name"), **r})
+                rules.append({"kernel": short_name(str(kern.get("name") or "")), **r})
     rules.sort(key=lambda r: -r["est_speedup_pct"])
 
     rows = {r["name"]: r for r in bench.get("rows") or []}
