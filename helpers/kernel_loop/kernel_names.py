@@ -69,8 +69,11 @@ def own_kernels(profiled: list[str], defined: list[str]) -> list[str]:
     signature suffix (``softmax_kernel_0d1d2d``); CuTe DSL names the compiled kernel
     ``kernel_cutlass_<name>_<its arguments' types>`` (``kernel_cutlass__add_kernel_tensorptrf32gmem...``
     for ``_add_kernel``)."""
+    # ncu names a kernel without its namespaces (``void device_kernel<GemmUniversal<...>>(Params)`` for
+    # ``cutlass::device_kernel``, seen on the H200): a qualified name also matches by its last part
+    names = list(dict.fromkeys(n for d in defined for n in (d, d.rsplit("::", 1)[-1])))
     pats = [re.compile(rf"(?<![A-Za-z0-9_]){re.escape(d)}(?:_[0-9][0-9a-z]*)*(?![A-Za-z0-9_])"
-                       rf"|(?<![A-Za-z0-9_])kernel_cutlass_{re.escape(d)}(?:_|(?![A-Za-z0-9]))") for d in defined]
+                       rf"|(?<![A-Za-z0-9_])kernel_cutlass_{re.escape(d)}(?:_|(?![A-Za-z0-9]))") for d in names]
     return [p for p in profiled if any(rx.search(p) for rx in pats)]
 
 

@@ -295,8 +295,9 @@ def test_a_version_that_runs_only_library_kernels_is_noted_not_failed():
 # file) and from CUTLASS 2's sm80 GEMM (seen in the libraries built on 2026-12-03; names cut after the template)
 CUTLASS3_SECTION = b"\0.text._ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalIN4cute5tupleIJiiiiEEEEEEvNT_6ParamsE\0"
 CUTLASS2_SECTION = b"\0.nv.info._ZN7cutlass6KernelINS_4gemm6kernel4GemmIEEEEvNT_6ParamsE\0.text._ZN7cutlass6KernelINS_4gemmEEEvNT_6ParamsE\0"
-NCU_CUTLASS3 = ("void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int, int>, "
-                "cutlass::gemm::collective::CollectiveMma<...>>>(T1::Params)")
+# ncu's name for that kernel on the H200 (2026-12-03): no namespaces
+NCU_CUTLASS3 = ("void device_kernel<GemmUniversal<tuple<int, int, int, int>, CollectiveMma<MainloopSm90TmaGmmaWarpSpecialized"
+                "<4, tuple<C<1>, C<1>, C<1>>, KernelTmaWarpSpecializedCooperative>, tuple<C<128>, C<256>, C<64>>>>>(Params)")
 
 
 def test_the_kernels_of_a_cu_file_include_the_templates_its_library_instantiates(tmp_path):
@@ -309,6 +310,8 @@ def test_the_kernels_of_a_cu_file_include_the_templates_its_library_instantiates
     blob = b"\x7fELF host code" + CUTLASS3_SECTION + CUTLASS2_SECTION + b".text.vadd_kernel\0"
     assert library_kernels(blob) == ["cutlass::device_kernel", "cutlass::Kernel", "vadd_kernel"]
     assert library_note([NCU_CUTLASS3], library_kernels(blob), "kernel.cu") is None
+    assert library_note(["void cutlass::device_kernel<Gemm>(Params)"], ["cutlass::device_kernel"], "kernel.cu") is None
+    assert library_note(["void other_device_kernel<Gemm>(Params)"], ["cutlass::device_kernel"], "kernel.cu")  # another
     cublas = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1"
     assert library_note([cublas], library_kernels(blob), "kernel.cu").startswith("library fallback")
     # the profile step reads the library that this version's correctness built from the same bytes
