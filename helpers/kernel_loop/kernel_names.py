@@ -35,33 +35,73 @@ def defined_kernels(source: str) -> list[str]:
     return list(dict.fromkeys(n for n in names if n not in ("void", "static", "inline")))
 
 
+def _ident(rest: str) -> tuple[str, str] | None:
+    """One ``<length><identifier>`` of a mangled name: (identifier, what follows), or None."""
+    m = _SOURCE_NAME.match(rest)
+    if not m or int(m.group(1)) > len(rest) - m.end():
+        return None
+    n = int(m.group(1))
+    return rest[m.end():m.end() + n], rest[m.end() + n:]
+
+
 def _qualified(mangled: str) -> str | None:
-    """The qualified function name of an Itanium-mangled name, without template arguments or parameters
-    (``_ZN7cutlass13device_kernelI...`` -> ``cutlass::device_kernel``, ``_Z8my_addPfi`` -> ``my_add``); an
-    unmangled name (``extern "C"``) is itself; None when the name cannot be read that way."""
+    """The qualified function name of an Itanium-mangled name, with the last identifier of its first
+    template argument when it has one (``_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalI...`` ->
+    ``cutlass::device_kernel<GemmUniversal``, ``_Z6my_addPfi`` -> ``my_add``); an unmangled name (``extern
+    "C"``) is itself; None when the name cannot be read that way."""
     if not mangled.startswith("_Z"):
         return mangled
-    rest, nested = mangled[2:], mangled.startswith("_ZN")
-    rest = rest[1:] if nested else rest
+    nested = mangled.startswith("_ZN")
+    rest = mangled[3:] if nested else mangled[2:]
     parts: list[str] = []
-    while rest[:1].isdigit():
-        m = _SOURCE_NAME.match(rest)
-        n, rest = int(m.group(1)), rest[m.end():]
-        if n > len(rest):
-            return None
-        parts.append(rest[:n])
-        rest = rest[n:]
+    while (got := _ident(rest)) is not None:
+        parts.append(got[0])
+        rest = got[1]
         if not nested:
             break
-    return "::".join(parts) or None
+    if not parts:
+        return None
+    name = "::".join(parts)
+    if not rest.startswith("I"):
+        return name
+    arg, last = rest[1:], None  # the first template argument: a (nested) class name, substitutions skipped
+    nested_arg = arg.startswith("N")
+    arg = arg[1:] if nested_arg else arg
+    while arg:
+        if arg.startswith("St"):
+            arg = arg[2:]
+        elif arg.startswith("S") and "_" in arg:
+            arg = arg[arg.index("_") + 1:]
+        elif (got := _ident(arg)) is not None:
+            last, arg = got
+            if not nested_arg:
+                break
+        else:
+            break
+    return f"{name}<{last}" if last else name
 
 
 def library_kernels(library: bytes) -> list[str]:
-    """The qualified names of the kernels whose device code a built library (``.so``) embeds, read from
-    its ``.text.<mangled name>`` sections; [] when it embeds none that can be read (compressed device code
-    among them)."""
-    names = (_qualified(m.group(1).decode("ascii")) for m in _SECTION.finditer(library))
+    """The kernels whose device code a built library (``.so``) embeds: a ``.text.<mangled name>`` section
+    with its ``.nv.info.<mangled name>`` (a kernel's attributes; device functions and host code have none),
+    each as ``_qualified`` reads it; [] when it embeds none that can be read (compressed device code among
+    them)."""
+    info = set(re.findall(rb"\.nv\.info\.([A-Za-z_][A-Za-z0-9_$]*)", library))
+    names = (_qualified(m.group(1).decode("ascii")) for m in _SECTION.finditer(library) if m.group(1) in info)
     return list(dict.fromkeys(n for n in names if n))
+
+
+def _pattern(d: str) -> re.Pattern:
+    """A defined name as found in ncu's names.  A library kernel read as ``ns::fn<Arg`` matches ``fn<Arg`` or
+    ``ns::fn<ns2::Arg`` (ncu drops the namespaces: ``void device_kernel<GemmUniversal<...>>(Params)`` on the
+    H200), so a library kernel of another template (``device_kernel<cutlass3x_sm90_...>``) is not the
+    version's own; any other name matches as a word, with Triton's signature suffix or CuTe DSL's prefix."""
+    w, q = r"[A-Za-z0-9_]", r"(?:[A-Za-z0-9_]+::)*"
+    if "<" in d:
+        fn, arg = d.split("<", 1)
+        return re.compile(rf"(?<!{w}){q}{re.escape(fn.rsplit('::', 1)[-1])}<\s*{q}{re.escape(arg)}(?!{w})")
+    d = d.rsplit("::", 1)[-1]
+    return re.compile(rf"(?<!{w}){re.escape(d)}(?:_[0-9][0-9a-z]*)*(?!{w})|(?<!{w})kernel_cutlass_{re.escape(d)}(?:_|(?!{w}))")
 
 
 def own_kernels(profiled: list[str], defined: list[str]) -> list[str]:
@@ -69,11 +109,7 @@ def own_kernels(profiled: list[str], defined: list[str]) -> list[str]:
     signature suffix (``softmax_kernel_0d1d2d``); CuTe DSL names the compiled kernel
     ``kernel_cutlass_<name>_<its arguments' types>`` (``kernel_cutlass__add_kernel_tensorptrf32gmem...``
     for ``_add_kernel``)."""
-    # ncu names a kernel without its namespaces (``void device_kernel<GemmUniversal<...>>(Params)`` for
-    # ``cutlass::device_kernel``, seen on the H200): a qualified name also matches by its last part
-    names = list(dict.fromkeys(n for d in defined for n in (d, d.rsplit("::", 1)[-1])))
-    pats = [re.compile(rf"(?<![A-Za-z0-9_]){re.escape(d)}(?:_[0-9][0-9a-z]*)*(?![A-Za-z0-9_])"
-                       rf"|(?<![A-Za-z0-9_])kernel_cutlass_{re.escape(d)}(?:_|(?![A-Za-z0-9]))") for d in names]
+    pats = [_pattern(d) for d in defined]
     return [p for p in profiled if any(rx.search(p) for rx in pats)]
 
 

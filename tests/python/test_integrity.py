@@ -292,42 +292,50 @@ def test_a_version_that_runs_only_library_kernels_is_noted_not_failed():
 
 
 # Section names as nvcc 13.0 embeds them in a .so built for sm_90a from a CUTLASS 3 GEMM (no __global__ in the
-# file) and from CUTLASS 2's sm80 GEMM (seen in the libraries built on 2026-12-03; names cut after the template)
-CUTLASS3_SECTION = b"\0.text._ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalIN4cute5tupleIJiiiiEEEEEEvNT_6ParamsE\0"
-CUTLASS2_SECTION = b"\0.nv.info._ZN7cutlass6KernelINS_4gemm6kernel4GemmIEEEEvNT_6ParamsE\0.text._ZN7cutlass6KernelINS_4gemmEEEvNT_6ParamsE\0"
-# ncu's name for that kernel on the H200 (2026-12-03): no namespaces
-NCU_CUTLASS3 = ("void device_kernel<GemmUniversal<tuple<int, int, int, int>, CollectiveMma<MainloopSm90TmaGmmaWarpSpecialized"
-                "<4, tuple<C<1>, C<1>, C<1>>, KernelTmaWarpSpecializedCooperative>, tuple<C<128>, C<256>, C<64>>>>>(Params)")
+# file) and from CUTLASS 2's sm80 GEMM (seen in the libraries built on 2026-12-03; names cut inside the template):
+# each kernel has its code (.text.) and its attributes (.nv.info.); a device function or host code has no .nv.info.
+_M3 = b"_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalIN4cute5tupleIJiiiiEEEEEEvNT_6ParamsE"
+_M2 = b"_ZN7cutlass6KernelINS_4gemm6kernel4GemmINS1_11threadblock13MmaMultistageEEEEEvNT_6ParamsE"
+LIBRARY = (b"\x7fELF host code .text.unlikely\0.text._ZN7cutlass4gemm6device6helperEv\0" + b"\0.text." + _M3 + b"\0.nv.info." + _M3
+           + b"\0.nv.info." + _M2 + b"\0.text." + _M2 + b"\0.text.vadd_kernel\0.nv.info.vadd_kernel\0")
+# ncu's names for those kernels on the H200 (2026-12-03): no namespaces
+NCU_CUTLASS3 = ("void device_kernel<GemmUniversal<tuple<int, int, int, int>, CollectiveMma<MainloopSm90TmaGmma"
+                "WarpSpecialized<4, tuple<C<1>, C<1>, C<1>>, KernelTmaWarpSpecializedCooperative>, tuple<C<128>, C<256>, C<64>>>>>(Params)")
 
 
 def test_the_kernels_of_a_cu_file_include_the_templates_its_library_instantiates(tmp_path):
     from kernel_loop.kernel_names import _qualified, library_kernels, library_note
     from kernel_loop.steps.profile import kernels_of
 
-    assert _qualified("_ZN7cutlass13device_kernelINS_4gemmE") == "cutlass::device_kernel"
+    assert _qualified(_M3.decode()) == "cutlass::device_kernel<GemmUniversal"
+    assert _qualified(_M2.decode()) == "cutlass::Kernel<Gemm"
     assert _qualified("_Z6my_addPfi") == "my_add" and _qualified("vadd_kernel") == "vadd_kernel"
     assert _qualified("_ZN3foo3bar3bazEv") == "foo::bar::baz" and _qualified("_Z99short") is None
-    blob = b"\x7fELF host code" + CUTLASS3_SECTION + CUTLASS2_SECTION + b".text.vadd_kernel\0"
-    assert library_kernels(blob) == ["cutlass::device_kernel", "cutlass::Kernel", "vadd_kernel"]
-    assert library_note([NCU_CUTLASS3], library_kernels(blob), "kernel.cu") is None
-    assert library_note(["void cutlass::device_kernel<Gemm>(Params)"], ["cutlass::device_kernel"], "kernel.cu") is None
-    assert library_note(["void other_device_kernel<Gemm>(Params)"], ["cutlass::device_kernel"], "kernel.cu")  # another
-    cublas = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1"
-    assert library_note([cublas], library_kernels(blob), "kernel.cu").startswith("library fallback")
+    found = library_kernels(LIBRARY)
+    assert found == ["cutlass::device_kernel<GemmUniversal", "cutlass::Kernel<Gemm", "vadd_kernel"]  # no host names
+    assert library_note([NCU_CUTLASS3], found, "kernel.cu") is None
+    assert library_note(["void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<x>>(T1::Params)"], found,
+                        "kernel.cu") is None
+    assert library_note(["void Kernel<Gemm<x>>(Params)"], found, "kernel.cu") is None
+    # a library's kernels built from other CUTLASS templates, or cuBLAS's own, are not the version's
+    for other in ("void device_kernel<cutlass3x_sm90_tensorop_gemm_bf16>(Params)", "void Kernel<cutlass_75_tensorop>(Params)",
+                  "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1",
+                  "void other_device_kernel<GemmUniversal<x>>(Params)"):
+        assert library_note([other], found, "kernel.cu").startswith("library fallback"), other
     # the profile step reads the library that this version's correctness built from the same bytes
     vdir, lib = tmp_path / "v1", tmp_path / "kernel.so"
     vdir.mkdir()
     kernel = vdir / "kernel.cu"
     kernel.write_text('#include <cutlass/gemm/device/gemm_universal_adapter.h>\nextern "C" void solve(float* y) {}\n')
-    lib.write_bytes(blob)
+    lib.write_bytes(LIBRARY)
     (vdir / "correctness.json").write_text(json.dumps({"kernel_sha256": "abc", "build": {"library": str(lib)}}))
-    assert "cutlass::device_kernel" in kernels_of(kernel, "abc", vdir)
+    assert "cutlass::device_kernel<GemmUniversal" in kernels_of(kernel, "abc", vdir)
     assert kernels_of(kernel, "another sha", vdir) == []  # a build of other bytes says nothing of these
     lib.unlink()
     assert kernels_of(kernel, "abc", vdir) == []  # the library is gone: the source alone
-    (vdir / "correctness.json").write_text("not json")
-    assert kernels_of(kernel, "abc", vdir) == []
-
+    for damaged in ("not json", json.dumps({"kernel_sha256": "abc", "build": {"library": 7}}), json.dumps([1])):
+        (vdir / "correctness.json").write_text(damaged)
+        assert kernels_of(kernel, "abc", vdir) == []
 
 # --- the worker's sandbox: the record key and the run directory are out of its reach -----------------------
 REACHER = '''import os

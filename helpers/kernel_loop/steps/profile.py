@@ -328,7 +328,7 @@ def kernels_of(kernel: Path, kernel_sha: str, vdir: Path) -> list[str]:
         if not lib or corr.get("kernel_sha256") != kernel_sha:
             return names
         return list(dict.fromkeys(names + library_kernels(Path(lib).read_bytes())))
-    except (OSError, ValueError, AttributeError, UsageError):  # no library (any more), or a damaged sidecar
+    except (OSError, ValueError, AttributeError, TypeError, UsageError):  # no library (any more), a damaged sidecar
         return names
 
 
