@@ -128,12 +128,18 @@ def _thread_worker_class():
 
             def serve() -> None:
                 chan = protocol.Channel(theirs)
+                code = 0  # ended by the judge (its bye, or the channel closed by kill())
                 try:
                     worker.Worker(chan).serve()
                 except protocol.ProtocolError:
                     pass
+                except SystemExit as exc:  # what a process would exit with: never read as a clean end
+                    code = exc.code if isinstance(exc.code, int) and exc.code else 1
+                except BaseException:
+                    code = 1
                 finally:
                     chan.close()
+                    self.proc.returncode = code
 
             self.reader = threading.Thread(target=serve, daemon=True, name=f"kl-worker-{name}")
             self.proc = _ThreadProc(self.reader)
@@ -161,6 +167,14 @@ def workers_in_this_process(monkeypatch) -> list[str]:
     def start(folder, name, spec, *, deadline, prefix=None, env=None, tmpdir=None):
         if prefix:
             return real(folder, name, spec, deadline=deadline, prefix=prefix, env=env, tmpdir=tmpdir)
+        wanted = dict(env or {})
+        if spec["device"] == "cpu" and spec["cfg"].get("impl") == "triton":
+            wanted.setdefault("TRITON_INTERPRET", "1")  # what launch.start gives a real worker
+        if "TRITON_INTERPRET" in wanted:  # read when a kernel module is imported: set here for the test's duration
+            monkeypatch.setenv("TRITON_INTERPRET", wanted.pop("TRITON_INTERPRET"))
+        dropped = {k: v for k, v in wanted.items() if os.environ.get(k) != v}
+        if dropped:  # a thread shares this process's environment: it cannot take a worker environment of its own
+            raise AssertionError(f"worker {name!r} needs the environment {dropped}: run this test with a real worker")
         names.append(name)
         return cls(folder, name, spec["device"], deadline=deadline)
 

@@ -178,6 +178,17 @@ def test_child_exit_is_a_fail(tmp_path, cpu_mode, judge_here):  # the worker's p
     assert provenance.read(out / "v0")["correctness.md"]
 
 
+
+def test_a_thread_worker_that_exits_is_a_failed_exit_not_a_clean_end(tmp_path, cpu_mode, judge_here, worker_here):
+    """The tests' thread workers (klcli.workers_in_this_process) report a kernel's SystemExit as the exit
+    status a process would have, so no converted test can read a dead worker as one that ended cleanly."""
+    kernel = tmp_path / "py_sysexit.py"
+    kernel.write_text('"""Broken: raises SystemExit(3) inside the kernel call."""\nimport sys\n\n\n'
+                      "def run_kernel(x, y, out):\n    sys.exit(3)\n")
+    rc, data, md, _ = _check(tmp_path, "ref_vadd.py", str(kernel))
+    assert worker_here, "the kernel ran in a real worker process, not a thread"
+    assert rc == 1 and "| Result | FAIL |" in md and "status 3" in data["error"], data["error"]
+
 def test_child_exception_is_a_fail(tmp_path, cpu_judged):
     rc, data, md, _ = _check(tmp_path, "ref_vadd.py", "py_raise.py")
     assert rc == 1 and data["error"].startswith("RuntimeError: kernel exploded on purpose")
