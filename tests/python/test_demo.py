@@ -152,3 +152,16 @@ def test_a_demo_removes_its_temporary_folder_unless_kept_and_picks_the_named_exa
     assert f"run directory: {kept / 'softmax-triton'}" in proc.stdout and (kept / "softmax-triton" / "run.json").is_file()
     assert [p.name for p in kept.iterdir() if not p.name.startswith(".") and p.is_dir()] == ["softmax-triton"]
     assert "unpacked to" in proc.stderr + proc.stdout
+
+
+def test_the_default_example_stays_the_same_when_one_is_added():
+    from kernel_loop.common import UsageError
+    from kernel_loop.steps import demo
+
+    names = ["cutlass-gemm-bias-relu", demo.DEFAULT_EXAMPLE, "softmax-triton"]
+    assert demo.choose(None, names) == demo.DEFAULT_EXAMPLE  # not the first by name
+    assert demo.choose("softmax-triton", names) == "softmax-triton"
+    assert demo.choose(None, ["softmax-triton"]) == "softmax-triton"  # a copy without it: the first
+    with pytest.raises(UsageError, match="unknown example 'nope'"):
+        demo.choose("nope", names)
+    assert demo.DEFAULT_EXAMPLE in demo.list_examples()

@@ -185,15 +185,25 @@ def _gpu_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
+# The example `demo` replays when none is named: a fixed one, so adding an example does not change what a new
+# user sees first (kernelbench-l1norm-cuda: a KernelBench problem, load_inline CUDA C++, every check passing)
+DEFAULT_EXAMPLE = "kernelbench-l1norm-cuda"
+
+
+def choose(example: str | None, names: list[str]) -> str:
+    """The example to replay: the one named, else DEFAULT_EXAMPLE when it is there, else the first."""
+    name = example or (DEFAULT_EXAMPLE if DEFAULT_EXAMPLE in names else names[0])
+    if name not in names:
+        raise UsageError(f"unknown example '{name}'; choose from: {', '.join(names)}")
+    return name
+
 def run(example: str | None, keep_dir: str | None, live: bool | None, keep: bool = False) -> int:
     names = list_examples()
     if not names:
         raise UsageError("no example runs found (looked in " + ", ".join(map(str, example_dirs())) + "): the demo "
                          "needs the kernel-loop repository, the installed skill folder, or a pip install of the "
                          "package, which ships them as data files")
-    name = example or names[0]
-    if name not in names:
-        raise UsageError(f"unknown example '{name}'; choose from: {', '.join(names)}")
+    name = choose(example, names)
     if keep_dir and Path(keep_dir).exists() and not Path(keep_dir).is_dir():
         raise UsageError(f"--dir {keep_dir} is a file: give a folder to unpack the example into")
     use_gpu = _gpu_available() if live is None else live
@@ -314,7 +324,7 @@ def register(sub) -> None:
                        epilog="Exit codes: 0 the replay (and, with a GPU, the live benchmark) passed, 1 a step of "
                               "the replay failed, 2 bad usage (unknown example, --dir is a file, --live without "
                               "a GPU, no examples in this installation).")
-    p.add_argument("--example", help="example name under examples/ (default: the first)")
+    p.add_argument("--example", help=f"example name under examples/ (default: {DEFAULT_EXAMPLE})")
     p.add_argument("--dir", dest="keep_dir",
                    help="parent folder for the unpacked run, kept afterwards (default: a new temporary folder, "
                         "removed at the end)")
