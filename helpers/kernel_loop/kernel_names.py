@@ -24,8 +24,9 @@ _GLOBAL = re.compile(r"__global__\s+[\w:<>,\s*&]*?\b(\w+)\s*\(")
 _BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")
 _DECORATED = re.compile(r"((?:^[ \t]*@[^\n]*\n)+)[ \t]*def\s+(\w+)", re.MULTILINE)
 _KERNEL_DECORATOR = re.compile(r"@\s*(?:triton\.)?jit\b|@\s*cute\.kernel\b")
-_SECTION = re.compile(rb"\.text\.([A-Za-z_][A-Za-z0-9_$]*)")
-_SOURCE_NAME = re.compile(r"(\d+)")
+_SECTION = re.compile(rb"\.text\.([A-Za-z_][A-Za-z0-9_$]*)")  # a function's code in embedded device code
+_ATTRIBUTES = re.compile(rb"\.nv\.info\.([A-Za-z_][A-Za-z0-9_$]*)")  # a kernel's attributes (kernels only)
+_LENGTH = re.compile(r"(\d+)")  # the length before each identifier of a mangled name
 
 
 def defined_kernels(source: str) -> list[str]:
@@ -37,7 +38,7 @@ def defined_kernels(source: str) -> list[str]:
 
 def _ident(rest: str) -> tuple[str, str] | None:
     """One ``<length><identifier>`` of a mangled name: (identifier, what follows), or None."""
-    m = _SOURCE_NAME.match(rest)
+    m = _LENGTH.match(rest)
     if not m or int(m.group(1)) > len(rest) - m.end():
         return None
     n = int(m.group(1))
@@ -86,7 +87,7 @@ def library_kernels(library: bytes) -> list[str]:
     with its ``.nv.info.<mangled name>`` (a kernel's attributes; device functions and host code have none),
     each as ``_qualified`` reads it; [] when it embeds none that can be read (compressed device code among
     them)."""
-    info = set(re.findall(rb"\.nv\.info\.([A-Za-z_][A-Za-z0-9_$]*)", library))
+    info = set(_ATTRIBUTES.findall(library))
     names = (_qualified(m.group(1).decode("ascii")) for m in _SECTION.finditer(library) if m.group(1) in info)
     return list(dict.fromkeys(n for n in names if n))
 

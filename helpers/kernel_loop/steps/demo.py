@@ -197,6 +197,7 @@ def choose(example: str | None, names: list[str]) -> str:
         raise UsageError(f"unknown example '{name}'; choose from: {', '.join(names)}")
     return name
 
+
 def run(example: str | None, keep_dir: str | None, live: bool | None, keep: bool = False) -> int:
     names = list_examples()
     if not names:
