@@ -46,31 +46,44 @@ def poison_tensor(t, variant: int = 0) -> None:
         t.fill_(first if variant % 2 == 0 else (info.min if first != info.min else info.max))
 
 
-FP_CHUNK = 1 << 25
+FP_CHUNK = 1 << 24
 _INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
+_WEIGHTS: dict[tuple[str, int], Any] = {}  # (device, FP_CHUNK) -> the position weights of one chunk
+
+
+def _weights(torch, device) -> Any:
+    """The weight of each position within a chunk, made once per device: a multiplicative hash of the
+    position (no period), odd so that multiplying by it loses no bit of an element.  The chunks' own odd
+    weights (fingerprint) tell the same position in two chunks apart."""
+    key = (str(device), FP_CHUNK)
+    if key not in _WEIGHTS:
+        pos = torch.arange(FP_CHUNK, device=device, dtype=torch.int64)
+        _WEIGHTS[key] = ((pos * -7046029254386353131) >> 20) & 0xFFFFFF | 1
+    return _WEIGHTS[key]
 
 
 def fingerprint(t) -> tuple:
-    """(shape, dtype, two sums) of a tensor's bytes: the plain sum of its elements' bit patterns and a sum
-    weighted by a position-dependent pattern, both exact integer sums (wrapping at 2**64), taken chunk
-    by chunk.  Any change of one or a few elements changes them; equal fingerprints mean unchanged for
-    every practical purpose, without holding a copy."""
+    """(shape, dtype, two sums) of a tensor's bytes, taken chunk by chunk: the plain sum of its elements' bit
+    patterns (wrapping at 2**32 for 4-byte elements, else at 2**64) and a sum weighted by a position-dependent
+    pattern (exact in int64, wrapping at 2**64).  Any change of one or a few elements changes them, a swap
+    too; equal fingerprints mean unchanged for every practical purpose, without holding a copy."""
     torch = _torch()
     flat = t.detach().reshape(-1)
     size = flat.element_size()
     if flat.dtype.is_complex or size not in _INT_OF_SIZE:
         flat, size = flat.view(torch.uint8), 1
     ints = getattr(torch, _INT_OF_SIZE[size])
-    # the sums stay on the tensor's device (int64, wrapping like the residues mod 2**64 they stand for) and are
-    # read once: one host synchronisation per tensor, not two per chunk
-    s1 = torch.zeros((), dtype=torch.int64, device=flat.device)
+    # a sum in the elements' own width needs no widened copy of them (a 4-byte one wraps at 2**32 and still
+    # sees every change of one element); the weighted product is widened to int64 on the fly
+    plain = ints if size >= 4 else torch.int64
+    weights = _weights(torch, flat.device)
+    # the sums stay on the tensor's device and are read once: one host synchronisation per tensor
+    s1 = torch.zeros((), dtype=plain, device=flat.device)
     s2 = torch.zeros((), dtype=torch.int64, device=flat.device)
-    for s in range(0, flat.numel(), FP_CHUNK):
-        bits = flat[s:s + FP_CHUNK].view(ints).to(torch.int64)
-        pos = torch.arange(s, s + bits.numel(), device=bits.device, dtype=torch.int64)
-        s1 += bits.sum()
-        weight = ((pos * -7046029254386353131) >> 20) & 0xFFFFFF | 1  # a multiplicative hash: no period
-        s2 += (bits * weight).sum()
+    for c, s in enumerate(range(0, flat.numel(), FP_CHUNK)):
+        bits = flat[s:s + FP_CHUNK].view(ints)
+        s1 += bits.sum(dtype=plain)
+        s2 += (bits * weights[:bits.numel()]).sum() * ((c * -7046029254386353131 >> 20) & 0xFFFFFF | 1)
     return tuple(t.shape), str(t.dtype), int(s1) % (1 << 64), int(s2) % (1 << 64)
 
 

@@ -89,6 +89,81 @@ def test_compare_numbers():
     assert ints["mismatches"] == 1 and not ints["passed"]
 
 
+def _hard_cases():
+    """Outputs next to a reference that sit on the tolerance's edge or hold what the one-pass test must send
+    to the exact count: NaN or infinity on either side, signed zeros, subnormals, huge values."""
+    torch.manual_seed(3)
+    atol, rtol = 1e-4, 1e-3
+    e = torch.randn(4099) * torch.logspace(-12, 12, 4099)
+    tol = torch.mul(e.abs(), rtol).add_(atol)  # isclose's own rounding
+    edge = e + tol
+    cases = {"close": e + 0.6 * (torch.rand_like(e) - 0.5) * tol, "edge": edge,
+             "over": torch.nextafter(edge, torch.full_like(edge, math.inf)),
+             "under": torch.nextafter(edge, torch.full_like(edge, -math.inf)), "equal": e.clone()}
+    one_over = cases["close"].clone()  # a single small element a hair over its bound, the rest well inside
+    one_over[3] = torch.nextafter(edge[3], torch.tensor(math.inf))
+    cases["one-over"] = one_over
+    for name, special in (("nan", math.nan), ("inf", math.inf), ("-inf", -math.inf), ("zero", -0.0),
+                          ("tiny", 1e-42), ("huge", 3e38)):
+        g = cases["close"].clone()
+        g[[7, 4000]] = special
+        cases[f"got-{name}"] = g
+        ref = e.clone()
+        ref[[7, 4000]] = special
+        cases[f"ref-{name}"] = (g.clone(), ref)
+    for name, got in list(cases.items()):
+        got, ref = got if isinstance(got, tuple) else (got, e)
+        for dtype in (torch.float32, torch.float64, torch.bfloat16):
+            yield f"{name}/{dtype}", got.to(dtype), ref.to(dtype), atol, rtol
+
+
+def test_the_one_pass_comparison_agrees_with_the_exact_count(monkeypatch):
+    """compare() first tries a pass that can only say "all close and finite"; every case it accepts must be
+    one the exact count passes with the same numbers, and every case the exact count fails it must leave to it."""
+    one_pass = C._all_close
+    accepted = []
+
+    def watched(*args):
+        stats = one_pass(*args)
+        accepted.append(stats is not None)
+        return stats
+
+    monkeypatch.setattr(C, "_all_close", watched)
+    fast = {name: C.compare(got, ref, atol, rtol, 1e-5) for name, got, ref, atol, rtol in _hard_cases()}
+    monkeypatch.setattr(C, "_all_close", lambda *a: None)
+    exact = {name: C.compare(got, ref, atol, rtol, 1e-5) for name, got, ref, atol, rtol in _hard_cases()}
+    for name, row in exact.items():
+        for k in ("mismatches", "nonfinite_unexpected", "first_bad", "passed", "note"):
+            assert fast[name].get(k) == row.get(k), (name, k)
+        for k in ("max_abs_err", "max_rel_err", "rel_l2_err"):
+            same = fast[name][k] == row[k] if isinstance(row[k], str) or row[k] is None else \
+                fast[name][k] == pytest.approx(row[k], rel=1e-12)
+            assert same, (name, k, fast[name][k], row[k])
+    mismatched = {n for n, r in exact.items() if r["mismatches"]}
+    assert {"over/torch.float32", "one-over/torch.float32", "got-nan/torch.float32", "got-inf/torch.float64"} <= mismatched
+    assert exact["one-over/torch.float64"]["mismatches"] == 1
+    assert "close/torch.float32" not in mismatched and "under/torch.float32" not in mismatched
+    # the shortcut took the cases finite on both sides without a mismatch, and only those
+    finite = {name for name, got, ref, *_ in _hard_cases() if bool(got.isfinite().all() & ref.isfinite().all())}
+    assert accepted == [name in finite and not exact[name]["mismatches"] for name in exact]
+    assert sum(accepted) >= 10
+
+
+def test_the_poison_screen_counts_what_its_shortcut_cannot_rule_out():
+    from kernel_loop.measure.calls import count_poison
+    from kernel_loop.tensors import FLOAT_SENTINEL
+
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        sentinel = max(FLOAT_SENTINEL, -torch.finfo(dtype).max)
+        for left in ({}, {3: math.nan}, {3: math.nan, 9: math.nan}, {5: sentinel}, {5: -math.inf}, {2: sentinel,
+                                                                                                    4: math.nan}):
+            t = torch.randn(1000).to(dtype)
+            for i, v in left.items():
+                t[i] = v
+            assert count_poison(torch, t, 0) == int(torch.isnan(t).sum()), (dtype, left)
+            assert count_poison(torch, t, 1) == int((t == sentinel).sum()), (dtype, left)
+
+
 def test_compare_outputs_reports_missing_and_constant():
     exp = {"y": torch.full((4,), 2.0), "z": torch.arange(4.0)}
     rows, warnings = C.compare_outputs({"y": torch.full((4,), 2.0)}, exp, None, None)

@@ -144,6 +144,13 @@ def test_input_fingerprints_catch_one_changed_element(monkeypatch):
         z[[10, 20]] = z[[20, 10]]  # two elements swapped: the plain sum is equal, the weighted one is not
         if not torch.equal(z, x):
             assert tensors.fingerprint(z) != before, dtype
+    # v and -v swapped (bit patterns 2**31 apart): within a chunk, and at the same place of two chunks
+    for i, j in ((10, 11), (10, 74), (5, 901)):
+        x = torch.randn(999)
+        x[i], x[j] = 1.5, -1.5
+        y = x.clone()
+        y[i], y[j] = -1.5, 1.5
+        assert tensors.fingerprint(y) != tensors.fingerprint(x), (i, j)
 
 
 def test_no_dims_for_a_file_without_sizes_is_one_line(tmp_path, capsys):
