@@ -3,6 +3,7 @@ and turning a kernel's or reference's returned value into named outputs.  torch 
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 INT_SENTINEL = -123456789
@@ -48,42 +49,75 @@ def poison_tensor(t, variant: int = 0) -> None:
 
 FP_CHUNK = 1 << 24
 _INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
-_WEIGHTS: dict[tuple[str, int], Any] = {}  # (device, FP_CHUNK) -> the position weights of one chunk
+_MASK64 = (1 << 64) - 1
+# this process's secret: the weights of its own fingerprints derive from it, so a kernel (another process)
+# cannot pick a change that leaves them equal; a fingerprint compared across processes uses key 0
+_PROCESS_KEY = secrets.randbits(62) | 1
+_WEIGHTS: dict[tuple[str, int], Any] = {}  # (device, key) -> the weights of a chunk's first positions
 
 
-def _weights(torch, device) -> Any:
-    """The weight of each position within a chunk, made once per device: a multiplicative hash of the
-    position (no period), odd so that multiplying by it loses no bit of an element.  The chunks' own odd
-    weights (fingerprint) tell the same position in two chunks apart."""
-    key = (str(device), FP_CHUNK)
-    if key not in _WEIGHTS:
-        pos = torch.arange(FP_CHUNK, device=device, dtype=torch.int64)
-        _WEIGHTS[key] = ((pos * -7046029254386353131) >> 20) & 0xFFFFFF | 1
-    return _WEIGHTS[key]
+def _mix(x: int) -> int:
+    """A 64-bit mixing function (the splitmix64 finalizer): a bijection whose outputs look random."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
 
 
-def fingerprint(t) -> tuple:
-    """(shape, dtype, two sums) of a tensor's bytes, taken chunk by chunk: the plain sum of its elements' bit
-    patterns (wrapping at 2**32 for 4-byte elements, else at 2**64) and a sum weighted by a position-dependent
-    pattern (exact in int64, wrapping at 2**64).  Any change of one or a few elements changes them, a swap
-    too; equal fingerprints mean unchanged for every practical purpose, without holding a copy."""
+def _signed(x: int) -> int:
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+_BLOCK = 1 << 16  # weights are drawn in blocks of this many positions, each from its own seed
+
+
+def _weights(torch, device, key: int, n: int) -> Any:
+    """The weights of the first ``n`` positions of a chunk (n <= FP_CHUNK), kept per device and key and grown
+    as larger tensors come: 64-bit odd values from generators seeded by (key, block), so that multiplying by
+    one loses no bit of an element and two positions share the low 32 bits of their weights about once in
+    4e9 pairs.  A small tensor costs a small draw."""
+    cache = (str(device), key)
+    have = _WEIGHTS.get(cache)
+    if have is None or have.numel() < n:
+        blocks = []
+        for b in range(max(1, -(-n // _BLOCK))):
+            gen = torch.Generator().manual_seed(_mix(key ^ (b << 32)) >> 1)
+            blocks.append(torch.randint(-(1 << 62), 1 << 62, (_BLOCK,), dtype=torch.int64, generator=gen) * 2 + 1)
+        have = _WEIGHTS[cache] = torch.cat(blocks).to(device)
+    return have
+
+
+def _lanes(torch, flat) -> Any:
+    """A flat tensor's bytes as integers: int32 lanes when they divide evenly (an 8-byte element is two,
+    so flipping its top bit moves one lane by 2**31, which the int64 sums see), else bytes."""
+    raw = flat.contiguous().view(torch.uint8)
+    if raw.numel() % 4 == 0:
+        try:
+            return raw.view(torch.int32)
+        except RuntimeError:  # a storage offset that is no multiple of 4
+            pass
+    return raw
+
+
+def fingerprint(t, *, portable: bool = False) -> tuple:
+    """(shape, dtype, two sums) of a tensor's bytes, taken chunk by chunk over 4-byte lanes: the plain sum of
+    the lanes and a sum weighted by a 64-bit odd weight per position, both in int64 (the plain one exact, the
+    weighted one wrapping at 2**64).  Any change of one element changes both; a change of several is missed
+    only if the weights' combination vanishes mod 2**64, which the weights' secret key (``_PROCESS_KEY``) keeps
+    the kernel from arranging.  Equal fingerprints mean unchanged for every practical purpose, without holding a
+    copy.  ``portable`` uses key 0: the same in every process, for reports that compare two processes' tensors."""
     torch = _torch()
-    flat = t.detach().reshape(-1)
-    size = flat.element_size()
-    if flat.dtype.is_complex or size not in _INT_OF_SIZE:
-        flat, size = flat.view(torch.uint8), 1
-    ints = getattr(torch, _INT_OF_SIZE[size])
-    # a sum in the elements' own width needs no widened copy of them (a 4-byte one wraps at 2**32 and still
-    # sees every change of one element); the weighted product is widened to int64 on the fly
-    plain = ints if size >= 4 else torch.int64
-    weights = _weights(torch, flat.device)
-    # the sums stay on the tensor's device and are read once: one host synchronisation per tensor
-    s1 = torch.zeros((), dtype=plain, device=flat.device)
-    s2 = torch.zeros((), dtype=torch.int64, device=flat.device)
-    for c, s in enumerate(range(0, flat.numel(), FP_CHUNK)):
-        bits = flat[s:s + FP_CHUNK].view(ints)
-        s1 += bits.sum(dtype=plain)
-        s2 += (bits * weights[:bits.numel()]).sum() * ((c * -7046029254386353131 >> 20) & 0xFFFFFF | 1)
+    key = 0 if portable else _PROCESS_KEY
+    lanes = _lanes(torch, t.detach().reshape(-1))
+    weights = _weights(torch, lanes.device, key, min(lanes.numel(), FP_CHUNK))
+    # the sums stay on the tensor's device and are read once: one host synchronisation per tensor.  The product
+    # of a lane and its int64 weight is computed in int64 on the fly.
+    s1 = torch.zeros((), dtype=torch.int64, device=lanes.device)
+    s2 = torch.zeros((), dtype=torch.int64, device=lanes.device)
+    for c, s in enumerate(range(0, lanes.numel(), FP_CHUNK)):
+        bits = lanes[s:s + FP_CHUNK]
+        s1 += bits.sum(dtype=torch.int64)
+        s2 += (bits * weights[:bits.numel()]).sum() * _signed(_mix(key ^ (c + 1)) | 1)  # a weight per chunk
     return tuple(t.shape), str(t.dtype), int(s1) % (1 << 64), int(s2) % (1 << 64)
 
 

@@ -293,8 +293,8 @@ prob = Problem(RunConfig(kernel="k", impl="triton", dims=dims, seed=1234, device
 out = []
 for s in seeds:
     ds = prob.draw(s)
-    out.append({"state": {n: str(fingerprint(t)) for n, t in prob.state().items()},
-                "input": str(fingerprint(ds.args["arg0"]))})
+    out.append({"state": {n: str(fingerprint(t, portable=True)) for n, t in prob.state().items()},
+                "input": str(fingerprint(ds.args["arg0"], portable=True))})
 print(json.dumps(out))
 '''
 

@@ -3,6 +3,8 @@ comparison, input fingerprints, one clear line for bad input."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import klcli
 import pytest
 import torch
@@ -151,6 +153,43 @@ def test_input_fingerprints_catch_one_changed_element(monkeypatch):
         y = x.clone()
         y[i], y[j] = -1.5, 1.5
         assert tensors.fingerprint(y) != tensors.fingerprint(x), (i, j)
+
+
+def test_input_fingerprints_catch_sign_flips_and_swaps_that_cancel_in_fixed_sums():
+    """Changes whose plain sums cancel: under 81cffb9..39e421f's weights (24-bit, public) each of these
+    left the fingerprint unchanged."""
+    from kernel_loop import tensors
+
+    x = torch.randn(600).abs()
+    x[[0, 1, 12]] *= -1
+    y = x.clone()
+    y[[0, 1, 12, 13]] *= -1  # three signs up, one down: 2 * 2**31 in the int32 sum
+    assert tensors.fingerprint(y) != tensors.fingerprint(x)
+    d = torch.randn(1000, dtype=torch.float64)
+    assert tensors.fingerprint(-d) != tensors.fingerprint(d)  # an even number of top-bit flips of 8-byte elements
+    big = torch.randn(4_696_171)
+    swapped = big.clone()
+    swapped[[0, 4_696_170]] = big[[4_696_170, 0]]  # two positions that shared a 24-bit weight
+    assert tensors.fingerprint(swapped) != tensors.fingerprint(big)
+
+
+def test_the_fingerprint_is_keyed_per_process_unless_portable():
+    """The judge's own fingerprints use a secret of its process (a kernel cannot aim a change at them); the
+    portable ones, which the judge and its worker compare, are the same in every process."""
+    import subprocess
+    import sys
+
+    from kernel_loop import tensors
+
+    code = ("import sys, torch; sys.path.insert(0, sys.argv[1]); from kernel_loop import tensors; "
+            "x = torch.arange(5000, dtype=torch.float32); "
+            "print(tensors.fingerprint(x)[2:], tensors.fingerprint(x, portable=True)[2:])")
+    helpers = str(Path(tensors.__file__).resolve().parents[1])
+    out = subprocess.run([sys.executable, "-c", code, helpers], capture_output=True, text=True, check=True).stdout
+    x = torch.arange(5000, dtype=torch.float32)
+    assert out.strip() != f"{tensors.fingerprint(x)[2:]} {tensors.fingerprint(x, portable=True)[2:]}"
+    assert out.strip().endswith(str(tensors.fingerprint(x, portable=True)[2:]))
+    assert tensors.fingerprint(x) == tensors.fingerprint(x.clone())
 
 
 def test_no_dims_for_a_file_without_sizes_is_one_line(tmp_path, capsys):

@@ -305,7 +305,7 @@ def harness_hint(judge: Judge, sess: Session, loop: dict[str, Any]) -> str:
         theirs = sess.worker.request({"op": "state", "k": "k"})
     except (MeasuredFailure, UsageError):
         return text + " (the worker could not report its state)"
-    ours = {n: list(fingerprint(t)[2:]) for n, t in sess.problem.state().items()}
+    ours = {n: list(fingerprint(t, portable=True)[2:]) for n, t in sess.problem.state().items()}
     mine = theirs.get("parameters")
     if mine is None:
         return text

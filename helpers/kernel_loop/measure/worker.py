@@ -327,10 +327,10 @@ class Worker:
     def op_state(self, msg: dict) -> dict:
         from ..tensors import fingerprint
 
-        out: dict[str, Any] = {"inputs": {n: list(fingerprint(t)[2:]) for n, t in self.local.items()}}
+        out: dict[str, Any] = {"inputs": {n: list(fingerprint(t, portable=True)[2:]) for n, t in self.local.items()}}
         k = self.kernels.get(msg.get("k"))
         if k is not None and k.model is not None:
-            out["parameters"] = {n: list(fingerprint(t)[2:]) for n, t in k.model.state_dict().items()}
+            out["parameters"] = {n: list(fingerprint(t, portable=True)[2:]) for n, t in k.model.state_dict().items()}
         return out
 
 
