@@ -23,6 +23,16 @@ def run(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess
                           env=full, timeout=timeout)
 
 
+def in_child(code: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -c code args`` with the helpers and these tests importable.  GPU tests whose own body would
+    make a CUDA context run it here: a context held by pytest's process is, rightly, "another process
+    computes on the GPU" to every later profile or benchmark of the suite."""
+    full = dict(os.environ)
+    full["PYTHONPATH"] = os.pathsep.join([str(HELPERS), str(Path(__file__).parent), full.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, env=full,
+                          timeout=timeout)
+
+
 def main(*args: str) -> int:
     from kernel_loop import cli
 

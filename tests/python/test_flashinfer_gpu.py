@@ -4,7 +4,7 @@ Each problem is a one-version run (v0 made final with ``finish``) driven through
 final gate, ``benchmark --baselines all`` and the report; the FlashInfer row must be available, correct
 before and after its timed calls, and counted in the speedups.  Skips cleanly when flashinfer cannot be
 imported (bring it to an offline machine with ``scripts/flashinfer_offline.sh``).  Writes what it
-measured to ``$KERNEL_LOOP_BENCH_OUT/flashinfer.json`` when set.
+measured to ``$KERNEL_LOOP_BENCH_OUT/flashinfer-<problem>.json`` when set.
 """
 
 from __future__ import annotations

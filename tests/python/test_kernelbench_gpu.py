@@ -5,7 +5,7 @@ with load_inline.
 The problems are read from ``$KERNEL_LOOP_KERNELBENCH`` (a level's folder, level 1 or 2) or
 ``../shared/kernelbench/level1`` beside the repository (skipped when neither exists).  The sweep prints
 one line per problem (result, seconds, peak device memory) and a total, and appends them as they come to
-``$KERNEL_LOOP_BENCH_OUT`` when that is set.  Correctness runs ``$KERNEL_LOOP_KB_PARALLEL`` problems at a
+``kernelbench-sweep.txt`` in the folder ``$KERNEL_LOOP_BENCH_OUT`` when that is set.  Correctness runs ``$KERNEL_LOOP_KB_PARALLEL`` problems at a
 time (2 by default; one GPU has room for them, so each problem's seconds include that sharing); profile
 runs one at a time (it times, and refuses a GPU another process computes on), for ``$KERNEL_LOOP_KB_PROFILE``
 problems spread over the list (10 by default, ``all`` for every one that passed) until
@@ -68,7 +68,7 @@ def _problems() -> list[Path]:
 def _log(line: str) -> None:
     target = os.environ.get("KERNEL_LOOP_BENCH_OUT")
     if target:
-        with open(target, "a", encoding="utf-8") as f:
+        with open(Path(target) / "kernelbench-sweep.txt", "a", encoding="utf-8") as f:
             f.write(line + "\n")
 
 

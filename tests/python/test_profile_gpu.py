@@ -95,14 +95,9 @@ def _times(fn, n, timer=None):
 
 
 def _in_child(body: str) -> None:
-    import subprocess
-    import sys
+    from klcli import in_child
 
-    from klcli import HELPERS
-
-    env = dict(__import__("os").environ, PYTHONPATH=str(HELPERS))
-    proc = subprocess.run([sys.executable, "-c", TIMES + body], capture_output=True, text=True, env=env,
-                          timeout=300)
+    proc = in_child(TIMES + body)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
