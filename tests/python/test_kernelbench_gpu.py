@@ -65,6 +65,18 @@ def _problems() -> list[Path]:
     return sorted((p for p in LEVEL.glob("*.py") if not only or _number(p) in only), key=_number)
 
 
+def _code_hash() -> str:
+    """A digest of the helpers' code: chunks of one sweep (``$KERNEL_LOOP_KB_ONLY``) run in several calls count
+    as one run when their logs name the same digest."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(p for p in (REPO / "helpers").rglob("*") if p.suffix in (".py", ".j2", ".json", ".md")
+                    and "__pycache__" not in p.parts):
+        h.update(str(f.relative_to(REPO)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
 def _log(line: str) -> None:
     target = os.environ.get("KERNEL_LOOP_BENCH_OUT")
     if target:
@@ -129,7 +141,7 @@ def test_kernelbench_sweep_at_own_sizes(tmp_path):
     assert len(problems) == 100 or not everything
     lanes = _lanes()
     _log(f"# {LEVEL.name}: {len(problems)} problems on {len(lanes)} GPU(s), correctness {PARALLEL} at a time on "
-         f"each, profile {PROFILED} (one at a time on each)")
+         f"each, profile {PROFILED} (one at a time on each); helpers code {_code_hash()}")
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=PARALLEL * len(lanes)) as pool:
         rows = list(pool.map(lambda ip: _one(tmp_path, ip[1], lanes[ip[0] % len(lanes)]), enumerate(problems)))
