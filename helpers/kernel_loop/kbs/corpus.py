@@ -44,11 +44,14 @@ from .schema import (
     REPO_RE,
     REQUIRED_KEYS,
     SHA_RE,
+    TAG_KEYS,
     URL_RE,
     as_list,
     body_links,
     claim_marks,
     list_vocabs,
+    tag_provenance,
+    unsourced_figures,
 )
 
 ENV_PATH = "KERNEL_LOOP_KBS_PATH"
@@ -226,6 +229,7 @@ class PrLedger:
     notes: dict[tuple[str, int], str] = field(default_factory=dict)
     shas: dict[str, str] = field(default_factory=dict)
     unavailable: Counter = field(default_factory=Counter)
+    tags: Counter = field(default_factory=Counter)  # (tag key, "sourced" | "inferred") -> how many tags
 
 
 def _pr_problems(front: dict[str, Any], prs: PrLedger, where: str) -> list[str]:
@@ -274,6 +278,44 @@ def _sha_problems(front: dict[str, Any], prs: PrLedger) -> list[str]:
         out.append(f"merge_sha {sha[:12]} is already the commit of {prs.shas[sha]}")
     else:
         prs.shas[sha] = f"{front.get('repo')}#{front.get('pr')}"
+    return out
+
+
+def _provenance_problems(front: dict[str, Any], body: str, prs: PrLedger) -> list[str]:
+    """Where a page's tags and numbers come from: ``inferred_tags`` names tags the page has; a PR note's other
+    architecture and symptom tags are named by its text, its perf claims cite its sources, and every
+    performance figure of its body is the source's (schema.py says how).  Counts a PR note's tags in ``prs``."""
+    listed = front.get("inferred_tags")
+    if listed is None:
+        listed = []
+    elif not isinstance(listed, list):
+        return ["'inferred_tags' must be a list"]
+    own = {t for key in TAG_KEYS for t in as_list(front.get(key))}
+    out = [f"inferred_tags: '{t}' is none of the page's {' or '.join(TAG_KEYS)}" for t in map(str, listed)
+           if t not in own]
+    if front.get("kind") != "pr-note":
+        return out
+    prov = tag_provenance(front, body)
+    for key, got in prov.items():
+        prs.tags[key, "sourced"] += len(got["sourced"])
+        prs.tags[key, "inferred"] += len(got["inferred"])
+    if prov["architectures"]["unbacked"]:
+        named = prov["architectures"]["sourced"]
+        why = ("the note names no GPU its source measured on" if not named and not prov["architectures"]["inferred"]
+               else "the note names no GPU of that architecture")
+        out.append(f"architecture tag(s) {', '.join(prov['architectures']['unbacked'])}: {why}; name the GPU as "
+                   "the source does, or list the tag under inferred_tags")
+    if prov["symptoms"]["unbacked"]:
+        out.append(f"symptom tag(s) {', '.join(prov['symptoms']['unbacked'])}: the note does not say the source "
+                   "shows it (a profile, a stated bottleneck); say so, or list the tag under inferred_tags")
+    urls = {str(s.get("url")) for s in front.get("sources") or [] if isinstance(s, dict)}
+    for i, claim in enumerate(front.get("perf_claims") or [], 1):
+        if isinstance(claim, dict) and claim.get("source") and str(claim["source"]) not in urls:
+            out.append(f"perf claim {i}: its source is none of the note's sources")
+    figures = unsourced_figures(front, body)
+    if figures:
+        out.append(f"the body quotes {', '.join(dict.fromkeys(figures))} without marking it as the source's: make "
+                   "it a perf claim, say the source reports it, or mark the sentence [inferred: why]")
     return out
 
 
@@ -352,7 +394,9 @@ def _page_problems(page: PageText, front: dict[str, Any], body: str, ids: dict[s
     elif sources is not None:
         out.append("'sources' must be a list")
     out += _claim_problems(front.get("perf_claims"), kind == "pr-note")
-    out += _pr_problems(front, PrLedger() if prs is None else prs, page.where(pid))
+    prs = PrLedger() if prs is None else prs
+    out += _pr_problems(front, prs, page.where(pid))
+    out += _provenance_problems(front, body, prs)
     if len(body.strip()) < MIN_BODY_CHARS:
         out.append(f"the body has {len(body.strip())} characters; at least {MIN_BODY_CHARS} are needed")
     for mark in claim_marks(body):
@@ -368,8 +412,9 @@ def _page_problems(page: PageText, front: dict[str, Any], body: str, ids: dict[s
 
 
 def check_corpus(roots: list[Path]) -> tuple[list[tuple[str, str]], int, dict[str, Any]]:
-    """Every problem of every page as (where, problem), the number of pages read, and the PR notes' merge
-    commits: {"found": notes with one, "unavailable": {repository: notes marked unavailable}}.
+    """Every problem of every page as (where, problem), the number of pages read, and the PR notes' ledger:
+    {"found": notes with a merge commit, "unavailable": {repository: notes marked unavailable}, "tags":
+    {"architectures" | "symptoms": {"sourced": n, "inferred": n}}} (the PR notes' tags; see schema.py).
 
     ``where`` is the file for a one-page file, ``file:line (id)`` for a page of a multi-page file.
     """
@@ -397,4 +442,6 @@ def check_corpus(roots: list[Path]) -> tuple[list[tuple[str, str]], int, dict[st
     for where, target, kind in links:
         if target not in ids:
             problems.append((where, f"{kind} 'kbs:{target}' names no page{suggest(target, ids)}"))
-    return problems, len(pages), {"found": len(prs.shas), "unavailable": dict(prs.unavailable.most_common())}
+    tags = {key: {how: prs.tags[key, how] for how in ("sourced", "inferred")} for key in TAG_KEYS}
+    return problems, len(pages), {"found": len(prs.shas), "unavailable": dict(prs.unavailable.most_common()),
+                                  "tags": tags}

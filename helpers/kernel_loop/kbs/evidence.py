@@ -7,9 +7,13 @@
 * the ``bottleneck`` query: the bottleneck class and the fired symptom tags (in diagnostic
   order, ``vocab.by_priority``) as terms and as symptom filters, with the same filters;
 
-every query weighs the kernel family with the symptoms (``family.py``): the run's kernel type, or, for a
-run recorded as ``any``, the family its kernel's name says (``--family``), so the family's playbook and
-PR notes rank next to the symptom's pattern pages;
+every query weighs the kernel family with the symptoms (``family.py``): the op family of the run's
+ref.py when its main op has one (its module types and torch ops: ``nn.ConvTranspose3d`` is conv-transpose,
+``nn.LSTM`` rnn, ``nn.MaxPool3d`` pooling), else the op family the kernel's name says, else the run's kernel
+type, or, for a run recorded as ``any``, the family its kernel's name says, else the ref's main kernel
+family (``torch.cumsum`` is scan) (``--family``), so the family's playbook, pattern
+pages and PR notes rank next to the symptom's pattern pages; the ref's other families join the kernel
+query's terms, and a family the corpus has no page for is said in one line (``gap``);
 
 a third, optional ``precedent`` query (the same symptoms over PR notes with claimed numbers), and,
 when ``multi-kernel`` fired, an ``extra`` query for the fusion pages (which pages matching the other
@@ -35,7 +39,15 @@ from ..sidecars import KBS_EVIDENCE, NCU_JSON
 from ..templating import fmt, render
 from . import family as kfamily
 from .index import open_index
-from .search import filters_of, log_query, query_command, search_filtered, sign_queries, signed_log
+from .search import (
+    coverage_gap,
+    filters_of,
+    log_query,
+    query_command,
+    search_filtered,
+    sign_queries,
+    signed_log,
+)
 
 KEY_METRICS = ("duration_us", "sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct",
                "l1_hit_rate_pct", "l2_hit_rate_pct", "achieved_occupancy_pct", "theoretical_occupancy_pct",
@@ -90,7 +102,12 @@ def _run_queries(rd: RunDir, ncu: dict[str, Any], cfg: Any, arch: str | None,
                  corpus: list[str]) -> list[dict[str, Any]]:
     """The kernel and bottleneck queries, each logged; their terms, filters, command and hits."""
     ktype = cfg.kernel_type if cfg.kernel_type in vocab.KERNEL_TYPES else None
-    fam = kfamily.of_run(ktype, cfg.kernel)
+    ref_fams = kfamily.of_ref(rd.ref_py)
+    named_ops, _ = kfamily.op_families_in(str(cfg.kernel or ""))
+    # an op family (the ref's main op, else the kernel name's) is finer than any kernel type; else the run's
+    # kernel type or the family its name says; else the ref's main kernel family
+    ops = [f for f in ref_fams[:1] + named_ops if f in kfamily.OP_FAMILIES]
+    fam = ops[0] if ops else kfamily.of_run(ktype, cfg.kernel) or (ref_fams[0] if ref_fams else None)
     fam = fam if fam != ktype else None  # a kernel type already names the family
     impl = cfg.impl if cfg.impl in vocab.LANGUAGES else None
     fired = [s for s in ncu.get("symptoms") or [] if isinstance(s, dict) and s.get("tag")]
@@ -101,7 +118,8 @@ def _run_queries(rd: RunDir, ncu: dict[str, Any], cfg: Any, arch: str | None,
     queries = []
     no_notes = ("pr-note",)  # the pattern queries; PR notes answer the precedent query
     specs = [
-        ("kernel", _dedupe_words(" ".join(str(getattr(cfg, key) or "") for key in ("kernel", "kernel_type", "impl"))),
+        ("kernel", _dedupe_words(" ".join([str(getattr(cfg, key) or "") for key in ("kernel", "kernel_type", "impl")]
+                                          + ref_fams[1:3])),
          filters_of(arch=arch, language=impl, kernel_type=ktype, exclude_kinds=no_notes, family=fam)),
         ("bottleneck", " ".join(tags), filters_of(symptoms=tags, arch=arch, language=impl, kernel_type=ktype,
                                                   exclude_kinds=no_notes, family=fam)),
@@ -117,8 +135,9 @@ def _run_queries(rd: RunDir, ncu: dict[str, Any], cfg: Any, arch: str | None,
         hits = search_filtered(conn, terms, filters, limit) if (terms or filters.get("symptoms")) else []
         command = query_command(terms, filters, corpus)
         log_query(rd, purpose, terms, filters, hits, command, sign=False)
+        gap = coverage_gap(conn, terms, kernel_type=filters.get("kernel_type"), family=filters.get("family"))
         queries.append({"purpose": purpose, "terms": terms, "filters": filters, "command": command,
-                        "hits": hits})
+                        "hits": hits, "gap": gap})
     return queries
 
 

@@ -18,6 +18,10 @@ higher and one matching none can still rank on its text:
   first five places are kept for the family: when the family's playbook or its best-ranked PR note is
   not in the first five, it takes the fifth place (both: the fourth and fifth), and the pages it passes
   move down one (``family_slot`` says why a page is there).  The first three places are never changed.
+* an op family (``family.OP_FAMILIES``: conv-transpose, pooling, rnn, loss ...) ranks the same way, its parent
+  kernel type weighing WEAK, and so do the pages its own (non-PR-note) pages link to, the reading they point to; when the query's first family is an op family that no page of the corpus
+  belongs to, pages that match the query's words only are left out, and ``coverage_gap`` says so in one line
+  (the CLI prints it above the hits), so the first places are not filled by pages that merely share a word;
 * when no ``kind`` is asked for, at most three of the first five places are PR notes (before the family
   slots): the precedent backs a pattern page, it does not push every pattern off the first screen.
 
@@ -47,7 +51,7 @@ from ..sidecars import KBS_QUERIES
 from . import family as kfamily
 from .corpus import corpus_roots
 from .index import BM25_WEIGHTS, FTS_COLUMNS, all_pages, open_index, page_row
-from .schema import as_list
+from .schema import as_list, body_links
 
 # soft-filter boosts, in units of the best text match (which scores 1)
 W_SYMPTOMS, W_FOCUS, W_ARCH, W_LANG, W_KTYPE, W_TAG, W_LINKS = 2.0, 0.5, 0.3, 0.5, 0.5, 0.5, 0.2
@@ -135,6 +139,8 @@ def search(
         raise UsageError("give search terms or at least one filter (--symptom, --arch, --language, "
                          "--kernel-type, --kind, --tag, --repo, --confidence, --has-claims)")
     pages = all_pages(conn)
+    gap = _gap_family(pages, families)
+    near = _family_neighbours(pages, families)
     text: dict[int, float] = {}
     if expr:
         sql = f"SELECT rowid, bm25(pages_fts, {', '.join(map(str, BM25_WEIGHTS))}) FROM pages_fts WHERE pages_fts MATCH ?"
@@ -164,10 +170,13 @@ def search(
             W_FOCUS * _focus([page_syms.index(s) for s in matched]),
             W_TAG * len(set(tags) & set(as_list(p.get("tags")))) / max(len(tags), 1),
             sum(w * _fit(v, as_list(p.get(field)), voc) for w, v, field, voc in dims if v),
-            W_FAMILY * max((kfamily.fit(p, f) * w for f, w in families), default=0.0),
+            W_FAMILY * max(max((kfamily.fit(p, f) * w for f, w in families), default=0.0),
+                           kfamily.WEAK if p["id"] in near else 0.0),
         ]
         t = text.get(p["rowid"], 0.0) / best_text
         if not (t > 0 or any(boosts) or (not expr and not soft)):  # hard filters alone list every page they keep
+            continue
+        if gap and not any(boosts):  # the family has no page: a shared word alone is no reason to list one
             continue
         boosts.append(sum(w * _fit(None, as_list(p.get(field)), voc) for w, v, field, voc in dims if not v))
         boosts.append(W_LINKS * math.log1p(p["inlinks"]) / max_links)
@@ -212,6 +221,40 @@ def search(
         h["excerpt"] = snip if "**" in snip else _first_sentences(h["_body"])
         del h["_rowid"], h["_body"], h["_page"]
     return hits
+
+
+def _family_neighbours(pages: list[dict[str, Any]], families: list[tuple[str, float]]) -> set[str]:
+    """The pages that the pages of the query's first family link to (related, body links), when that family is
+    an op family: what its pattern pages send a reader to next weighs like a weakly named family."""
+    if not families or families[0][0] not in kfamily.OP_FAMILIES:
+        return set()
+    fam = families[0][0]
+    out: set[str] = set()
+    for p in pages:
+        if kfamily.fit(p, fam) > 0 and p.get("kind") != "pr-note":
+            out.update(as_list(p.get("related")))
+            out.update(body_links(str(p.get("body") or "")))
+    return out
+
+
+def _gap_family(pages: list[dict[str, Any]], families: list[tuple[str, float]]) -> str | None:
+    """The query's first family when it is an op family that no page belongs to, else None."""
+    if not families or families[0][0] not in kfamily.OP_FAMILIES:
+        return None
+    fam = families[0][0]
+    return None if any(kfamily.fit(p, fam) for p in pages) else fam
+
+
+def coverage_gap(conn: sqlite3.Connection, terms: str = "", *, kernel_type: str | None = None,
+                 family: str | None = None) -> str | None:
+    """One line saying the corpus has no page of the op family a query is about (None when it has one, or
+    when the query names no op family)."""
+    families = kfamily.families_for(terms or "", kernel_type, family)
+    fam = _gap_family(all_pages(conn), families)
+    if fam is None:
+        return None
+    return (f"no page covers the {fam} family; pages of its kernel type ({kfamily.parent(fam)}) and of the "
+            "filters follow, none listed for sharing a word alone")
 
 
 def _cap_pr_notes(hits: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -74,6 +74,9 @@ def cmd_query(args) -> int:
                                 args.tag or [], exclude_kinds=args.exclude_kind or [], repo=args.repo,
                                 confidence=args.confidence, has_claims=args.has_claims, family=args.family)
     hits = search.search_filtered(conn, terms, filters, args.limit)
+    gap = search.coverage_gap(conn, terms, kernel_type=args.kernel_type, family=args.family)
+    if gap:
+        (progress if args.json else print)(gap)
     if rd is not None:
         path = search.log_query(rd, args.purpose, terms, filters, hits,
                                 search.query_command(terms, filters, roots), roots=roots)
@@ -100,7 +103,7 @@ def cmd_get(args) -> int:
     print(f"# {page.get('title')}  ({page['id']})")
     print(f"path: {page['path']}:{page['line']}")
     for key in ("kind", "repo", "pr", "merged", "merge_sha", "merge_sha_why", "confidence", "symptoms",
-                "architectures", "languages", "kernel_types", "tags", "related"):
+                "architectures", "languages", "kernel_types", "inferred_tags", "tags", "related"):
         value = page.get(key)
         if value:
             print(f"{key}: {', '.join(map(str, value)) if isinstance(value, list) else value}")
@@ -135,17 +138,26 @@ def cmd_stats(args) -> int:
     return 0
 
 
+def tags_line(tags: dict[str, dict[str, int]]) -> str:
+    """'PR note tags: N sourced, M inferred (architectures a/b, symptoms c/d)' from check_corpus's counts."""
+    total = {how: sum(t[how] for t in tags.values()) for how in ("sourced", "inferred")}
+    parts = ", ".join(f"{key} {t['sourced']} sourced / {t['inferred']} inferred" for key, t in tags.items())
+    return f"PR note tags: {total['sourced']} sourced, {total['inferred']} inferred ({parts})"
+
+
 def cmd_check(args) -> int:
     roots = corpus.corpus_roots(_corpus_args(args))
     problems, n, shas = corpus.check_corpus(roots)
     for where, msg in problems:
         print(f"{where}: {msg}")
     if problems:
+        progress(tags_line(shas["tags"]))
         progress(f"kbs check: {len(problems)} problem(s) in {n} page(s)")
         return 1
     if shas["unavailable"]:
         print(f"PR notes: {shas['found']} with their merge commit, {sum(shas['unavailable'].values())} without "
               "(history not read: " + ", ".join(f"{r} {k}" for r, k in shas["unavailable"].items()) + ")")
+    print(tags_line(shas["tags"]))
     print(f"kbs check: OK, {n} pages in {len(roots)} corpus folder(s)")
     return 0
 
@@ -170,6 +182,7 @@ def cmd_schema(args) -> int:
     for key, values in data["vocabularies"].items():
         print(f"  {SCHEMA_LABELS.get(key, key)}: {', '.join(values)}")
     print(f"\nfiles: {data['layout']}")
+    print(f"\ntag provenance: {data['tag_provenance']}")
     print(f"\nclaim markers: a body sentence that goes beyond the page's sources is followed by "
           f"[LEVEL: why], LEVEL one of {', '.join(data['claim_marker_levels'])} ('kbs get' lists them)")
     return 0
@@ -180,6 +193,8 @@ def cmd_evidence(args) -> int:
     print(path)
     for q in queries:
         print(f"{q['purpose']}: {q['command']}")
+        if q.get("gap"):
+            print(f"  {q['gap']}")
         for i, h in enumerate(q["hits"], 1):
             print(f"  {i}. {h['id']}  score {h['score']}  {h['title']}")
     return 0
@@ -218,9 +233,10 @@ def register(subparsers) -> None:
     q.add_argument("--arch", choices=vocab.ARCHITECTURES, help="favour pages for this GPU architecture (soft)")
     q.add_argument("--language", choices=vocab.LANGUAGES, help="favour pages for this implementation (soft)")
     q.add_argument("--kernel-type", choices=vocab.KERNEL_TYPES, help="favour pages for this kernel family (soft)")
-    q.add_argument("--family", choices=kfamily.FAMILIES,
+    q.add_argument("--family", choices=kfamily.FAMILIES, metavar="FAMILY",
                    help="rank as for a kernel of this family (soft; default: --kernel-type, else the family "
-                   "the search words name, e.g. softmax, decode, moe, rmsnorm, cumsum, quant)")
+                   "the search words name, e.g. softmax, decode, moe, rmsnorm, cumsum, quant, or an op family: "
+                   f"{', '.join(kfamily.OP_FAMILIES)})")
     q.add_argument("--kind", choices=vocab.KBS_KINDS, help="only pages of this kind (hard filter)")
     q.add_argument("--tag", action="append", metavar="T", help="a free keyword the page lists (repeatable)")
     q.add_argument("--exclude-kind", action="append", choices=vocab.KBS_KINDS, metavar="KIND",
@@ -254,7 +270,9 @@ def register(subparsers) -> None:
         f"{schema.MIN_BODY_CHARS} characters with every code fence closed; PR notes (kind pr-note) with repo, pr, "
         "merged and merge_sha (the merge commit, 40 hex, one note per commit; or 'unavailable' with "
         "merge_sha_why), the PR's own link as first source, one note per PR, and perf claims whose fields are "
-        "complete and whose value holds a number. Prints 'where: problem' lines "
+        "complete and whose value holds a number, whose architecture and symptom tags are named by their text or listed "
+        "under inferred_tags, and whose body's performance figures are marked as the source's. Prints the count of "
+        "sourced and inferred PR note tags and 'where: problem' lines "
         "(the file, or file:line (id) for a page of a multi-page file) and exits 1 if there is any.",
     )
     c.set_defaults(func=cmd_check)
