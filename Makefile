@@ -86,7 +86,7 @@ gpu-test:
 	python3 -m pytest tests/python -m gpu -v
 
 clean:
-	rm -rf $(VENV) node_modules .pytest_cache .ruff_cache
+	rm -rf $(VENV) node_modules .pytest_cache .ruff_cache build helpers/*.egg-info
 
 # Install the skill from this checkout: copies the files git tracks (never .venv, node_modules, caches
 # or build output) into DEST, whose last folder must be named kernel-loop.

@@ -135,7 +135,10 @@ Checks (each failure prints one "[FAIL] vK: ..." line saying what to fix):
      previous decision was frozen fails.
   A transition that changes more than one launch or tuning value (num_warps,
   num_stages, BLOCK/TILE/WARPS/STAGES/THREADS names, grid, <<<...>>>, template
-  arguments) prints a [WARN] line naming them; it never fails.
+  arguments) prints a [WARN] line naming them; it never fails.  A kernel
+  byte-identical to an earlier version's (a revert), or one defining fewer
+  kernels than the previous version's (a fusion), prints an [INFO] line saying so
+  instead.
 
   The record key is $KERNEL_LOOP_RECORD_KEY, else
   ${XDG_CONFIG_HOME:-~/.config}/kernel-loop/record.key; the format of
@@ -691,17 +694,38 @@ tuning_values() {
     END { for (k in V) print k "=" V[k] }' "$1" | LC_ALL=C sort
 }
 
-# Warn (never fail) when vK changes more than one launch or tuning value against v(K-1).
+# The number of kernels kernel file $1 defines (__global__, @triton.jit or @jit, @cute.kernel; comment lines aside).
+kernel_count() {
+  grep -vE '^[[:space:]]*(#|//)' "$1" | grep -cE '__global__|@[[:space:]]*(triton\.)?jit\b|@[[:space:]]*cute\.kernel\b'
+}
+
+# Warn (never fail) when vK changes more than one launch or tuning value against v(K-1); say instead what the
+# transition is when its kernel is byte-identical to an earlier version's (a revert) or defines fewer kernels
+# than v(K-1)'s (a fusion: the removed kernel's launch values go with it).
 warn_tuning_changes() {
   [[ -n $PREV_KERNEL ]] || return 0
-  local changed
+  local changed n j was now
+  for ((j = 0; j < VK - 1; j++)); do
+    if [[ -f $OUT/v$j/$KERNEL && $(digest "$OUT/v$j/$KERNEL") == "$(digest "$D/$KERNEL")" ]]; then
+      printf "[INFO] %s: %s is byte-identical to v%s/%s: a revert to v%s (v%s's launch/tuning values go back to v%s's), one change\n" \
+        "$V" "$KERNEL" "$j" "$KERNEL" "$j" "$((VK - 1))" "$j"
+      return 0
+    fi
+  done
   changed=$(LC_ALL=C join -t $'\x1f' -a1 -a2 -e '(none)' -o 0,1.2,2.2 \
     <(tuning_values "$PREV_KERNEL" | sed 's/=/\x1f/') <(tuning_values "$D/$KERNEL" | sed 's/=/\x1f/') |
     awk -F '\x1f' '$2 != $3 { what = ($2 == "(none)") ? "new: " $3 : ($3 == "(none)") ? "removed: " $2 : $2 " -> " $3
-                 printf "%s%s (%s)", sep, $1, what; n++; sep = ", " } END { if (n < 2) printf "" ; else printf "\n%d", n }')
-  [[ $changed == *$'\n'* ]] || return 0
+                 printf "%s%s (%s)", sep, $1, what; n++; sep = ", " } END { printf "\n%d", n }')
+  n=${changed##*$'\n'} changed=${changed%$'\n'*}
+  was=$(kernel_count "$PREV_KERNEL") now=$(kernel_count "$D/$KERNEL")
+  if ((now < was)); then
+    printf '[INFO] %s: %s defines %s kernel%s where v%s/%s defines %s: a fusion that removes a kernel and its launch%s, one change\n' \
+      "$V" "$KERNEL" "$now" "$( ((now == 1)) || printf s)" "$((VK - 1))" "$KERNEL" "$was" "${changed:+ (with it: $changed)}"
+    return 0
+  fi
+  ((n >= 2)) || return 0
   printf '[WARN] %s: %s changes %s launch/tuning values against v%s: %s (one change per version makes each measurement attributable)\n' \
-    "$V" "$KERNEL" "${changed##*$'\n'}" "$((VK - 1))" "${changed%$'\n'*}"
+    "$V" "$KERNEL" "$n" "$((VK - 1))" "$changed"
 }
 
 # One [FAIL] for the first problem with record $1 (step $2 of version $V, files in $D), else nothing.

@@ -60,11 +60,27 @@ def bottleneck(m: Metrics) -> str | None:
     return cls
 
 
+MEMORY_LEVELS = (("DRAM", "dram_throughput_pct"), ("L2", "l2_throughput_pct"), ("L1/shared", "l1_throughput_pct"))
+
+
+def memory_level(m: Metrics) -> str | None:
+    """The memory level that binds: the busiest of DRAM, L2 and L1/shared memory (None when none was collected).
+    memory_throughput_pct is the busiest memory unit, so a memory-bound kernel may be bound on shared memory
+    with DRAM nearly idle."""
+    levels = [(m[key], name) for name, key in MEMORY_LEVELS if _ok(m.get(key))]
+    return max(levels)[1] if levels else None
+
+
 def bottleneck_why(m: Metrics, cls: str | None) -> str:
     if cls is None:
         return "speed-of-light throughput was not collected"
     sm, mem = m["sm_throughput_pct"], m["memory_throughput_pct"]
-    return f"SM {sm:.1f}% vs memory {mem:.1f}% of peak: {BOTTLENECK_CLASSES[cls]}"
+    level = memory_level(m) if cls == "memory-bound" else None
+    if level is None:
+        return f"SM {sm:.1f}% vs memory {mem:.1f}% of peak: {BOTTLENECK_CLASSES[cls]}"
+    each = ", ".join(f"{name} {m[key]:.1f}%" for name, key in MEMORY_LEVELS if _ok(m.get(key)))
+    return (f"SM {sm:.1f}% vs memory {mem:.1f}% of peak, bound at {level} ({each}"
+            f"{'' if level == 'DRAM' else f': the load is on {level}, not DRAM'}): {BOTTLENECK_CLASSES[cls]}")
 
 
 @dataclass(frozen=True)
@@ -151,8 +167,12 @@ def _tail(m: Metrics, ctx: dict[str, Any]):
     w = m["waves_per_sm"]
     full = math.floor(w)
     if w >= 1 and w - full > 0 and 1.0 / (1 + full) >= 0.2:
+        fill = w - full  # the last wave's share of a full wave's block slots
+        grid = m.get("grid_size")
+        held = (f" (about {fill * grid / w:.0f} of {grid / w:.0f} block slots)" if _ok(grid) and grid > 0 else "")
         return ({"waves_per_sm": ">= 1 with a fractional part, 1/(1+full waves) >= 0.2"},
-                f"{w:.2f} waves: the partial last wave can cost up to {100.0 / (1 + full):.0f}% of the run")
+                f"{w:.2f} waves: the last of {full + 1} waves is {100 * fill:.0f}% full{held}, so about "
+                f"{100 * (1 - fill) / (full + 1):.0f}% of the run's block slots idle in it")
     return None
 
 
@@ -184,6 +204,21 @@ def _wgmma(m: Metrics, ctx: dict[str, Any]):
     return None
 
 
+def _tensor_unused(m: Metrics, ctx: dict[str, Any]):
+    """Only for a kernel that does matrix products (``ctx["matrix"]``: kernel_names.matrix_work): a
+    normalization's FMAs on CUDA cores are no tensor-core opportunity."""
+    if not (m["tensor_pipe_pct"] < 5 and m["fma_pipe_pct"] > 30):
+        return None
+    if ctx.get("matrix") is None:
+        ctx["not_evaluated"].append("tensor-cores-unused: not evaluated: the kernel's source was not read, so "
+                                    "whether it does matrix products is unknown")
+    if not ctx.get("matrix"):
+        return None
+    return ({"tensor_pipe_pct": "< 5", "fma_pipe_pct": "> 30", "matrix products": "in the kernel's source or name"},
+            f"FMA pipe {m['fma_pipe_pct']:.0f}% busy, tensor pipes {m['tensor_pipe_pct']:.1f}%, in a kernel "
+            "that does matrix products")
+
+
 CHECKS: list[Check] = [
     Check("uncoalesced-global", (), _uncoalesced,
           any_of=("global_excess_sectors_pct", "sectors_per_request_ld", "sectors_per_request_st")),
@@ -209,10 +244,7 @@ CHECKS: list[Check] = [
     Check("block-size-not-multiple-32", ("block_size",),
           lambda m, c: ({"block_size": "% 32 != 0"}, f"{m['block_size']:g} threads per block leave lanes idle")
           if m["block_size"] % 32 != 0 else None),
-    Check("tensor-cores-unused", ("tensor_pipe_pct", "fma_pipe_pct"),
-          lambda m, c: ({"tensor_pipe_pct": "< 5", "fma_pipe_pct": "> 30"},
-                        f"FMA pipe {m['fma_pipe_pct']:.0f}% busy, tensor pipes {m['tensor_pipe_pct']:.1f}%")
-          if m["tensor_pipe_pct"] < 5 and m["fma_pipe_pct"] > 30 else None),
+    Check("tensor-cores-unused", ("tensor_pipe_pct", "fma_pipe_pct"), _tensor_unused),
     Check("wgmma-unused", ("tensor_pipe_pct", "gmma_pct"), _wgmma),
     Check("low-l2-hit-rate", ("l2_hit_rate_pct", "dram_throughput_pct"),
           lambda m, c: ({"l2_hit_rate_pct": "< 50", "dram_throughput_pct": ">= 40"},
@@ -230,12 +262,13 @@ CHECKS: list[Check] = [
 assert {c.tag for c in CHECKS} | {"multi-kernel"} == set(SYMPTOMS), "classify.CHECKS and symptoms.SYMPTOMS differ"
 
 
-def symptoms(m: Metrics, *, rules: list[dict[str, Any]] | None = None, cc: str | None = None
-             ) -> tuple[list[dict[str, Any]], list[str]]:
-    """Fire tags for one kernel -> (fired, not_evaluated notes)."""
-    ctx = {"cc": cc}
-    fired: list[dict[str, Any]] = []
+def symptoms(m: Metrics, *, rules: list[dict[str, Any]] | None = None, cc: str | None = None,
+             matrix: bool | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Fire tags for one kernel -> (fired, not_evaluated notes).  ``matrix``: whether the kernel does matrix
+    products (kernel_names.matrix_work; None when its source was not read)."""
     not_evaluated: list[str] = []
+    ctx = {"cc": cc, "matrix": matrix, "not_evaluated": not_evaluated}
+    fired: list[dict[str, Any]] = []
     rule_hits: dict[str, dict[str, Any]] = {}
     for r in rules or []:
         tag = RULE_TAGS.get(r.get("rule", ""))

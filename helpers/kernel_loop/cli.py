@@ -1,7 +1,8 @@
 """The command-line front door: ``kernel-loop <subcommand>`` / ``python3 helpers/kloop.py``.
 
 It only dispatches.  Each loop step lives in its own module under ``steps/``, which exposes
-``register(subparsers)`` (adds its parser and sets ``func``) and raises
+``register(subparsers)`` (adds its parser and sets ``func``, and ``needs``: the packages it cannot write its
+files without, imported here before it starts, so a missing one is refused before anything is written) and raises
 ``UsageError`` / ``MeasuredFailure`` on bad input or failed results.
 
 Two things every command shares are handled here, once: a reader that closes the pipe early
@@ -17,13 +18,11 @@ import errno
 import importlib
 import os
 import re
-import shlex
 import signal
 import sys
-from pathlib import Path
 
 from . import __version__
-from .common import EXIT_USAGE, PROG, KernelLoopError, missing_module_message, os_error_message
+from .common import EXIT_USAGE, PROG, KernelLoopError, invocation, missing_module_message, os_error_message
 
 # Loop steps, in loop order: each is a module of kernel_loop.steps with register(subparsers).
 STEPS: tuple[str, ...] = ("init", "env", "correctness", "profile", "kbs", "hypothesis", "gate", "next_version",
@@ -47,14 +46,6 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(f".steps.{mod_name}", __package__)
         module.register(sub)
     return parser
-
-
-def invocation() -> str:
-    """How the user ran this CLI: this interpreter and helpers/kloop.py, or the installed ``kernel-loop``."""
-    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
-    if argv0 is not None and argv0.name == "kloop.py" and argv0.is_file():
-        return f"{shlex.quote(sys.executable)} {shlex.quote(str(argv0.resolve()))}"
-    return PROG
 
 
 def as_invoked(message: str) -> str:
@@ -99,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help(sys.stderr)
             return EXIT_USAGE
+        for name in getattr(args, "needs", ()):  # the packages a step renders with: before it writes anything
+            importlib.import_module(name)
         rc = args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit flush
     except KernelLoopError as exc:

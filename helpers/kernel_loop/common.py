@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -63,6 +65,31 @@ def os_error_message(exc: OSError) -> str:
             28: "the disk is full", 30: "the file system is read-only", 2: "check the path"}.get(exc.errno or 0,
                                                                                                "check the path")
     return f"{what}: {path} ({hint})" if path else f"{what} ({hint})"
+
+
+def invocation() -> str:
+    """How the user ran this CLI: this interpreter and helpers/kloop.py, or the installed ``kernel-loop``."""
+    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if argv0 is not None and argv0.name == "kloop.py" and argv0.is_file():
+        return f"{shlex.quote(sys.executable)} {shlex.quote(str(argv0.resolve()))}"
+    return PROG
+
+
+def command(*words: Any) -> str:
+    """A command line for a message, written the way this CLI was run, each argument shell-quoted (a run path
+    with a space in it included): ``python3 /skill/helpers/kloop.py correctness '/runs/my run'``."""
+    return " ".join([invocation(), *(shlex.quote(str(w)) for w in words)])
+
+
+@contextmanager
+def judge_tmpdir() -> Iterator[dict[str, str]]:
+    """TMPDIR (and TEMP, TMP) for one judge and whatever it starts: a folder of the step's own, removed when the
+    step ends however it ends (a judge stopped by Ctrl-C or a timeout cannot remove its own folders)."""
+    folder = tempfile.mkdtemp(prefix="kl-")
+    try:
+        yield {"TMPDIR": folder, "TEMP": folder, "TMP": folder}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def progress(msg: str) -> None:

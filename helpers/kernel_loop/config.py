@@ -147,7 +147,11 @@ def parse_dims(text: str, what: str = "--dims", positive: bool = True) -> dict[s
     for a caller that checks the names first and the values and limits after); each at most 2^31-1, and
     their product at most 2^63-1 (``check_dim_limits``)."""
     dims: dict[str, int] = {}
-    for part in [p.strip() for p in (text or "").split(",") if p.strip()]:
+    parts = [p.strip() for p in (text or "").split(",")]
+    if any(parts) and not all(parts):
+        raise UsageError(f"{what} {text!r} has an empty entry (two commas, or one at an end): give NAME=VALUE pairs "
+                         "separated by single commas, such as M=4096,N=8192")
+    for part in [p for p in parts if p]:
         key, sep, val = part.partition("=")
         key, val = key.strip(), val.strip()
         if not sep or not key.isidentifier():

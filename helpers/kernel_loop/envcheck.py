@@ -283,9 +283,10 @@ def render_markdown(report: dict) -> str:
     return md.rstrip("\n") + "\n\n" + table if table else md
 
 
-def write_skipped(out: Path) -> None:
-    report = {"schema": 1, "skipped": True, "time": now_iso(), "ok": None, "gpu": None, "peaks": None,
-              "checks": []}
+def write_skipped(out: Path, why: str = "`init --skip-env`") -> None:
+    """env.json and env_check.md of a run whose environment was not checked, saying why (the flag that skipped it)."""
+    report = {"schema": 1, "skipped": True, "skipped_why": why, "time": now_iso(), "ok": None, "gpu": None,
+              "peaks": None, "checks": []}
     write_json(Path(out) / "env.json", report)
     atomic_write_text(Path(out) / "env_check.md", render_markdown(report))
 

@@ -3,6 +3,8 @@ clock-event ("throttle") reasons, so that a measurement says what state the GPU 
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,17 @@ THROTTLE_BITS: dict[int, str] = {
 # Reasons that lower the clock under load (the others are idle or configuration states).
 SLOWDOWN_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
                     "hw_power_brake_slowdown")
+
+
+def gpu_visible() -> bool | None:
+    """Whether an NVIDIA GPU is visible to processes started here; None when it cannot be told without
+    importing torch (the steps that decide where a command runs never import it)."""
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None and cvd.strip() in ("", "-1", "none", "NoDevFiles"):
+        return False
+    if not sys.platform.startswith("linux") or Path("/dev/dxg").exists():  # not Linux, or WSL
+        return None
+    return any(Path("/dev").glob("nvidia[0-9]*"))
 
 
 def decode_throttle(mask: int) -> list[str]:

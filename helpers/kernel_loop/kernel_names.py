@@ -127,6 +127,54 @@ def library_note(profiled: list[str], defined: list[str], kernel_file: str) -> s
             f"libraries: {shown}")
 
 
+# Matrix products in a kernel's own source: tl.dot, mma/wmma/wgmma, gemm or matmul calls, the @ operator,
+# or a product of two different arrays accumulated (acc += A[..] * B[..], a dot product written out).
+_MATRIX_SRC = re.compile(r"\btl\.dot\b|\b(?:w|wg)?mma\w*|\w*gemm\w*|\bmatmul\b|\bbmm\b|\beinsum\b|\bcublas\w*"
+                         r"|[\w\])]\s*@\s*[\w(]", re.IGNORECASE)
+_ACCUMULATED_PRODUCT = re.compile(r"\+=\s*(\w+)\s*\[[^\]]*\]\s*\*\s*(\w+)\s*\[")
+# Matrix products in a library kernel's name (cuBLAS, CUTLASS, cuDNN): no source to read.
+_MATRIX_NAME = re.compile(r"gemm|gemv|mma|matmul|cublas|conv(?!ert)|bmm", re.IGNORECASE)
+
+
+def _body(source: str, name: str) -> str | None:
+    """The text of kernel ``name``'s definition in ``source``: a Python function's indented block, or a CUDA
+    function's braces; None when the source does not define it."""
+    m = re.search(rf"^([ \t]*)def\s+{re.escape(name)}\s*\(", source, re.MULTILINE)
+    if m:
+        indent, lines = len(m.group(1).expandtabs()), source[m.end():].splitlines()
+        body = [lines[0]]
+        for ln in lines[1:]:
+            if ln.strip() and len(ln) - len(ln.lstrip()) <= indent:
+                break
+            body.append(ln)
+        return "\n".join(body)
+    m = re.search(rf"__global__[^;{{]*?\b{re.escape(name)}\s*\(", source)
+    start = source.find("{", m.end()) if m else -1
+    if start < 0:
+        return None
+    depth = 0
+    for i in range(start, len(source)):
+        depth += {"{": 1, "}": -1}.get(source[i], 0)
+        if depth == 0:
+            return source[start:i + 1]
+    return source[start:]
+
+
+def matrix_work(profiled: str, source: str | None) -> bool | None:
+    """Whether the profiled kernel ``profiled`` does matrix products: read from its own definition in
+    ``source`` (a GEMM and a GroupNorm in one file are told apart), else from its name (a library kernel);
+    None without a source."""
+    if source is None:
+        return None
+    for d in defined_kernels(source):
+        if _pattern(d).search(profiled):
+            body = _body(source, d.rsplit("::", 1)[-1])
+            if body is not None:
+                return bool(_MATRIX_SRC.search(body)) or any(
+                    a != b for a, b in _ACCUMULATED_PRODUCT.findall(body))
+    return bool(_MATRIX_NAME.search(profiled))  # template arguments included: device_kernel<GemmUniversal<...>>
+
+
 def short_name(name: str, width: int = 48) -> str:
     """A profiled kernel's name cut to what tells kernels apart in a line of text: no return type, no
     template arguments or parameter list (``void at::elementwise_kernel<128, 2, ...>(int, T3)`` ->

@@ -59,6 +59,9 @@ def parse_line(line: str, allowed: set[str] | None = None) -> dict[str, Any]:
     else:
         op = "rel" if m.group("pct") else "abs"
         value = float(m.group("delta")) * (-1.0 if m.group("sign") == "-" else 1.0)
+        if op == "rel" and value <= -100:
+            raise UsageError(f"prediction '{line.strip()}': a measured value cannot fall by 100% or more; predict "
+                             f"a smaller fall (e.g. '{metric}: -30%') or a bound ('{metric}: <= N')")
     return {"metric": metric, "op": op, "value": value, "text": describe(metric, op, value)}
 
 
@@ -80,6 +83,24 @@ def describe(metric: str, op: str, value: float) -> str:
     if op == "abs":
         return f"{metric}: {sign}{num}"
     return f"{metric}: {op} {num}"
+
+
+# Metrics a version has only while its kernel does that kind of work: gone with it, they score unknown.
+MAY_VANISH = {"smem_bank_conflicts_pct": "no shared memory", "sectors_per_request_ld": "no global loads",
+              "sectors_per_request_st": "no global stores", "global_excess_sectors_pct": "no global accesses",
+              "l1_hit_rate_pct": "no L1 accesses"}
+
+
+def caveat(pred: dict[str, Any]) -> str | None:
+    """Why a prediction may not be comparable between two versions, or None."""
+    metric = pred["metric"]
+    if metric.startswith("stall_") or metric == "warp_latency_cycles":
+        return (f"{metric} is per issued instruction: when the change alters how many instructions run, before "
+                "and after are not comparable; pair it with a prediction on duration or a throughput")
+    if metric in MAY_VANISH:
+        return (f"{metric} has no value on a version with {MAY_VANISH[metric]} (scored unknown): if the change "
+                "removes that, predict what replaces it")
+    return None
 
 
 def metric_value(metrics: dict[str, Any] | None, metric: str) -> float | None:

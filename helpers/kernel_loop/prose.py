@@ -30,6 +30,20 @@ HEADINGS: list[tuple[str, str]] = [
     ("decision_rule", "Decision rule:"),
 ]
 TEXT_FIELDS = ("single_change", "rationale", "risk", "decision_rule")
+# How each heading the agent fills gets its content: a flag of the hypothesis command, or kbs_evidence.md.
+TODO_HINTS = {"Decision link:": "fill ## Decision Link in kbs_evidence.md", "Single change:": "--change",
+              "Rationale:": "--rationale", "Expected metric movement:": "--predict", "Risk:": "--risk",
+              "Evidence used:": "--evidence, or cite ids under ## Selected Evidence", "Decision rule:": "--decision-rule"}
+
+# Words that are no content (the gate's check 9 reads the same list: scripts/check_iteration_gate.sh).
+FILLER = ("tbd", "tba", "todo", "n/a", "na", "none", "nothing", "fixme", "xxx", "placeholder", "same", "above",
+          "idem", "etc")
+
+
+def has_real_text(text: str) -> bool:
+    """Whether a heading's body counts for the gate's check 9: its words, FILLER aside, hold at least 4 letters."""
+    words = re.split(r"[^a-z0-9/]+", text.lower())
+    return sum(len(re.sub(r"[^a-z]", "", w)) for w in words if w not in FILLER) >= 4
 
 
 def markdown_section(text: str, heading: str) -> str | None:
@@ -44,6 +58,12 @@ def markdown_section(text: str, heading: str) -> str | None:
                 body.append(nxt)
             return "\n".join(body).strip()
     return None
+
+
+def todo_headings(text: str) -> list[str]:
+    """The headings of a hypothesis.txt whose body still holds the TODO marker, in the gate's order."""
+    body = parse_hypothesis_text(text)
+    return [h for f, h in HEADINGS if TODO in (body.get(f) or "")]
 
 
 def parse_hypothesis_text(text: str) -> dict[str, str]:

@@ -27,7 +27,7 @@ import secrets
 from contextlib import contextmanager
 from pathlib import Path
 
-from .common import UsageError, now_iso, sha256_file
+from .common import UsageError, command, now_iso, sha256_file
 
 FILENAME = "records.log"
 LOCK = ".gate.lock"  # the gate's lock: a helper's append never interleaves with a gate run
@@ -225,7 +225,7 @@ def _require(recs: list[Record], root: Path, step: str, version: str, kernel: Pa
     and its files unchanged since."""
     rec = latest(recs, step, version)
     if rec is None:
-        raise UsageError(f"{version} has no {step} record in {FILENAME}: run 'kernel-loop {step}' first")
+        raise UsageError(f"{version} has no {step} record in {FILENAME}: run `{command(step, root)}` first")
     if result is not None and rec.get("result") != result:
         raise UsageError(f"{version} {step} is {rec.get('result')!r}, not {result}: fix the kernel and re-run {step}")
     if rec.get("kernel") != sha256_file(kernel):

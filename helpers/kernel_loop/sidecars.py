@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .common import UsageError, read_json
+from .common import UsageError, command, read_json
 
 # run level
 RUN_JSON = "run.json"
@@ -60,7 +60,8 @@ def require(path: Path, step: str) -> dict[str, Any]:
     """A JSON sidecar that a step needs; a clear UsageError naming the step that writes it."""
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"{path} does not exist: run '{step}' on {path.parent.name} first")
+        raise UsageError(f"{path} does not exist: run `{command(step, path.parent.parent)}` first (on "
+                         f"{path.parent.name})")
     return read_json(path)
 
 

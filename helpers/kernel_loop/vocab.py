@@ -148,7 +148,8 @@ SYMPTOMS: dict[str, dict[str, str]] = {
     },
     "tensor-cores-unused": {
         "summary": "A matrix-shaped kernel runs its math on CUDA cores, not tensor cores.",
-        "fires_when": "tensor_pipe_pct < 5 while fma_pipe_pct > 30 (heuristic)",
+        "fires_when": "tensor_pipe_pct < 5 while fma_pipe_pct > 30, in a kernel whose own source (or, for a "
+        "library kernel, name) does matrix products (heuristic)",
         "rule": "heuristic",
     },
     "wgmma-unused": {

@@ -172,3 +172,33 @@ cu_run() {
   run -0 gate "$OUT/v1"
   assert_line '[WARN] v1: kernel.py changes 2 launch/tuning values against v0: BLOCK (64 -> 128), num_warps (new: 8) (one change per version makes each measurement attributable)'
 }
+
+@test "a revert to an earlier version's bytes is said to be one, not warned as many launch/tuning changes" {
+  make_run
+  run -0 gate "$OUT/v0"
+  make_version 1
+  printf '\nsoftmax_kernel[(1,)](x, y, n, num_warps=8)\n' >>"$OUT/v1/kernel.py"
+  measure 1
+  run -0 gate "$OUT/v1"
+  assert_line --partial '[WARN] v1: kernel.py changes 2 launch/tuning values'
+  make_version 2
+  cp "$OUT/v0/kernel.py" "$OUT/v2/kernel.py"
+  measure 2
+  run -0 gate "$OUT/v2"
+  refute_line --partial '[WARN]'
+  assert_line '[INFO] v2: kernel.py is byte-identical to v0/kernel.py: a revert to v0 (v1'"'"'s launch/tuning values go back to v0'"'"'s), one change'
+}
+
+@test "a fusion that removes a kernel and its launch is said to be one, not warned as many launch/tuning changes" {
+  make_run
+  printf '\n\n@triton.jit\ndef scale_kernel(y_ptr, n, BLOCK_S: tl.constexpr):\n    pass\n\n\nscale_kernel[(4,)](y, n, BLOCK_S=256, num_warps=4)\n' >>"$OUT/v0/kernel.py"
+  measure 0
+  run -0 gate "$OUT/v0"
+  make_version 1
+  sed 's/^BLOCK = .*/BLOCK = 64  # version 0/' "$OUT/v1/kernel.py" >"$OUT/v1/k" && mv "$OUT/v1/k" "$OUT/v1/kernel.py"
+  sed -i 's/e \/ tl.sum(e, 0)/2.0 * e \/ tl.sum(e, 0)/' "$OUT/v1/kernel.py"
+  measure 1
+  run -0 gate "$OUT/v1"
+  refute_line --partial '[WARN]'
+  assert_line '[INFO] v1: kernel.py defines 1 kernel where v0/kernel.py defines 2: a fusion that removes a kernel and its launch (with it: BLOCK_S (removed: 256), num_warps (removed: 4)), one change'
+}

@@ -366,3 +366,72 @@ def test_the_ncu_bound_follows_the_clock_ncu_ran_at():
     assert B.ncu_bound(none) == 70.0
     assert B.ncu_bound({"metrics": {"duration_us": 70.0}, "gpu_state": {}}) is None  # no clocks: no bound
     assert B.ncu_bound(None) is None
+
+
+# --- the best version: chosen by this benchmark's side-by-side rows, with a noise test (issue 44, 1 and 3) ---
+def _recentre(res, name, center, spread=0.004, seed=1):
+    """Give row ``name`` of a synthetic result new samples around ``center`` (SYNTHETIC)."""
+    rng = random.Random(seed)
+    item = next(it for it in res["items"] if it["name"] == name)
+    item["samples_us"] = [center * (1 + rng.gauss(0, spread)) for _ in range(len(item["samples_us"]))]
+
+
+def test_the_best_is_the_earliest_version_within_noise_of_the_fastest():
+    res = rf.synthetic_child_result()
+    _recentre(res, "v1", 82.40, seed=2)  # v1 and v3 as fast as each other; v0 and v2 slower beyond the spread
+    _recentre(res, "v3", 82.38, seed=3)
+    b = B.finish(res, version="v3", selection="best", timing=TIMING, tolerance=None, env=None)
+    rows = {r["name"]: r for r in b["rows"]}
+    assert b["version"] == "v1" and b["best"]["fastest"] in ("v1", "v3")
+    assert b["best"]["within_noise"] == ["v1", "v3"] and b["best"]["basis"] == "benchmark"
+    # the solution row is v1's measurement, and every speedup speaks of v1
+    assert rows["solution"]["samples_us"] == rows["v1"]["samples_us"]
+    assert b["speedups"]["pytorch-eager"] == pytest.approx(
+        rows["pytorch-eager"]["stats_us"]["median"] / rows["v1"]["stats_us"]["median"])
+    _recentre(res, "v3", 80.0, seed=3)  # v3 now faster than v1 beyond the spread: it wins
+    assert B.finish(res, version="v3", selection="best", timing=TIMING, tolerance=None, env=None)["version"] == "v3"
+    # a named version stays the one named
+    assert B.finish(res, version="v2", selection="explicit", timing=TIMING, tolerance=None, env=None)["version"] == "v2"
+
+
+def test_a_best_version_byte_identical_to_an_earlier_one_is_said():
+    res = rf.synthetic_child_result()
+    _recentre(res, "v0", 90.0, seed=4)  # v2 (a revert to v0's bytes) measured faster than v0 by chance
+    _recentre(res, "v2", 80.0, seed=5)
+    b = B.finish(res, version="v3", selection="best", timing=TIMING, tolerance=None, env=None, same_as={"v2": "v0"})
+    assert b["version"] == "v2"
+    assert any("v2's kernel is byte-identical to v0's" in f and "the loop did not improve on v0" in f
+               for f in b["flags"])
+    _recentre(res, "v0", 80.0, seed=4)  # v0 itself the best
+    b = B.finish(res, version="v3", selection="best", timing=TIMING, tolerance=None, env=None, same_as={"v2": "v0"})
+    assert b["version"] == "v0" and any("the loop did not improve on v0" in f for f in b["flags"])
+    b = B.finish(res, version="v3", selection="explicit", timing=TIMING, tolerance=None, env=None,
+                 same_as={"v3": "v1"})
+    assert any(f.startswith("v3's kernel is byte-identical to v1's") for f in b["flags"])
+    assert not any("did not improve on v0" in f for f in b["flags"])
+
+
+def test_a_revert_to_v0_is_not_named_the_loops_gain(tmp_path, fake_gate, monkeypatch):
+    """The run: v2 reverts to v0's bytes; the side-by-side benchmark, not the loop's timings, names the best."""
+    root = rf.build_complete(tmp_path / "run")
+    (root / "v2" / "kernel.py").write_bytes((root / "v0" / "kernel.py").read_bytes())
+    fake_gate(0, "PASS")
+    res = rf.synthetic_child_result()
+    for name, center in (("v0", 82.41), ("v1", 84.0), ("v2", 82.40), ("v3", 84.5)):
+        _recentre(res, name, center, seed=len(name) + int(name[1]))
+    seen = {}
+    rf.fake_benchmark_children(monkeypatch, B, res, seen)
+    assert rf.cli(B, ["benchmark", str(root)]) == 0
+    assert seen["spec"]["solution"]["version"] == "v3"  # the loop's timings named v3 before the benchmark ran
+    bench = read_json(root / "benchmark.json")
+    assert bench["version"] == "v0" and bench["best"]["same_as"] is None
+    md = (root / "benchmark.md").read_text()
+    assert md.startswith("# Benchmark: v0") and "the loop did not improve on v0" in md
+    assert bench["best"]["within_noise"] == ["v0", "v2"] and "within noise of it" in md
+
+
+def test_a_slow_v0_is_flagged_in_benchmark_json():
+    res = rf.synthetic_child_result()
+    _recentre(res, "v0", 3 * 118.4, seed=9)
+    b = B.finish(res, version="v3", selection="explicit", timing=TIMING, tolerance=None, env=None)
+    assert any("v0 is 3.0x slower than PyTorch eager" in f for f in b["flags"])

@@ -95,7 +95,9 @@ CASES = [
     ("small-grid", {"grid_size": 132, "waves_per_sm": 1.0}, False),
     ("block-size-not-multiple-32", {"block_size": 100}, True),
     ("block-size-not-multiple-32", {"block_size": 96}, False),
-    ("tensor-cores-unused", {"tensor_pipe_pct": 4.9, "fma_pipe_pct": 30.1}, True),
+    ("tensor-cores-unused", {"tensor_pipe_pct": 4.9, "fma_pipe_pct": 30.1, "matrix": True}, True),
+    ("tensor-cores-unused", {"tensor_pipe_pct": 0.31, "fma_pipe_pct": 60.0, "matrix": False}, False),  # GroupNorm
+    ("tensor-cores-unused", {"tensor_pipe_pct": 0.31, "fma_pipe_pct": 60.0, "matrix": None}, False),  # unknown
     ("tensor-cores-unused", {"tensor_pipe_pct": 4.9, "fma_pipe_pct": 30.0}, False),
     ("tensor-cores-unused", {"tensor_pipe_pct": 5.0, "fma_pipe_pct": 60.0}, False),
     ("wgmma-unused", {"tensor_pipe_pct": 5.0, "gmma_pct": 0.0}, True),
@@ -117,8 +119,10 @@ CASES = [
 @pytest.mark.parametrize("tag,changes,fires", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_tag_thresholds(tag, changes, fires):
     m = healthy()
+    changes = dict(changes)
+    matrix = changes.pop("matrix", None)
     m.update(changes)
-    got = fired(m, cc="9.0")
+    got = fired(m, cc="9.0", matrix=matrix)
     assert (tag in got) == fires, got
     if fires:
         s = got[tag]
@@ -203,3 +207,62 @@ def test_small_grid_says_which_case_fired():
     thr, why = _small_grid({"waves_per_sm": 0.97, "grid_size": 1024, "sm_count": 132}, {})  # seen on the H200
     assert thr == {"waves_per_sm": "< 1"} and "every SM has work" in why and "no work" not in why
     assert _small_grid({"waves_per_sm": 2.0, "grid_size": 1024, "sm_count": 132}, {}) is None
+
+
+def test_tensor_cores_unused_says_why_it_was_not_evaluated_without_the_source():
+    m = healthy()
+    m.update(tensor_pipe_pct=0.31, fma_pipe_pct=60.0)
+    _, not_eval = classify.symptoms(m, cc="9.0")
+    assert any(n.startswith("tensor-cores-unused: not evaluated:") and "matrix" in n for n in not_eval)
+    _, not_eval = classify.symptoms(m, cc="9.0", matrix=False)
+    assert not any("tensor-cores-unused" in n for n in not_eval)  # evaluated: no matrix work, so no tag
+
+
+def test_matrix_work_is_read_from_the_profiled_kernels_own_source():
+    """A GEMM and a GroupNorm in one file: only the GEMM does matrix work (issue 44, 4)."""
+    from kernel_loop.kernel_names import matrix_work
+
+    src = (
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef gemm_kernel(a, b, c, K: tl.constexpr):\n"
+        "    acc = tl.zeros((64, 64), dtype=tl.float32)\n    for k in range(0, K, 32):\n"
+        "        acc += tl.dot(tl.load(a), tl.load(b))\n    tl.store(c, acc)\n\n\n"
+        "@triton.jit\ndef group_norm_kernel(x, y, w, n):\n    v = tl.load(x)\n    m = tl.sum(v, 0) / n\n"
+        "    d = v - m\n    tl.store(y, d * tl.rsqrt(tl.sum(d * d, 0) / n) * tl.load(w))\n\n\n"
+        "def run_kernel(a, b, c):\n    out = a @ b  # not a kernel\n"
+    )
+    assert matrix_work("gemm_kernel_0d1d2d", src) is True
+    assert matrix_work("group_norm_kernel", src) is False
+    cuda = ("__global__ void mm(const float* A, const float* B, float* C, int K) {\n  float acc = 0.f;\n"
+            "  for (int k = 0; k < K; ++k) { acc += A[row * K + k] * B[k * N + col]; }\n  C[0] = acc;\n}\n"
+            "__global__ void rms(const float* x, float* y, int n) {\n  float s = 0.f;\n"
+            "  for (int i = 0; i < n; ++i) { s += x[i] * x[i]; }\n  y[0] = s;\n}\n")
+    assert matrix_work("mm(const float *, const float *, float *, int)", cuda) is True
+    assert matrix_work("rms(const float *, float *, int)", cuda) is False
+    # a library kernel (no body in the file): its name tells
+    assert matrix_work("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32", src) is True
+    assert matrix_work("void at::native::vectorized_elementwise_kernel<4, ...>(int, T2, T3)", src) is False
+    assert matrix_work("gemm_kernel", None) is None
+
+
+def test_memory_bound_names_the_level_that_binds():
+    """v0 of a GroupNorm: memory 82.5% with DRAM at 1.46%: the load was shared memory (issue 44, 5)."""
+    m = {"sm_throughput_pct": 37.1, "memory_throughput_pct": 82.5, "dram_throughput_pct": 1.46,
+         "l2_throughput_pct": 20.3, "l1_throughput_pct": 82.5}
+    cls = classify.bottleneck(m)
+    assert cls == "memory-bound" and classify.memory_level(m) == "L1/shared"
+    why = classify.bottleneck_why(m, cls)
+    assert "L1/shared" in why and "DRAM 1.5%" in why and "not DRAM" in why
+    m.update(dram_throughput_pct=85.0, l1_throughput_pct=40.0)
+    assert classify.memory_level(m) == "DRAM" and "DRAM 85.0%" in classify.bottleneck_why(m, "memory-bound")
+    assert classify.memory_level({"memory_throughput_pct": 70.0}) is None  # levels not collected
+
+
+def test_tail_effect_states_the_loss_the_wave_fill_implies():
+    """3.88 waves: the last wave holds 88% of a full one, so it idles ~3% of the run, not 'up to 25%' (issue 44, 6)."""
+    m = healthy()
+    m.update(waves_per_sm=3.88, grid_size=1032, sm_count=132)
+    why = fired(m)["tail-effect"]["why"]
+    assert "88%" in why and "3%" in why and "25%" not in why
+    m.update(waves_per_sm=1.1, grid_size=290)
+    why = fired(m)["tail-effect"]["why"]
+    assert "10%" in why and "45%" in why  # the last of 2 waves 10% full: 45% of the run's block slots idle

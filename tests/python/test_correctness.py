@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 import time
 
 import klcli
@@ -336,3 +338,27 @@ def test_cu_kernel_in_cpu_mode_is_a_usage_error(tmp_path, cpu_judged, capsys):
     assert len(lines) == 1 and "kernel.cu is CUDA C++: the cpu test mode" in lines[0], lines
     assert cpu_judged == []  # refused before a judge was started
     assert not (out / "v0" / "correctness.json").exists()
+
+
+def test_ctrl_c_during_correctness_leaves_no_temporary_folder(tmp_path):
+    """An interrupted judge cannot clean up: the step's own TMPDIR for it goes with the step (issue 44, 16)."""
+    import signal
+    import subprocess
+
+    out = tmp_path / "run"
+    assert klcli.init_run(out, "ref_vadd.py", "py_hang.py", "triton", "N=128") == 0
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, KERNEL_LOOP_DEVICE="cpu", TMPDIR=str(tmp),
+               PYTHONPATH=str(klcli.HELPERS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, str(klcli.HELPERS / "kloop.py"), "correctness", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while not list(tmp.rglob("kl-worker-tmp-*")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert list(tmp.rglob("kl-worker-tmp-*")), "the judge never started its workers"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err
+    assert list(tmp.iterdir()) == []

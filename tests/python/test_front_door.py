@@ -353,3 +353,120 @@ def test_a_kernel_that_needs_cuda_on_a_machine_without_it_signs_no_fail(tmp_path
         assert "this run measures on cuda:0" in err
     assert not (out / "v0" / "correctness.json").exists()
     assert [ln.split("\tstep=")[1].split("\t")[0] for ln in (out / "records.log").read_text().splitlines()] == ["init"]
+
+
+# --- issue 44: the front door a new user met ----------------------------------------------------------
+def test_extend_before_the_final_version_exists_says_to_create_it(tmp_path, capsys):
+    """The state names v1 (the gate passed v0) but next never made v1: the hint is next, not v1's hypothesis."""
+    from kernel_loop.steps import extend
+
+    root = rf.write_run(tmp_path / "run", iterations=1)
+    rf.write_measurements(root, 0)
+    rf.write_kbs(root, 0)
+    rf.set_state(root, 0)
+    rf.write_hypothesis(root, 0)
+    assert rf.gate(root / "v0").returncode == 0
+    capsys.readouterr()
+    assert rf.cli(extend, ["extend", str(root), "--iterations", "2"]) == 0
+    err = capsys.readouterr().err
+    assert f"kernel-loop next {root}" in err and "v1 does not exist yet" in err
+    assert "write v1/hypothesis.txt" not in err
+
+
+def test_pytest_keeps_the_temporary_folders_of_failed_tests_only(pytestconfig):
+    assert pytestconfig.getini("tmp_path_retention_policy") == "failed"
+
+
+def test_make_clean_removes_what_pip_install_leaves_in_the_checkout():
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed")
+    proc = subprocess.run([make, "-n", "-C", str(HELPERS.parent), "clean"], capture_output=True, text=True, timeout=60)
+    assert "build" in proc.stdout.split() and "helpers/*.egg-info" in proc.stdout.split()
+
+
+def test_init_names_the_next_command_the_way_it_was_run_with_the_path_quoted(tmp_path):
+    out = tmp_path / "my run"
+    proc = _cli("init", out, "--kernel", "vadd", "--ref", klcli.KERNELS / "ref_vadd.py", "--impl", "triton",
+                "--baseline", klcli.KERNELS / "py_vadd.py", "--dims", "N=64", "--skip-env")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith(f"next: {sys.executable} {HELPERS / 'kloop.py'} correctness '{out}'")
+
+
+def test_a_missing_record_names_the_command_with_the_run_directory(tmp_path, capsys):
+    from kernel_loop.steps import profile
+
+    root = rf.write_run(tmp_path / "run")
+    assert rf.cli(profile, ["profile", str(root)]) == 2
+    assert f"run `kernel-loop correctness {root}` first" in capsys.readouterr().err
+
+
+def test_profile_without_a_gpu_says_so_before_looking_for_ncu(tmp_path, monkeypatch, capsys):
+    from kernel_loop import gpustate
+    from kernel_loop.steps import profile
+
+    root = rf.write_run(tmp_path / "run")
+    rf.write_measurements(root, 0)
+    monkeypatch.setattr(gpustate, "gpu_visible", lambda: False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("NCU", raising=False)
+    monkeypatch.setattr(profile, "find_ncu", lambda: pytest.fail("looked for ncu first"))
+    assert rf.cli(profile, ["profile", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "no NVIDIA GPU is visible on this machine" in err and "ncu" not in err
+
+
+def test_benchmark_on_a_cpu_mode_run_says_why_not_the_gates_usage(tmp_path):
+    out = tmp_path / "run"
+    assert klcli.init_run(out, "ref_vadd.py", "py_vadd.py", "triton", "N=64", "--device", "cpu") == 0
+    line = _one_line_error(_cli("benchmark", out))
+    assert "cpu test mode" in line and "check_iteration_gate" not in line
+
+
+@pytest.mark.parametrize("dims", ["N=4,,M=8", ",N=64", "N=64,"])
+def test_an_empty_dims_entry_is_refused(tmp_path, dims):
+    assert "empty entry" in _one_line_error(_cli("init", tmp_path / "run", "--kernel", "vadd", "--ref",
+                                                  klcli.KERNELS / "ref_vadd.py", "--impl", "triton", "--baseline",
+                                                  klcli.KERNELS / "py_vadd.py", "--dims", dims, "--skip-env"))
+
+
+def test_an_empty_baseline_is_refused(tmp_path):
+    empty = tmp_path / "empty.py"
+    empty.write_text("")
+    line = _one_line_error(_cli("init", tmp_path / "run", "--kernel", "vadd", "--ref", klcli.KERNELS / "ref_vadd.py",
+                                "--impl", "triton", "--baseline", empty, "--dims", "N=64", "--skip-env"))
+    assert "--baseline" in line and "is empty" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_second_kernel_source_beside_v0s_kernel_is_refused_at_init(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert klcli.init_run(out, "ref_vadd.py", "py_vadd.py", "triton", "N=64") == 0
+    (out / "v0" / "helper.py").write_text("X = 1\n")
+    capsys.readouterr()
+    assert klcli.init_run(out, "ref_vadd.py", "py_vadd.py", "triton", "N=64") == 2
+    err = capsys.readouterr().err
+    assert "helper.py" in err and "one kernel file" in err
+
+
+def test_a_cpu_mode_init_does_not_say_skip_env(tmp_path):
+    out = tmp_path / "run"
+    assert klcli.main("init", out, "--kernel", "vadd", "--ref", klcli.KERNELS / "ref_vadd.py", "--impl", "triton",
+                      "--baseline", klcli.KERNELS / "py_vadd.py", "--dims", "N=64", "--device", "cpu") == 0
+    text = (out / "env_check.md").read_text()
+    assert "--skip-env" not in text and "--device cpu" in text
+
+
+def test_readme_and_skill_md_name_the_cpu_mode():
+    root = HELPERS.parent
+    for doc in ("README.md", "SKILL.md"):
+        assert "--device cpu" in (root / doc).read_text(), doc
+
+
+def test_the_demos_closing_hint_runs_as_the_demo_was_run():
+    """`make demo` runs helpers/kloop.py: its hint for another example must too, not `kernel-loop` (not on PATH)."""
+    from kernel_loop.steps import demo
+
+    assert "kernel-loop demo" not in demo.other_examples_hint(["softmax-triton"], how="/venv/python /x/kloop.py")
+    assert demo.other_examples_hint(["softmax-triton"], how="/venv/python /x/kloop.py") == \
+        "other examples: softmax-triton (/venv/python /x/kloop.py demo --example softmax-triton)"

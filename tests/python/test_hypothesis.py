@@ -32,7 +32,7 @@ def full_args(root, *extra):
 
 def headings_in_order(text):
     lines = text.splitlines()
-    idx = [lines.index(h) for _, h in hypothesis.HEADINGS]
+    idx = [lines.index(h) for _, h in prose.HEADINGS]
     return idx == sorted(idx)
 
 
@@ -44,7 +44,7 @@ def test_complete_hypothesis_follows_the_gate_order(run0, capsys):
     assert headings_in_order(text)
     assert hypothesis.TODO not in text
     sections = prose.parse_hypothesis_text(text)
-    assert all(sections[f] for f, _ in hypothesis.HEADINGS)
+    assert all(sections[f] for f, _ in prose.HEADINGS)
     assert sections["version"].startswith("v0: kernel.py (sha256 ")
     cur = sections["current_evidence"]
     assert "memory-bound" in cur and "dram-near-peak: dram_throughput_pct=85.57" in cur
@@ -83,8 +83,9 @@ def test_missing_fields_stay_todo_and_are_listed(run0, capsys):
 
 def test_refill_keeps_given_fields_and_force_guards_a_complete_file(run0):
     assert rf.cli(hypothesis, ["hypothesis", str(run0), "--change", "Use 8 warps."]) == 0
-    assert rf.cli(hypothesis, ["hypothesis", str(run0), "--rationale", "r", "--risk", "x",
-                               "--decision-rule", "d", "--predict", "duration: -2%"]) == 0
+    assert rf.cli(hypothesis, ["hypothesis", str(run0), "--rationale", "More warps hide latency.", "--risk",
+                               "Longer reductions.", "--decision-rule", "Keep if faster.",
+                               "--predict", "duration: -2%"]) == 0
     sections = prose.parse_hypothesis_text((run0 / "v0" / "hypothesis.txt").read_text())
     assert sections["single_change"] == "Use 8 warps."
     assert hypothesis.TODO not in (run0 / "v0" / "hypothesis.txt").read_text()
@@ -126,7 +127,7 @@ def test_final_version_needs_no_hypothesis(tmp_path, capsys):
 def test_needs_the_measurements(tmp_path, capsys):
     root = rf.write_run(tmp_path / "run")
     assert rf.cli(hypothesis, ["hypothesis", str(root)]) == 2
-    assert "run 'correctness' on v0 first" in capsys.readouterr().err
+    assert f"run `kernel-loop correctness {root}` first (on v0)" in capsys.readouterr().err
 
 
 def test_load_rereads_a_hand_edited_text(run0):
@@ -163,3 +164,36 @@ def test_with_several_kernels_each_symptom_names_the_kernel_that_fired_it():
     one = dict(ncu, kernels=[{"name": "_relu_hardswish"}],
                symptoms=[{"tag": "dram-near-peak", "kernel": "_relu_hardswish"}])
     assert hypothesis.current_evidence(one, {"result": "PASS"})["symptoms"][0]["kernel"] is None
+
+
+@pytest.mark.parametrize("flag, value", [("--change", "TBD"), ("--rationale", "n/a"), ("--risk", "none"),
+                                         ("--decision-rule", "todo"), ("--risk", "- same as above")])
+def test_a_placeholder_field_is_refused_at_once(run0, capsys, flag, value):
+    """The gate fails a heading whose words are filler; hypothesis refuses it before writing (issue 44, 13)."""
+    argv = full_args(run0)
+    argv[argv.index(flag) + 1] = value
+    assert rf.cli(hypothesis, argv) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} {value!r}" in err and "placeholder" in err and len(err.strip().splitlines()) == 1
+    assert not (run0 / "v0" / "hypothesis.txt").exists()
+
+
+def test_the_filler_words_are_the_gates():
+    """One rule on both sides: prose.FILLER is the list the gate's check 9 reads."""
+    from conftest import REPO
+
+    gate = (REPO / "scripts" / "check_iteration_gate.sh").read_text()
+    words = gate.split('nf = split("', 1)[1].split('"', 1)[0].split()
+    assert set(words) == set(prose.FILLER)
+    assert not prose.has_real_text("TBD, n/a - none") and prose.has_real_text("Use 8 warps.")
+
+
+def test_predictions_that_cannot_be_compared_are_warned(run0, capsys):
+    """Per-instruction stalls, and a metric the next version may not have (issue 44, 7)."""
+    argv = full_args(run0, "--predict", "stall_long_scoreboard: -20%", "--predict", "smem_bank_conflicts_pct: <= 1")
+    assert rf.cli(hypothesis, argv) == 0
+    err = capsys.readouterr().err
+    assert "stall_long_scoreboard is per issued instruction" in err
+    assert "smem_bank_conflicts_pct" in err and "no shared memory" in err
+    assert rf.cli(hypothesis, full_args(run0, "--force")) == 0
+    assert "per issued instruction" not in capsys.readouterr().err

@@ -93,3 +93,20 @@ def test_scoring_reports_the_change_and_unknown_base():
     assert zero["status"] == "unknown" and "zero" in zero["why"]
     # a bound needs only the next version's value
     assert P.score(P.parse_line("registers_per_thread: <= 48"), None, AFTER)["status"] == "held"
+
+
+@pytest.mark.parametrize("line", ["duration: -300%", "duration: -100%", "registers_per_thread: -100.0%"])
+def test_a_fall_of_100_percent_or_more_is_refused(line):
+    """No measured value falls by 100% or more (issue 44, 13)."""
+    with pytest.raises(UsageError, match="cannot fall by 100% or more"):
+        P.parse_line(line, KEYS)
+    assert P.parse_line("duration: -99.5%", KEYS)["value"] == -99.5
+    assert P.parse_line("duration: +300%", KEYS)["value"] == 300.0
+
+
+def test_caveats_name_the_predictions_that_cannot_be_compared():
+    assert "per issued instruction" in P.caveat(P.parse_line("stall_barrier: -10%"))
+    assert "per issued instruction" in P.caveat(P.parse_line("warp_latency_cycles: < 20"))
+    assert "no shared memory" in P.caveat(P.parse_line("smem_bank_conflicts_pct: <= 1"))
+    assert P.caveat(P.parse_line("duration: -10%")) is None
+    assert P.caveat(P.parse_line("dram_throughput_pct: >= 80")) is None

@@ -216,7 +216,7 @@ def test_write_profile_artifacts(tmp_path):
     files = profile.write_profile_artifacts(tmp_path, p)
     assert [f.name for f in files] == ["ncu_summary.md", "ncu_details.md", "ncu.json"]
     summary = (tmp_path / "ncu_summary.md").read_text()
-    assert "**memory-bound**" in summary
+    assert "**memory-bound at DRAM**" in summary
     assert "dram-near-peak" in summary and "dram_throughput_pct >= 80" in summary
     assert "HighPipeUtilization" in summary and "87.3%" in summary
     assert "Not evaluated" in summary
@@ -274,7 +274,7 @@ def test_refuses_without_pass(tmp_path):
 
 def test_refuses_without_correctness(tmp_path):
     args = _profile_args(str(_run_dir(tmp_path, result=None)))
-    with pytest.raises(UsageError, match="has no correctness record .*run 'kernel-loop correctness' first"):
+    with pytest.raises(UsageError, match="has no correctness record .*run `kernel-loop correctness .*` first"):
         args.func(args)
 
 
@@ -341,3 +341,22 @@ def test_the_judge_reports_a_missing_ref_as_bad_input(tmp_path, worker_here):
     assert outcome.failure() is None and "ref.py" in outcome.result["error"]
     with pytest.raises(KernelLoopError, match="the profile failed: "):
         outcome.checked("the profile")
+
+
+def test_tensor_cores_unused_fires_only_on_a_kernel_whose_source_does_matrix_products():
+    """FMA-busy, tensor pipes idle: a tag for a GEMM on CUDA cores, not for a normalization (issue 44, 4)."""
+    raw = _edit_raw("sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_elapsed", "45")
+    no_dot = (NCU / "softmax_triton.py").read_text(encoding="utf-8")
+    with_dot = no_dot.replace("tl.store(", "tl.dot(x, x)\n    tl.store(", 1)
+    assert with_dot != no_dot
+
+    def tags(source):
+        p = profile.build_profile(raw, _text(DETAILS), None, {"version": "v1", "kernel_file": "kernel.py",
+                                                                "kernel_source": source})
+        return {s["tag"] for s in p["symptoms"]}, p
+
+    assert "tensor-cores-unused" not in tags(no_dot)[0]
+    assert "tensor-cores-unused" in tags(with_dot)[0]
+    got, p = tags(no_dot)
+    assert p["bottleneck"] == "memory-bound" and p["bottleneck_level"] == "DRAM"
+    assert "| Bottleneck | **memory-bound at DRAM** |" in profile.render_summary(p)

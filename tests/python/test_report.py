@@ -30,7 +30,7 @@ def render(root):
 def test_refuses_before_benchmark(tmp_path, capsys):
     root = rf.build_complete(tmp_path / "run")
     assert rf.cli(report, ["report", str(root)]) == 2
-    assert "run benchmark first" in capsys.readouterr().err
+    assert f"run `kernel-loop benchmark {root}` first" in capsys.readouterr().err
     assert not (root / "final_report.md").exists()
 
 
@@ -225,14 +225,14 @@ def test_each_table_says_which_measurement_it_shows_and_booleans_read_yes_no(tmp
 
 
 def test_speedups_over_the_baselines_come_first_and_a_slow_v0_is_flagged():
-    from kernel_loop.steps.report import ordered_speedups, review_flags
+    from kernel_loop.steps.report import ordered_speedups
 
     assert [n for n, _ in ordered_speedups({"torch-compile": 1.1, "zeta": 2.0, "pytorch-eager": 1.3})] == \
         ["pytorch-eager", "torch-compile", "zeta"]
     rows = {"v0": {"stats_us": {"median": 300.0}}, "pytorch-eager": {"stats_us": {"median": 100.0}}}
-    assert "v0 is 3.0x slower than PyTorch eager" in review_flags(rows)[0]
+    assert "v0 is 3.0x slower than PyTorch eager" in benchmark.slow_v0(rows)
     rows["v0"]["stats_us"]["median"] = 150.0
-    assert review_flags(rows) == []
+    assert benchmark.slow_v0(rows) is None
 
 
 def test_an_ncu_rule_names_its_kernel_short(tmp_path):
@@ -250,3 +250,84 @@ def test_an_ncu_rule_names_its_kernel_short(tmp_path):
     md = render(root)
     assert "- ncu rule MemoryL2Compression (device_kernel): estimated speedup 19.8 %" in md
     assert "CollectiveMma" not in md.split("## 7. Remaining opportunities")[1]
+
+
+def _flags(text, head):
+    """The bullet lines of a markdown section (or of the report's 'Flag for review' lines)."""
+    if head is None:
+        return [ln.removeprefix("- Flag for review: ") for ln in text.splitlines()
+                if ln.startswith("- Flag for review: ")]
+    body = text.split(head)[1].split("\n## ")[0]
+    return [ln[2:] for ln in body.splitlines() if ln.startswith("- ") and ln != "- none"]
+
+
+def test_the_report_flags_what_benchmark_md_flags(tmp_path):
+    """A v0 slower than eager was flagged in the report and not in benchmark.md (issue 44, 3)."""
+    root = rf.build_complete(tmp_path / "run")
+    res = rf.synthetic_child_result()
+    v0 = next(it for it in res["items"] if it["name"] == "v0")
+    v0["samples_us"] = [x * 3 for x in v0["samples_us"]]
+    bench = benchmark.finish(res, version="v3", selection="explicit", timing={"method": "cuda_event", "warmup": 10,
+                             "trials": 40, "discard_first": 0, "l2_flush": True}, tolerance=None,
+                             env=read_json(root / "env.json"))
+    benchmark.write_outputs(root, bench)
+    md = render(root)
+    flags = _flags((root / "benchmark.md").read_text(), "## Flags")
+    assert any("slower than PyTorch eager" in f for f in flags)
+    assert _flags(md, None) == flags
+
+
+def test_remaining_opportunities_speak_of_the_version_the_report_names(tmp_path):
+    """The best version is v1: its profile's symptoms and rules, not the final version's (issue 44, 2)."""
+    root = rf.build_complete(tmp_path / "run")
+    bench = benchmark.finish(rf.synthetic_child_result(), version="v1", selection="explicit",
+                             timing={"method": "cuda_event", "warmup": 10, "trials": 40, "discard_first": 0,
+                                     "l2_flush": True}, tolerance=None, env=read_json(root / "env.json"))
+    benchmark.write_outputs(root, bench)
+    ncu = read_json(root / "v3" / "ncu.json")
+    ncu["kernels"][0]["rules"] = [{"section": "S", "rule": "OnlyInV3", "type": "OPT", "text": ".", "est_speedup_pct": 9.0}]
+    write_json(root / "v3" / "ncu.json", ncu)
+    rf.provenance.record(root / "v3", ["ncu.json"])
+    section = render(root).split("## 7. Remaining opportunities")[1].split("## 8.")[0]
+    v1 = rf.version_metrics(1)["dram_throughput_pct"]
+    v3 = rf.version_metrics(3)["dram_throughput_pct"]
+    assert v1 != v3 and f"dram_throughput_pct {v1:.2f}" in section and f"{v3:.2f}" not in section
+    assert "v1" in section.splitlines()[1] and "OnlyInV3" not in section
+
+
+def test_a_missing_requirement_is_refused_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    """report removed the earlier chart, then refused for jinja2 (issue 44, 12): now it refuses first."""
+    root = finished_run(tmp_path)
+    (root / "final_report.png").write_bytes(b"\x89PNG an earlier chart")
+    (root / "final_report.md").write_text("# an earlier report\n")
+    monkeypatch.setitem(sys.modules, "jinja2", None)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert rf.cli(report, ["report", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "'jinja2' is not installed" in err and "pip install jinja2" in err
+    assert (root / "final_report.png").read_bytes() == b"\x89PNG an earlier chart"
+    assert (root / "final_report.md").read_text() == "# an earlier report\n"
+
+
+def test_the_chart_drawn_where_benchmark_ran_is_kept_by_a_report_without_matplotlib(tmp_path, monkeypatch, capsys):
+    """The report rendered on a machine without matplotlib keeps the chart benchmark drew (issue 44, 11)."""
+    pytest.importorskip("matplotlib")
+    root = rf.build_complete(tmp_path / "run")
+    monkeypatch.setattr(benchmark, "check_final_gate", lambda rd, n: None)
+    rf.fake_benchmark_children(monkeypatch, benchmark, rf.synthetic_child_result())
+    assert rf.cli(benchmark, ["benchmark", str(root)]) == 0
+    png = root / "final_report.png"
+    assert report.png_description(png).startswith(report.CHART_TAG)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    md = render(root)
+    assert "![Time per version with baselines](final_report.png)" in md and "chart was skipped" not in md
+    assert "kept final_report.png" in capsys.readouterr().err
+
+
+def test_the_versions_table_names_the_memory_level_that_binds(tmp_path):
+    root = finished_run(tmp_path)
+    ncu = read_json(root / "v2" / "ncu.json")
+    write_json(root / "v2" / "ncu.json", dict(ncu, bottleneck_level="L1/shared"))
+    rf.provenance.record(root / "v2", ["ncu.json"])
+    md = render(root)
+    assert "| memory-bound at L1/shared | PASS |" in md and "| memory-bound | PASS |" in md  # v0 has no level

@@ -109,3 +109,14 @@ def test_every_gate_option_in_skill_md_exists(repo):
 def test_skill_md_stays_short(repo):
     _raw, body, text = _split(repo)
     assert len(text.splitlines()) <= 150, "SKILL.md should stay under about 150 lines: move detail to references/"
+
+
+def test_a_remote_gpu_run_is_told_what_travels_and_what_needs_no_gpu(repo):
+    """Issue 44, 9 and 10: the key init made on the GPU machine comes back with the first archive; kbs evidence
+    runs where the run directory is, not on device time."""
+    _raw, body, _ = _split(repo)
+    remote = body.split("**When the GPU is on another machine.**")[1].split("\n## ")[0]
+    flat = " ".join(remote.split())
+    assert "first archive" in flat and "key" in flat
+    assert "`kbs evidence` needs no GPU" in flat
+    assert "correctness, profile and `kbs evidence` together" not in flat

@@ -462,8 +462,78 @@ def test_a_cpu_result_on_a_gpu_run_and_a_machine_without_a_gpu(tmp_path, monkeyp
     nxt = step(root)
     assert nxt["step"] == "correctness" and "ran on cpu, but this run measures on cuda:0" in nxt["why"]
     assert "without KERNEL_LOOP_DEVICE=cpu" in nxt["why"]
-    monkeypatch.setattr(status, "_gpu_visible", lambda: False)
+    monkeypatch.setattr(status.gpustate, "gpu_visible", lambda: False)
     (note,) = status.collect(root)["notes"]
     assert "no NVIDIA GPU is visible" in note and "NVIDIA H100 80GB HBM3" in note and "never counts" in note
-    monkeypatch.setattr(status, "_gpu_visible", lambda: True)
+    monkeypatch.setattr(status.gpustate, "gpu_visible", lambda: True)
     assert status.collect(root)["notes"] == []
+
+
+# --- issue 44: what status says right after next, with one TODO left, and a traceback ---------------
+def _v1_after_next(tmp_path):
+    root = rf.write_run(tmp_path / "run")
+    rf.write_measurements(root, 0)
+    rf.write_kbs(root, 0)
+    rf.set_state(root, 0)
+    rf.write_hypothesis(root, 0)
+    assert rf.gate(root / "v0").returncode == 0
+    (root / "v1").mkdir()
+    (root / "v1" / "kernel.py").write_bytes((root / "v0" / "kernel.py").read_bytes())  # what next does
+    return root
+
+
+def test_right_after_next_the_step_is_the_change_not_correctness(tmp_path):
+    root = _v1_after_next(tmp_path)
+    nxt = step(root)
+    assert nxt["step"] == "change" and nxt["command"] is None
+    assert "v0/hypothesis.txt" in nxt["why"] and rf.HYPOTHESES[0]["change"] in nxt["why"]
+    assert nxt["then"][0].endswith(f"correctness {root}")
+    rf.write_kernel(root, 1)  # the change made: now correctness
+    assert step(root)["step"] == "correctness"
+
+
+def test_one_todo_left_in_the_hypothesis_names_that_heading_alone(tmp_path):
+    root = rf.write_run(tmp_path / "run")
+    rf.write_measurements(root, 0)
+    rf.write_kbs(root, 0)
+    rf.set_state(root, 0)
+    h = rf.HYPOTHESES[0]
+    from kernel_loop.steps import hypothesis
+
+    assert rf.cli(hypothesis, ["hypothesis", str(root), "--change", h["change"], "--rationale", h["rationale"],
+                               "--decision-rule", h["decision_rule"], "--predict", "duration: -2%"]) == 0
+    nxt = step(root)
+    assert nxt["step"] == "hypothesis" and "Risk:" in nxt["why"]
+    assert nxt["command"].endswith(f"hypothesis {root} --risk '...'")
+    assert "--change" not in nxt["command"] and "--predict" not in nxt["command"]
+
+
+def test_a_traceback_stays_out_of_the_one_line_next_step(tmp_path, capsys):
+    root = rf.write_run(tmp_path / "run")
+    rf.write_measurements(root, 0)
+    trace = ("Traceback (most recent call last):\n  File \"kernel.py\", line 9, in run_kernel\n    y = f(x)\n"
+             "  File \"kernel.py\", line 4, in f\n    return x[9]\n  File \"torch/_tensor.py\", line 1, in x\n"
+             "    ...\nIndexError: index 9 is out of bounds for dimension 0 with size 4")
+    corr = json.loads((root / "v0" / "correctness.json").read_text())
+    write_json(root / "v0" / "correctness.json", dict(corr, result="FAIL", error=trace))
+    from kernel_loop import provenance
+
+    provenance.record(root / "v0", ["correctness.json"])
+    nxt = step(root)
+    assert nxt["step"] == "fix" and "\n" not in nxt["why"]
+    assert "IndexError: index 9 is out of bounds" in nxt["why"] and "correctness.md" in nxt["why"]
+    assert "Traceback" not in nxt["why"]
+
+
+def test_gpu_side_commands_are_printed_in_skill_md_form(tmp_path, monkeypatch, capsys):
+    """The run moved to a GPU machine as an archive: its commands there use $KL and the relative run path."""
+    monkeypatch.chdir(tmp_path)
+    root = rf.write_run(tmp_path / "my run")
+    info = status.collect(root)
+    assert info["next"]["gpu_commands"] == ["$KL correctness 'my run'"]
+    assert rf.cli(status, ["status", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "\n  on the GPU machine: $KL correctness 'my run'\n" in out
+    rf.write_measurements(root, 0)
+    rf.write_kbs(root, 0)
+    assert "gpu_commands" not in step(root) or not step(root)["gpu_commands"]  # kbs needs no GPU

@@ -1,9 +1,11 @@
 """``benchmark <out>``: time the chosen version against PyTorch baselines, after the final gate.
 
 Steps: the final gate must pass on vN (its output is quoted when it does not); the
-version is ``best`` (fastest vK whose correctness.json is PASS, by the loop's own
-CUDA-event median in ncu.json) or a named vK.  One judge process (``measure.judge``, mode
-``benchmark``) draws the data from the run's seed, builds every version's library at once, and in one
+version is ``best`` or a named vK.  ``best`` is chosen from this benchmark's own rows, every version timed
+in one worker (``choose_best``: the fastest correct median, then the earliest version within noise of it);
+the loop's CUDA-event medians (ncu.json) only pick the kernel timed as the solution before that, and name
+the best when no version row was timed.  A best that is v0, or byte-identical to an earlier version, is
+flagged.  One judge process (``measure.judge``, mode ``benchmark``) draws the data from the run's seed, builds every version's library at once, and in one
 worker checks the solution and every version against the reference (with the per-output tolerance
 correctness resolves: run.json, else ref.py's atol/rtol, else the dtype default), times each one
 (every call poisoned, several verified at random) and checks it on fresh inputs afterwards; the
@@ -25,6 +27,7 @@ benchmark.json (extends references/artifacts.md):
 "roofline": {"flops", "bytes_moved", "median_us", "dtype", "achieved_tflops", "achieved_gbs",
 "peak_tflops", "peak_gbs", "tflops_fraction", "bandwidth_fraction", "notes"}|null,
 "ab": [{"from", "to", "median_a_us", "median_b_us", "speedup", "ci95": [lo, hi], "verdict", "n": [na, nb]}],
+"best": {"basis": "benchmark"|"loop timings"|"named", "version", "fastest", "within_noise": [...], "same_as"},
 "flags": [...], "gate": "passed", "created"}``.
 """
 
@@ -43,9 +46,11 @@ from ..common import (
     MeasuredFailure,
     UsageError,
     atomic_write_text,
+    judge_tmpdir,
     now_iso,
     progress,
     read_json,
+    sha256_file,
     warn,
     write_json,
 )
@@ -53,14 +58,15 @@ from ..compare import describe_tolerances
 from ..loader import device_for
 from ..measure.session import run_judge
 from ..rundir import RunDir, gate_script, parse_version
-from ..sidecars import CORRECTNESS_JSON, NCU_JSON, event_median
-from ..templating import render
+from ..sidecars import CORRECTNESS_JSON, FINAL_REPORT_PNG, NCU_JSON, event_median
+from ..templating import draw_chart, render
 from ..timecheck import below_ncu, floor_invalid
 from ..timing import summarize
 from ..vocab import BASELINES
 
 STAT_KEYS = ("mean", "median", "p20", "p80", "min", "max", "std", "n")
 SPEEDUP_FLAG = 10.0
+SLOW_V0 = 2.0
 BANDWIDTH_SLACK = 1.15
 AB_ALWAYS_MAX_VERSIONS = 8
 DTYPE_PEAK_KEY = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64",
@@ -93,7 +99,7 @@ def register(sub) -> None:
                    help="drop this many timed samples at the start of each item (default 0)")
     p.add_argument("--all-versions", action="store_true", dest="all_versions",
                    help=f"A/B every transition even with more than {AB_ALWAYS_MAX_VERSIONS} versions")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, needs=("jinja2",))  # checked before it writes anything
 
 
 # --- pure parts (CPU-tested) ----------------------------------------------------------------
@@ -187,11 +193,52 @@ def impossible(flops: float | None, nbytes: float | None, median_us: float | Non
     return None
 
 
+def choose_best(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The best version by this benchmark's side-by-side rows, or None when no version row was timed: among
+    the correct, valid version rows, the fastest by median, then the earliest version whose time is within
+    noise of it (the bootstrap interval of median(vJ) / median(fastest) reaches 1).  A later version wins
+    only by being faster beyond the run's spread."""
+    timed = [r for r in rows if r["name"][:1] == "v" and r["name"][1:].isdigit() and r["correct"]
+             and r["correct_after_timing"] and r["stats_us"] and len(r["samples_us"]) > 1
+             and not r.get("invalid")]
+    if not timed:
+        return None
+    timed.sort(key=lambda r: int(r["name"][1:]))
+    fastest = min(timed, key=lambda r: r["stats_us"]["median"])
+    near = [r["name"] for r in timed
+            if r is fastest or bootstrap_ci(r["samples_us"], fastest["samples_us"])[0] <= 1.0]
+    return {"basis": "benchmark", "fastest": fastest["name"], "within_noise": near, "version": near[0]}
+
+
+def same_bytes_note(version: str, same_as: dict[str, str] | None) -> str | None:
+    """What to say when the chosen version is v0, or its kernel is byte-identical to an earlier version's."""
+    earlier = (same_as or {}).get(version)
+    if version == "v0" or earlier == "v0":
+        what = "the best version is v0" if version == "v0" else f"{version}'s kernel is byte-identical to v0's"
+        return f"{what}: the loop did not improve on v0"
+    if earlier:
+        return f"{version}'s kernel is byte-identical to {earlier}'s: {version} adds nothing over {earlier}"
+    return None
+
+
+def slow_v0(rows: dict[str, Any]) -> str | None:
+    """A v0 much slower than PyTorch eager inflates every 'vs v0' number."""
+    v0 = ((rows.get("v0") or {}).get("stats_us") or {}).get("median")
+    eager = ((rows.get("pytorch-eager") or {}).get("stats_us") or {}).get("median")
+    if v0 and eager and v0 > SLOW_V0 * eager:
+        return (f"v0 is {v0 / eager:.1f}x slower than PyTorch eager ({v0:.1f} vs {eager:.1f} us): the speedups "
+                "over v0 overstate the gain; cite the speedups over the baselines")
+    return None
+
+
 def finish(result: dict[str, Any], *, version: str, selection: str, timing: dict[str, Any],
            tolerance: dict[str, Any] | None, env: dict[str, Any] | None,
-           ncu_us: dict[str, float] | None = None) -> dict[str, Any]:
+           ncu_us: dict[str, float] | None = None, same_as: dict[str, str] | None = None) -> dict[str, Any]:
     """benchmark.json from the judge's result (no GPU work here).  ``ncu_us``: each kernel row's summed
-    ncu duration from its version's profile, a bound its median may not fall far below."""
+    ncu duration from its version's profile, a bound its median may not fall far below.  With
+    ``selection`` best, the version is chosen here from the timed version rows (``choose_best``) and the
+    solution row becomes that version's row; ``version`` (the loop's timings' choice) stays only when no
+    version row was timed.  ``same_as``: {vJ: the earliest earlier version with the same kernel bytes}."""
     rows = []
     for it in result["items"]:
         stats = summarize(it["samples_us"]) if it.get("samples_us") else None  # recomputed here, from the raw samples
@@ -203,8 +250,6 @@ def finish(result: dict[str, Any], *, version: str, selection: str, timing: dict
             "samples_us": it.get("samples_us") or [],
             "host_overhead_us": (it.get("timing") or {}).get("host_overhead_us"),
         })
-    by_name = {r["name"]: r for r in rows}
-    sol = by_name.get("solution")
     flags: list[str] = []
     for r in rows:
         if r["name"] == "solution" or r["name"].startswith("v"):
@@ -215,7 +260,18 @@ def finish(result: dict[str, Any], *, version: str, selection: str, timing: dict
                    or below_ncu(med, (ncu_us or {}).get(r["name"]), r["name"]))
             if why:
                 r["invalid"] = why
-                flags.append(f"{r['name']} is invalid: {why}")
+    best = choose_best(rows) if selection == "best" else None
+    if best is None:
+        best = {"basis": "loop timings" if selection == "best" else "named", "version": version}
+    elif best["version"] != version:  # the solution is the chosen version: its row from the same run
+        chosen = next(r for r in rows if r["name"] == best["version"])
+        rows = [{**chosen, "name": "solution", "samples_us": list(chosen["samples_us"])}
+                if r["name"] == "solution" else r for r in rows]
+    version = best["version"]
+    best["same_as"] = (same_as or {}).get(version)
+    flags += [f"{r['name']} is invalid: {r['invalid']}" for r in rows if r.get("invalid")]
+    by_name = {r["name"]: r for r in rows}
+    sol = by_name.get("solution")
     sol_ok = bool(sol and sol["correct"] and sol["correct_after_timing"] and sol["stats_us"]
                   and not sol.get("invalid"))
     if sol and not (sol["correct"] and sol["correct_after_timing"]):
@@ -240,6 +296,7 @@ def finish(result: dict[str, Any], *, version: str, selection: str, timing: dict
     if sol_ok and v0.get("median") and v0["median"] / sol["stats_us"]["median"] > SPEEDUP_FLAG:
         flags.append(f"speedup {v0['median'] / sol['stats_us']['median']:.1f}x over v0 is above {SPEEDUP_FLAG:g}x: "
                      "review that the solution computes the whole result and that v0 was a fair start")
+    flags += [f for f in (slow_v0(by_name), same_bytes_note(version, same_as)) if f]
     ab = [ab_entry(rec) for rec in result.get("ab") or []]
     nbytes, lower = result.get("bytes_moved"), False
     if nbytes is None and not result.get("flops") and result.get("io_bytes"):
@@ -253,7 +310,7 @@ def finish(result: dict[str, Any], *, version: str, selection: str, timing: dict
                              "bound, since ref.py declares no bytes_moved(**dims)")
     if roof is None and result.get("roofline_why") and not lower:
         flags.append(f"no roofline: {result['roofline_why']}")
-    return {"schema": 1, "version": version, "selection": selection, "device": result.get("device"),
+    return {"schema": 1, "version": version, "selection": selection, "best": best, "device": result.get("device"),
             "torch": result.get("torch"), "timing": timing, "tolerance": tolerance,
             "tolerance_applied": result.get("tolerances"), "rows": rows,
             "speedups": speedups, "roofline": roof, "ab": ab, "flags": flags, "gate": "passed",
@@ -302,6 +359,9 @@ def select_version(rd: RunDir, n: int, choice: str) -> int:
 def run(args) -> int:
     rd = RunDir.open(args.out)
     cfg = rd.config()
+    if cfg.device == "cpu":
+        raise UsageError("this run uses the cpu test mode (run.json device cpu): benchmark, like profile and the "
+                         "gate, needs a GPU run (init a new one without --device cpu where a CUDA GPU is)")
     n = plan.final_version(rd)
     baselines = parse_baselines(args.baselines)
     warmup = cfg.warmup if args.warmup is None else args.warmup
@@ -321,15 +381,16 @@ def run(args) -> int:
     for j in sorted({k, *versions}):
         static_check.check_kernel_source(rd.kernel_file(j))
     do_ab = args.all_versions or len(versions) <= AB_ALWAYS_MAX_VERSIONS
+    timed = do_ab or args.version == "best"  # the best is chosen from every version's row of this run
     spec = {
         "run_root": str(rd.root), "cfg": cfg.to_json(), "device": device_for(cfg), "tolerance": tolerance,
         "solution": {"version": f"v{k}", "kernel": str(rd.kernel_file(k))},
-        "versions": [{"version": f"v{j}", "kernel": str(rd.kernel_file(j))} for j in versions] if do_ab else [],
+        "versions": [{"version": f"v{j}", "kernel": str(rd.kernel_file(j))} for j in versions] if timed else [],
         "ab": [[f"v{j}", f"v{j + 1}"] for j in versions[:-1] if j + 1 in versions] if do_ab else [],
         "baselines": baselines, "warmup": warmup, "trials": trials,
         "discard_first": args.discard_first,
     }
-    progress(f"benchmarking v{k} ({'best by the loop timings' if args.version == 'best' else 'as named'}) "
+    progress(f"benchmarking {f'v0..v{versions[-1]} (the best is chosen from their times here)' if args.version == 'best' else f'v{k} (as named)'} "
              f"against {', '.join(baselines) or 'no baselines'}; {len(spec['ab'])} A/B transition(s)")
     # benchmark.json and benchmark.md are replaced only when a new benchmark has been measured: a refusal,
     # a crash or a timeout leaves the earlier pair as it was (it keeps its own "created" time)
@@ -345,17 +406,36 @@ def run(args) -> int:
     ncu_us = {f"v{j}": ncu_bound(sidecars.load(rd.vdir(j) / NCU_JSON)) for j in versions}
     ncu_us["solution"] = ncu_us.get(f"v{k}")
     bench = finish(result, version=f"v{k}", selection="best" if args.version == "best" else "explicit",
-                   timing=timing, tolerance=tolerance, env=env, ncu_us=ncu_us)
+                   timing=timing, tolerance=tolerance, env=env, ncu_us=ncu_us, same_as=same_bytes(rd, versions))
     write_outputs(rd.root, bench)
+    # the report's chart, drawn here where matplotlib is (the GPU machine): a report rendered where it is missing
+    # keeps it, since it shows these very numbers
+    loop = [(f"v{j}", event_median(sidecars.load(rd.vdir(j) / NCU_JSON))) for j in range(n + 1)]
+    skipped = draw_chart(rd.root / FINAL_REPORT_PNG, bench, loop, cfg.to_json().get("kernel"))
+    if skipped is None:
+        progress(f"drew {FINAL_REPORT_PNG} (the report keeps it where matplotlib is missing)")
     print(rd.benchmark_json)
     for f in bench["flags"]:
         warn(f)
-    sol = next(r for r in bench["rows"] if r["name"] == "solution")
+    sol, name = next(r for r in bench["rows"] if r["name"] == "solution"), bench["version"]
     if not (sol["correct"] and sol["correct_after_timing"]):
-        raise MeasuredFailure(f"v{k} failed in the benchmark: {sol.get('error') or sol.get('why')}")
+        raise MeasuredFailure(f"{name} failed in the benchmark: {sol.get('error') or sol.get('why')}")
     if sol.get("invalid"):
-        raise MeasuredFailure(f"v{k}'s benchmark time is invalid: {sol['invalid']}")
+        raise MeasuredFailure(f"{name}'s benchmark time is invalid: {sol['invalid']}")
     return 0
+
+
+def same_bytes(rd: RunDir, versions: list[int]) -> dict[str, str]:
+    """{vJ: the earliest earlier version whose kernel file has the same bytes} (a revert, for example)."""
+    first: dict[str, str] = {}
+    out = {}
+    for j in versions:
+        digest = sha256_file(rd.kernel_file(j))
+        if digest in first:
+            out[f"v{j}"] = first[digest]
+        else:
+            first[digest] = f"v{j}"
+    return out
 
 
 def ncu_bound(ncu: dict[str, Any] | None) -> float | None:
@@ -370,7 +450,8 @@ def ncu_bound(ncu: dict[str, Any] | None) -> float | None:
 
 def measure_all(spec: dict[str, Any], cfg, timeout: float) -> dict[str, Any]:
     """The judge's benchmark: the kernels' worker, then the baselines' worker (which imports no kernel file)."""
-    outcome = run_judge("benchmark", spec, timeout)
+    with judge_tmpdir() as scratch:
+        outcome = run_judge("benchmark", spec, timeout, env=scratch)
     outcome.raise_usage()
     if outcome.timed_out:
         raise MeasuredFailure(f"the benchmark ran past run.json timeout_s ({cfg.timeout_s} s) and was "

@@ -23,6 +23,7 @@ from ..common import (
     MeasuredFailure,
     UsageError,
     atomic_write_text,
+    judge_tmpdir,
     now_iso,
     progress,
     sha256_file,
@@ -53,9 +54,10 @@ def run_sanitizer(tool: str, spec: dict, timeout: float) -> dict[str, Any]:
         log_path = Path(tmp) / f"{tool}.log"
         prefix = [exe, "--tool", tool, "--log-file", str(log_path), "--print-limit", "20"]
         progress(f"running under compute-sanitizer --tool {tool} at {spec['shapes'][0]} ...")
-        outcome = run_judge("correctness", dict(spec, prefix=prefix,
-                                                worker_env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}),
-                            timeout, env={"KERNEL_LOOP_HANDOFF": "file"})
+        with judge_tmpdir() as scratch:
+            outcome = run_judge("correctness", dict(spec, prefix=prefix,
+                                                    worker_env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}),
+                                timeout, env={"KERNEL_LOOP_HANDOFF": "file", **scratch})
         log = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
     errors = _sanitizer_errors(log)
     problem = outcome.failure() or outcome.error
@@ -136,7 +138,8 @@ def run_correctness(args: argparse.Namespace) -> int:
     timeout = float(cfg.timeout_s)
     progress(f"v{k}: checking {kernel.name} on {device}: {len(shapes)} shape(s) x {spec['trials']} trial(s); "
              "the data and the verdicts are a judge process's, which never imports the kernel")
-    outcome = run_judge("correctness", spec, timeout)
+    with judge_tmpdir() as scratch:
+        outcome = run_judge("correctness", spec, timeout, env=scratch)
     outcome.raise_usage()  # bad input or environment: nothing was measured
     res = judged(outcome, device)
     result, error = _overall(res)
@@ -215,4 +218,4 @@ def register(subparsers) -> None:
                    help="also run under compute-sanitizer memcheck (and racecheck for .cu); errors -> FAIL")
     p.add_argument("--sanitize-dims", default=None, help="smaller K=V,... for the sanitizer runs (default: run dims)")
     add_check_flags(p)
-    p.set_defaults(func=run_correctness)
+    p.set_defaults(func=run_correctness, needs=("jinja2",))  # checked before it writes anything

@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 
 from .. import plan
-from ..common import UsageError, progress, skill_root
+from ..common import UsageError, invocation, progress, skill_root
 from ..rundir import RunDir, gate_script
 
 FILE_GUIDE = [
@@ -277,9 +277,15 @@ def _replay(name: str, names: list[str], base: Path, use_gpu: bool, *, kept: boo
               "keeps it)" + (f"; the example's report is {shipped}" if shipped.is_file() else ""))
     others = [n for n in names if n != name]
     if others:
-        print(f"\nother examples: {', '.join(others)} (kernel-loop demo --example {others[0]})")
+        print("\n" + other_examples_hint(others, how=invocation()))
     ok = gate.returncode == 0 and status.returncode == 0 and report.returncode == 0 and live_ok
     return 0 if ok else 1
+
+
+def other_examples_hint(others: list[str], *, how: str) -> str:
+    """The closing line naming the other examples, with a command that runs the way this demo was run (``make
+    demo`` runs helpers/kloop.py, and ``kernel-loop`` is on PATH only after pip install)."""
+    return f"other examples: {', '.join(others)} ({how} demo --example {others[0]})"
 
 
 def loop_summary(out: Path, bench: dict, *, show_chart: bool = True) -> str:

@@ -15,7 +15,7 @@ import argparse
 import shutil
 
 from .. import plan, records, sidecars
-from ..common import UsageError, progress
+from ..common import UsageError, command, progress
 from ..rundir import RunDir
 
 MOVED = (sidecars.BENCHMARK_JSON, sidecars.BENCHMARK_MD, sidecars.FINAL_REPORT_MD, sidecars.FINAL_REPORT_PNG,
@@ -68,6 +68,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"extended {rd.root}: final version v{n} -> v{m}")
     if present:
         progress(f"moved {', '.join(present)} to {keep.name}/ (the run's results as it was at v{n})")
-    progress(f"next: write v{n}/hypothesis.txt (kernel-loop hypothesis), gate v{n}, then kernel-loop next; "
-             f"the run now ends at v{m}")
+    if not (rd.vdir(n).is_dir() and any(rd.vdir(n).iterdir())):
+        progress(f"v{n} does not exist yet: next: {command('next', rd.root)} creates it; measure it as any version "
+                 f"(correctness, profile, kbs evidence), then its hypothesis and gate; the run now ends at v{m}")
+    else:
+        progress(f"next: write v{n}/hypothesis.txt ({command('hypothesis', rd.root)} ...), gate v{n}, then "
+                 f"{command('next', rd.root)}; the run now ends at v{m}")
     return 0

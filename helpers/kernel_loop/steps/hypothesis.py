@@ -30,10 +30,19 @@ from ..common import (
     progress,
     sha256_file,
     sha256_text,
+    warn,
     write_json,
 )
 from ..kernel_names import short_name
-from ..prose import HEADINGS, TEXT_FIELDS, TODO, load_hypothesis, markdown_section, parse_hypothesis_text
+from ..prose import (
+    TEXT_FIELDS,
+    TODO,
+    TODO_HINTS,
+    has_real_text,
+    load_hypothesis,
+    markdown_section,
+    todo_headings,
+)
 from ..rundir import RunDir
 from ..sidecars import event_median, query_hits, require
 from ..templating import render
@@ -69,7 +78,7 @@ def register(sub) -> None:
                         "checks it; others are refused); one id per flag, repeat the flag for several "
                         "(default: the ids cited under ## Selected Evidence that a query returned)")
     p.add_argument("--force", action="store_true", help="overwrite a hypothesis.txt that has no TODO left")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, needs=("jinja2",))  # checked before it writes anything
 
 
 # --- reading the inputs -------------------------------------------------------------------
@@ -140,11 +149,20 @@ def run(args) -> int:
     for name, data, step in (("correctness.json", corr, "correctness"), ("ncu.json", ncu, "profile")):
         provenance.require_same_kernel(vdir / name, data, kernel, step)
 
+    for f, flag in TEXT_FLAGS.items():
+        given = getattr(args, "change" if f == "single_change" else f)
+        if given is not None and not has_real_text(given):
+            raise UsageError(f"{flag} {given!r} is a placeholder: the gate (check 9) counts only real words (TBD, "
+                             "n/a, none, todo or a word or two do not); say what you mean; nothing was written")
     allowed = set((ncu.get("metrics") or {}).keys())
     preds = predictions.parse_lines(args.predict, allowed)
     if preds and not any(pr["metric"] in DURATION_METRICS for pr in preds):
         raise UsageError("no --predict is on duration: the gate (check 14) needs one prediction on the CUDA-event "
                          "time, e.g. --predict 'duration: -10%' (duration or event_median_us); nothing was written")
+    for pr in preds:
+        why = predictions.caveat(pr)
+        if why:
+            warn(f"--predict '{pr['text']}': {why}")
 
     txt_path = vdir / "hypothesis.txt"
     previous = load_hypothesis(vdir) if txt_path.exists() else None
@@ -180,7 +198,7 @@ def run(args) -> int:
         "evidence": evidence, "todo": TODO, **fields,
     }
     text = render("hypothesis.txt.j2", **ctx)
-    todo = [h for f, h in HEADINGS if TODO in (parse_hypothesis_text(text).get(f) or "")]
+    todo = todo_headings(text)
     atomic_write_text(txt_path, text)
     side = {
         "schema": 1, "version": f"v{k}", "kernel_file": kernel.name, "kernel_sha256": ksha,
@@ -190,11 +208,7 @@ def run(args) -> int:
     write_json(vdir / "hypothesis.json", side)
     print(txt_path)
     if todo:
-        hints = {h: TEXT_FLAGS.get(f, "") for f, h in HEADINGS}
-        hints["Expected metric movement:"] = "--predict"
-        hints["Decision link:"] = "fill ## Decision Link in kbs_evidence.md"
-        hints["Evidence used:"] = "--evidence, or cite ids under ## Selected Evidence"
-        progress("still TODO (the gate rejects them): " + "; ".join(f"{h} ({hints[h]})" for h in todo))
+        progress("still TODO (the gate rejects them): " + "; ".join(f"{h} ({TODO_HINTS[h]})" for h in todo))
     else:
         progress(f"v{k}/hypothesis.txt is complete; next: run the gate on v{k}")
     return 0

@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from .. import envcheck, kb_dims, records
-from ..common import UsageError, atomic_write_text, now_iso, progress, read_json, sha256_file, write_json
+from ..common import (
+    UsageError,
+    atomic_write_text,
+    command,
+    now_iso,
+    progress,
+    read_json,
+    sha256_file,
+    write_json,
+)
 from ..config import (
     DEFAULT_CORRECTNESS_TRIALS,
     DEFAULT_GPU,
@@ -241,6 +250,8 @@ def _validate(args: argparse.Namespace) -> tuple[Path, Path, dict]:
     ref_info = inspect_ref(ref)
     baseline = Path(args.baseline).expanduser()
     _require_file(baseline, "--baseline", "the v0 kernel file (.py or .cu)")
+    if not baseline.read_bytes().strip():
+        raise UsageError(f"--baseline {baseline} is empty: give the v0 kernel file (the gate fails an empty kernel)")
     _check_kernel_suffix(baseline, args.impl)
     for name in ("iterations", "warmup", "trials", "correctness_trials", "timeout"):
         v = getattr(args, name)
@@ -281,6 +292,12 @@ def _validate(args: argparse.Namespace) -> tuple[Path, Path, dict]:
         if (parent / RUN_JSON).is_file():
             raise UsageError(f"{args.out} is inside the run directory {parent}: give a folder outside any run")
     return ref, baseline, ref_info
+
+
+def kernel_sources(vdir: Path) -> list[Path]:
+    """The .py and .cu files of a version folder but ref.py (which never counts as a kernel, as in the gate)."""
+    return sorted(p for p in vdir.iterdir() if p.is_file() and p.suffix in (".cu", ".py")
+                  and p.name != "ref.py") if vdir.is_dir() else []
 
 
 def _differences(old: dict, new: dict) -> list[str]:
@@ -346,12 +363,16 @@ def run_init(args: argparse.Namespace) -> int:
         if diffs:
             raise UsageError(f"{rd.root} is already initialised with a different configuration; differing: "
                              + ", ".join(diffs) + ". run.json is fixed for a run: use a new <out> folder")
+        beside = [p.name for p in kernel_sources(rd.vdir(0)) if p != v0_kernel]
+        if beside:
+            raise UsageError(f"{rd.vdir(0)} holds {', '.join(beside)} beside {v0_kernel.name}: a version takes exactly "
+                             "one kernel file (the gate fails a second source file); move it out of v0")
         if not (rd.root / records.FILENAME).is_file():
             _record_init(rd, cfg, v0_kernel)
         print(f"{rd.root} is already initialised with this configuration; nothing to do")
         return 0
     if rd.vdir(0).is_dir():
-        others = [p for p in rd.vdir(0).iterdir() if p.suffix in (".cu", ".py")]
+        others = kernel_sources(rd.vdir(0))
         if others and not (len(others) == 1 and others[0] == v0_kernel and _same_file(v0_kernel, baseline)):
             raise UsageError(f"{rd.vdir(0)} already holds {', '.join(p.name for p in others)}; refusing to "
                              "overwrite it (use a new <out> folder)")
@@ -367,7 +388,8 @@ def run_init(args: argparse.Namespace) -> int:
                                  rd.root / records.FILENAME]):
         rd.root.mkdir(parents=True, exist_ok=True)
         if report is None:
-            envcheck.write_skipped(rd.root)
+            envcheck.write_skipped(rd.root, "`init --skip-env`" if args.skip_env else
+                                   "`init --device cpu`: the cpu test mode needs no GPU toolchain")
         else:
             write_json(rd.env_json, report)
             atomic_write_text(rd.root / "env_check.md", envcheck.render_markdown(report))
@@ -381,7 +403,7 @@ def run_init(args: argparse.Namespace) -> int:
     progress(f"records.log is signed with the record key at {records.key_path()} (key id "
              f"{records.key_id(records.load_key(rd.root))}); every later step must find the same key there")
     progress(f"run.json written ({cfg['impl']}, dims {', '.join(f'{k}={v}' for k, v in cfg['dims'].items())})")
-    print(f"initialised {rd.root}: v0 = {v0_kernel.relative_to(rd.root)}; next: kernel-loop correctness {args.out}")
+    print(f"initialised {rd.root}: v0 = {v0_kernel.relative_to(rd.root)}; next: {command('correctness', args.out)}")
     return 0
 
 

@@ -27,11 +27,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .. import classify, metrics, ncu_parse, provenance, records, sidecars, static_check
+from .. import classify, gpustate, metrics, ncu_parse, provenance, records, sidecars, static_check
 from ..common import (
     MeasuredFailure,
     UsageError,
     atomic_write_text,
+    judge_tmpdir,
     progress,
     read_json,
     sha256_file,
@@ -41,7 +42,7 @@ from ..common import (
 )
 from ..config import RunConfig
 from ..gpustate import slowdowns
-from ..kernel_names import defined_kernels, library_kernels, library_note
+from ..kernel_names import defined_kernels, library_kernels, library_note, matrix_work
 from ..measure.session import run_judge
 from ..measure.worker import NVTX_RANGE
 from ..rundir import RunDir
@@ -124,7 +125,9 @@ def build_profile(raw_csv_text: str | None, details_csv_text: str | None, timing
             if isinstance(v, float) and math.isnan(v):
                 warnings.append(f"{key} of kernel '{k['name']}' is NaN in ncu's output; shown as null")
                 vals[key] = None
-        fired, not_eval = classify.symptoms(vals, rules=k["rules"], cc=k.get("cc"))
+        source = context.get("kernel_source")
+        fired, not_eval = classify.symptoms(vals, rules=k["rules"], cc=k.get("cc"),
+                                            matrix=matrix_work(k["name"], source) if source is not None else None)
         kernels.append({"name": k["name"], "id": k["id"], "grid": k["grid"], "block": k["block"], "cc": k.get("cc"),
                         "metrics": vals, "metric_sources": sources, "bottleneck": classify.bottleneck(vals),
                         "rules": k["rules"], "symptoms": fired, "not_evaluated": not_eval,
@@ -194,6 +197,7 @@ def build_profile(raw_csv_text: str | None, details_csv_text: str | None, timing
         "timing": timing_out,
         "bottleneck": classify.bottleneck(whole),
         "bottleneck_why": classify.bottleneck_why(whole, classify.bottleneck(whole)),
+        "bottleneck_level": classify.memory_level(whole) if classify.bottleneck(whole) == "memory-bound" else None,
         "symptoms": sym_list,
         "not_evaluated": longest["not_evaluated"],
         "warnings": warnings,
@@ -344,7 +348,8 @@ def measure(spec: dict, timeout: float) -> dict[str, Any]:
     (the worker only measured them)."""
     from ..timing import summarize
 
-    outcome = run_judge("profile", spec, timeout)
+    with judge_tmpdir() as scratch:
+        outcome = run_judge("profile", spec, timeout, env=scratch)
     outcome.raise_usage()
     res = outcome.result or {}
     ncu = res.get("ncu") or {}
@@ -366,6 +371,9 @@ def run(args: argparse.Namespace) -> int:
     static_check.check_kernel_source(kernel)
     kernel_sha = sha256_file(kernel)
     ncfg = ncu_settings(cfg, args)
+    if gpustate.gpu_visible() is False:  # said before a missing ncu, which would not be the real cause
+        raise UsageError(f"no NVIDIA GPU is visible on this machine, and profile measures on cuda:{cfg.gpu}: run it "
+                         "where the run's GPU is (move the run directory there whole)")
     ncu = find_ncu()
     timeout = float(cfg.timeout_s)
     spec = {"cfg": cfg.to_json(), "run_root": str(rd.root), "kernel": str(kernel), "device": f"cuda:{cfg.gpu}"}
@@ -397,6 +405,7 @@ def run(args: argparse.Namespace) -> int:
                 "sections": ncfg["sections"], "clock_control": ncfg["clock_control"],
                 "cache_control": ncfg["cache_control"]}
         context = {"version": vdir.name, "kernel_file": kernel.name, "kernel_sha256": kernel_sha,
+                   "kernel_source": kernel.read_text(encoding="utf-8", errors="replace"),
                    "defined_kernels": kernels_of(kernel, kernel_sha, vdir),
                    "tool": tool, "gpu": timed.get("gpu"),
                    "gpu_state": {**(timed.get("gpu_state") or {}), **(timed.get("gpu_state") or {}).get("after", {})},
@@ -426,7 +435,8 @@ def run(args: argparse.Namespace) -> int:
     if profile.get("library_fallback"):
         warn(profile["library_fallback"])
     m = profile["metrics"]
-    print(f"{vdir.name}: {profile['bottleneck']}; ncu duration {m['duration_us']:.2f} us, event median "
+    level = f" at {profile['bottleneck_level']}" if profile.get("bottleneck_level") else ""
+    print(f"{vdir.name}: {profile['bottleneck']}{level}; ncu duration {m['duration_us']:.2f} us, event median "
           f"{m['event_median_us']:.2f} us; tags: {', '.join(s['tag'] for s in profile['symptoms']) or 'none'}")
     print(f"wrote {', '.join(str(f.relative_to(rd.root)) for f in files)} and {report.relative_to(rd.root)}")
     return 0
@@ -444,4 +454,4 @@ def register(subparsers: Any) -> None:
                    help="must equal run.json ncu.clock_control (fixed at init)")
     p.add_argument("--cache-control", dest="cache_control", choices=CACHE_CHOICES,
                    help="must equal run.json ncu.cache_control (fixed at init)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, needs=("jinja2",))  # checked before it writes anything

@@ -10,13 +10,20 @@ and benchmark.json; the section order is documented in references/report_templat
 from __future__ import annotations
 
 import difflib
-import json
 from pathlib import Path
 from typing import Any
 
-from .. import plan, predictions, provenance, records
+from .. import plan, predictions, provenance, records, templating
 from .. import vocab as symptoms
-from ..common import UsageError, atomic_write_text, progress, read_json, sha256_file, sha256_text, warn
+from ..common import (
+    UsageError,
+    atomic_write_text,
+    command,
+    progress,
+    read_json,
+    sha256_file,
+    warn,
+)
 from ..compare import describe_tolerances
 from ..kernel_names import short_name
 from ..prose import TODO, load_hypothesis, markdown_section
@@ -35,7 +42,7 @@ def register(sub) -> None:
                "(no benchmark.json, or a corrupt one).",
     )
     p.add_argument("out", help="run directory")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, needs=("jinja2",))  # checked before it writes anything
 
 
 def _opt_json(path: Path) -> Any:
@@ -59,6 +66,12 @@ def _median(ncu: Any) -> Any:
         return MISSING
     med = dig(ncu, "timing", "median_us")
     return med if _num(med) else dig(ncu, "metrics", "event_median_us")
+
+
+def _with_level(ncu: Any) -> Any:
+    """The bottleneck class with the memory level that binds, when the profile named one (memory-bound at DRAM)."""
+    cls, level = dig(ncu, "bottleneck"), dig(ncu, "bottleneck_level")
+    return f"{cls} at {level}" if isinstance(cls, str) and isinstance(level, str) else cls
 
 
 def kbs_titles(ids: list[str]) -> dict[str, str]:
@@ -201,7 +214,7 @@ def collect(rd: RunDir) -> dict[str, Any]:
             "median_us": _median(ncu), "metrics": metrics if isinstance(metrics, dict) else {},
             "mem_sol": dig(ncu, "metrics", "memory_throughput_pct"), "sm_sol": dig(ncu, "metrics", "sm_throughput_pct"),
             "occupancy": dig(ncu, "metrics", "achieved_occupancy_pct"),
-            "registers": dig(ncu, "metrics", "registers_per_thread"), "bottleneck": dig(ncu, "bottleneck"),
+            "registers": dig(ncu, "metrics", "registers_per_thread"), "bottleneck": _with_level(ncu),
             "hypothesis": hyp, "hits": query_hits(vdir) if vdir.is_dir() else [],
             "library_fallback": (ncu or {}).get("library_fallback") if isinstance(ncu, dict) else None,
             "ncu": ncu, "corr": corr,
@@ -229,7 +242,9 @@ def collect(rd: RunDir) -> dict[str, Any]:
                                                    for pid in (v["hypothesis"] or {}).get("evidence") or []]}
                 for v in versions[:n]]
 
-    last = versions[-1]["ncu"]
+    # the version benchmark.json names (the best): its profile's symptoms and rules, not the final version's
+    named = next((v for v in versions if v["name"] == bench.get("version")), versions[-1])
+    last = named["ncu"]
     opportunities = [{"tag": s.get("tag"), "summary": symptoms.SYMPTOMS.get(s.get("tag"), {}).get("summary")
                       or symptoms.BOTTLENECK_CLASSES.get(s.get("tag"), ""), "metrics": s.get("metrics") or {},
                       "why": s.get("why")} for s in (dig(last, "symptoms") if isinstance(dig(last, "symptoms"), list) else [])]
@@ -241,10 +256,9 @@ def collect(rd: RunDir) -> dict[str, Any]:
     rules.sort(key=lambda r: -r["est_speedup_pct"])
 
     rows = {r["name"]: r for r in bench.get("rows") or []}
-    best = next((v for v in versions if v["name"] == bench.get("version")), None)
-    applied = applied_from_correctness(best["corr"]) if best else None
+    applied = applied_from_correctness(named["corr"]) if named["name"] == bench.get("version") else None
     return {"cfg": cfg, "env": env, "config_rows": config_rows(cfg, env, bench, applied), "bench": bench, "n": n,
-            "versions": versions, "transitions": transitions, "review": review_flags(rows), "finished": finished,
+            "versions": versions, "transitions": transitions, "finished": finished,
             "extensions": plan.extensions(rd), "records": record_status(rd),
             "speedups": ordered_speedups(bench.get("speedups") or {}),
             "evidence": evidence, "opportunities": opportunities, "rules": rules,
@@ -253,8 +267,6 @@ def collect(rd: RunDir) -> dict[str, Any]:
 
 
 BASELINE_ORDER = ("pytorch-eager", "torch-compile", "flashinfer")
-SLOW_V0 = 2.0
-
 
 def ordered_speedups(speedups: dict[str, float]) -> list[tuple[str, float]]:
     """The speedups over the baselines first, in a fixed order (eager, torch.compile, FlashInfer)."""
@@ -262,97 +274,22 @@ def ordered_speedups(speedups: dict[str, float]) -> list[tuple[str, float]]:
     return sorted(speedups.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
 
 
-def review_flags(rows: dict[str, Any]) -> list[str]:
-    """Report-level flags: a v0 much slower than PyTorch eager inflates every 'vs v0' number."""
-    v0, eager = dig(rows.get("v0") or {}, "stats_us", "median"), dig(rows.get("pytorch-eager") or {}, "stats_us", "median")
-    if _num(v0) and _num(eager) and eager > 0 and v0 > SLOW_V0 * eager:
-        return [f"v0 is {v0 / eager:.1f}x slower than PyTorch eager ({v0:.1f} vs {eager:.1f} us): the speedups over "
-                "v0 overstate the gain; cite the speedups over the baselines"]
-    return []
-
-
-CHART_TAG = "kernel-loop chart of "  # the PNG's Description: what it was drawn from, so a later report can keep it
-
-
-def chart_points(data: dict[str, Any]) -> tuple[list[str], list[float], set[str], str]:
-    """The chart's bars (benchmark medians, else the loop's), their sources, and a digest of everything drawn."""
-    rows = {r["name"]: r for r in data["bench"].get("rows") or []}
-    names, times, sources = [], [], set()
-    for v in data["versions"]:
-        med = dig(rows.get(v["name"]) or {}, "stats_us", "median")
-        source = "benchmark.json"
-        if not _num(med):
-            med, source = v["median_us"], "ncu.json timing"
-        if _num(med):
-            names.append(v["name"])
-            times.append(med)
-            sources.add(source)
-    drawn = [names, times, sorted(sources), data["bench"].get("version"), data["cfg"].get("kernel"),
-             [[b["name"], b["available"], dig(b, "stats_us", "median")] for b in data["baselines"]]]
-    return names, times, sources, sha256_text(json.dumps(drawn, sort_keys=True, default=str))[:32]
-
-
-def png_description(path: Path) -> str | None:
-    """The Description text chunk of a PNG file (None when there is none or it is no PNG)."""
-    try:
-        blob = path.read_bytes()
-    except OSError:
-        return None
-    if not blob.startswith(b"\x89PNG\r\n\x1a\n"):
-        return None
-    i = 8
-    while i + 8 <= len(blob):
-        size, kind = int.from_bytes(blob[i:i + 4], "big"), blob[i + 4:i + 8]
-        body = blob[i + 8:i + 8 + size]
-        if kind == b"tEXt" and body.startswith(b"Description\x00"):
-            return body[len(b"Description\x00"):].decode("latin-1")
-        i += 12 + size
-    return None
+CHART_TAG = templating.CHART_TAG
+png_description = templating.png_description
 
 
 def chart(path: Path, data: dict[str, Any]) -> str | None:
-    """Time per version (benchmark medians, else the loop's) with the baselines as horizontal lines, each bar
-    labelled with its value and the best version marked; returns why it was skipped, or None."""
-    names, times, sources, digest = chart_points(data)
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        if png_description(path) == CHART_TAG + digest:  # drawn elsewhere from these very numbers: kept
-            progress(f"matplotlib is not installed; kept {path.name}, which was drawn from these same numbers")
-            return None
-        return "the chart was skipped because matplotlib is not installed (pip install matplotlib, or pip install .[report])"
-    if not times:
-        return "the chart was skipped because no version has a measured time"
-    best = data["bench"].get("version")
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    colors = ["#dd8452" if n == best else "#4c72b0" for n in names]
-    bars = ax.bar(names, times, color=colors)
-    for bar, t_us, n in zip(bars, times, names, strict=True):
-        ax.annotate(f"{t_us:.1f}" + (" (best)" if n == best else ""), (bar.get_x() + bar.get_width() / 2, t_us),
-                    ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
-    for i, b in enumerate(data["baselines"]):
-        med = dig(b, "stats_us", "median")
-        if b["available"] and _num(med):
-            ax.axhline(med, linestyle="--", color=f"C{i + 2}", label=f"{b['name']} ({med:.1f} us)")
-    ax.set_ylabel("median time (us, lower is better)")
-    ax.set_title(f"{data['cfg'].get('kernel', 'kernel')}: time per version (best: {best})", fontsize=10)
-    fig.text(0.01, 0.01, "source: " + " and ".join(sorted(sources)) + " medians; baselines from benchmark.json",
-             fontsize=7, color="#555555")
-    if data["baselines"]:
-        ax.legend(fontsize=8)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    fig.savefig(path, dpi=120, metadata={"Description": CHART_TAG + digest})
-    plt.close(fig)
-    return None
+    """The report's chart (``templating.draw_chart``) from benchmark.json and the versions' loop medians;
+    returns why it was skipped, or None."""
+    loop = [(v["name"], v["median_us"]) for v in data["versions"]]
+    return templating.draw_chart(path, data["bench"], loop, data["cfg"].get("kernel"))
 
 
 def run(args) -> int:
     rd = RunDir.open(args.out)
     if not (rd.root / "benchmark.json").exists():
-        raise UsageError(f"{rd.root / 'benchmark.json'} does not exist: run benchmark first (after the final gate)")
+        raise UsageError(f"{rd.root / 'benchmark.json'} does not exist: run `{command('benchmark', rd.root)}` first "
+                         "(after the final gate)")
     # files changed or removed after measuring: the report still renders (missing values read
     # "unknown"), but says so at the top instead of presenting those numbers as current
     stale = [f"{rd.vdir(k).name}/{rel} ({why})" for k in rd.versions() for rel, why in provenance.stale(rd.vdir(k)).items()]

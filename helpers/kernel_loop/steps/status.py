@@ -33,11 +33,14 @@ The next command is always one this run accepts: never ``profile`` on a run in t
 mode (step ``cpu-mode``), never a re-run of a step whose last attempt failed on the kernel as it
 is now (step ``fix``, the command in ``then``), and, when no NVIDIA GPU is visible on this
 machine for a GPU run, a note that the command must run where the run's GPU is (never with
-KERNEL_LOOP_DEVICE=cpu: a CPU result does not count for a GPU run).
+KERNEL_LOOP_DEVICE=cpu: a CPU result does not count for a GPU run).  Right after ``next`` (vK's kernel still
+v(K-1)'s bytes) the step is ``change``: make the change v(K-1)/hypothesis.txt names.  The commands that need
+the run's GPU are also given as SKILL.md writes them for the GPU machine (``gpu_commands``: ``$KL <step>``
+and the run directory relative to here), since the run directory may move there as an archive.
 
 JSON: ``{"run", "planned_final", "state": {"recorded", "error", "signed"}, "current",
 "artifacts": {"present", "missing", "stale": {name: reason}}, "drift": [...],
-"consistent", "next": {"step", "why", "command", "then": [...]}, "notes": [...],
+"consistent", "next": {"step", "why", "command", "then": [...], "gpu_commands": [...]}, "notes": [...],
 "gate": {"command", "exit", "fails": [...]}}`` (``state.signed`` is the version the signed
 gate records put the run at, null before the first gate; ``current`` and ``artifacts`` are
 null when the state file is corrupt; ``gate`` is null when there was no version folder to check).
@@ -55,10 +58,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import plan, provenance, records
+from .. import gpustate, plan, provenance, records
 from .. import sidecars as sc
 from ..common import UsageError, atomic_write_text, package_dir, progress, read_json, sha256_file
-from ..prose import TODO
+from ..prose import TODO, TODO_HINTS, load_hypothesis, todo_headings
 from ..rundir import RunDir, gate_script, kernel_candidates, parse_version
 
 MEASURED = {  # artifact -> the step that writes it
@@ -251,21 +254,35 @@ def restore_state(rd: RunDir) -> str:
     return f"current_iteration.txt restored to {target} from {where} (it {was})"
 
 
-# --- where this runs --------------------------------------------------------------------------------
-def _gpu_visible() -> bool | None:
-    """Whether an NVIDIA GPU is visible to processes started here; None when it cannot be told without
-    importing torch (status never imports it)."""
-    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if cvd is not None and cvd.strip() in ("", "-1", "none", "NoDevFiles"):
-        return False
-    if not sys.platform.startswith("linux") or Path("/dev/dxg").exists():  # not Linux, or WSL
-        return None
-    return any(Path("/dev").glob("nvidia[0-9]*"))
-
-
 # --- the report ---------------------------------------------------------------------------------
 def _nxt(step: str, why: str, command: str | None, *then: str) -> dict[str, Any]:
     return {"step": step, "why": why, "command": command, "then": list(then)}
+
+
+FLAG_VALUES = {"--predict": "'duration: -10%'", "--evidence": "ID"}  # the placeholder of each flag's value
+QUOTED_DOTS = "'...'"
+
+
+def _one_line(text: str) -> str:
+    """A message for a one-line next step: its last non-blank line (a traceback's exception), cut to 240 characters."""
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    last = lines[-1] if lines else ""
+    return last if len(last) <= 240 else last[:237] + "..."
+
+
+def _copied(rd: RunDir, k: int, kernel: Path) -> bool:
+    """Whether vK's kernel is still byte-identical to v(K-1)'s (as next copied it: the change is not made yet)."""
+    prev = kernel_candidates(rd.vdir(k - 1))
+    return len(prev) == 1 and prev[0].name == kernel.name and sha256_file(prev[0]) == sha256_file(kernel)
+
+
+def _gpu_side(rd: RunDir, nxt: dict[str, Any], kl: str) -> list[str]:
+    """The next step's commands that need the run's GPU, as SKILL.md writes them for the machine where the GPU is:
+    ``$KL <step> <run>``, the run directory relative to here (where the archive is unpacked alike)."""
+    rel = os.path.relpath(rd.root)
+    rel = rd.root.name if rel.startswith("..") else rel
+    steps = [c[len(kl) + 1:].split(" ", 1)[0] for c in [nxt["command"] or "", *nxt["then"]] if c.startswith(kl + " ")]
+    return [f"$KL {s} {shlex.quote(rel)}" for s in dict.fromkeys(steps) if s in GPU_STEPS]
 
 
 def collect(out: str | Path) -> dict[str, Any]:
@@ -344,6 +361,11 @@ def collect(out: str | Path) -> dict[str, Any]:
         nxt = _nxt("next", f"the gate passed v{k - 1}; create v{k} from its kernel", f"{kl} next {o}")
     elif NO_KERNEL in art["missing"]:
         nxt = _nxt("kernel", f"put the one kernel file (kernel.py or kernel.cu) into {vdir}", None)
+    elif k >= 1 and _copied(rd, k, kernels[0]):
+        change = (load_hypothesis(rd.vdir(k - 1)) or {}).get("single_change")
+        nxt = _nxt("change", f"v{k}/{kernels[0].name} is still v{k - 1}'s, as next copied it: make the change that "
+                   f"v{k - 1}/hypothesis.txt names{f' ({_one_line(change)})' if change else ''}, nothing else, "
+                   "then check it", None, f"{kl} correctness {o}")
     elif changed:
         redo = [f"{kl} profile {o}",
                 f"{kl} kbs evidence {o} --force   (then re-fill every {TODO} in {sc.KBS_EVIDENCE} "
@@ -362,7 +384,9 @@ def collect(out: str | Path) -> dict[str, Any]:
                    "that result never counts; check it again on the run's device, without KERNEL_LOOP_DEVICE=cpu",
                    f"{kl} correctness {o}")
     elif corr.get("result") != "PASS":
-        nxt = _nxt("fix", f"v{k} failed correctness ({corr.get('error') or 'see correctness.md'}); checking the same "
+        err = corr.get("error")
+        said = f"{_one_line(err)}; the whole message is in v{k}/correctness.md" if err else "see correctness.md"
+        nxt = _nxt("fix", f"v{k} failed correctness ({said}); checking the same "
                    "kernel again fails the same way: fix the kernel first, then check it again", None,
                    f"{kl} correctness {o}")
     elif cfg.device == "cpu":
@@ -370,7 +394,8 @@ def collect(out: str | Path) -> dict[str, Any]:
                    "such a run measures: profile, the gate and benchmark need a GPU run (init it without "
                    "--device cpu, on a machine with a CUDA GPU)", None)
     elif profile_failed is not None and _needs(art, "profile"):
-        reason = profile_failed.get("error") or profile_failed.get("reason") or f"result {profile_failed.get('result')}"
+        reason = _one_line(profile_failed.get("error") or profile_failed.get("reason")
+                           or f"result {profile_failed.get('result')}")
         nxt = _nxt("fix", f"the last profile of v{k} failed on the kernel as it is now (records.log line "
                    f"{profile_failed.line}: {reason}); profiling the same bytes again fails the same way. Fix the "
                    "kernel, then re-measure it; if correctness passed on these bytes and the message is about the "
@@ -385,11 +410,19 @@ def collect(out: str | Path) -> dict[str, Any]:
         nxt = _nxt("fill-kbs", f"fill the {TODO} parts of {vdir / sc.KBS_EVIDENCE} (selected evidence, "
                    f"{'limits, why the run ends here' if final else 'decision link'})", None,
                    f"{kl} hypothesis {o} ..." if not final else f"{kl} benchmark {o}")
-    elif not final and (sc.HYPOTHESIS_TXT in art["missing"]
-                        or TODO in (vdir / sc.HYPOTHESIS_TXT).read_text(encoding="utf-8")):
+    elif not final and sc.HYPOTHESIS_TXT in art["missing"]:
         nxt = _nxt("hypothesis", f"write v{k}'s single next change and its predictions",
                    f"{kl} hypothesis {o} --change '...' --rationale '...' --risk '...' "
                    f"--decision-rule '...' --predict 'duration: -10%'")
+    elif not final and TODO in (text := (vdir / sc.HYPOTHESIS_TXT).read_text(encoding="utf-8")):
+        left = todo_headings(text)  # only the headings still to fill, each with the flag that fills it
+        hints = {h: TODO_HINTS.get(h, "redraft it with hypothesis --force") for h in left}
+        flags = [hint.split(",")[0] for hint in hints.values() if hint.startswith("--")]
+        args = " ".join(f"{f} {FLAG_VALUES.get(f, QUOTED_DOTS)}" for f in flags)
+        where = (" under " + ", ".join(f"{h} ({hint})" for h, hint in hints.items()) if left
+                 else " outside its headings: remove it")
+        nxt = _nxt("hypothesis", f"v{k}/hypothesis.txt still has {TODO}{where}",
+                   f"{kl} hypothesis {o} {args}" if flags else None)
     elif problems:
         nxt = _nxt("fix", f"the gate fails on v{k} (status ran it read-only): fix what each [FAIL] line names "
                    "(see 'gate' below), then run the gate", None, gate_cmd)
@@ -405,7 +438,9 @@ def collect(out: str | Path) -> dict[str, Any]:
     else:
         nxt = _nxt("done", "the loop is complete and its final audit passes: read final_report.md", None)
     info["next"] = nxt
-    if cfg.device != "cpu" and nxt["step"] in GPU_STEPS + ("fix",) and _gpu_visible() is False:
+    if cfg.device != "cpu":
+        nxt["gpu_commands"] = _gpu_side(rd, nxt, kl)
+    if cfg.device != "cpu" and nxt["step"] in GPU_STEPS + ("fix",) and gpustate.gpu_visible() is False:
         gpu = (recs[0].get("gpu") if recs and recs[0].get("step") == "init" else None) or "the GPU init measured"
         info["notes"].append(f"no NVIDIA GPU is visible on this machine, and this run measures on {run_device} "
                              f"({gpu}): run the commands where the run's GPU is. KERNEL_LOOP_DEVICE=cpu is no way "
@@ -471,6 +506,7 @@ def format_text(info: dict[str, Any]) -> str:
     if nxt["command"]:
         lines.append(f"  {nxt['command']}")
     lines += [f"  then: {t}" for t in nxt["then"]]
+    lines += [f"  on the GPU machine: {c}" for c in nxt.get("gpu_commands") or []]
     return "\n".join(lines)
 
 
