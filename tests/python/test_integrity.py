@@ -46,8 +46,8 @@ def _rows(data):
 def test_constant_softmax_fails_the_normwise_bound(tmp_path, worker_here):
     rc, data, md = _correctness(tmp_path, "ref_softmax_rand.py", "cheat_softmax_const.py", "M=16,N=8192")
     assert rc == 1 and data["result"] == "FAIL"
-    rows = _rows(data)
-    assert all(r["mismatches"] == 0 for r in rows)  # the hole: every element is within atol
+    rows = [o for s in data["shapes"] for t in s["trials"] for o in t["outputs"] if t["condition"] == "plain"]
+    assert all(r["mismatches"] == 0 for r in rows)  # the hole: on the problem's inputs every element is within atol
     assert all("relative L2 error" in r["note"] and r["rel_l2_err"] > 0.1 for r in rows)
     assert "Rel L2 limit" in md and "relative L2 error" in data["error"]
 
@@ -63,7 +63,8 @@ def test_the_normwise_limit_is_overridable_and_recorded(tmp_path, worker_here):
     scaled.write_text("import torch\n\n\ndef run_kernel(x, M, N):\n    return 1.3 * torch.softmax(x, dim=-1)\n")
     out = tmp_path / "run"
     assert klcli.main("init", out, "--kernel", "scaled", "--ref", KERNELS / "ref_softmax_rand.py", "--impl", "triton",
-                      "--baseline", scaled, "--dims", "M=16,N=8192", "--skip-env", "--rel-l2", "0.5") == 0
+                      "--baseline", scaled, "--dims", "M=16,N=8192", "--skip-env", "--rel-l2", "0.5",
+                      "--rtol", "0.5") == 0  # rtol too: at inputs x100 the outputs reach 1, far above atol
     rc = klcli.main("correctness", out)
     data = json.loads((out / "v0" / "correctness.json").read_text())
     md = (out / "v0" / "correctness.md").read_text()
@@ -203,8 +204,9 @@ def test_an_output_that_views_an_input_at_an_offset_fails(tmp_path, worker_here)
 def test_unwritten_elements_fail_even_where_the_reference_is_nan(tmp_path, worker_here):
     rc, data, _md = _correctness(tmp_path, "ref_sqrt_into.py", "cheat_sqrt_skip_negative.py", "N=4096")
     assert rc == 1
-    passed = [t["passed"] for s in data["shapes"] for t in s["trials"]]
-    assert passed[1::2] == [False] * len(passed[1::2])  # the finite poison of odd trials shows the gaps
+    trials = [t for s in data["shapes"] for t in s["trials"]]
+    # the finite poison of odd calls shows the gaps (inputs shifted up have no negative value, so no gap)
+    assert not [t for t in trials[1::2] if t["passed"] and t["condition"] != "range:shift"]
 
 
 def test_an_explicit_default_rtol_does_not_loosen_the_normwise_bound():
