@@ -186,6 +186,66 @@ def test_the_worker_sees_no_key_no_kernel_loop_variable_and_no_mode(tmp_path, mo
     assert judged_here == ["correctness", "benchmark"]
 
 
+# --- 2b. the baselines run apart from the kernel ------------------------------------------------------------
+REF_CLEAN = '''"""y = 2 x; the reference refuses to run where it finds a file a kernel planted in its temporary or cache
+folders (what torch.compile and Triton read their generated code from)."""
+import os
+import tempfile
+
+import torch
+
+VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_HOME", "CUDA_CACHE_PATH", "XDG_CACHE_HOME")
+
+
+def setup(N):
+    return {"x": torch.randn(N)}
+
+
+def reference(x):
+    for folder in {tempfile.gettempdir(), *(os.environ.get(v) or "" for v in VARS)}:
+        if folder and os.path.isdir(folder) and any(n.startswith("planted") for n in os.listdir(folder)):
+            raise RuntimeError(f"a planted file in {folder}")
+    return x * 2.0
+'''
+PLANT = '''"""Plants a file in every temporary and cache folder it is given (where a poisoned Inductor wrapper would go),
+and is right only when it could."""
+import os
+import tempfile
+
+import torch
+
+VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_HOME", "CUDA_CACHE_PATH", "XDG_CACHE_HOME")
+planted = 0
+for folder in {tempfile.gettempdir(), *(os.environ.get(v) or "" for v in VARS)}:
+    try:
+        with open(os.path.join(folder, "planted-by-the-kernel"), "w") as f:
+            f.write("x")
+        planted += 1
+    except OSError:
+        pass
+
+
+def run_kernel(x):
+    return x * 2.0 if planted else x
+'''
+
+
+def test_the_baselines_read_no_folder_a_kernel_could_write(tmp_path, monkeypatch, no_static_check, judged_here):
+    """Attack (seen on the GPU): the kernel's worker and the baselines' worker shared one temporary folder, and
+    with it Inductor's and Triton's caches; a kernel rewrote torch.compile's generated wrapper there and made
+    the torch.compile baseline 11x slower.  Defence: each worker gets a temporary folder of its own, and the
+    baselines' worker gets its temporary and cache folders made after every kernel's worker ended.  Here the
+    kernel plants a file in every such folder it is given (it is right only when it could plant one), and the
+    baseline, the reference itself, refuses to run where it finds one."""
+    out = _init(tmp_path, _write(tmp_path / "ref_clean.py", REF_CLEAN), PLANT, "N=64")
+    rc, data = _correctness(out)
+    assert rc == 0, data["error"]  # the kernel could plant its file, in its own temporary folder
+    rc, bench = _benchmark(monkeypatch, out, *CPU_BENCH)
+    rows = _rows(bench)
+    assert rows["solution"]["correct"], rows["solution"]["error"]  # the kernel planted its file
+    assert rc == 0 and rows["pytorch-eager"]["correct"], rows["pytorch-eager"]["error"]
+
+
 # --- 3. no process escapes the step -------------------------------------------------------------------
 SPAWN = '''"""Leaves a process behind that left its worker's session (it could time, or rewrite, later runs)."""
 import subprocess
@@ -455,6 +515,21 @@ def test_an_honest_l1_norm_passes_under_the_kernelbench_preset(tmp_path, verdict
     text = KB_L1_NEW.format(expr="x / x.abs().sum(dim=1, keepdim=True)")
     rc, data = _correctness(_init(tmp_path, ref, text, None, "--preset", "kernelbench"))
     assert rc == 0 and data["result"] == "PASS", data["error"]
+
+
+def test_an_l1_norm_tuned_to_the_input_distribution_fails_under_the_kernelbench_preset(tmp_path, verdict_here):
+    """Attack: divide by the expected sum of |randn| over a row (dim * sqrt(2/pi)) instead of the row's own
+    sum: within 0.2% for the problem's inputs, so the preset's elementwise test and its 1e-2 normwise bound
+    pass it, but wrong for any other input scale.  Defence: kernel-loop's input ranges run on top of the
+    preset (inputs x100, x0.01, shifted), and the preset's run says so."""
+    ref = _write(tmp_path / "kb_l1.py", KB_L1)
+    text = KB_L1_NEW.format(expr="x / (x.shape[1] * 0.7978845608028654)")
+    rc, data = _correctness(_init(tmp_path, ref, text, None, "--preset", "kernelbench"))
+    assert rc == 1, data["error"]
+    bad = {t["condition"] for s in data["shapes"] for t in s["trials"] if not t["passed"]}
+    assert bad and bad <= {"range:x100", "range:x0.01", "range:shift"}, bad
+    md = (tmp_path / "run" / "v0" / "correctness.md").read_text()
+    assert "The kernelbench preset sets the tolerances; these checks run on top of its own." in md
 
 
 # --- 7. a kernel that skips calls, or replays a result by the inputs' address --------------------------------

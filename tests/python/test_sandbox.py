@@ -126,3 +126,11 @@ def test_prepare_makes_a_named_build_cache_before_the_rules(tmp_path, monkeypatc
     assert ext.is_dir() and tri.is_dir()
     rules = dict(sandbox.grants(sandbox.zones({"hide": [str(key)]}, sandbox.cache_folders())))
     assert rules[str(ext)] == rules[str(tri)] == "all"  # so the rules let them be written
+
+
+def test_a_zone_inside_a_zone_of_the_same_right_is_dropped(tmp_path):
+    """A baselines' worker's caches live in its own temporary folder: as zones of their own they would make that
+    folder a folder on the way, where a new file gets no rights (seen: tempfile found no usable folder)."""
+    own = str(tmp_path / "w")
+    zs = sandbox.zones({"hide": [str(tmp_path / "run")], "write": [own]}, [own + "/triton_cache_dir"])
+    assert zs == {own: "all", str(tmp_path / "run"): "none"}
