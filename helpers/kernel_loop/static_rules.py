@@ -62,6 +62,8 @@ _WHY_SHARE = "shares GPU memory with another process, such as the harness's own 
 _WHY_LOADLIB = "loads or looks up compiled code outside the kernel, the harness's own symbols included"
 _WHY_HOOK = "runs at library load, unload or exit, outside the measured call"
 _WHY_MEMORY = "reads or writes another process's memory"
+_WHY_BUILT_NAME = ("looks attributes up by names built at run time (os.fork, a frame's locals, the timer), out of "
+                   "sight of this check; write the attribute out")
 
 RULES: tuple[Rule, ...] = (
     # module: an import of this module or any submodule of it (`import X`, `from X import Y`, and
@@ -99,6 +101,10 @@ RULES: tuple[Rule, ...] = (
     Rule("module", "shutil", _WHY_FS),
     Rule("module", "fcntl", _WHY_FD),
     Rule("module", "mmap", "maps files or another process's memory into the kernel"),
+    Rule("module", "_io", _WHY_FILE),
+    Rule("module", "glob", _WHY_FS),
+    Rule("module", "linecache", "reads files by path (any file, not only source)"),
+    Rule("module", "fileinput", _WHY_FILE),
 
     # attr: a dotted name after import aliases are resolved (`import numpy as np; np.load` is
     # numpy.load), matched with fnmatch against the whole chain and every tail of it of two names or
@@ -156,6 +162,14 @@ RULES: tuple[Rule, ...] = (
     Rule("attr", "os.truncate", _WHY_FS),
     Rule("attr", "os.symlink", _WHY_FS),
     Rule("attr", "os.link", _WHY_FS),
+    Rule("attr", "operator.attrgetter", _WHY_BUILT_NAME),
+    Rule("attr", "operator.methodcaller", _WHY_BUILT_NAME),
+    Rule("attr", "traceback.walk_stack", _WHY_FRAME),
+    Rule("attr", "traceback.walk_tb", _WHY_FRAME),
+    Rule("attr", "traceback.StackSummary", _WHY_FRAME),
+    Rule("attr", "io.FileIO", _WHY_FILE),
+    Rule("attr", "io.open", _WHY_FILE),
+    Rule("attr", "io.open_code", _WHY_FILE),
     Rule("attr", "torch.load", _WHY_DATA_FILE),
     Rule("attr", "torch.from_file", _WHY_DATA_FILE),
     Rule("attr", "numpy.load", _WHY_DATA_FILE),
@@ -174,7 +188,7 @@ RULES: tuple[Rule, ...] = (
                           "check") for n in (
         "kernel_loop", "ctypes", "_ctypes", "cffi", "gc", "inspect", "importlib", "runpy", "pkgutil",
         "multiprocessing", "subprocess", "threading", "_thread", "atexit", "socket", "pickle", "marshal",
-        "builtins", "shutil")),
+        "builtins", "shutil", "glob", "linecache")),
 
     # member: an attribute of any object, by name (`anything.__globals__`); the dunder and frame names
     # also as a bare name and as a string constant that is exactly that name.

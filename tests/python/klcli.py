@@ -174,9 +174,12 @@ def workers_in_this_process(monkeypatch) -> list[str]:
     real = launch.start
     names: list[str] = []
 
-    def start(folder, name, spec, *, deadline, prefix=None, env=None, tmpdir=None):
+    def start(folder, name, spec, *, deadline, prefix=None, env=None, tmpdir=None, own_caches=False):
+        # a thread shares this process's folders: a baselines' worker's own temporary and cache folders (own_caches)
+        # are what the tests with real workers check
         if prefix:
-            return real(folder, name, spec, deadline=deadline, prefix=prefix, env=env, tmpdir=tmpdir)
+            return real(folder, name, spec, deadline=deadline, prefix=prefix, env=env, tmpdir=tmpdir,
+                        own_caches=own_caches)
         wanted = dict(env or {})
         if spec["device"] == "cpu" and spec["cfg"].get("impl") == "triton":
             wanted.setdefault("TRITON_INTERPRET", "1")  # what launch.start gives a real worker

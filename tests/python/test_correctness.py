@@ -183,7 +183,10 @@ def test_triton_vector_add_passes(tmp_path, monkeypatch, capsys):
     assert "| Result | PASS |" in md and data["result"] == "PASS" and data["device"] == "cpu"
     assert [s["dims"] for s in data["shapes"]] == [{"N": 1000}, {"N": 37}]
     seeds = [t["seed"] for s in data["shapes"] for t in s["trials"]]
-    assert len(seeds) == 10 and len(set(seeds)) == 10  # the default 5 trials per shape
+    conds = [t["condition"] for t in data["shapes"][0]["trials"]]
+    # the default 5 trials per shape, and 6 conditions of a user's call (3 output pre-states, 3 input ranges)
+    assert len(seeds) == 14 and len(set(seeds)) == 14 and conds[0] == "plain"
+    assert sorted(conds[1:]) == ["pre:random", "pre:stale", "pre:zeros", "range:shift", "range:x0.01", "range:x100"]
     row = data["shapes"][0]["trials"][0]["outputs"][0]
     assert row["tolerance"]["source"] == "dtype-default (float32)" and row["numel"] == 1000
     assert "PASS" in capsys.readouterr().out

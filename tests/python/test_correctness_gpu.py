@@ -178,7 +178,7 @@ def test_the_checker_judges_gpu_outputs_through_either_transport(tmp_path, monke
                         name="softmax")
     assert rc == 0, md
     for kernel, ref, dims, why in (("triton_vadd_input.py", "ref_vadd.py", "N=4096", "out"),
-                                   ("cheat_patch_comparator.py", "ref_softmax_rand.py", "M=16,N=256", "5 of 5 trials failed"),
+                                   ("cheat_patch_comparator.py", "ref_softmax_rand.py", "M=16,N=256", "5 of 5 calls failed"),
                                    ("cheat_vadd_zero_input.py", "ref_vadd.py", "N=4096", "changed its input")):
         rc, data, md = _run(tmp_path, ref, kernel, "triton", dims, name=kernel)
         assert rc == 1 and "| Result | FAIL |" in md, kernel

@@ -136,6 +136,14 @@ def run_kernel(x, y, out):
 '''
 
 
+def _writable(tmp_path, monkeypatch):
+    """A folder the workers' sandbox lets them write (a build cache: the sandbox makes it before its rules), for a
+    probe kernel's notes; everywhere else but its own temporary folder a worker writes nothing."""
+    folder = tmp_path / "probe-cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(folder))
+    return folder
+
+
 def test_the_worker_sees_no_key_no_kernel_loop_variable_and_no_mode(tmp_path, monkeypatch, no_static_check,
                                                                      judged_here):
     """Attacks: (1) the kernel reads the record key (by name or by its value under any name) from its
@@ -152,15 +160,14 @@ def test_the_worker_sees_no_key_no_kernel_loop_variable_and_no_mode(tmp_path, mo
     key = str(tmp_path / "secret" / "record.key")
     monkeypatch.setenv("KERNEL_LOOP_RECORD_KEY", key)
     assert not [k for k in worker_env() if k.startswith("KERNEL_LOOP_")]
-    log = tmp_path / "probe.jsonl"
-    log.touch()  # made before the worker's sandbox: a new file beside the run directory would be refused
+    log = _writable(tmp_path, monkeypatch) / "probe.jsonl"
     out = _init(tmp_path, "ref_vadd.py", PROBE.format(key=key, log=str(log)), "N=1000")
     rc, data = _correctness(out)
     assert rc == 0 and data["result"] == "PASS", data["error"]
     notes = [json.loads(line) for line in log.read_text().splitlines()]
     n_correctness = len(notes)
     calls = [e for e in notes if e["event"] == "call"]
-    assert [e["key"] for e in calls] == [[]] * 5  # the probe ran in every trial and saw no key
+    assert len(calls) >= 5 and all(e["key"] == [] for e in calls)  # the probe ran in every call and saw no key
     seen = sorted({n for e in notes for n in e["prefixed"]})
     assert seen == [], f"the kernel saw {seen} in its environment"
     rc, bench = _benchmark(monkeypatch, out, *CPU_BENCH)
@@ -177,6 +184,66 @@ def test_the_worker_sees_no_key_no_kernel_loop_variable_and_no_mode(tmp_path, mo
     words = " ".join(argv + orig[1:]).lower()
     assert not [w for w in MODE_WORDS if w in words], (argv, orig)
     assert judged_here == ["correctness", "benchmark"]
+
+
+# --- 2b. the baselines run apart from the kernel ------------------------------------------------------------
+REF_CLEAN = '''"""y = 2 x; the reference refuses to run where it finds a file a kernel planted in its temporary or cache
+folders (what torch.compile and Triton read their generated code from)."""
+import os
+import tempfile
+
+import torch
+
+VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_HOME", "CUDA_CACHE_PATH", "XDG_CACHE_HOME")
+
+
+def setup(N):
+    return {"x": torch.randn(N)}
+
+
+def reference(x):
+    for folder in {tempfile.gettempdir(), *(os.environ.get(v) or "" for v in VARS)}:
+        if folder and os.path.isdir(folder) and any(n.startswith("planted") for n in os.listdir(folder)):
+            raise RuntimeError(f"a planted file in {folder}")
+    return x * 2.0
+'''
+PLANT = '''"""Plants a file in every temporary and cache folder it is given (where a poisoned Inductor wrapper would go),
+and is right only when it could."""
+import os
+import tempfile
+
+import torch
+
+VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_HOME", "CUDA_CACHE_PATH", "XDG_CACHE_HOME")
+planted = 0
+for folder in {tempfile.gettempdir(), *(os.environ.get(v) or "" for v in VARS)}:
+    try:
+        with open(os.path.join(folder, "planted-by-the-kernel"), "w") as f:
+            f.write("x")
+        planted += 1
+    except OSError:
+        pass
+
+
+def run_kernel(x):
+    return x * 2.0 if planted else x
+'''
+
+
+def test_the_baselines_read_no_folder_a_kernel_could_write(tmp_path, monkeypatch, no_static_check, judged_here):
+    """Attack (seen on the GPU): the kernel's worker and the baselines' worker shared one temporary folder, and
+    with it Inductor's and Triton's caches; a kernel rewrote torch.compile's generated wrapper there and made
+    the torch.compile baseline 11x slower.  Defence: each worker gets a temporary folder of its own, and the
+    baselines' worker gets its temporary and cache folders made after every kernel's worker ended.  Here the
+    kernel plants a file in every such folder it is given (it is right only when it could plant one), and the
+    baseline, the reference itself, refuses to run where it finds one."""
+    out = _init(tmp_path, _write(tmp_path / "ref_clean.py", REF_CLEAN), PLANT, "N=64")
+    rc, data = _correctness(out)
+    assert rc == 0, data["error"]  # the kernel could plant its file, in its own temporary folder
+    rc, bench = _benchmark(monkeypatch, out, *CPU_BENCH)
+    rows = _rows(bench)
+    assert rows["solution"]["correct"], rows["solution"]["error"]  # the kernel planted its file
+    assert rc == 0 and rows["pytorch-eager"]["correct"], rows["pytorch-eager"]["error"]
 
 
 # --- 3. no process escapes the step -------------------------------------------------------------------
@@ -206,12 +273,11 @@ def _alive(pid: int) -> bool:
     return stat[stat.rfind(")") + 2:].split()[0] != "Z"
 
 
-def test_a_process_the_kernel_starts_in_a_new_session_is_ended_with_the_step(tmp_path, no_static_check):
+def test_a_process_the_kernel_starts_in_a_new_session_is_ended_with_the_step(tmp_path, monkeypatch, no_static_check):
     """Attack: the kernel starts a process in a session of its own (so that killing the worker's process
     group misses it) that outlives the step.  Defence: the CLI and the judge are child subreapers and end
     every descendant after the step."""
-    pidfile = tmp_path / "child.pid"
-    pidfile.touch()  # made before the worker's sandbox: a new file beside the run directory would be refused
+    pidfile = _writable(tmp_path, monkeypatch) / "child.pid"
     out = _init(tmp_path, "ref_vadd.py", SPAWN.format(pidfile=str(pidfile)), "N=1000")
     pid = None
     try:
@@ -312,7 +378,8 @@ def test_judge_kernel_and_baseline_workers_share_one_set_of_weights(tmp_path, mo
     out = _init(tmp_path, ref, KB_SCALED_REORDERED)
     rc, data = _correctness(out)
     assert rc == 0 and data["result"] == "PASS", data["error"]
-    assert len({t["seed"] for s in data["shapes"] for t in s["trials"]}) == 5
+    seeds = [t["seed"] for s in data["shapes"] for t in s["trials"]]
+    assert len(set(seeds)) == len(seeds) >= 5  # the 5 trials and the conditions of a user's call, each its own draw
     rc, bench = _benchmark(monkeypatch, out, *CPU_BENCH)
     rows = _rows(bench)
     assert rc == 0, rows["solution"].get("error")
@@ -448,6 +515,21 @@ def test_an_honest_l1_norm_passes_under_the_kernelbench_preset(tmp_path, verdict
     text = KB_L1_NEW.format(expr="x / x.abs().sum(dim=1, keepdim=True)")
     rc, data = _correctness(_init(tmp_path, ref, text, None, "--preset", "kernelbench"))
     assert rc == 0 and data["result"] == "PASS", data["error"]
+
+
+def test_an_l1_norm_tuned_to_the_input_distribution_fails_under_the_kernelbench_preset(tmp_path, verdict_here):
+    """Attack: divide by the expected sum of |randn| over a row (dim * sqrt(2/pi)) instead of the row's own
+    sum: within 0.2% for the problem's inputs, so the preset's elementwise test and its 1e-2 normwise bound
+    pass it, but wrong for any other input scale.  Defence: kernel-loop's input ranges run on top of the
+    preset (inputs x100, x0.01, shifted), and the preset's run says so."""
+    ref = _write(tmp_path / "kb_l1.py", KB_L1)
+    text = KB_L1_NEW.format(expr="x / (x.shape[1] * 0.7978845608028654)")
+    rc, data = _correctness(_init(tmp_path, ref, text, None, "--preset", "kernelbench"))
+    assert rc == 1, data["error"]
+    bad = {t["condition"] for s in data["shapes"] for t in s["trials"] if not t["passed"]}
+    assert bad and bad <= {"range:x100", "range:x0.01", "range:shift"}, bad
+    md = (tmp_path / "run" / "v0" / "correctness.md").read_text()
+    assert "The kernelbench preset sets the tolerances; these checks run on top of its own." in md
 
 
 # --- 7. a kernel that skips calls, or replays a result by the inputs' address --------------------------------

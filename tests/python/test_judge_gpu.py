@@ -186,6 +186,46 @@ def run_kernel(x, M, N):
     y[0, 0] = 0.0
     return y
 ''',
+    # writes its whole output in the timed call (so the bytes floor holds), and computes the values in the first
+    # tensor copy after it: the hand-over of its results, outside the CUDA events (seen on the H200 with a tensor
+    # subclass; a patched copy_ is the same deferral without the subclass the worker now refuses)
+    "deferred_to_the_hand_over": '''import torch
+
+_pending = []
+_copy = torch.Tensor.copy_
+
+
+def _late_copy(self, src, non_blocking=False):
+    while _pending:
+        x, y = _pending.pop()
+        _copy(y, torch.softmax(x, dim=-1))
+    return _copy(self, src, non_blocking)
+
+
+torch.Tensor.copy_ = _late_copy
+
+
+def run_kernel(x, M, N):
+    y = torch.zeros_like(x)
+    _pending.append((x, y))
+    return y
+''',
+    # finds the worker's timer up the call stack and scales what its primitives report (seen on the H200: 0.45x)
+    "timer_through_frames": TRITON.replace("def run_kernel(", '''import sys as _sys
+
+
+def _scale_the_timer():
+    f = _sys._getframe(1)
+    while f is not None:
+        t = f.f_locals.get("self")
+        if type(t).__name__ == "CallTimer" and not getattr(t.p, "scaled", False):
+            real = t.p.elapsed
+            t.p.elapsed = lambda s, e: real(s, e) * 0.45
+            t.p.scaled = True
+        f = f.f_back
+
+
+def run_kernel(''', 1).replace("    y = torch.empty_like(x)", "    _scale_the_timer()\n    y = torch.empty_like(x)", 1),
 }
 
 
@@ -288,3 +328,85 @@ print(triton.testing.do_bench(lambda: mod.run_kernel(x=x, M=4096, N=8192), warmu
     print(f"profile median {ncu['timing']['median_us']:.2f} us, do_bench {ref:.2f} us, ratio {ratio:.4f}; "
           f"ncu {ncu['metrics']['duration_us']:.2f} us")
     assert 0.9 < ratio < 1.1
+
+
+LAZY = '''import torch
+
+
+class _Later(torch.Tensor):
+    __module__ = "torch.lazy"
+
+    @staticmethod
+    def __new__(cls, x):
+        t = torch.Tensor._make_subclass(cls, torch.empty_like(x))
+        t.src = x
+        return t
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        for a in args:
+            if type(a) is _Later and a.src is not None:
+                src, a.src = a.src, None
+                with torch._C.DisableTorchFunctionSubclass():
+                    a.copy_(torch.softmax(src, dim=-1))
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **(kwargs or {}))
+
+
+def run_kernel(x, M, N):
+    return _Later(x)
+'''
+
+
+@needs_gpu
+def test_a_result_that_computes_when_read_is_refused(tmp_path, monkeypatch, capsys):
+    """Seen on the H200: a tensor subclass whose values are computed in the worker's hand-over copy, after the
+    end event, passed correctness and profile.  Returned values must be exactly torch.Tensor."""
+    rc_c, _, _ = _profile(tmp_path, REF, LAZY, monkeypatch)
+    err = capsys.readouterr().err
+    assert rc_c == 1 and "torch.lazy._Later (a torch.Tensor subclass)" in err, err[-3000:]
+
+
+POISON_COMPILE = '''import glob
+import os
+import tempfile
+
+import torch
+
+_done = []
+
+
+def _softmax(x):
+    return torch.softmax(x, dim=-1)
+
+
+def run_kernel(x, M, N):
+    if not _done:  # once: torch.compile the reference's computation, then slow down every wrapper it generated
+        _done.append(torch.compile(_softmax)(x))
+        for path in glob.glob(os.path.join(tempfile.gettempdir(), "**", "*.py"), recursive=True):
+            with open(path) as f:
+                text = f.read()
+            if "def call(args):" in text and "time.sleep" not in text:
+                with open(path, "w") as f:
+                    f.write(text.replace("def call(args):", "def call(args):\\n    import time; time.sleep(0.002)"))
+    return torch.softmax(x, dim=-1)
+'''
+
+
+@needs_gpu
+def test_a_kernel_cannot_slow_the_torch_compile_baseline_through_its_caches(tmp_path, monkeypatch):
+    """Seen on the H200: a kernel compiled the reference with torch.compile in its own worker and rewrote the
+    generated wrapper in the temporary folder the baselines' worker shared; torch.compile then ran 1597 us
+    against eager's 143 us.  The baselines now get temporary and cache folders of their own, made after the
+    kernels' workers ended: torch.compile's softmax stays about as fast as eager's."""
+    from kernel_loop.steps import benchmark as B
+
+    rc_c, _, _ = _profile(tmp_path, REF, POISON_COMPILE, monkeypatch)
+    assert rc_c == 0
+    monkeypatch.setattr(B, "check_final_gate", lambda rd, n: None)
+    out = tmp_path / "run"
+    assert klcli.main("benchmark", out, "--version", "v0", "--warmup", "5", "--trials", "20") == 0
+    rows = {r["name"]: r for r in json.loads((out / "benchmark.json").read_text())["rows"]}
+    eager, compiled = (rows[n]["stats_us"]["median"] for n in ("pytorch-eager", "torch-compile"))
+    print(f"eager {eager:.1f} us, torch.compile {compiled:.1f} us, solution {rows['solution']['stats_us']['median']:.1f} us")
+    assert compiled < 2.0 * eager, (compiled, eager)

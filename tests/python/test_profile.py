@@ -310,7 +310,7 @@ def test_ncu_command_has_nvtx_filter_sections_and_protocol(tmp_path):
     n = profile.ncu_settings(cfg, argparse.Namespace())
     assert n["set"] == "detailed" and n["sections"] == list(DEFAULT_NCU_SECTIONS) and n["cache_control"] is None
     cmd = profile.ncu_command("ncu", n, tmp_path / "profile.ncu-rep")
-    assert cmd[:4] == ["ncu", "--nvtx", "--nvtx-include", "kl_measure/"]
+    assert cmd[:4] == ["ncu", "--nvtx", "--nvtx-include", "kl_measure"]  # a start/end range: no slash
     assert ["--section", "WarpStateStats"] == cmd[cmd.index("WarpStateStats") - 1:cmd.index("WarpStateStats") + 1]
     assert "--clock-control" in cmd and cmd[cmd.index("--clock-control") + 1] == "base"
     assert "--cache-control" not in cmd

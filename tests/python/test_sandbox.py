@@ -30,25 +30,39 @@ def _tree(tmp_path):
     return key, run
 
 
-def test_the_plan_grants_everything_beside_the_hidden_paths_and_nothing_in_them(tmp_path):
+def test_the_plan_reads_everywhere_writes_only_its_folders_and_hides_the_key_and_the_run(tmp_path):
     key, run = _tree(tmp_path)
-    pol = sandbox.policy([key, run], [run / "v0" / "kernel.py", run / "ref.py"])
-    rules = dict(sandbox.grants(pol["hide"], pol["read"]))
+    scratch = tmp_path / "work" / "scratch"
+    scratch.mkdir()
+    pol = sandbox.policy([key, run], [run / "v0" / "kernel.py", run / "ref.py"], [scratch])
+    rules = dict(sandbox.grants(sandbox.zones(pol, [str(tmp_path / "home" / ".cache")])))
     real = os.path.realpath
-    assert rules[real(tmp_path / "home" / ".config" / "other.conf")] == "all"   # beside the key
-    assert rules[real(tmp_path / "work" / "notes.txt")] == "all"                 # beside the run directory
+    assert rules[real(tmp_path / "home" / ".config" / "other.conf")] == "read"  # beside the key: read, not write
+    assert rules[real(tmp_path / "work" / "notes.txt")] == "read"                # beside the run directory
     assert rules[real(run / "v0" / "kernel.py")] == rules[real(run / "ref.py")] == "read"
+    assert rules[real(scratch)] == "all"                                         # its own temporary folder
     for hidden in (key, key.parent, run, run / "records.log", run / "v0", tmp_path / "work" / "to-key"):
         assert str(hidden) not in rules and real(hidden) not in rules, hidden     # a link to the key folder too
     for way in (tmp_path, tmp_path / "home", tmp_path / "work"):               # folders on the way get no rule
         assert real(way) not in rules
+    assert all(right in ("read", "all") for right in rules.values())
+    assert [p for p, r in rules.items() if r == "all"] == [real(scratch)]  # the cache named does not exist
+
+
+def test_a_zone_inside_a_zone_keeps_its_own_right(tmp_path):
+    cache = tmp_path / "cache"
+    (cache / "theirs").mkdir(parents=True)
+    (cache / "mine").mkdir()
+    rules = dict(sandbox.grants({str(cache): "all", str(cache / "theirs"): "read"}))
+    assert rules[str(cache / "mine")] == "all" and rules[str(cache / "theirs")] == "read"
+    assert str(cache) not in rules  # on the way: its own entries carry the rights
 
 
 CHILD = """
 import os, sys
 from kernel_loop.measure import sandbox
 key, run, parent = sys.argv[1], sys.argv[2], int(sys.argv[3])
-ok, how = sandbox.apply(sandbox.policy([key, run], [os.path.join(run, "v0", "kernel.py")]))
+ok, how = sandbox.apply(sandbox.policy([key, run], [os.path.join(run, "v0", "kernel.py")], [os.environ["TMPDIR"]]))
 assert ok, how
 def can(fn):
     try:
@@ -62,7 +76,10 @@ print("append", can(lambda: open(os.path.join(run, "records.log"), "a").write("f
 print("new", can(lambda: open(os.path.join(run, "v0", "planted.py"), "w").write("x")))
 print("kernel", can(lambda: open(os.path.join(run, "v0", "kernel.py")).read()))
 print("beside", can(lambda: open(os.path.join(os.path.dirname(run), "notes.txt")).read()))
+print("change", can(lambda: open(os.path.join(os.path.dirname(run), "notes.txt"), "a").write("x")))
+print("plant", can(lambda: open(os.path.join(os.path.dirname(run), "evil.pth"), "w").write("x")))
 print("tmp", can(lambda: open(os.path.join(os.environ["TMPDIR"], "scratch"), "w").write("x")))
+print("cache", can(lambda: open(os.path.join(os.environ["TRITON_CACHE_DIR"], "k.cubin"), "w").write("x")))
 print("mem", can(lambda: open(f"/proc/{parent}/mem", "rb").read(1)))
 print("root", can(lambda: open(f"/proc/{parent}/root" + key).read()))
 """
@@ -73,14 +90,16 @@ def test_a_sandboxed_process_cannot_reach_the_key_the_records_or_the_judge(tmp_p
     key, run = _tree(tmp_path)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    env = dict(os.environ, PYTHONPATH=str(HELPERS), TMPDIR=str(scratch))
+    env = dict(os.environ, PYTHONPATH=str(HELPERS), TMPDIR=str(scratch), TRITON_CACHE_DIR=str(tmp_path / "tc"))
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(CHILD), str(key), str(run), str(os.getpid())],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     got = dict(line.split() for line in proc.stdout.splitlines())
     assert got == {"key": "False", "records": "False", "append": "False", "new": "False", "kernel": "True",
-                   "beside": "True", "tmp": "True", "mem": "False", "root": "False"}, got
+                   "beside": "True", "change": "False", "plant": "False", "tmp": "True", "cache": "True",
+                   "mem": "False", "root": "False"}, got
     assert (run / "records.log").read_text() == "signed\n" and not (run / "v0" / "planted.py").exists()
+    assert (tmp_path / "work" / "notes.txt").read_text() == "mine" and not (tmp_path / "work" / "evil.pth").exists()
 
 
 def test_without_landlock_the_worker_says_it_is_not_isolated(monkeypatch):
@@ -105,4 +124,13 @@ def test_prepare_makes_a_named_build_cache_before_the_rules(tmp_path, monkeypatc
     (tmp_path / "home").mkdir()
     sandbox.prepare()
     assert ext.is_dir() and tri.is_dir()
-    assert (str(ext.parent), "all") in sandbox.grants([str(key)], [])  # so the rules let it be written
+    rules = dict(sandbox.grants(sandbox.zones({"hide": [str(key)]}, sandbox.cache_folders())))
+    assert rules[str(ext)] == rules[str(tri)] == "all"  # so the rules let them be written
+
+
+def test_a_zone_inside_a_zone_of_the_same_right_is_dropped(tmp_path):
+    """A baselines' worker's caches live in its own temporary folder: as zones of their own they would make that
+    folder a folder on the way, where a new file gets no rights (seen: tempfile found no usable folder)."""
+    own = str(tmp_path / "w")
+    zs = sandbox.zones({"hide": [str(tmp_path / "run")], "write": [own]}, [own + "/triton_cache_dir"])
+    assert zs == {own: "all", str(tmp_path / "run"): "none"}

@@ -608,3 +608,38 @@ def test_typical_honest_kernels_pass(tmp_path):
             def forward(self, x):
                 return _ext.relu_cuda(x.contiguous())
     ''')
+
+
+# --- names built at run time, frames through traceback, files through io (seen on the H200, 2026-12-04) ------
+@pytest.mark.parametrize("text, line, needle", [
+    ("import operator\nimport os\n\nFORK = operator.attrgetter('fo' + 'rk')(os)\n", 4, "'operator.attrgetter'"),
+    ("from operator import methodcaller\n", 1, "'from operator import methodcaller'"),
+    ("import traceback\n\nFRAMES = [f for f, _ in traceback.walk_stack(None)]\n", 3, "'traceback.walk_stack'"),
+    ("import io\n\nDATA = io.FileIO('/etc/hostname').read()\n", 3, "'io.FileIO'"),
+    ("import glob\n", 1, "'import glob'"),
+    ("import linecache\n", 1, "'import linecache'"),
+    ("import functools\n\nOBJ = functools.reduce(getattr, ['a', 'b'], object())\n", 3, "'getattr' with a name"),
+])
+def test_names_built_at_run_time_frames_and_raw_files_are_refused(tmp_path, text, line, needle):
+    """The forms an adversarial kernel used to reach os.fork and the worker's timer (attrgetter with built
+    strings, traceback.walk_stack) and to read and write files (io.FileIO, glob, linecache).  The sandbox is
+    what stops them (writes outside the worker's folder, processes ended with the step, the timer's results
+    cross-checked); this check names them early, in one line."""
+    _refused(tmp_path, text, line, needle)
+
+
+def test_operator_and_traceback_for_honest_uses_pass(tmp_path):
+    _passes(tmp_path, """
+        import operator
+        import traceback
+
+        import torch
+
+
+        def run_kernel(x):
+            try:
+                return operator.mul(x, 2.0)
+            except RuntimeError:
+                traceback.print_exc()
+                raise
+    """)

@@ -1,22 +1,29 @@
 """One worker bound to one shape's shared buffers, and the calls the judge makes on it.
 
-``Shared`` holds the judge's buffers (one per tensor argument, returned output and model parameter);
+``Shared`` holds the judge's buffers (one per tensor argument, returned output and model parameter, and for
+correctness one more per returned output, where the worker hands back what the previous call returned);
 ``Session`` puts a data set in them before every call, poisons every output, asks for the call, screens
 every call for poison left behind and verifies the calls the judge chose (``Session.loop``: the first,
 the last and at least MIN_CHECKS more, chosen at random beforehand).
+
+A correctness call can also vary what a user's call varies (``Condition``): what the outputs it is handed
+hold before the call (zeros, random values, the right answer of other inputs), the module's mode and
+autograd, and it checks that the result the previous call returned is unchanged.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
 from typing import Any
 
-from ..common import UsageError
+from ..common import MeasuredFailure, UsageError
 from ..compare import changed_input_row, compare_outputs, first_failure
 from ..tensors import FLOAT_SENTINEL, fingerprint, poison_tensor
 from . import protocol
+from .conditions import Condition
 from .launch import KernelFailed, WorkerProc
 from .problem import DataSet, Problem
 
@@ -29,7 +36,7 @@ class Shared:
     """The judge's buffers for one shape: one per tensor argument, one per returned output, one per model
     parameter.  The worker maps them; the judge fills, poisons and reads them."""
 
-    def __init__(self, problem: Problem, ds: DataSet, folder: Path, tag: str, use_file: bool):
+    def __init__(self, problem: Problem, ds: DataSet, folder: Path, tag: str, use_file: bool, keep: bool = False):
         self.bufs: dict[str, Any] = {}
         self.names: dict[str, str] = {}
         self.problem = problem
@@ -39,6 +46,8 @@ class Shared:
             if n in ds.in_place:
                 continue
             self._add(f"r{len(self.bufs)}-{tag}", n, e, folder, use_file)
+            if keep:  # where the worker hands back what the previous call returned
+                self._add(f"k{len(self.bufs)}-{tag}", f"kept:{n}", e, folder, use_file)
         for n, t in problem.state().items():
             buf = self._add(f"p{len(self.bufs)}-{tag}", f"param:{n}", t, folder, use_file)
             buf.copy_(t)
@@ -63,9 +72,31 @@ class Shared:
     def outputs(self, ds: DataSet) -> list[Any]:
         return [self.bufs[self.names[n]] for n in ds.expected]
 
-    def poison(self, ds: DataSet, variant: int) -> None:
-        for t in self.outputs(ds):
-            poison_tensor(t, variant)
+    def poison(self, ds: DataSet, variant: int, pre: str = "poison", stale: DataSet | None = None) -> list[str]:
+        """Poison every output the kernel writes whole; the outputs it is handed (in place) get ``pre`` instead
+        when it is not "poison": zeros, random values, or ``stale``'s expected values (the right answer of other
+        inputs).  Returns the names that hold poison, the ones the screen can read."""
+        import torch
+
+        poisoned = []
+        for n in ds.expected:
+            if n in ds.accumulates:
+                continue  # its starting values are setup()'s, loaded with the inputs
+            t = self.bufs[self.names[n]]
+            if n not in ds.in_place or pre == "poison":
+                poison_tensor(t, variant)
+                poisoned.append(n)
+            elif pre == "zeros":
+                t.zero_()
+            elif pre == "stale" and stale is not None and n in stale.expected:
+                t.copy_(stale.expected[n])
+            elif t.dtype.is_floating_point or t.dtype.is_complex:
+                t.copy_(torch.randn(t.shape, device=t.device).to(t.dtype))
+            elif t.dtype == torch.bool:
+                t.copy_(torch.rand(t.shape, device=t.device) < 0.5)
+            else:
+                t.copy_(torch.randint(0, 100, t.shape, device=t.device).to(t.dtype))
+        return poisoned
 
     def got(self, ds: DataSet, report: dict[str, Any]) -> tuple[dict[str, Any], list[dict]]:
         """What the kernel produced, read from the judge's own buffers, and rows for what it could not."""
@@ -134,17 +165,47 @@ def verify(shared: Shared, ds: DataSet, report: dict[str, Any], tolerance: Any, 
             arg = next((a for a, b in shared.names.items() if b == meta["views"]), meta["views"])
             row.update(passed=False, note=f"output '{row['name']}' shares memory with the input '{arg}' (a "
                        "view of it): the kernel must write its own result")
+        elif meta.get("reuses") and not props.get("reuses"):
+            row.update(passed=False, note=f"output '{row['name']}' is stored where the previous call's result "
+                       f"'{meta['reuses']}' is: the kernel returns a buffer it reuses, so a caller that keeps a "
+                       "result finds it overwritten by the next call; return a new tensor each call")
     for n in ds.input_names():
         t = shared.bufs[shared.names[n]]
         if fingerprint(t) != ds.fingerprints[n]:
             rows.append(changed_input(n, t))
     return rows, warns
 
-def screen(shared: Shared, ds: DataSet, variant: int) -> str | None:
-    """The cheap check of every call: no poison left in an output where the reference has none."""
+def verify_kept(shared: Shared, earlier: DataSet, report: dict[str, Any], tolerance: Any, ref: Any) -> list[dict]:
+    """Rows for the results the previous call returned (on ``earlier``'s inputs), as the worker found them after
+    this call: each must still hold ``earlier``'s expected values."""
+    rows = []
+    for name, meta in (report or {}).items():
+        if name not in earlier.expected or f"kept:{name}" not in shared.names:
+            continue
+        exp = earlier.expected[name]
+        if not meta.get("stored"):
+            rows.append(bad_row(f"earlier result '{name}'", exp, f"the result '{name}' of the previous call could not "
+                                "be read back after this call"))
+            continue
+        got = shared.bufs[shared.names[f"kept:{name}"]]
+        row = compare_outputs({name: got}, {name: exp}, tolerance, ref)[0][0]
+        row["name"] = f"earlier result '{name}'"
+        if not row["passed"]:
+            row["note"] = (f"the result '{name}' returned by the previous call changed when the kernel was called again "
+                           "(it returns storage that it writes again later): a caller that keeps a result must find it "
+                           "as it was")
+        rows.append(row)
+    return rows
+
+
+def screen(shared: Shared, ds: DataSet, variant: int, names: list[str] | None = None) -> str | None:
+    """The cheap check of every call: no poison left in an output where the reference has none (``names``: the
+    outputs that were poisoned, every one by default)."""
     import torch
 
     for name, t in zip(ds.expected, shared.outputs(ds), strict=True):
+        if names is not None and name not in names:
+            continue
         if not (t.dtype.is_floating_point or t.dtype.is_complex) or t.numel() == 0:
             continue
         if ds.ref_props.get(name, {}).get("has_poison") is None:
@@ -165,10 +226,10 @@ class Session:
     """One worker bound to one shape's shared buffers, and the data sets the judge puts in them."""
 
     def __init__(self, judge: Any, worker: WorkerProc, problem: Problem, kernels: dict[str, tuple[Path, str]],
-                 first: DataSet, tag: str, *, baseline: dict[str, dict] | None = None):
+                 first: DataSet, tag: str, *, baseline: dict[str, dict] | None = None, keep: bool = False):
         self.judge, self.worker, self.problem = judge, worker, problem
         self.first = first
-        self.shared = Shared(problem, first, judge.folder, tag, judge.use_file)
+        self.shared = Shared(problem, first, worker.folder, tag, judge.use_file, keep)
         self.variant = 1  # the first call gets variant 0 (NaN), then they alternate
         self.calls = 0
         self.builds: dict[str, Any] = {}
@@ -196,27 +257,39 @@ class Session:
             return self.problem.draw(self.judge.rng.randrange(1 << 30), reference=checked)
         return self.sets[self.judge.rng.randrange(len(self.sets))]
 
-    def call(self, kid: str, ds: DataSet, *, checked: bool, nvtx: bool = False) -> dict[str, Any]:
+    def call(self, kid: str, ds: DataSet, *, checked: bool, nvtx: bool = False, cond: Condition | None = None
+             ) -> dict[str, Any]:
         """One call on ``ds``: {"reply", "failure": None or text, "rows", "warnings"}.  The inputs are
         written into the shared buffers before every call (the worker hands back what the call left in
-        them), and every output is poisoned."""
+        them), and every output is poisoned, or for a correctness call prepared as ``cond`` says."""
+        cond = cond or Condition()
         sh = self.shared
         sh.load(ds)
         self.variant ^= 1
-        sh.poison(self.first, self.variant)
+        poisoned = sh.poison(self.first, self.variant, cond.pre, cond.stale)  # names and kinds: every draw's
         self.judge.sync()
         self.calls += 1
+        msg: dict[str, Any] = {"op": "call", "k": kid, "nvtx": nvtx}
+        if cond.train or cond.grad:
+            msg.update(train=cond.train, grad=cond.grad)
+        if cond.keep:
+            msg["keep"] = True
+        if cond.earlier is not None:
+            msg["kept"] = True
         try:
-            reply = self.worker.request({"op": "call", "k": kid, "nvtx": nvtx})
+            reply = self.worker.request(msg)
         except KernelFailed as exc:
             return {"reply": None, "failure": f"the kernel raised: {exc}", "rows": [], "warnings": [],
                     "raised": str(exc)}
         if reply.get("build"):
             self.builds[kid] = reply["build"]
         out: dict[str, Any] = {"reply": reply, "failure": None, "rows": [], "warnings": []}
-        why = screen(sh, self.first, self.variant)
+        why = screen(sh, self.first, self.variant, poisoned)
         if checked:
-            rows, warns = verify(sh, ds, reply.get("returned") or {}, self.judge.tolerance, self.judge.ref)
+            exp = ds if cond.expected is None else dataclasses.replace(ds, expected=cond.expected)
+            rows, warns = verify(sh, exp, reply.get("returned") or {}, self.judge.tolerance, self.judge.ref)
+            if cond.earlier is not None:
+                rows += verify_kept(sh, cond.earlier, reply.get("kept") or {}, self.judge.tolerance, self.judge.ref)
             out.update(rows=rows, warnings=warns)
             why = first_failure(rows) or why
         out["failure"] = why
@@ -275,3 +348,24 @@ def ab_loop(sess: Session, a: str, b: str, warmup: int, trials: int) -> dict[str
         (samples if t >= warmup else host)[kid].append(r["reply"]["us"] if t >= warmup else r["reply"]["host_us"])
     med = [sorted(host[k])[len(host[k]) // 2] if host[k] else 0.0 for k in (a, b)]
     return {"a": samples[a], "b": samples[b], "host": med}
+
+
+def harness_hint(sess: Session, loop: dict[str, Any]) -> str:
+    """The failure of a check after correctness passed, with the fingerprints both sides hold, so that a
+    fault of the harness (other weights, other inputs) is told apart from a kernel that changes."""
+    text = loop["failure"]
+    try:
+        theirs = sess.worker.request({"op": "state", "k": "k"})
+    except (MeasuredFailure, UsageError):
+        return text + " (the worker could not report its state)"
+    ours = {n: list(fingerprint(t, portable=True)[2:]) for n, t in sess.problem.state().items()}
+    mine = theirs.get("parameters")
+    if mine is None:
+        return text
+    differ = [n for n in ours if mine.get(n) != ours[n]]
+    if differ:
+        return (f"{text}. The worker's parameters differ from the judge's ({len(differ)} of {len(ours)}, first "
+                f"'{differ[0]}'): the kernel changes its own weights during the calls, or kernel-loop loaded "
+                "others (see references/troubleshooting.md, 'wrong after the timed calls')")
+    return (f"{text}. The worker's parameters equal the judge's ({len(ours)} tensors, same fingerprints), so "
+            "the weights are not the cause: the kernel's result depends on earlier calls or on state it keeps")

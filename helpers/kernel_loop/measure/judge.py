@@ -25,6 +25,7 @@ before anything else is timed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -38,11 +39,12 @@ from .. import proctree
 from ..common import MeasuredFailure, UsageError, progress, write_json
 from ..compare import applied_tolerances
 from ..config import RunConfig
-from ..tensors import fingerprint, is_tensor
+from ..tensors import is_tensor
 from . import protocol
-from .calls import Session, ab_loop, bad_row, timing_block
+from .calls import Session, ab_loop, bad_row, harness_hint, timing_block
+from .conditions import CONDITION_WORDS, condition, condition_plan
 from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
-from .problem import DataSet, Problem, accepts_baseline, import_ref, kernel_kind
+from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
 
 FRESH_SEED_OFFSET = 7_777_777   # the seed of the check after timing: never one a correctness trial used
 NCU_WARMUP = 3  # calls under ncu before the profiled one (builds, autotuning, the allocator): each costs seconds
@@ -74,6 +76,7 @@ class Judge:
         self._tmp = started.tmp
         self._worker_tmp = started.worker_tmp
         self.folder = started.folder
+        self._fresh: list = []  # the baselines' own folders (private_dir), removed at close
         self.workers: list[WorkerProc] = list(started.workers.values())
         self.seen: list[WorkerProc] = list(self.workers)  # every worker of the step, for what its sandbox said
         self._early = dict(started.workers)
@@ -102,6 +105,8 @@ class Judge:
             w.kill()
         proctree.end_descendants()
         self._tmp.cleanup()
+        for t in self._fresh:
+            t.cleanup()
         shutil.rmtree(self._worker_tmp, ignore_errors=True)
 
     def problem(self, dims: dict, kernel: Path) -> Problem:
@@ -112,11 +117,19 @@ class Judge:
             self._problems[key] = Problem(self.cfg, self.ref, dims, self.device, kind, text)
         return self._problems[key]
 
-    def start_worker(self, name: str, *, prefix: list[str] | None = None, env: dict | None = None) -> WorkerProc:
+    def start_worker(self, name: str, *, prefix: list[str] | None = None, env: dict | None = None,
+                     own_caches: bool = False) -> WorkerProc:
+        """A worker over a socket in the judge's folder, where its shared buffers live too; with ``own_caches``
+        (the baselines) every folder it reads and writes is made now: its socket's and buffers' folder, its
+        temporary and cache folders (see ``launch.start``), so nothing a kernel's worker left can be there."""
         if name in self._early:  # started before the judge imported torch: their imports overlapped
             return self._early.pop(name)
-        w = start(self.folder, name, self.spec, deadline=self.deadline, prefix=prefix, env=env,
-                  tmpdir=self._worker_tmp)
+        folder = self.folder
+        if own_caches:
+            self._fresh.append(protocol.private_dir("kl-base-"))
+            folder = Path(self._fresh[-1].name)
+        w = start(folder, name, self.spec, deadline=self.deadline, prefix=prefix, env=env,
+                  tmpdir=self._worker_tmp, own_caches=own_caches)
         self.workers.append(w)
         self.seen.append(w)
         return w
@@ -212,27 +225,39 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
     worker.hello(cfg.impl)
     imp = import_kernel(worker, "k", path, kind, cfg)
     result["build"] = imp.get("build")
+    result["conditions"] = CONDITION_WORDS
     for si, dims in enumerate(spec["shapes"]):
         prob = judge.problem(dims, kernel)
         trials: list[dict] = []
-        shapes.append({"dims": dims, "trials": trials})
+        notes: list[str] = []
+        shapes.append({"dims": dims, "trials": trials, "notes": notes})
         sess = None
-        for t in range(int(spec["trials"])):
+        earlier = None  # the previous call's data set, whose returned results are checked after the next call
+        first = None
+        plan = None
+        t = 0
+        while plan is None or t < len(plan):
             seed = derive_seed(cfg.seed, si, t)
+            want = plan[t] if plan else None
             ds = prob.draw(seed)
             if sess is None:
-                sess = Session(judge, worker, prob, {"k": (path, kind)}, ds, f"s{si}")
-            r = sess.call("k", ds, checked=True)
+                sess = Session(judge, worker, prob, {"k": (path, kind)}, ds, f"s{si}", keep=True)
+                first = ds
+                plan = condition_plan(judge.rng, ds, prob, int(spec["trials"]))
+            cond, said, ds = condition(judge.tolerance, prob, first, ds, want, earlier, seed, notes)
+            r = sess.call("k", ds, checked=True, cond=cond)
             if r.get("raised"):
-                result["error"] = r["raised"]
+                result["error"] = r["raised"] + (f" (in the trial with {said})" if said != "plain" else "")
                 return
             rows = r["rows"] or ([bad_row("(call)", next(iter(ds.expected.values())), r["failure"])]
                                  if r["failure"] else [])
-            tag = f"{si}:{t}"
-            trials.append({"seed": seed, "tag": tag, "outputs": rows, "passed": r["failure"] is None and bool(rows),
+            passed = r["failure"] is None and bool(rows)
+            trials.append({"seed": seed, "tag": f"{si}:{t}", "condition": said, "outputs": rows, "passed": passed,
                            **_memory(ds, (r["reply"] or {}).get("peak_mem_bytes"))})
             result["warnings"] += [w for w in r["warnings"] if w not in result["warnings"]]
-            del ds
+            # the next call checks that this one's result still holds what it was checked against
+            earlier = None if not passed else ds if cond.expected is None else dataclasses.replace(ds, expected=cond.expected)
+            t += 1
         if sess is not None:
             result["build"] = result["build"] or sess.builds.get("k")
 
@@ -260,11 +285,11 @@ def profile(judge: Judge) -> dict[str, Any]:
     loop = sess.loop("k", cfg.warmup, cfg.trials, label="the timing run")
     after = gpustate.snapshot(index, judge._uuid())
     if loop["failure"]:
-        raise MeasuredFailure(harness_hint(judge, sess, loop))
+        raise MeasuredFailure(harness_hint(sess, loop))
     fresh = prob.draw(cfg.seed + FRESH_SEED_OFFSET)
     r = sess.call("k", fresh, checked=True)
     if r["failure"]:
-        raise MeasuredFailure(harness_hint(judge, sess, {"failure": "the timing run: the call on inputs never seen "
+        raise MeasuredFailure(harness_hint(sess, {"failure": "the timing run: the call on inputs never seen "
                                                          f"before, after the timed calls, is wrong: {r['failure']}",
                                                          "rows": r["rows"]}))
     judge.end_worker(timer)
@@ -295,27 +320,6 @@ def profile(judge: Judge) -> dict[str, Any]:
             "ncu": {"returncode": rc, "output_tail": output, "calls": warm + 1},
             **judge.isolation(),
             "output_bytes": _memory(first, None)["outputs_bytes"], "inputs_bytes": _memory(first, None)["inputs_bytes"]}
-
-
-def harness_hint(judge: Judge, sess: Session, loop: dict[str, Any]) -> str:
-    """The failure of a check after correctness passed, with the fingerprints both sides hold, so that a
-    fault of the harness (other weights, other inputs) is told apart from a kernel that changes."""
-    text = loop["failure"]
-    try:
-        theirs = sess.worker.request({"op": "state", "k": "k"})
-    except (MeasuredFailure, UsageError):
-        return text + " (the worker could not report its state)"
-    ours = {n: list(fingerprint(t, portable=True)[2:]) for n, t in sess.problem.state().items()}
-    mine = theirs.get("parameters")
-    if mine is None:
-        return text
-    differ = [n for n in ours if mine.get(n) != ours[n]]
-    if differ:
-        return (f"{text}. The worker's parameters differ from the judge's ({len(differ)} of {len(ours)}, first "
-                f"'{differ[0]}'): the kernel changes its own weights during the calls, or kernel-loop loaded "
-                "others (see references/troubleshooting.md, 'wrong after the timed calls')")
-    return (f"{text}. The worker's parameters equal the judge's ({len(ours)} tensors, same fingerprints), so "
-            "the weights are not the cause: the kernel's result depends on earlier calls or on state it keeps")
 
 
 def benchmark(judge: Judge) -> dict[str, Any]:
@@ -414,7 +418,9 @@ def baselines(judge: Judge, prob: Problem, first: DataSet) -> dict[str, Any]:
                 continue
         wanted.append(b)
     if wanted:
-        w = judge.start_worker("baselines")
+        # every kernel's worker has ended (and what it started): the baselines get temporary and cache folders made
+        # now, which no kernel could write (torch.compile's and Triton's caches among them)
+        w = judge.start_worker("baselines", own_caches=True)
         w.hello(cfg.impl)
         kind = "ref-kb" if kb else "ref"
         extra: dict[str, dict] = {}
@@ -457,20 +463,6 @@ def baselines(judge: Judge, prob: Problem, first: DataSet) -> dict[str, Any]:
     out["roofline_why"] = None if (out["flops"] or out["bytes_moved"]) else \
         "ref.py declares neither flops(**dims) nor bytes_moved(**dims)"
     return out
-
-
-def flashinfer_missing(ref) -> str | None:
-    """Why the FlashInfer baseline cannot run (None when it can), with what to do about it."""
-    fn = getattr(ref, "reference", None)
-    if not callable(fn) or not accepts_baseline(fn):
-        return ("ref.py's reference() takes no 'baseline' argument (see references/kernel_abi.md: "
-                "reference(..., baseline=None) that calls FlashInfer when baseline == 'flashinfer')")
-    try:
-        import flashinfer
-    except Exception as exc:
-        return (f"import flashinfer failed ({type(exc).__name__}: {' '.join(str(exc).split())[:160]}); "
-                "pip install flashinfer-python, or see references/troubleshooting.md for a machine without network")
-    return None if getattr(flashinfer, "__version__", None) else "flashinfer has no __version__ (a broken install)"
 
 
 MODES = {"correctness": correctness, "profile": profile, "benchmark": benchmark}

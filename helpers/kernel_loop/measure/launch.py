@@ -182,24 +182,41 @@ def kernel_files(spec: dict[str, Any]) -> list[str]:
     return [str(f) for f in files if f]
 
 
-def sandbox_policy(spec: dict[str, Any]) -> dict[str, Any] | None:
-    """What every worker of this step hides from itself: the record key and the run directory, whose kernel
-    files and ref.py it may still read.  None when the user switched the sandbox off."""
+def sandbox_policy(spec: dict[str, Any], tmpdir: str | None = None) -> dict[str, Any] | None:
+    """What a worker of this step hides from itself (the record key and the run directory, whose kernel files
+    and ref.py it may still read) and where it may write besides the build caches (its own temporary folder).
+    None when the user switched the sandbox off."""
     if os.environ.get(SANDBOX_ENV, "").strip().lower() in ("off", "0", "no"):
         return None
     root = Path(spec["run_root"])
-    return sandbox.policy([records.key_path(), root], [*kernel_files(spec), root / "ref.py"])
+    return sandbox.policy([records.key_path(), root], [*kernel_files(spec), root / "ref.py"],
+                          [tmpdir] if tmpdir else [])
+
+
+# what torch.compile, Triton, CUDA and torch's own JIT read and write between processes: a baselines' worker gets
+# every one of them in a folder of its own, made after the kernels' workers ended, so no kernel prepares them
+BASELINE_CACHES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_HOME", "CUDA_CACHE_PATH",
+                   "PYTORCH_KERNEL_CACHE_PATH", "XDG_CACHE_HOME")
 
 
 def start(folder: Path, name: str, spec: dict[str, Any], *, deadline: float, prefix: list[str] | None = None,
-          env: dict | None = None, tmpdir: str | None = None) -> WorkerProc:
+          env: dict | None = None, tmpdir: str | None = None, own_caches: bool = False) -> WorkerProc:
+    """Start a worker.  ``tmpdir`` is the step's folder for temporary files: the worker gets a folder of its own
+    in it (TMPDIR), the only place besides the build caches where its sandbox lets it write, and which no
+    other worker reads; ``own_caches`` puts every cache of BASELINE_CACHES there too (a baselines' worker)."""
     extra = dict(env or {})
     if spec["device"] == "cpu" and spec["cfg"].get("impl") == "triton":
         extra.setdefault("TRITON_INTERPRET", "1")
+    own = None
     if tmpdir:  # its own temporary folder, made before its sandbox's rules (see sandbox.py)
-        extra.update(TMPDIR=tmpdir, TEMP=tmpdir, TMP=tmpdir)
+        own = tempfile.mkdtemp(prefix="w-", dir=tmpdir)  # a name that says nothing of its role
+        extra.update(TMPDIR=own, TEMP=own, TMP=own)
+        if own_caches:
+            for var in BASELINE_CACHES:
+                extra[var] = os.path.join(own, var.lower())
+                os.makedirs(extra[var], exist_ok=True)
     return WorkerProc(folder, name, spec["device"], prefix=prefix, env=extra, deadline=deadline,
-                      policy=sandbox_policy(spec))
+                      policy=sandbox_policy(spec, own))
 
 
 class Started:

@@ -10,6 +10,10 @@ Runs in the judge only (it imports ref.py, never the kernel file; a ``.cu`` kern
   The weights are one set per run: ``Model`` is built once from the **run's seed** (never a trial's), and
   every process that builds ``Model`` or ``ModelNew`` gets exactly its parameters and buffers.  Trial seeds
   vary the inputs only.
+
+Outputs are write-only unless ref.py names them in ``accumulates``: those keep setup()'s values as the call's
+starting point, and the reference and the kernel both add to them.  ``draw(vary=...)`` moves the inputs to
+another range (``conditions``, the conditions a user's call can differ in, which correctness checks too).
 """
 
 from __future__ import annotations
@@ -68,12 +72,18 @@ class DataSet:
     expected: dict[str, Any] = field(default_factory=dict)
     fingerprints: dict[str, tuple] = field(default_factory=dict)  # the inputs as drawn (not the in-place ones)
     ref_props: dict[str, dict] = field(default_factory=dict)      # expanded / views of the reference's outputs
+    accumulates: list[str] = field(default_factory=list)        # in-place outputs the call adds to (never poisoned)
+    vary: str | None = None                                     # the input range this draw was moved to (VARIANTS)
 
     def tensors(self) -> dict[str, Any]:
         return {n: v for n, v in self.args.items() if is_tensor(v)}
 
     def input_names(self) -> list[str]:
         return [n for n, v in self.args.items() if is_tensor(v) and n not in self.in_place]
+
+    def write_only(self) -> list[str]:
+        """The outputs the kernel is handed and must overwrite whole, whatever they held (not accumulated into)."""
+        return [n for n in self.in_place if n not in self.accumulates]
 
 
 class Problem:
@@ -85,6 +95,8 @@ class Problem:
         self.params = build.parse_signature(kernel_text) if kind == "cu" and kernel_text is not None else None
         self.model = None
         self.init: list[Any] = []
+        self.seen: dict[str, Any] = {}     # what the correctness conditions learnt of this problem (conditions.py)
+        self._prev_ptrs: set[int] = set()  # the storages the previous draw's reference returned
         if is_kernelbench(ref):
             self._build_model()
 
@@ -113,16 +125,29 @@ class Problem:
         return dict(self.model.state_dict()) if self.model is not None else {}
 
     # --- data sets ------------------------------------------------------------------------------
-    def draw(self, seed: int, *, reference: bool = True) -> DataSet:
-        """Fresh inputs for ``seed`` and, unless ``reference`` is False, the reference outputs on them (the
-        inputs checked unchanged by the reference)."""
+    def draw(self, seed: int, *, reference: bool = True, vary: str | None = None) -> DataSet:
+        """Fresh inputs for ``seed`` (moved to the range ``vary`` names, one of VARIANTS) and, unless
+        ``reference`` is False, the reference outputs on them (the inputs checked unchanged by the reference)."""
         if self.model is not None:
             ds = self._draw_kernelbench(seed)
         else:
             ds = self._draw_setup(seed)
+        ds.accumulates = [n for n in self.accumulates() if n in ds.in_place]
+        if vary is not None:
+            from .conditions import move
+
+            move(ds, vary)
         if reference:
             self._reference(ds)
         return ds
+
+    def accumulates(self) -> list[str]:
+        """The outputs ref.py declares the call adds to (``accumulates = ["out"]``): setup() gives their starting
+        values, which the judge hands to the reference and the kernel alike (references/kernel_abi.md)."""
+        names = getattr(self.ref, "accumulates", None) or []
+        if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+            raise UsageError("ref.py's accumulates must be a list of output names, e.g. accumulates = ['out']")
+        return list(names)
 
     def _draw_kernelbench(self, seed: int) -> DataSet:
         torch = _torch()
@@ -197,7 +222,7 @@ class Problem:
         else:
             fn = self.reference_fn()
             kw = ref_pool(fn, ds.args, self.dims)
-            for name in ds.in_place:
+            for name in ds.write_only():
                 if name in kw:
                     poison_tensor(kw[name])
             value = fn(**kw)
@@ -214,8 +239,11 @@ class Problem:
         for name, v in out.items():
             if not is_tensor(v):
                 raise BadReference(f"the reference output '{name}' is a {type(v).__name__}, not a tensor")
-            ds.ref_props[name] = {"expanded": _expanded(v), "views": held.get(storage_ptr(v))}
-        ds.expected = {n: v.clone() if storage_ptr(v) in held else v for n, v in out.items()}
+            ds.ref_props[name] = {"expanded": _expanded(v), "views": held.get(storage_ptr(v)),
+                                  "reuses": storage_ptr(v) in self._prev_ptrs}
+        ds.expected = {n: v.clone() if storage_ptr(v) in held or storage_ptr(v) in self._prev_ptrs else v
+                       for n, v in out.items()}
+        self._prev_ptrs = {storage_ptr(v) for v in out.values()}
         if self.device.startswith("cuda"):
             torch.cuda.synchronize(self.device)
         changed = [n for n, fp in ds.fingerprints.items() if fingerprint(ds.args[n]) != fp]
@@ -231,9 +259,10 @@ class Problem:
         from .protocol import encode_value
 
         outputs = {n: buffers[n] for n in ds.expected}
+        kept = {n: buffers[f"kept:{n}"] for n in ds.expected if f"kept:{n}" in buffers}
         if kind in ("kb", "ref-kb"):
             return {"init": encode_value(self.init), "seed": self.cfg.seed, "args": [buffers[n] for n in ds.args],
-                    "state": {n: buffers[f"param:{n}"] for n in self.state()}, "outputs": outputs,
+                    "state": {n: buffers[f"param:{n}"] for n in self.state()}, "outputs": outputs, "kept": kept,
                     "out_names": [], "compile": compile}
         if kind == "cu":
             args = []
@@ -254,13 +283,13 @@ class Problem:
                         raise UsageError(f"solve() scalar '{p.name}' ({p.ctype}) matches no dim (dims: "
                                          f"{', '.join(f'{k}={x}' for k, x in self.dims.items())}) and no setup() input")
                     args.append({"ctype": p.ctype, "value": v})
-            return {"args": args, "outputs": outputs, "out_names": list(ds.in_place)}
+            return {"args": args, "outputs": outputs, "kept": kept, "out_names": list(ds.in_place)}
         scalars = {**self.dims, **{n: v for n, v in ds.args.items() if not is_tensor(v)}}
         if kind == "ref":
             fn = self.reference_fn()
             scalars = {k: v for k, v in scalars.items() if k in ref_pool(fn, ds.args, self.dims) or _var_kw(fn)}
         return {"tensors": {n: buffers[n] for n, v in ds.args.items() if is_tensor(v)},
-                "scalars": {k: encode_value(v) for k, v in scalars.items()}, "outputs": outputs,
+                "scalars": {k: encode_value(v) for k, v in scalars.items()}, "outputs": outputs, "kept": kept,
                 "out_names": list(ds.in_place), "baseline": baseline, "compile": compile}
 
 
@@ -324,3 +353,17 @@ def _flat_buffers(params: list, size: int, device: str) -> dict:
         else:
             out[p.name] = torch.randint(1, 100, (size,), device=device, dtype=dt)
     return out
+
+
+def flashinfer_missing(ref) -> str | None:
+    """Why the FlashInfer baseline cannot run (None when it can), with what to do about it."""
+    fn = getattr(ref, "reference", None)
+    if not callable(fn) or not accepts_baseline(fn):
+        return ("ref.py's reference() takes no 'baseline' argument (see references/kernel_abi.md: "
+                "reference(..., baseline=None) that calls FlashInfer when baseline == 'flashinfer')")
+    try:
+        import flashinfer
+    except Exception as exc:
+        return (f"import flashinfer failed ({type(exc).__name__}: {' '.join(str(exc).split())[:160]}); "
+                "pip install flashinfer-python, or see references/troubleshooting.md for a machine without network")
+    return None if getattr(flashinfer, "__version__", None) else "flashinfer has no __version__ (a broken install)"

@@ -115,7 +115,8 @@ def alloc_shared(like, folder: Path, name: str, use_file: bool):
         base = torch.empty(numel, dtype=like.dtype, device=like.device)
     else:
         path = folder / f"{name}.bin"
-        path.write_bytes(b"")
+        # made new, never through a name that exists (a link a worker planted would have the judge write elsewhere)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
         base = torch.from_file(str(path), shared=True, size=numel, dtype=like.dtype)
     t = torch.empty(0, dtype=like.dtype, device=base.device)
     t.set_(base.untyped_storage(), like.storage_offset(), tuple(like.shape), tuple(like.stride()))

@@ -1,25 +1,32 @@
 """The worker's file sandbox (Linux Landlock): runs in the worker, before the kernel is imported.
 
 Landlock lets a process take rights away from itself and from every process it starts, for good, with
-no privilege and no namespace.  Its rules only grant, so "everything but the hidden paths" is built as:
-every entry beside the way from ``/`` down to each hidden path gets full rights (its whole subtree), the
-folders on that way get none of their own, and the hidden paths get nothing, except the files the
-worker must read (its kernel file, ref.py), which get read rights alone.  Listing a folder and
-executing stay unrestricted, and so does every device ioctl (CUDA's).
+no privilege and no namespace.  The worker keeps:
 
-What this gives the judge: the kernel's process cannot read or change the record key, cannot read,
-write, create or delete anything in the run directory but read the files it was given, and (Landlock's
-own rule) cannot trace or read the memory of a process outside its sandbox, the judge and the CLI among
-them; from Landlock ABI 6 it cannot signal them either.  What it does not stop: a process outside the
-sandbox that does the work when asked over a socket (a user's D-Bus session, say), or a hard link to
-the key made beforehand elsewhere.
+- **read** rights everywhere (the Python installation, the CUDA toolkit, the user's files), except
+- **nothing** in the hidden paths (the record key, the run directory), where it may read only the files it
+  was given (its kernel file, ref.py), and
+- **write** rights only in its own temporary folder (``TMPDIR``, made by the judge for this worker and read
+  by no later one), in the build caches of kernels (Triton's, CUDA's, ``~/.cache``, ``TORCH_EXTENSIONS_DIR``,
+  ``TRITON_CACHE_DIR``) and in ``/dev`` (the GPU's device files and the judge's shared buffers).
 
-Entries created later directly inside a folder on the way (new files in ``$HOME`` or in ``/tmp`` when a
-hidden path lies below it) get no rights, so the worker is given its own temporary folder (``TMPDIR``)
-made before the rules, and the caches it writes (Triton's, CUDA's, ``~/.cache``) are made first.
+So a kernel cannot plant code that a later process runs (a ``.pth`` file in site-packages, a changed
+library, a shell profile), cannot change the user's files, and cannot prepare a cache for the baselines'
+worker, which runs with cache folders of its own (``judge.baselines``).  Listing a folder and executing
+stay unrestricted, and so does every device ioctl (CUDA's).  Landlock's own rule adds that the worker
+cannot trace or read the memory of a process outside its sandbox, the judge and the CLI among them; from
+Landlock ABI 6 it cannot signal them either.  What it does not stop: a process outside the sandbox that
+does the work when asked over a socket (a user's D-Bus session, say), or a hard link to the key made
+beforehand elsewhere.
 
-``policy`` (the judge) says what to hide and what to let be read; ``apply`` (the worker) returns
-``(True, how)`` or ``(False, why)`` and never raises.
+Landlock's rules only grant, and a folder's rule covers its whole subtree, so the zones are laid out
+along the way from ``/`` down to each zone: every entry beside that way gets the rights of the zone it
+lies in (or the read default), the folders on the way get no rule of their own, each zone its own
+rights.  Entries created later directly inside a folder on the way get no rights, so the caches the
+worker writes are made before the rules (``prepare``).
+
+``policy`` (the judge) says what to hide, what to let be read there and where to write; ``apply`` (the
+worker) returns ``(True, how)`` or ``(False, why)`` and never raises.
 """
 
 from __future__ import annotations
@@ -67,21 +74,55 @@ def abi() -> int:
     return max(int(v), 0)
 
 
-def policy(hide: list[str | Path], read: list[str | Path]) -> dict[str, Any]:
-    """What the worker hides (folders or files) and which files under them it may still read."""
-    return {"hide": [os.path.realpath(p) for p in hide if p], "read": [os.path.realpath(p) for p in read if p]}
+def policy(hide: list[str | Path], read: list[str | Path], write: list[str | Path] = ()) -> dict[str, Any]:
+    """What the worker hides (folders or files), which files under them it may still read, and the folders it
+    may write besides its caches (its own temporary folder)."""
+    return {"hide": [os.path.realpath(p) for p in hide if p], "read": [os.path.realpath(p) for p in read if p],
+            "write": [os.path.realpath(p) for p in write if p]}
 
 
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def grants(hide: list[str], read: list[str]) -> list[tuple[str, str]]:
-    """The rules, as (path, "all" | "read"): pure, so the CPU tests can check the plan itself."""
-    hide = [h for h in dict.fromkeys(hide) if h != "/"]
+NONE, READ, ALL = "none", "read", "all"
+
+
+def zones(pol: dict[str, Any], caches: list[str] = ()) -> dict[str, str]:
+    """The policy as zones, path -> NONE | READ | ALL (everything else: READ).  A path named twice keeps the
+    right named last in this order: written folders and caches, hidden paths, files read in hidden paths."""
+    out: dict[str, str] = {}
+    for w in [*caches, *(pol.get("write") or [])]:
+        out[os.path.realpath(w)] = ALL
+    for h in pol.get("hide") or []:
+        out[os.path.realpath(h)] = NONE
+    for r in pol.get("read") or []:
+        if os.path.exists(r):
+            out[os.path.realpath(r)] = READ
+    out.pop("/", None)
+    # a zone inside a zone of the same right adds nothing, and would make the outer one a folder on the way,
+    # where new entries get no rights (a cache folder inside the worker's own temporary folder)
+    return {z: r for z, r in out.items() if _right_of(os.path.dirname(z), {o: x for o, x in out.items() if o != z})
+            != r or not any(_inside(z, o) for o in out if o != z)}
+
+
+def _right_of(path: str, zs: dict[str, str]) -> str:
+    """The right of the deepest zone holding ``path`` (READ where none does)."""
+    best, right = "", READ
+    for z, r in zs.items():
+        if _inside(path, z) and len(z) > len(best):
+            best, right = z, r
+    return right
+
+
+def grants(zs: dict[str, str]) -> list[tuple[str, str]]:
+    """The Landlock rules that give every path the right of its deepest zone, as (path, READ | ALL): pure, so
+    the CPU tests can check the plan itself.  Folders on the way to a zone are listed and get no rule of
+    their own; an entry beside the way gets the right of the zone it lies in; an entry that holds a zone
+    through a link gets nothing."""
     on_way: set[str] = set()
-    for h in hide:
-        p = os.path.dirname(h)
+    for z in zs:
+        p = os.path.dirname(z)
         while True:
             on_way.add(p)
             if p == "/":
@@ -96,13 +137,25 @@ def grants(hide: list[str], read: list[str]) -> list[tuple[str, str]]:
         for name in names:
             path = os.path.join(folder, name)
             real = os.path.realpath(path)
-            # an entry that is, lies in, or holds a hidden path (itself or through a link) gets no rule of its own:
-            # the folders on the way are listed in turn, the hidden paths get nothing
-            if any(_inside(real, h) or _inside(h, real) for h in hide):
-                continue
-            out.append((path, "all"))
-    out += [(r, "read") for r in read if os.path.exists(r)]
+            if path in on_way:
+                continue  # a folder on the way: listed in turn
+            if real != path:  # a link: the right of its target, nothing if the target holds a zone or is hidden
+                if real in on_way or any(_inside(z, real) and z != real for z in zs):
+                    continue
+                right = _right_of(real, zs)
+            else:
+                right = zs.get(path) or _right_of(folder, zs)
+            if right != NONE:
+                out.append((path, right))
     return out
+
+
+def cache_folders() -> list[str]:
+    """The build caches a kernel's worker writes: Triton's, CUDA's, ``~/.cache`` and the folders named by
+    CACHE_VARS."""
+    out = [str(Path.home() / name) for name in CACHES]
+    out += [os.environ[v] for v in CACHE_VARS if os.environ.get(v)]
+    return [*out, "/dev"]
 
 
 def _add(lib, ruleset: int, path: str, access: int) -> None:
@@ -117,7 +170,7 @@ def _add(lib, ruleset: int, path: str, access: int) -> None:
 
 def prepare() -> None:
     """Make the folders the worker writes into later, while it still may (entries made after the rules
-    directly inside a folder on the way to a hidden path would get no rights)."""
+    directly inside a folder on the way to a zone would get no rights)."""
     for name in CACHES:
         try:
             (Path.home() / name).mkdir(exist_ok=True)
@@ -149,9 +202,9 @@ def apply(pol: dict[str, Any] | None) -> tuple[bool, str]:
     if ruleset < 0:
         return False, f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}"
     try:
-        for path, what in grants(list(pol["hide"]), list(pol.get("read") or [])):
+        for path, what in grants(zones(pol, cache_folders())):
             is_dir = os.path.isdir(path)
-            access = (handled if is_dir else file_rights) if what == "all" else _READ_FILE
+            access = (handled if is_dir else file_rights) if what == ALL else _READ_FILE
             try:
                 _add(lib, ruleset, path, access)
             except OSError:
@@ -163,5 +216,5 @@ def apply(pol: dict[str, Any] | None) -> tuple[bool, str]:
     finally:
         os.close(ruleset)
     return True, (f"Landlock ABI {version}: the worker can neither read nor change the record key or the run "
-                  "directory (it reads only its kernel file and ref.py there), nor trace the judge"
-                  + (" or signal it" if version >= 6 else ""))
+                  "directory (it reads only its kernel file and ref.py there), writes only its own temporary "
+                  "folder and the build caches, and cannot trace the judge" + (" or signal it" if version >= 6 else ""))

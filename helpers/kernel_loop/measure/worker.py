@@ -57,10 +57,13 @@ class Kernel:
 
     def __init__(self, kind: str, module: Any = None, lib: Any = None, build: dict | None = None):
         self.kind, self.module, self.lib, self.build = kind, module, lib, build
-        self.fn = None            # () -> returned value, over the worker's own buffers
+        self.fn = None            # (grad) -> returned value, over the worker's own buffers
         self.outputs: dict[str, str] = {}   # expected output name -> judge buffer name
+        self.kept_bufs: dict[str, str] = {}  # returned output name -> the judge buffer its kept copy goes to
         self.out_names: list[str] = []
         self.model = None
+        self.buffers: dict[str, Any] = {}   # the model's buffers as loaded (restored after a call in training mode)
+        self.kept: dict[str, Any] = {}      # the tensors the previous call returned, when the judge asked to keep them
 
 
 class Worker:
@@ -73,6 +76,8 @@ class Worker:
         self.folder = ""
         self.torch = None
         self.timer = None
+        self.plain: tuple = ()
+        self._returned: dict[str, Any] = {}
 
     # --- the loop -----------------------------------------------------------------------------
     def serve(self) -> None:
@@ -106,6 +111,7 @@ class Worker:
             torch.cuda.set_device(torch.device(self.device))
         elif msg.get("impl") == "triton":
             os.environ.setdefault("TRITON_INTERPRET", "1")
+        self.plain = plain_types(torch)  # before any of the kernel's code runs: what a call may return
         # before any of the kernel's code runs, for good: no record key, no run directory but the files given
         isolated, how = sandbox.apply(msg.get("sandbox"))
         return {"pid": os.getpid(), "torch": torch.__version__, "isolated": isolated, "isolation": how}
@@ -166,7 +172,9 @@ class Worker:
         for kid, call in msg["calls"].items():
             k = self.kernels[kid]
             k.outputs = dict(call.get("outputs") or {})
+            k.kept_bufs = dict(call.get("kept") or {})
             k.out_names = list(call.get("out_names") or [])
+            k.kept = {}
             info[kid] = self._make_call(k, call)
         for call in msg["calls"].values():  # the parameters now live in every model: not staged per call
             for b in (call.get("state") or {}).values():
@@ -193,7 +201,12 @@ class Worker:
             extra = {"baseline": call["baseline"]} if call.get("baseline") else {}
             if call.get("compile"):
                 fn = torch.compile(fn)
-            k.fn = lambda: loader.call_with(fn, pool, **extra)
+
+            def run(grad=False, fn=fn, pool=pool, extra=extra):
+                with torch.set_grad_enabled(grad):
+                    return loader.call_with(fn, pool, **extra)
+
+            k.fn = run
             return {}
         if k.kind in ("kb", "ref-kb"):
             cls_name = "Model" if k.kind == "ref-kb" else "ModelNew"
@@ -209,7 +222,7 @@ class Worker:
                 except TypeError as exc:
                     raise KernelDefect(f"{cls_name}({', '.join(map(repr, init))}) failed ({exc}): {cls_name} must "
                                        "take the same constructor arguments as Model") from None
-                model = model.to(self.device).eval()
+                model = model.to(self.device).eval()  # the judge sets the mode of each call (op_call)
             state = {n: self.local[b] for n, b in (call.get("state") or {}).items()}
             mine = model.state_dict()
             theirs = {n: list(t.shape) for n, t in state.items()}
@@ -218,12 +231,14 @@ class Worker:
                 raise UsageError(state_mismatch(cls_name, ours, theirs))
             if state:
                 model.load_state_dict(state)
+            buffer_names = {n for n, _ in model.named_buffers()}
+            k.buffers = {n: t.detach().clone() for n, t in model.state_dict().items() if n in buffer_names}
             args = [self.local[b] for b in call.get("args") or []]
             k.model = model
             target = torch.compile(model) if call.get("compile") else model
 
-            def forward(target=target, args=args):
-                with torch.no_grad():
+            def forward(grad=False, target=target, args=args):
+                with torch.set_grad_enabled(grad):
                     return target(*args)
 
             k.fn = forward
@@ -245,7 +260,7 @@ class Worker:
             lib.solve.argtypes = argtypes
             lib.solve.restype = None
 
-            def solve(lib=lib, args=args):
+            def solve(grad=False, lib=lib, args=args):
                 lib.solve(*args)
                 err = lib.kl_last_error()
                 if err:
@@ -264,9 +279,16 @@ class Worker:
 
     def _stage_out(self, k: Kernel, value: Any) -> dict:
         """Results into the judge's buffers: in-place outputs and inputs as the call left them, and every
-        returned tensor into the buffer of its name.  Returns what the judge needs to read them."""
-        from ..tensors import is_tensor, normalize_outputs
+        returned tensor into the buffer of its name.  Returns what the judge needs to read them: per returned
+        output its layout, whether it views an input, or reuses the storage of the previous call's result."""
+        from ..tensors import normalize_outputs
 
+        torch = self.torch
+        odd = not_plain(value, self.plain)  # before anything touches it: a lazy object would compute here
+        if odd:
+            raise KernelDefect(f"the call returned {odd}: a kernel returns plain torch.Tensor objects (or a tuple, "
+                               "list or dict of them); a subclass or a wrapper can compute when first read, outside "
+                               "the timed call")
         for name, sh in self.shared.items():
             lo = self.local[name]
             if lo is not sh:
@@ -274,18 +296,22 @@ class Worker:
         returned = {} if value is None else normalize_outputs(value, k.out_names)
         report: dict[str, Any] = {}
         spans = {n: _span(t) for n, t in self.local.items()}
+        earlier = {n: _span(t) for n, t in k.kept.items()}
         for name, v in returned.items():
             buf = k.outputs.get(name)
             meta: dict[str, Any] = {"returned": True}
-            if not is_tensor(v):
+            if type(v) is not torch.Tensor:
                 meta.update(value=v if isinstance(v, (int, float, bool, str, type(None))) else repr(v)[:200])
                 report[name] = meta
                 continue
+            v = v.detach()
             meta.update(shape=list(v.shape), dtype=str(v.dtype).replace("torch.", ""), stride=list(v.stride()),
                         expanded=any(s == 0 and n > 1 for s, n in zip(v.stride(), v.shape, strict=False)))
             lo, hi = _span(v)
             meta["views"] = next((n for n, (a, b) in spans.items()
                                   if n != buf and v.numel() and a < b and lo < b and a < hi), None)
+            meta["reuses"] = next((n for n, (a, b) in earlier.items() if v.numel() and a < b and lo < b and a < hi),
+                                  None)
             if buf is None or buf not in self.shared:
                 meta["stored"] = False
             else:
@@ -297,9 +323,28 @@ class Worker:
                         sh.copy_(v.to(sh.device) if v.device != sh.device else v)
                     meta["stored"] = True
             report[name] = meta
+        self._returned = {n: v for n, v in returned.items() if type(v) is torch.Tensor
+                          and not any(a <= _span(v)[0] < b for a, b in spans.values())}
         return report
 
+    def _stage_kept(self, k: Kernel) -> dict:
+        """The tensors the previous call returned, as they are now, into their judge buffers: the judge checks
+        that a result a caller keeps is not changed by the next call."""
+        out: dict[str, Any] = {}
+        for name, t in k.kept.items():
+            sh = self.shared.get(k.kept_bufs.get(name, ""))
+            ok = sh is not None and list(sh.shape) == list(t.shape) and sh.dtype == t.dtype
+            if ok:
+                sh.copy_(t.to(sh.device) if t.device != sh.device else t)
+            out[name] = {"stored": ok}
+        return out
+
     def op_call(self, msg: dict) -> dict:
+        """One call.  ``train``/``grad``: the module's mode and autograd during the call (a KernelBench model;
+        eval() without autograd unless said); ``keep``: hold the returned tensors until the next call;
+        ``kept``: after the call, hand the held ones back too; ``nvtx``: the call, the hand-over of its results
+        and the synchronize after them in one process-wide NVTX range (ncu measures every kernel launched in
+        it, from any thread)."""
         from ..timing import CallTimer
 
         torch = self.torch
@@ -309,20 +354,37 @@ class Worker:
         if self.timer is None:
             self.timer = CallTimer(self.device)
         cuda = self.device.startswith("cuda")
+        train, grad = bool(msg.get("train")), bool(msg.get("grad"))
+        if k.model is not None and k.model.training != train:
+            k.model.train(train)
         self._stage_in()
         if cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
+        rid: list[Any] = []
 
-        def nvtx(push: bool) -> None:
-            torch.cuda.nvtx.range_push(NVTX_RANGE) if push else torch.cuda.nvtx.range_pop()
+        def nvtx(start: bool) -> None:  # the range ends below, after the results are handed over
+            if start:
+                rid.append(torch.cuda.nvtx.range_start(NVTX_RANGE))
 
-        value, us, host, delay = self.timer.time(k.fn, msg["k"], nvtx=nvtx if msg.get("nvtx") else None)
-        returned = self._stage_out(k, value)
-        if cuda:
-            torch.cuda.synchronize(self.device)
+        fn = k.fn
+        value, us, host, delay = self.timer.time(lambda: fn(grad), msg["k"], nvtx=nvtx if msg.get("nvtx") else None)
+        with torch.no_grad():
+            returned = self._stage_out(k, value)
+            kept = self._stage_kept(k) if msg.get("kept") else None
+            del value
+            k.kept = self._returned if msg.get("keep") else {}
+            self._returned = {}
+            if cuda:
+                torch.cuda.synchronize(self.device)
+            for r in rid:
+                torch.cuda.nvtx.range_end(r)
+            if train and k.buffers:  # training mode updates running statistics: the next call starts from the judge's
+                state = k.model.state_dict()
+                for n, t in k.buffers.items():
+                    state[n].copy_(t)
         peak = int(torch.cuda.max_memory_allocated(self.device)) if cuda else None
         return {"us": us, "host_us": host, "delay_us": delay, "returned": returned, "peak_mem_bytes": peak,
-                "build": k.build}
+                "build": k.build, **({"kept": kept} if kept is not None else {})}
 
     def op_state(self, msg: dict) -> dict:
         from ..tensors import fingerprint
@@ -348,6 +410,42 @@ def state_mismatch(cls_name: str, ours: dict[str, list], theirs: dict[str, list]
         what = f"has '{n}' of shape {ours[n]} where Model's is {theirs[n]}"
     return (f"{cls_name}'s parameters and buffers must be Model's (same names and shapes, so both get the run's "
             f"one set of weights): {cls_name} {what}")
+
+
+def plain_types(torch) -> tuple:
+    """(torch.Tensor, the structseq types of torch.return_types): read before any kernel code runs, so a kernel
+    cannot add a type of its own."""
+    import torch.return_types as rt
+
+    return (torch.Tensor, frozenset(t for t in vars(rt).values() if isinstance(t, type) and issubclass(t, tuple)))
+
+
+def not_plain(value: Any, plain: tuple, depth: int = 0) -> str | None:
+    """What in a returned value is not plain data, in words ('a MyTensor (a torch.Tensor subclass)'), or None:
+    tensors must be exactly torch.Tensor, containers exactly dict, list or tuple (or a torch.return_types
+    structseq), scalars exactly int, float, bool, str or None.  Types are compared with ``type()``, which no
+    object can change, and nothing of the value is called."""
+    tensor, structseqs = plain
+    t = type(value)
+    if t is tensor or value is None or t in (int, float, bool, str):
+        return None
+    if t in (list, tuple) or t in structseqs:
+        items = tuple.__iter__(value) if t is not list else list.__iter__(value)
+    elif t is dict:
+        items = dict.values(value)
+    else:
+        what = f"{type.__getattribute__(t, '__module__')}.{type.__getattribute__(t, '__qualname__')}"
+        for base, word in ((tensor, "torch.Tensor"), (dict, "dict"), (list, "list"), (tuple, "tuple")):
+            if issubclass(t, base):  # the type's own bases: nothing of the object is asked
+                return f"a {what} (a {word} subclass)"
+        return f"a {what}"
+    if depth > 4:
+        return "containers nested more than 4 deep"
+    for item in items:
+        bad = not_plain(item, plain, depth + 1)
+        if bad:
+            return bad
+    return None
 
 
 def handed_over(calls) -> set[str]:

@@ -91,7 +91,9 @@ def _overall(res: dict) -> tuple[str, str | None]:
         o = bad[0]
         what = o.get("note") or f"{o['mismatches']} of {o['numel']} elements outside tolerance"
         shown = ",".join(f"{k}={v}" for k, v in dims.items())
-        return "FAIL", (f"{len(failed)} of {len(trials)} trials failed; first: dims {shown} seed {t['seed']} "
+        cond = t.get("condition") or "plain"
+        when = "" if cond == "plain" else f" ({(res.get('conditions') or {}).get(cond, cond)})"
+        return "FAIL", (f"{len(failed)} of {len(trials)} calls failed; first: dims {shown} seed {t['seed']}{when} "
                         f"output '{o['name']}': {what}")
     return "PASS", None
 
@@ -136,8 +138,9 @@ def run_correctness(args: argparse.Namespace) -> int:
     spec = {"cfg": cfg.to_json(), "device": device, "run_root": str(rd.root), "kernel": str(kernel),
             "shapes": shapes, "trials": cfg.correctness_trials}
     timeout = float(cfg.timeout_s)
-    progress(f"v{k}: checking {kernel.name} on {device}: {len(shapes)} shape(s) x {spec['trials']} trial(s); "
-             "the data and the verdicts are a judge process's, which never imports the kernel")
+    progress(f"v{k}: checking {kernel.name} on {device}: {len(shapes)} shape(s) x {spec['trials']} trial(s), and "
+             "the conditions a user's call can differ in (output pre-states, the module's mode, input ranges); the "
+             "data and the verdicts are a judge process's, which never imports the kernel")
     with judge_tmpdir() as scratch:
         outcome = run_judge("correctness", spec, timeout, env=scratch)
     outcome.raise_usage()  # bad input or environment: nothing was measured
@@ -169,6 +172,7 @@ def run_correctness(args: argparse.Namespace) -> int:
             "time": now_iso(), "seconds": round(outcome.seconds, 2),
             "tolerance": cfg.tolerance, "build": res.get("build"), "shapes": res["shapes"],
             "warnings": res.get("warnings", []), "sanitize": sanitize, "memory": memory_summary(res["shapes"]),
+            "conditions": res.get("conditions"),
             "worker_isolated": res.get("worker_isolated"), "isolation_why": res.get("isolation_why")}
     write_json(vdir / "correctness.json", data)
     atomic_write_text(vdir / "correctness.md", render("correctness.md.j2", c=data))
@@ -199,7 +203,7 @@ def summary_line(data: dict) -> str:
                  if isinstance(o.get("max_abs_err"), float)), default=None)
     w = f", worst max abs err {worst:.3g}" if worst is not None else ""
     san = f", sanitizer errors {data['sanitize']['errors']}" if data.get("sanitize") else ""
-    return f"{data['version']} correctness: {data['result']} ({len(data['shapes'])} shape(s), {n} trial(s){w}{san})"
+    return f"{data['version']} correctness: {data['result']} ({len(data['shapes'])} shape(s), {n} call(s){w}{san})"
 
 
 def register(subparsers) -> None:

@@ -50,7 +50,7 @@ from ..sidecars import CORRECTNESS_JSON, NCU_DETAILS_CSV, NCU_JSON, NCU_RAW_CSV,
 from ..templating import render
 from ..timecheck import DIFF_WARN, floor_invalid, timing_invalid
 
-NVTX_FILTER = NVTX_RANGE + "/"  # push/pop ranges need the trailing slash
+NVTX_FILTER = NVTX_RANGE  # a start/end range (process-wide: kernels launched from any thread), so no trailing slash
 CLOCK_CHOICES = ("base", "none")
 CACHE_CHOICES = ("all", "none")
 COVERAGE_WARN = 0.90
