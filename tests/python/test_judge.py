@@ -216,7 +216,7 @@ import torch
 
 VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_HOME", "CUDA_CACHE_PATH", "XDG_CACHE_HOME")
 planted = 0
-for folder in {tempfile.gettempdir(), *(os.environ.get(v) or "" for v in VARS)}:
+for folder in {tempfile.gettempdir(), *(os.environ[v] for v in VARS if os.environ.get(v))}:
     try:
         with open(os.path.join(folder, "planted-by-the-kernel"), "w") as f:
             f.write("x")
