@@ -1,13 +1,27 @@
 """Shared pytest set-up: import the helpers from the source tree; the gpu marker; the test inputs.
 
-The test inputs are committed packed (few files, see tests/python/kernels/README.md and
-tests/fixtures/ncu/README.md) and unpacked once per test session, at import of this module, into a
-fresh directory under the system temp area that is removed at exit:
+The test inputs are committed packed (few files in the skill; see also tests/fixtures/ncu/README.md) and
+unpacked once per test session, at import of this module, into a fresh directory under the system temp
+area that is removed at exit:
 
-- ``KERNELS``: every member of tests/python/kernels/*.txt as a real file (``KERNELS / "py_vadd.py"``);
+- ``KERNELS``: every member of tests/python/kernels/*.txt as a real file (``KERNELS / "py_vadd.py"``;
+  ``klcli.KERNELS`` is the same path); tests never read the packs themselves;
 - ``FIXTURES``: a mirror of tests/fixtures in which ``ncu/`` holds the members of
   ``recordings.tar.xz`` next to its notes, and every other entry links to (or is a copy of) the
   committed one.
+
+The kernel packs: ``refs.txt`` (references: ``ref_*.py``, ``kb_ref.py``), ``cpu_kernels.txt`` (torch-only
+kernels that also run on the CPU), ``gpu_py_kernels.txt`` (Triton, CuTe DSL and the FlashInfer cases),
+``cuda_kernels.txt`` (CUDA C++, CUTLASS) and ``adversarial.txt`` (kernels written to cheat, each with its
+docstring naming the attack, the references they need, and the honest kernels beside them).  Names ending
+in ``_zeros``, ``_const``, ``_input``, ``_nowrite``, ``_wrong``, ``_bad``, ``_crash``, ``_exit``, ``_raise``,
+``_hang``, ``_oob*``, ``_partial``, ``_compile_error`` and names starting ``cheat_`` are broken on purpose.
+A pack is its members one after another: each starts with a header line of exactly the form
+``==> NAME <==`` (NAME: letters, digits, ``_``, ``.``, ``-``), and its text is every byte after that line up to
+the next header line or the end of the pack, exactly as the file was (each member ends with its own final
+newline; no separator).  A header line is a syntax error in Python and CUDA C++, so no kernel holds one
+outside a string or comment; ``write_pack`` refuses a file that does, or that does not end with a newline.
+A name appears once across all packs.  To add a kernel, append a header and its text to a pack.
 
 Run as a script: ``unpack DIR`` writes the kernels to DIR/kernels and the ncu recordings to
 DIR/ncu (to read or edit them); ``pack PACK.txt FILE...`` writes a kernel pack from files;
