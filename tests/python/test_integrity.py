@@ -414,13 +414,17 @@ def test_a_kernel_that_computes_only_on_poisoned_outputs_fails(tmp_path, worker_
     assert "held zeros before the call" in md or "held random values before the call" in data["error"]
 
 
-def test_a_kernel_that_returns_a_buffer_it_reuses_fails(tmp_path, worker_here):
-    rc, data, md = _correctness(tmp_path, "ref_softmax.py", "cheat_softmax_reused_buffer.py", "M=8,N=64")
+@pytest.mark.parametrize("kernel", ["cheat_softmax_reused_buffer.py", "cheat_softmax_two_buffers.py"])
+def test_a_kernel_that_returns_a_buffer_it_reuses_fails(tmp_path, worker_here, kernel):
+    """Every call's result is held, as a caller would hold it: a later result stored in its memory, or its bytes
+    changed after the calls that followed, fails the call that returned it (two buffers in turn too)."""
+    rc, data, md = _correctness(tmp_path, "ref_softmax.py", kernel, "M=8,N=64")
     assert rc == 1, md
     _, notes = _failed(data)
     assert any("returns a buffer it reuses" in n for n in notes), notes
-    assert any("returned by the previous call changed" in n for n in notes), notes
-    assert data["shapes"][0]["trials"][0]["passed"]  # one call alone is right: only the next call shows it
+    assert any("returned by call 1 changed when the kernel was called again" in n for n in notes), notes
+    first = data["shapes"][0]["trials"][0]["outputs"]
+    assert first[0]["passed"] and not first[-1]["passed"]  # right when returned; overwritten later
 
 
 @pytest.mark.parametrize("kernel, what", [("cheat_softmax_lazy.py", "torch.lazy._Later (a torch.Tensor subclass)"),
@@ -474,3 +478,29 @@ def test_a_softmax_without_the_max_subtraction_fails_at_large_inputs(tmp_path, w
     conds, _ = _failed(data)
     assert conds == {"range:x100"}, conds  # exact on the problem's own inputs
     assert "(inputs x100)" in data["error"]
+
+
+def test_a_condition_whose_copies_do_not_fit_in_memory_is_noted_and_the_call_is_plain(monkeypatch):
+    """The float64 check and the training-mode copy of a model take memory beyond the call's own; where they do
+    not fit, the condition is not checked and the notes say why, rather than the honest kernel failing."""
+    import torch
+    from kernel_loop.measure import conditions
+
+    def oom(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB")
+
+    monkeypatch.setattr(conditions, "range_ok", oom)
+
+    class Prob:
+        seen = {"model64": object()}
+
+        def draw(self, seed, vary=None):
+            return "varied"
+
+    notes = []
+    cond, said, ds = conditions.condition(None, Prob(), "first", "ds", "range:x100", None, 1, notes)
+    assert said == "plain" and ds == "ds" and cond.pre == "poison"
+    assert notes and "did not fit in memory" in notes[0] and "inputs x100" in notes[0]
+    monkeypatch.setattr(conditions, "range_ok", lambda *a: (_ for _ in ()).throw(RuntimeError("a real bug")))
+    with pytest.raises(RuntimeError, match="a real bug"):
+        conditions.condition(None, Prob(), "first", "ds", "range:x100", None, 1, [])

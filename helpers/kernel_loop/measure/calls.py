@@ -166,36 +166,32 @@ def verify(shared: Shared, ds: DataSet, report: dict[str, Any], tolerance: Any, 
             row.update(passed=False, note=f"output '{row['name']}' shares memory with the input '{arg}' (a "
                        "view of it): the kernel must write its own result")
         elif meta.get("reuses") and not props.get("reuses"):
-            row.update(passed=False, note=f"output '{row['name']}' is stored where the previous call's result "
-                       f"'{meta['reuses']}' is: the kernel returns a buffer it reuses, so a caller that keeps a "
-                       "result finds it overwritten by the next call; return a new tensor each call")
+            row.update(passed=False, note=f"output '{row['name']}' is stored where the result '{meta['reuses']}' "
+                       "is: the kernel returns a buffer it reuses, so a caller that keeps a result finds it "
+                       "overwritten by a later call; return a new tensor each call")
     for n in ds.input_names():
         t = shared.bufs[shared.names[n]]
         if fingerprint(t) != ds.fingerprints[n]:
             rows.append(changed_input(n, t))
     return rows, warns
 
-def verify_kept(shared: Shared, earlier: DataSet, report: dict[str, Any], tolerance: Any, ref: Any) -> list[dict]:
-    """Rows for the results the previous call returned (on ``earlier``'s inputs), as the worker found them after
-    this call: each must still hold ``earlier``'s expected values."""
-    rows = []
-    for name, meta in (report or {}).items():
-        if name not in earlier.expected or f"kept:{name}" not in shared.names:
-            continue
-        exp = earlier.expected[name]
-        if not meta.get("stored"):
-            rows.append(bad_row(f"earlier result '{name}'", exp, f"the result '{name}' of the previous call could not "
-                                "be read back after this call"))
-            continue
-        got = shared.bufs[shared.names[f"kept:{name}"]]
-        row = compare_outputs({name: got}, {name: exp}, tolerance, ref)[0][0]
-        row["name"] = f"earlier result '{name}'"
-        if not row["passed"]:
-            row["note"] = (f"the result '{name}' returned by the previous call changed when the kernel was called again "
-                           "(it returns storage that it writes again later): a caller that keeps a result must find it "
-                           "as it was")
-        rows.append(row)
-    return rows
+def kept_fingerprints(shared: Shared, ds: DataSet, report: dict[str, Any]) -> dict[str, tuple]:
+    """Fingerprints of the tensors a call returned, as the judge's buffers hold them right after it: what a
+    caller that keeps them must still find after later calls."""
+    return {n: fingerprint(shared.bufs[shared.names[n]]) for n, meta in (report or {}).items()
+            if meta.get("stored") and n in ds.expected and n not in ds.in_place and f"kept:{n}" in shared.names}
+
+
+def verify_kept(sess: Session, kid: str, i: int, prints: dict[str, tuple]) -> str | None:
+    """Why the results call ``i`` returned no longer hold what they held right after it (None when they do)."""
+    reply = sess.worker.request({"op": "kept", "k": kid, "i": i})
+    for name, want in prints.items():
+        if not (reply.get("kept") or {}).get(name, {}).get("stored"):
+            return f"the result '{name}' returned by call {i + 1} could not be read back after the calls that followed"
+        if fingerprint(sess.shared.bufs[sess.shared.names[f"kept:{name}"]]) != want:
+            return (f"the result '{name}' returned by call {i + 1} changed when the kernel was called again (it returns "
+                    "storage that it writes again later): a caller that keeps a result must find it as it was")
+    return None
 
 
 def screen(shared: Shared, ds: DataSet, variant: int, names: list[str] | None = None) -> str | None:
@@ -274,8 +270,6 @@ class Session:
             msg.update(train=cond.train, grad=cond.grad)
         if cond.keep:
             msg["keep"] = True
-        if cond.earlier is not None:
-            msg["kept"] = True
         try:
             reply = self.worker.request(msg)
         except KernelFailed as exc:
@@ -288,8 +282,6 @@ class Session:
         if checked:
             exp = ds if cond.expected is None else dataclasses.replace(ds, expected=cond.expected)
             rows, warns = verify(sh, exp, reply.get("returned") or {}, self.judge.tolerance, self.judge.ref)
-            if cond.earlier is not None:
-                rows += verify_kept(sh, cond.earlier, reply.get("kept") or {}, self.judge.tolerance, self.judge.ref)
             out.update(rows=rows, warnings=warns)
             why = first_failure(rows) or why
         out["failure"] = why

@@ -11,8 +11,9 @@ the correctness calls of each shape vary, in an order drawn at random (``conditi
 - the inputs' range: x100, x0.01 and shifted by 4 RMS (``VARIANTS``), where the reference stays finite
   and as well conditioned as on the problem's own inputs, judged against the reference in float64
   (``range_ok``); integer, bool and discrete-valued inputs (masks, labels) keep their values;
-- and after every call, that the result the previous call returned still holds its values (a kernel that
-  returns a buffer it reuses overwrites a result its caller kept).
+- and, the results of every call held as a caller would hold them, that none shares storage with a later
+  result and that each still holds its bytes after all the calls that followed (a kernel that returns a
+  buffer it reuses overwrites a result its caller kept).
 
 Runs in the judge only.
 """
@@ -51,8 +52,7 @@ class Condition:
     """How a correctness call differs from a plain one: ``pre``, what the outputs handed to the kernel hold
     before it ("poison", "zeros", "random", "stale": ``stale``'s expected values); ``train``/``grad``, the
     module's mode and autograd (with ``expected``, the reference's outputs in that mode when they differ);
-    ``keep``, hold the returned tensors for the next call; ``earlier``, the data set of the previous call, whose
-    kept results are checked after this one."""
+    ``keep``, the worker holds the returned tensors, as a caller would, to be checked after the later calls."""
 
     pre: str = "poison"
     stale: DataSet | None = None
@@ -60,7 +60,12 @@ class Condition:
     grad: bool = False
     expected: dict[str, Any] | None = None
     keep: bool = False
-    earlier: DataSet | None = None
+
+
+def forget(prob: Problem) -> None:
+    """Free what the conditions of a shape held (Model in float64) once its calls are made."""
+    if prob.seen.pop("model64", None) is not None:
+        _free()
 
 
 def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]:
@@ -82,7 +87,28 @@ def condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want: 
               seed: int, notes: list[str]) -> tuple[Condition, str, DataSet]:
     """The Condition of one correctness call, its name (CONDITION_WORDS) and its data set (a range condition
     draws its own); a condition that cannot be checked on this problem is noted and the call is plain."""
-    cond = Condition(keep=True, earlier=earlier)
+    try:
+        return _condition(tolerance, prob, first, ds, want, earlier, seed, notes)
+    except (MemoryError, RuntimeError) as exc:  # torch.OutOfMemoryError: the extra copies did not fit, the call is plain
+        if not isinstance(exc, MemoryError) and "out of memory" not in str(exc).lower():
+            raise
+        notes.append(f"{CONDITION_WORDS.get(want or 'plain', want)}: not checked: its extra copies (float64, the model "
+                     f"in training mode) did not fit in memory ({' '.join(str(exc).split())[:120]})")
+        prob.seen.pop("model64", None)
+        _free()
+        return Condition(keep=True), "plain", ds
+
+
+def _free() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want: str | None,
+               earlier: DataSet | None, seed: int, notes: list[str]) -> tuple[Condition, str, DataSet]:
+    cond = Condition(keep=True)
     aspect, _, value = (want or "plain").partition(":")
     if aspect == "pre":
         cond.pre, cond.stale = value, earlier or first

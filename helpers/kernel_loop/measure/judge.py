@@ -25,7 +25,6 @@ before anything else is timed.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import random
@@ -41,8 +40,8 @@ from ..compare import applied_tolerances
 from ..config import RunConfig
 from ..tensors import is_tensor
 from . import protocol
-from .calls import Session, ab_loop, bad_row, harness_hint, timing_block
-from .conditions import CONDITION_WORDS, condition, condition_plan
+from .calls import Session, ab_loop, bad_row, harness_hint, kept_fingerprints, timing_block, verify_kept
+from .conditions import CONDITION_WORDS, condition, condition_plan, forget
 from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
 from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
 
@@ -232,9 +231,10 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
         notes: list[str] = []
         shapes.append({"dims": dims, "trials": trials, "notes": notes})
         sess = None
-        earlier = None  # the previous call's data set, whose returned results are checked after the next call
+        earlier = None  # the previous call's data set: its expected values are the "stale" pre-state of a next call
         first = None
         plan = None
+        held: list[dict] = []  # per call, the fingerprints of what it returned: a caller holding them finds them so
         t = 0
         while plan is None or t < len(plan):
             seed = derive_seed(cfg.seed, si, t)
@@ -254,10 +254,17 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
             passed = r["failure"] is None and bool(rows)
             trials.append({"seed": seed, "tag": f"{si}:{t}", "condition": said, "outputs": rows, "passed": passed,
                            **_memory(ds, (r["reply"] or {}).get("peak_mem_bytes"))})
+            held.append(kept_fingerprints(sess.shared, ds, (r["reply"] or {}).get("returned") or {}) if passed else {})
             result["warnings"] += [w for w in r["warnings"] if w not in result["warnings"]]
-            # the next call checks that this one's result still holds what it was checked against
-            earlier = None if not passed else ds if cond.expected is None else dataclasses.replace(ds, expected=cond.expected)
+            earlier = ds
             t += 1
+        forget(prob)
+        for i, prints in enumerate(held[:-1]):  # every result, after all the calls that followed it
+            why = verify_kept(sess, "k", i, prints) if prints else None
+            if why:
+                trials[i]["passed"] = False
+                trials[i]["outputs"].append(bad_row(f"result kept after {len(held) - 1 - i} later call(s)",
+                                                    next(iter(first.expected.values())), why))
         if sess is not None:
             result["build"] = result["build"] or sess.builds.get("k")
 

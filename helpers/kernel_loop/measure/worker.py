@@ -63,7 +63,7 @@ class Kernel:
         self.out_names: list[str] = []
         self.model = None
         self.buffers: dict[str, Any] = {}   # the model's buffers as loaded (restored after a call in training mode)
-        self.kept: dict[str, Any] = {}      # the tensors the previous call returned, when the judge asked to keep them
+        self.kept: list[dict[str, Any]] = []  # what each call asked to keep returned, as a caller holding it would
 
 
 class Worker:
@@ -174,7 +174,7 @@ class Worker:
             k.outputs = dict(call.get("outputs") or {})
             k.kept_bufs = dict(call.get("kept") or {})
             k.out_names = list(call.get("out_names") or [])
-            k.kept = {}
+            k.kept = []
             info[kid] = self._make_call(k, call)
         for call in msg["calls"].values():  # the parameters now live in every model: not staged per call
             for b in (call.get("state") or {}).values():
@@ -296,7 +296,7 @@ class Worker:
         returned = {} if value is None else normalize_outputs(value, k.out_names)
         report: dict[str, Any] = {}
         spans = {n: _span(t) for n, t in self.local.items()}
-        earlier = {n: _span(t) for n, t in k.kept.items()}
+        earlier = {f"{n} of call {i + 1}": _span(t) for i, held in enumerate(k.kept) for n, t in held.items()}
         for name, v in returned.items():
             buf = k.outputs.get(name)
             meta: dict[str, Any] = {"returned": True}
@@ -327,22 +327,28 @@ class Worker:
                           and not any(a <= _span(v)[0] < b for a, b in spans.values())}
         return report
 
-    def _stage_kept(self, k: Kernel) -> dict:
-        """The tensors the previous call returned, as they are now, into their judge buffers: the judge checks
-        that a result a caller keeps is not changed by the next call."""
+    def op_kept(self, msg: dict) -> dict:
+        """The tensors a kept call returned (``i``, counted from 0), as they are now, into their judge buffers: the
+        judge checks that a result a caller holds is not changed by the calls after it."""
+        torch = self.torch
+        k = self.kernels[msg["k"]]
+        i = int(msg["i"])
         out: dict[str, Any] = {}
-        for name, t in k.kept.items():
-            sh = self.shared.get(k.kept_bufs.get(name, ""))
-            ok = sh is not None and list(sh.shape) == list(t.shape) and sh.dtype == t.dtype
-            if ok:
-                sh.copy_(t.to(sh.device) if t.device != sh.device else t)
-            out[name] = {"stored": ok}
-        return out
+        with torch.no_grad():
+            for name, t in (k.kept[i] if 0 <= i < len(k.kept) else {}).items():
+                sh = self.shared.get(k.kept_bufs.get(name, ""))
+                ok = sh is not None and list(sh.shape) == list(t.shape) and sh.dtype == t.dtype
+                if ok:
+                    sh.copy_(t.to(sh.device) if t.device != sh.device else t)
+                out[name] = {"stored": ok}
+            if self.device.startswith("cuda"):
+                torch.cuda.synchronize(self.device)
+        return {"kept": out}
 
     def op_call(self, msg: dict) -> dict:
         """One call.  ``train``/``grad``: the module's mode and autograd during the call (a KernelBench model;
-        eval() without autograd unless said); ``keep``: hold the returned tensors until the next call;
-        ``kept``: after the call, hand the held ones back too; ``nvtx``: the call, the hand-over of its results
+        eval() without autograd unless said); ``keep``: hold the returned tensors for the rest of the session (a
+        caller keeps results: ``op_kept`` hands them back); ``nvtx``: the call, the hand-over of its results
         and the synchronize after them in one process-wide NVTX range (ncu measures every kernel launched in
         it, from any thread)."""
         from ..timing import CallTimer
@@ -370,9 +376,9 @@ class Worker:
         value, us, host, delay = self.timer.time(lambda: fn(grad), msg["k"], nvtx=nvtx if msg.get("nvtx") else None)
         with torch.no_grad():
             returned = self._stage_out(k, value)
-            kept = self._stage_kept(k) if msg.get("kept") else None
             del value
-            k.kept = self._returned if msg.get("keep") else {}
+            if msg.get("keep"):
+                k.kept.append(self._returned)
             self._returned = {}
             if cuda:
                 torch.cuda.synchronize(self.device)
@@ -384,7 +390,7 @@ class Worker:
                     state[n].copy_(t)
         peak = int(torch.cuda.max_memory_allocated(self.device)) if cuda else None
         return {"us": us, "host_us": host, "delay_us": delay, "returned": returned, "peak_mem_bytes": peak,
-                "build": k.build, **({"kept": kept} if kept is not None else {})}
+                "build": k.build}
 
     def op_state(self, msg: dict) -> dict:
         from ..tensors import fingerprint
