@@ -28,7 +28,11 @@ def timing_invalid(ncu_us: float, event_us: Any, clock_control: str | None, ncu_
     the timed window (a side stream never joined back, for example).  When ncu locked the SM clock
     (any --clock-control but none) its durations run long for compute-bound kernels: the sum is then
     scaled by the locked clock over the timing run's clock, a bound no honest kernel exceeds; without
-    both clocks the check cannot decide and stays silent.
+    both clocks the check cannot decide and stays silent.  That scaling is the check's slack: a
+    memory-bound call whose work partly runs outside the events can pass under a locked clock (seen on
+    the H200 on 2026-12-04 at x0.75: a softmax computed in the hand-over after the end event passed profile,
+    most likely through this slack; its numbers were not kept and it was not re-run under none), where under
+    --clock-control none only DIFF_WARN is left to it.
     """
     if not (_finite(event_us) and event_us > 0 and _finite(ncu_us)):
         return None
