@@ -286,6 +286,9 @@ class _Checker(ast.NodeVisitor):
 
     # -- scopes: defaults, decorators and annotations belong to the enclosing scope, the body to its own --
     def _visit_function(self, node: ast.AST) -> None:
+        name = getattr(node, "name", "")
+        if name in ("__torch_function__", "__torch_dispatch__"):  # defining the protocol, not only reading it
+            self.add(node, f"'def {name}'", MEMBERS[name])
         args = node.args
         outer = [*args.defaults, *(d for d in args.kw_defaults if d is not None)]
         if not isinstance(node, ast.Lambda):

@@ -62,6 +62,8 @@ _WHY_SHARE = "shares GPU memory with another process, such as the harness's own 
 _WHY_LOADLIB = "loads or looks up compiled code outside the kernel, the harness's own symbols included"
 _WHY_HOOK = "runs at library load, unload or exit, outside the measured call"
 _WHY_MEMORY = "reads or writes another process's memory"
+_WHY_MODE = ("a torch function or dispatch mode (or a tensor type that intercepts torch calls) runs inside the "
+             "harness's own torch calls, after the timed call: a kernel returns plain tensors")
 _WHY_BUILT_NAME = ("looks attributes up by names built at run time (os.fork, a frame's locals, the timer), out of "
                    "sight of this check; write the attribute out")
 
@@ -162,6 +164,10 @@ RULES: tuple[Rule, ...] = (
     Rule("attr", "os.truncate", _WHY_FS),
     Rule("attr", "os.symlink", _WHY_FS),
     Rule("attr", "os.link", _WHY_FS),
+    Rule("attr", "torch.overrides.TorchFunctionMode", _WHY_MODE),
+    Rule("attr", "torch.utils._python_dispatch.TorchDispatchMode", _WHY_MODE),
+    Rule("attr", "torch._C._push_on_torch_function_stack", _WHY_MODE),
+    Rule("attr", "torch._C._push_on_torch_dispatch_stack", _WHY_MODE),
     Rule("attr", "operator.attrgetter", _WHY_BUILT_NAME),
     Rule("attr", "operator.methodcaller", _WHY_BUILT_NAME),
     Rule("attr", "traceback.walk_stack", _WHY_FRAME),
@@ -196,6 +202,7 @@ RULES: tuple[Rule, ...] = (
         "__dict__", "__class__", "__bases__", "__base__", "__mro__", "__subclasses__", "__globals__",
         "__code__", "__closure__", "__builtins__", "__import__", "__getattribute__", "__loader__", "__spec__",
         "__self__", "__setattr__", "__delattr__")),
+    *(Rule("member", n, _WHY_MODE) for n in ("__torch_function__", "__torch_dispatch__")),
     *(Rule("member", n, _WHY_FRAME) for n in (
         "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "gi_frame", "cr_frame", "ag_frame",
         "tb_frame")),

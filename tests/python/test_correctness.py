@@ -186,7 +186,7 @@ def test_triton_vector_add_passes(tmp_path, monkeypatch, capsys):
     conds = [t["condition"] for t in data["shapes"][0]["trials"]]
     # the default 5 trials per shape, and 6 conditions of a user's call (3 output pre-states, 3 input ranges)
     assert len(seeds) == 14 and len(set(seeds)) == 14 and conds[0] == "plain"
-    assert sorted(conds[1:]) == ["pre:random", "pre:stale", "pre:zeros", "range:shift", "range:x0.01", "range:x100"]
+    assert sorted(conds[1:]) == ["pre:random", "pre:stale", "pre:zeros", "range:down", "range:shift", "range:up"]
     row = data["shapes"][0]["trials"][0]["outputs"][0]
     assert row["tolerance"]["source"] == "dtype-default (float32)" and row["numel"] == 1000
     assert "PASS" in capsys.readouterr().out

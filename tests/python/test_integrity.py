@@ -64,7 +64,7 @@ def test_the_normwise_limit_is_overridable_and_recorded(tmp_path, worker_here):
     out = tmp_path / "run"
     assert klcli.main("init", out, "--kernel", "scaled", "--ref", KERNELS / "ref_softmax_rand.py", "--impl", "triton",
                       "--baseline", scaled, "--dims", "M=16,N=8192", "--skip-env", "--rel-l2", "0.5",
-                      "--rtol", "0.5") == 0  # rtol too: at inputs x100 the outputs reach 1, far above atol
+                      "--rtol", "0.5") == 0  # rtol too: at inputs scaled up the outputs reach 1, far above atol
     rc = klcli.main("correctness", out)
     data = json.loads((out / "v0" / "correctness.json").read_text())
     md = (out / "v0" / "correctness.md").read_text()
@@ -427,9 +427,17 @@ def test_a_kernel_that_returns_a_buffer_it_reuses_fails(tmp_path, worker_here, k
     assert first[0]["passed"] and not first[-1]["passed"]  # right when returned; overwritten later
 
 
+@pytest.fixture
+def no_static_check(monkeypatch):
+    """The first filter off (it refuses these kernels' subclass and mode protocols by name): the judge behind it
+    is what is tested."""
+    monkeypatch.setattr(static_check, "check_kernel_source", lambda path: None)
+
+
 @pytest.mark.parametrize("kernel, what", [("cheat_softmax_lazy.py", "torch.lazy._Later (a torch.Tensor subclass)"),
                                           ("cheat_softmax_lazy_dict.py", "_LaterDict (a dict subclass)")])
-def test_a_result_that_computes_when_read_is_refused_naming_its_type(tmp_path, worker_here, kernel, what):
+def test_a_result_that_computes_when_read_is_refused_naming_its_type(tmp_path, worker_here, no_static_check, kernel,
+                                                                     what):
     rc, data, md = _correctness(tmp_path, "ref_softmax.py", kernel, "M=8,N=64")
     assert rc == 1 and what in data["error"] and "plain torch.Tensor" in data["error"], data["error"]
     assert len(data["error"].splitlines()) == 1
@@ -476,8 +484,8 @@ def test_a_softmax_without_the_max_subtraction_fails_at_large_inputs(tmp_path, w
     rc, data, md = _correctness(tmp_path, "ref_softmax.py", "cheat_softmax_no_max.py", "M=8,N=64")
     assert rc == 1, md
     conds, _ = _failed(data)
-    assert conds == {"range:x100"}, conds  # exact on the problem's own inputs
-    assert "(inputs x100)" in data["error"]
+    assert conds == {"range:up"}, conds  # exact on the problem's own inputs
+    assert "(inputs scaled up (x20 to x500); this draw x" in data["error"]
 
 
 def test_a_condition_whose_copies_do_not_fit_in_memory_is_noted_and_the_call_is_plain(monkeypatch):
@@ -498,9 +506,73 @@ def test_a_condition_whose_copies_do_not_fit_in_memory_is_noted_and_the_call_is_
             return "varied"
 
     notes = []
-    cond, said, ds = conditions.condition(None, Prob(), "first", "ds", "range:x100", None, 1, notes)
+    cond, said, ds = conditions.condition(None, Prob(), "first", "ds", "range:up", None, 1, notes)
     assert said == "plain" and ds == "ds" and cond.pre == "poison"
-    assert notes and "did not fit in memory" in notes[0] and "inputs x100" in notes[0]
-    monkeypatch.setattr(conditions, "range_ok", lambda *a: (_ for _ in ()).throw(RuntimeError("a real bug")))
-    with pytest.raises(RuntimeError, match="a real bug"):
-        conditions.condition(None, Prob(), "first", "ds", "range:x100", None, 1, [])
+    assert notes and "did not fit in memory" in notes[0] and "inputs scaled up" in notes[0]
+    monkeypatch.setattr(conditions, "range_ok", lambda *a: (_ for _ in ()).throw(ValueError("outside its domain")))
+    notes = []
+    assert conditions.condition(None, Prob(), "first", "ds", "range:up", None, 1, notes)[1] == "plain"
+    assert "the reference cannot run there (ValueError: outside its domain)" in notes[0]
+
+
+@pytest.mark.parametrize("ref, kernel, dims, note", [
+    ("ref_bce.py", "honest_bce.py", "M=8,N=64", "the reference cannot run there"),
+    ("ref_fp8_dequant.py", "honest_fp8_dequant.py", "M=8,N=64", None),
+    ("kb_ref_triu.py", "kb_new_triu.py", "N=64", None),
+    ("kb_ref_batchnorm.py", "kb_new_batchnorm.py", "batch_size=1,features=16", "Expected more than 1 value"),
+])
+def test_honest_kernels_whose_reference_has_a_domain_pass(tmp_path, worker_here, ref, kernel, dims, note):
+    """Found by a red team (2026-12-04), false rejections: a reference that raises on moved inputs (binary
+    cross-entropy outside [0, 1]), fp8 inputs (no unique() for them), a Model that raises in training mode
+    (BatchNorm on a batch of 1) crashed the judge, so every kernel failed; shifted inputs filled the zero lower
+    triangles of a triangular product, failing a kernel that reads only the upper ones.  Now the condition is
+    noted as not checked and the call is plain, and a shift keeps zeros."""
+    if ref.startswith("kb_"):
+        rc, data, md = _kb(tmp_path, ref, kernel, dims)
+    else:
+        rc, data, md = _correctness(tmp_path, ref, kernel, dims)
+    assert rc == 0, data["error"]
+    if note:
+        assert note in md, md[:3000]
+
+
+@pytest.mark.parametrize("kernel, when", [("cheat_softmax_dispatch_mode.py", "left active at import"),
+                                          ("cheat_softmax_function_mode_in_call.py", "the call left active a torch function mode")])
+def test_a_torch_mode_left_active_is_refused(tmp_path, no_static_check, kernel, when):
+    """Found by a red team (2026-12-04): a TorchDispatchMode or TorchFunctionMode left active runs inside the
+    worker's own torch calls after the kernel's, computing the result in the hand-over (outside the timed call)
+    and answering the kept-results check from snapshots; both passed correctness.  The worker refuses any mode
+    still active after the import and after each call (a real worker process: the mode is the process's)."""
+    rc, data, md = _correctness(tmp_path, "ref_softmax.py", kernel, "M=8,N=64")
+    assert rc == 1 and when in data["error"] and "leave every mode before returning" in data["error"], data["error"]
+    for name in ("cheat_softmax_dispatch_mode.py", "cheat_softmax_function_mode_in_call.py", "cheat_softmax_lazy.py"):
+        assert static_check.findings(KERNELS / name)  # and the first filter names them too
+
+
+def test_a_modelnew_that_rewrites_its_own_weights_fails(tmp_path, worker_here):
+    """Found by a red team (2026-12-04): a ModelNew that stores its weights in another layout in its own
+    parameters, and compensates, gave right outputs and passed; a user's model is left with other weights.  The
+    worker's parameters and buffers are compared with the judge's after the calls of each shape."""
+    rc, data, md = _kb(tmp_path, "kb_ref_linear_relu.py", "kb_cheat_rewrites_weights.py", "batch_size=32,features=64")
+    assert rc == 1 and "the kernel changed 2 of its model's 2 parameters and buffers" in data["error"], data["error"]
+
+
+@pytest.mark.parametrize("ref, kernel, dims, passes, note", [
+    ("ref_accumulate.py", "honest_accumulate.py", "M=8,N=16,K=32", True, None),
+    ("ref_accumulate.py", "cheat_accumulate_overwrites.py", "M=8,N=16,K=32", False, "held random values"),
+    ("ref_two_outputs.py", "cheat_two_outputs_one_tensor.py", "M=8,N=64", False, "shares memory with the output"),
+])
+def test_accumulated_and_aliased_outputs(tmp_path, worker_here, ref, kernel, dims, passes, note):
+    """Found by a red team (2026-12-04): an output ref.py declares accumulated always started at setup()'s zeros, so a
+    kernel that overwrote it passed; two outputs returned as one tensor passed where the reference's are two.  An
+    accumulated output now also starts from random values (the reference's too), and outputs of one call that share
+    memory fail where the reference's do not."""
+    rc, data, md = _correctness(tmp_path, ref, kernel, dims)
+    assert (rc == 0) is passes, data["error"]
+    if note:
+        assert note in data["error"], data["error"]
+
+
+def test_a_modelnew_wrong_under_inference_mode_fails(tmp_path, worker_here):
+    rc, data, md = _kb(tmp_path, "kb_ref_linear_relu.py", "kb_cheat_inference_mode.py", "batch_size=32,features=64")
+    assert rc == 1 and "torch.inference_mode()" in data["error"], data["error"]

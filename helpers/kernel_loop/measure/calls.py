@@ -23,7 +23,7 @@ from ..common import MeasuredFailure, UsageError
 from ..compare import changed_input_row, compare_outputs, first_failure
 from ..tensors import FLOAT_SENTINEL, fingerprint, poison_tensor
 from . import protocol
-from .conditions import Condition
+from .conditions import VARIANTS, Condition, forget, range_ok
 from .launch import KernelFailed, WorkerProc
 from .problem import DataSet, Problem
 
@@ -165,6 +165,10 @@ def verify(shared: Shared, ds: DataSet, report: dict[str, Any], tolerance: Any, 
             arg = next((a for a, b in shared.names.items() if b == meta["views"]), meta["views"])
             row.update(passed=False, note=f"output '{row['name']}' shares memory with the input '{arg}' (a "
                        "view of it): the kernel must write its own result")
+        elif meta.get("aliases") and not props.get("aliases"):
+            row.update(passed=False, note=f"output '{row['name']}' shares memory with the output '{meta['aliases']}' "
+                       "of the same call, where the reference's outputs are separate tensors: a caller that changes one "
+                       "changes the other")
         elif meta.get("reuses") and not props.get("reuses"):
             row.update(passed=False, note=f"output '{row['name']}' is stored where the result '{meta['reuses']}' "
                        "is: the kernel returns a buffer it reuses, so a caller that keeps a result finds it "
@@ -237,21 +241,47 @@ class Session:
         self.sets: list[DataSet] = [first]
         self.fresh = False
         self.draw_s = 0.0
+        self.moved = 0  # verified timed calls whose inputs were moved to another range
 
     def prepare_sets(self, calls: int, seed: int) -> None:
-        """Fresh data for every call when drawing is cheap enough, else a second set with other values."""
+        """Fresh data for every call when drawing the inputs is cheap enough (an unverified call needs no
+        reference), else a second set with other values.  With two sets a result remembered by the inputs'
+        content is right on every call (seen: a GEMM memo keyed on a few elements, 310 us against the reference's
+        0.3 s, when a slow reference was counted in the drawing cost), so only the inputs' own cost counts."""
         t0 = time.monotonic()
-        second = self.problem.draw(seed)
+        self.problem.draw(seed + 1, reference=False)
         self.draw_s = time.monotonic() - t0
-        self.sets = [self.first, second]
+        self.sets = [self.first, self.problem.draw(seed)]
         self.fresh = self.draw_s * calls <= FRESH_DRAW_BUDGET_S
 
-    def pick(self, checked: bool) -> DataSet:
+    def pick(self, checked: bool, *, moved: bool = False) -> DataSet:
         """The data of the next call: a fresh draw (with its reference when the call is verified), or one of
-        the two sets at random."""
+        the two sets at random.  ``moved``: a verified call may draw, half the time, inputs moved to another range
+        (conditions.VARIANTS) where correctness could check them, so that a timed call is held to what a
+        correctness call is (a kernel that tells the timed calls apart, by counting calls or by its results'
+        lifetimes, must still be right on moved inputs)."""
+        rng = self.judge.rng
         if self.fresh:
-            return self.problem.draw(self.judge.rng.randrange(1 << 30), reference=checked)
-        return self.sets[self.judge.rng.randrange(len(self.sets))]
+            seed = rng.randrange(1 << 30)
+            if moved and checked and rng.random() < 0.5:
+                vary = rng.choice(sorted(VARIANTS))
+                ds = self.problem.draw(seed, vary=vary) if self._range_ok(vary) else None
+                if ds is not None:
+                    self.moved += 1
+                    return ds
+            return self.problem.draw(seed, reference=checked)
+        return self.sets[rng.randrange(len(self.sets))]
+
+    def _range_ok(self, vary: str) -> bool:
+        """Whether inputs moved to ``vary`` can be checked on this problem (conditions.range_ok, decided once)."""
+        key = f"range:{vary}"
+        if key not in self.problem.seen:
+            try:
+                varied = self.problem.draw(self.judge.rng.randrange(1 << 30), vary=vary)
+                self.problem.seen[key] = range_ok(self.problem, self.first, varied, self.judge.tolerance) is None
+            except Exception:  # the reference cannot run there: not a condition of this problem
+                self.problem.seen[key] = False
+        return bool(self.problem.seen[key])
 
     def call(self, kid: str, ds: DataSet, *, checked: bool, nvtx: bool = False, cond: Condition | None = None
              ) -> dict[str, Any]:
@@ -266,8 +296,8 @@ class Session:
         self.judge.sync()
         self.calls += 1
         msg: dict[str, Any] = {"op": "call", "k": kid, "nvtx": nvtx}
-        if cond.train or cond.grad:
-            msg.update(train=cond.train, grad=cond.grad)
+        if cond.train or cond.grad or cond.inference:
+            msg.update(train=cond.train, grad=cond.grad, inference=cond.inference)
         if cond.keep:
             msg["keep"] = True
         try:
@@ -294,9 +324,9 @@ class Session:
         k = min(trials, max(MIN_CHECKS, math.ceil(trials / 20)))
         checked = {0, total - 1} | set(self.judge.rng.sample(range(warmup, total), k))
         samples, host, delays, peak = [], [], [], 0
-        verified = 0
+        verified = self.moved = 0
         for i in range(total):
-            ds = self.pick(i in checked)
+            ds = self.pick(i in checked, moved=0 < i < total - 1)
             r = self.call(kid, ds, checked=i in checked)
             if r["failure"]:
                 phase = "warmup" if i < warmup else "timed"
@@ -311,7 +341,7 @@ class Session:
         host_us = sorted(host)[len(host) // 2] if host else 0.0
         return {"failure": None, "samples_us": samples, "host_overhead_us": host_us,
                 "device_delay_us": sorted(delays)[len(delays) // 2] if delays else 0.0, "verified": verified,
-                "calls": total, "fresh_inputs": self.fresh, "peak_mem_bytes": peak or None}
+                "verified_moved": self.moved, "calls": total, "fresh_inputs": self.fresh, "peak_mem_bytes": peak or None}
 
 
 def timing_block(loop: dict[str, Any], warmup: int, trials: int, device: str) -> dict[str, Any]:
@@ -321,7 +351,8 @@ def timing_block(loop: dict[str, Any], warmup: int, trials: int, device: str) ->
     return {"method": "cuda_event" if cuda else "host_time", "warmup": warmup, "trials": trials, "l2_flush": cuda,
             "flush_bytes": flush_bytes_for(device) if cuda else 0, "host_overhead_us": loop["host_overhead_us"],
             "device_delay_us": loop["device_delay_us"], "samples_us": loop["samples_us"],
-            "verified_calls": loop["verified"], "input_sets": "fresh per call" if loop["fresh_inputs"] else
+            "verified_calls": loop["verified"], "verified_on_moved_inputs": loop.get("verified_moved", 0),
+            "input_sets": "fresh per call" if loop["fresh_inputs"] else
             "two, chosen at random per call", **summarize(loop["samples_us"])}
 
 
@@ -333,7 +364,7 @@ def ab_loop(sess: Session, a: str, b: str, warmup: int, trials: int) -> dict[str
     samples: dict[str, list[float]] = {a: [], b: []}
     host: dict[str, list[float]] = {a: [], b: []}
     for i, (t, kid) in enumerate(plan):
-        ds = sess.pick(i in checked)
+        ds = sess.pick(i in checked, moved=i < len(plan) - 1)
         r = sess.call(kid, ds, checked=i in checked)
         if r["failure"]:
             return {"failure": f"A/B {a} -> {b}: {kid} is wrong on call {i + 1}: {r['failure']}"}
@@ -342,22 +373,55 @@ def ab_loop(sess: Session, a: str, b: str, warmup: int, trials: int) -> dict[str
     return {"a": samples[a], "b": samples[b], "host": med}
 
 
+def changed_state(sess: Session, kid: str = "k") -> tuple[list[str], int] | None:
+    """The model parameters and buffers (by name) whose fingerprints differ between the worker and the judge, and
+    how many there are ([], 0 without a model); None when the worker cannot say."""
+    try:
+        theirs = sess.worker.request({"op": "state", "k": kid})
+    except (MeasuredFailure, UsageError):
+        return None
+    mine = theirs.get("parameters")
+    if mine is None:
+        return [], 0
+    ours = {n: list(fingerprint(t, portable=True)[2:]) for n, t in sess.problem.state().items()}
+    return [n for n in ours if mine.get(n) != ours[n]], len(ours)
+
+
 def harness_hint(sess: Session, loop: dict[str, Any]) -> str:
     """The failure of a check after correctness passed, with the fingerprints both sides hold, so that a
     fault of the harness (other weights, other inputs) is told apart from a kernel that changes."""
     text = loop["failure"]
-    try:
-        theirs = sess.worker.request({"op": "state", "k": "k"})
-    except (MeasuredFailure, UsageError):
+    state = changed_state(sess)
+    if state is None:
         return text + " (the worker could not report its state)"
-    ours = {n: list(fingerprint(t, portable=True)[2:]) for n, t in sess.problem.state().items()}
-    mine = theirs.get("parameters")
-    if mine is None:
+    differ, n = state
+    if not n:
         return text
-    differ = [n for n in ours if mine.get(n) != ours[n]]
     if differ:
-        return (f"{text}. The worker's parameters differ from the judge's ({len(differ)} of {len(ours)}, first "
+        return (f"{text}. The worker's parameters differ from the judge's ({len(differ)} of {n}, first "
                 f"'{differ[0]}'): the kernel changes its own weights during the calls, or kernel-loop loaded "
                 "others (see references/troubleshooting.md, 'wrong after the timed calls')")
-    return (f"{text}. The worker's parameters equal the judge's ({len(ours)} tensors, same fingerprints), so "
+    return (f"{text}. The worker's parameters equal the judge's ({n} tensors, same fingerprints), so "
             "the weights are not the cause: the kernel's result depends on earlier calls or on state it keeps")
+
+
+def after_the_calls(sess: Session, prob: Problem, first: DataSet, trials: list[dict], held: list[dict]) -> None:
+    """What a shape's correctness calls are checked for once they are all made: the model's parameters and
+    buffers as loaded (a user's model keeps its weights), and every result a call returned still holding its
+    bytes after all the calls that followed (``held``: per call, the fingerprints of what it returned).  A failure
+    marks the call it belongs to."""
+    forget(prob)
+    state = changed_state(sess) if prob.model is not None else None
+    if state and state[0]:  # a user's model is left with other weights than it was built with
+        trials[-1]["passed"] = False
+        trials[-1]["outputs"].append(bad_row(f"parameter '{state[0][0]}'", next(iter(first.expected.values())),
+                                             f"the kernel changed {len(state[0])} of its model's {state[1]} "
+                                             f"parameters and buffers during the calls (first '{state[0][0]}'): "
+                                             "a user's model would be left with other weights; keep them as "
+                                             "loaded and put derived copies in attributes of your own"))
+    for i, prints in enumerate(held[:-1]):  # every result, after all the calls that followed it
+        why = verify_kept(sess, "k", i, prints) if prints else None
+        if why:
+            trials[i]["passed"] = False
+            trials[i]["outputs"].append(bad_row(f"result kept after {len(held) - 1 - i} later call(s)",
+                                                next(iter(first.expected.values())), why))

@@ -6,9 +6,10 @@ the correctness calls of each shape vary, in an order drawn at random (``conditi
 - what the outputs handed to the kernel hold before the call: zeros, random values, the right answer of
   other inputs (a kernel that computes only where it finds the poison leaves a user's buffer as it was);
 - a KernelBench model's mode and autograd: training mode with autograd on (a module as built), training
-  mode without, eval() with autograd, each against Model in the same mode (``train_expected``; a Model
+  mode without, eval() with autograd, eval() under inference_mode, each against Model in the same mode (``train_expected``; a Model
   whose training-mode output is random, dropout, is compared in eval() only, and the notes say so);
-- the inputs' range: x100, x0.01 and shifted by 4 RMS (``VARIANTS``), where the reference stays finite
+- the inputs' range: scaled up (x20 to x500), down (x0.002 to x0.05) and shifted (2 to 8 RMS), the factor of
+  each draw taken from its seed, so a kernel cannot aim at a fixed point (``VARIANTS``), where the reference stays finite
   and as well conditioned as on the problem's own inputs, judged against the reference in float64
   (``range_ok``); integer, bool and discrete-valued inputs (masks, labels) keep their values;
 - and, the results of every call held as a caller would hold them, that none shares storage with a later
@@ -28,8 +29,8 @@ from typing import Any
 from ..tensors import is_tensor, normalize_outputs, poison_tensor
 from .problem import DataSet, Problem, ref_pool
 
-# the input ranges correctness also checks: name -> (scale, shift in RMS of the input)
-VARIANTS = {"x100": (100.0, 0.0), "x0.01": (0.01, 0.0), "shift": (1.0, 4.0)}
+# the input ranges correctness also checks: name -> (what is drawn, its low and high end, drawn log-uniformly)
+VARIANTS = {"up": ("scale", 20.0, 500.0), "down": ("scale", 0.002, 0.05), "shift": ("shift", 2.0, 8.0)}
 DISCRETE_VALUES = 16  # a float input with at most this many distinct values (a mask, +-1 labels) keeps its values
 
 # every condition, in words (correctness.md lists them)
@@ -41,9 +42,10 @@ CONDITION_WORDS = {
     "mode:train+grad": "the model in training mode with autograd on, as a freshly built module is called",
     "mode:train": "the model in training mode, autograd off",
     "mode:grad": "the model in eval() with autograd on",
-    "range:x100": "inputs x100",
-    "range:x0.01": "inputs x0.01",
-    "range:shift": "inputs shifted by +4 RMS",
+    "mode:inference": "the model in eval() under torch.inference_mode()",
+    "range:up": "inputs scaled up (x20 to x500)",
+    "range:down": "inputs scaled down (x0.002 to x0.05)",
+    "range:shift": "inputs shifted by 2 to 8 RMS (zeros kept)",
 }
 
 
@@ -60,6 +62,7 @@ class Condition:
     grad: bool = False
     expected: dict[str, Any] | None = None
     keep: bool = False
+    inference: bool = False
 
 
 def forget(prob: Problem) -> None:
@@ -75,8 +78,10 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
     wanted: list[str] = []
     if first.write_only():
         wanted += ["pre:zeros", "pre:random", "pre:stale"]
+    elif first.accumulates:
+        wanted += ["pre:random"]
     if prob.model is not None:
-        wanted += ["mode:train+grad", "mode:train", "mode:grad"]
+        wanted += ["mode:train+grad", "mode:train", "mode:grad", "mode:inference"]
     if any(first.args[n].dtype.is_floating_point for n in first.input_names()):
         wanted += [f"range:{k}" for k in VARIANTS]
     rng.shuffle(wanted)
@@ -89,11 +94,12 @@ def condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want: 
     draws its own); a condition that cannot be checked on this problem is noted and the call is plain."""
     try:
         return _condition(tolerance, prob, first, ds, want, earlier, seed, notes)
-    except (MemoryError, RuntimeError) as exc:  # torch.OutOfMemoryError: the extra copies did not fit, the call is plain
-        if not isinstance(exc, MemoryError) and "out of memory" not in str(exc).lower():
-            raise
-        notes.append(f"{CONDITION_WORDS.get(want or 'plain', want)}: not checked: its extra copies (float64, the model "
-                     f"in training mode) did not fit in memory ({' '.join(str(exc).split())[:120]})")
+    except Exception as exc:  # the reference, not the kernel: the condition is not checked, the call is plain
+        text = " ".join(str(exc).split())[:160]
+        oom = isinstance(exc, MemoryError) or "out of memory" in text.lower()
+        why = ("its extra copies (float64, the model in training mode) did not fit in memory" if oom else
+               f"the reference cannot run there ({type(exc).__name__}: {text})")
+        notes.append(f"{CONDITION_WORDS.get(want or 'plain', want)}: not checked: {why}")
         prob.seen.pop("model64", None)
         _free()
         return Condition(keep=True), "plain", ds
@@ -108,18 +114,28 @@ def _free() -> None:
 
 def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want: str | None,
                earlier: DataSet | None, seed: int, notes: list[str]) -> tuple[Condition, str, DataSet]:
+    import torch
+
     cond = Condition(keep=True)
     aspect, _, value = (want or "plain").partition(":")
     if aspect == "pre":
         cond.pre, cond.stale = value, earlier or first
         if value == "stale" and cond.stale is ds:
             cond.pre = "random"
+        if ds.accumulates:  # the outputs the call adds to start from random values, the reference's too
+            ds = prob.draw(seed, reference=False)
+            for n in ds.accumulates:
+                t = ds.args[n]
+                ds.args[n] = (torch.randn(t.shape, device=t.device).to(t.dtype) if t.dtype.is_floating_point
+                              else torch.randint(0, 100, t.shape, device=t.device).to(t.dtype))
+            prob.reference(ds)
     elif aspect == "mode":
         expected, why = train_expected(prob, ds, tolerance) if "train" in value else (None, None)
         if why:
             notes.append(f"{CONDITION_WORDS[want]}: not compared: {why}")
             return cond, "plain", ds
         cond.train, cond.grad, cond.expected = "train" in value, "grad" in value, expected
+        cond.inference = value == "inference"
     elif aspect == "range":
         varied = prob.draw(seed, vary=value)
         why = range_ok(prob, first, varied, tolerance)
@@ -131,24 +147,34 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
 
 
 # --- the inputs' range -----------------------------------------------------------------------------
+def factor(vary: str, seed: int) -> float:
+    """The scale or shift of a draw moved to ``vary``: log-uniform in its VARIANTS range, from the draw's seed."""
+    import random
+
+    _, lo, hi = VARIANTS[vary]
+    return float(math.exp(random.Random(seed * 7919 + len(vary)).uniform(math.log(lo), math.log(hi))))
+
+
 def move(ds: DataSet, vary: str) -> None:
-    """Move ``ds``'s float inputs to the range ``vary`` names (VARIANTS): x * scale + shift * RMS(x).  Integer,
-    bool and discrete-valued inputs (DISCRETE_VALUES: masks, labels) and the outputs keep their values."""
+    """Move ``ds``'s float inputs to the range ``vary`` names (VARIANTS): x * scale, or x + shift * RMS(x).  Integer,
+    bool and discrete-valued inputs (DISCRETE_VALUES: masks, labels) and the outputs keep their values, and a
+    shift leaves exact zeros as they are (triangular and masked inputs keep their structure)."""
     import torch
 
-    scale, shift_rms = VARIANTS[vary]
+    what, f = VARIANTS[vary][0], factor(vary, ds.seed)
+    scale, shift_rms = (f, 0.0) if what == "scale" else (1.0, f)
     for name in ds.input_names():
         t = ds.args[name]
         if not t.dtype.is_floating_point or t.numel() == 0:
             continue
-        sample = t.detach().reshape(-1)[:65536]
+        sample = t.detach().reshape(-1)[:65536].double()  # float64: unique and the RMS take every float dtype
         if torch.unique(sample).numel() <= DISCRETE_VALUES:
             continue
         moved = t.double() * scale
-        if shift_rms:
-            moved += shift_rms * float(sample.double().square().mean().sqrt())
+        if shift_rms:  # zeros stay zeros: a triangular, banded or masked input keeps its structure
+            moved = torch.where(moved != 0, moved + shift_rms * float(sample.square().mean().sqrt()), moved)
         ds.args[name] = moved.to(t.dtype)
-    ds.vary = vary
+    ds.vary = f"{vary}: " + (f"x{f:.3g}" if what == "scale" else f"+{f:.3g} RMS")
 
 
 def range_ok(prob: Problem, base: DataSet, varied: DataSet, tolerance: Any) -> str | None:

@@ -40,8 +40,8 @@ from ..compare import applied_tolerances
 from ..config import RunConfig
 from ..tensors import is_tensor
 from . import protocol
-from .calls import Session, ab_loop, bad_row, harness_hint, kept_fingerprints, timing_block, verify_kept
-from .conditions import CONDITION_WORDS, condition, condition_plan, forget
+from .calls import Session, ab_loop, after_the_calls, bad_row, harness_hint, kept_fingerprints, timing_block
+from .conditions import CONDITION_WORDS, condition, condition_plan
 from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
 from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
 
@@ -253,18 +253,13 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                                  if r["failure"] else [])
             passed = r["failure"] is None and bool(rows)
             trials.append({"seed": seed, "tag": f"{si}:{t}", "condition": said, "outputs": rows, "passed": passed,
+                           **({"moved": ds.vary} if ds.vary else {}),
                            **_memory(ds, (r["reply"] or {}).get("peak_mem_bytes"))})
             held.append(kept_fingerprints(sess.shared, ds, (r["reply"] or {}).get("returned") or {}) if passed else {})
             result["warnings"] += [w for w in r["warnings"] if w not in result["warnings"]]
             earlier = ds
             t += 1
-        forget(prob)
-        for i, prints in enumerate(held[:-1]):  # every result, after all the calls that followed it
-            why = verify_kept(sess, "k", i, prints) if prints else None
-            if why:
-                trials[i]["passed"] = False
-                trials[i]["outputs"].append(bad_row(f"result kept after {len(held) - 1 - i} later call(s)",
-                                                    next(iter(first.expected.values())), why))
+        after_the_calls(sess, prob, first, trials, held)
         if sess is not None:
             result["build"] = result["build"] or sess.builds.get("k")
 

@@ -138,7 +138,7 @@ class Problem:
 
             move(ds, vary)
         if reference:
-            self._reference(ds)
+            self.reference(ds)
         return ds
 
     def accumulates(self) -> list[str]:
@@ -211,7 +211,7 @@ class Problem:
             raise UsageError("ref.py defines no reference(**kwargs) (nor a KernelBench Model/get_inputs)")
         return fn
 
-    def _reference(self, ds: DataSet) -> None:
+    def reference(self, ds: DataSet) -> None:
         torch = _torch()
         ds.fingerprints = {n: fingerprint(ds.args[n]) for n in ds.input_names()}
         if self.model is not None:
@@ -225,6 +225,9 @@ class Problem:
             for name in ds.write_only():
                 if name in kw:
                     poison_tensor(kw[name])
+            for name in ds.accumulates:  # the reference adds to a copy: the kernel gets the starting values
+                if name in kw:
+                    kw[name] = kw[name].clone()
             value = fn(**kw)
         if value is None:
             if not ds.in_place:
@@ -240,7 +243,9 @@ class Problem:
             if not is_tensor(v):
                 raise BadReference(f"the reference output '{name}' is a {type(v).__name__}, not a tensor")
             ds.ref_props[name] = {"expanded": _expanded(v), "views": held.get(storage_ptr(v)),
-                                  "reuses": storage_ptr(v) in self._prev_ptrs}
+                                  "reuses": storage_ptr(v) in self._prev_ptrs,
+                                  "aliases": any(storage_ptr(o) == storage_ptr(v) for n, o in out.items()
+                                                 if n != name and is_tensor(o))}
         ds.expected = {n: v.clone() if storage_ptr(v) in held or storage_ptr(v) in self._prev_ptrs else v
                        for n, v in out.items()}
         self._prev_ptrs = {storage_ptr(v) for v in out.values()}

@@ -77,6 +77,7 @@ class Worker:
         self.torch = None
         self.timer = None
         self.plain: tuple = ()
+        self.modes: tuple = ()  # the two mode stacks' lengths, read before any kernel code ran
         self._returned: dict[str, Any] = {}
 
     # --- the loop -----------------------------------------------------------------------------
@@ -98,6 +99,8 @@ class Worker:
                 return
 
     def op_hello(self, msg: dict) -> dict:
+        from ..tensors import plain_types
+
         try:
             import torch
         except ImportError:
@@ -112,6 +115,8 @@ class Worker:
         elif msg.get("impl") == "triton":
             os.environ.setdefault("TRITON_INTERPRET", "1")
         self.plain = plain_types(torch)  # before any of the kernel's code runs: what a call may return
+        self.modes = (torch._C._len_torch_function_stack, torch._C._len_torch_dispatch_stack)
+        self.no_function_mode = torch._C.DisableTorchFunction
         # before any of the kernel's code runs, for good: no record key, no run directory but the files given
         isolated, how = sandbox.apply(msg.get("sandbox"))
         return {"pid": os.getpid(), "torch": torch.__version__, "isolated": isolated, "isolation": how}
@@ -131,6 +136,7 @@ class Worker:
         if kind in ("py", "kb", "ref", "ref-kb"):
             prefix = "ref" if kind.startswith("ref") else "kernel"
             module = loader.import_file(path, prefix)
+            self._no_mode(f"{path.name} left active at import")
             self.kernels[msg["id"]] = Kernel(kind, module=module)
             return {}
         if kind == "cu":
@@ -277,11 +283,20 @@ class Worker:
             if lo is not sh:
                 lo.copy_(sh)
 
+    def _no_mode(self, when: str) -> None:
+        """Refuse a torch function or dispatch mode the kernel left active: it would run inside every torch call
+        of this process after the kernel's, the hand-over of its results among them."""
+        active = [n for n, f in zip(("function", "dispatch"), self.modes, strict=False) if f()]
+        if active:
+            raise KernelDefect(f"{when} a torch {' and '.join(active)} mode (TorchFunctionMode, TorchDispatchMode): it "
+                               "would run inside the harness's own torch calls, after the timed call; leave every "
+                               "mode before returning")
+
     def _stage_out(self, k: Kernel, value: Any) -> dict:
         """Results into the judge's buffers: in-place outputs and inputs as the call left them, and every
         returned tensor into the buffer of its name.  Returns what the judge needs to read them: per returned
         output its layout, whether it views an input, or reuses the storage of the previous call's result."""
-        from ..tensors import normalize_outputs
+        from ..tensors import normalize_outputs, not_plain
 
         torch = self.torch
         odd = not_plain(value, self.plain)  # before anything touches it: a lazy object would compute here
@@ -312,6 +327,8 @@ class Worker:
                                   if n != buf and v.numel() and a < b and lo < b and a < hi), None)
             meta["reuses"] = next((n for n, (a, b) in earlier.items() if v.numel() and a < b and lo < b and a < hi),
                                   None)
+            meta["aliases"] = next((n for n, o in returned.items() if n != name and type(o) is torch.Tensor
+                                    and o.numel() and v.numel() and _span(o)[0] < hi and lo < _span(o)[1]), None)
             if buf is None or buf not in self.shared:
                 meta["stored"] = False
             else:
@@ -334,7 +351,8 @@ class Worker:
         k = self.kernels[msg["k"]]
         i = int(msg["i"])
         out: dict[str, Any] = {}
-        with torch.no_grad():
+        self._no_mode("a call left active")
+        with torch.no_grad(), self.no_function_mode():
             for name, t in (k.kept[i] if 0 <= i < len(k.kept) else {}).items():
                 sh = self.shared.get(k.kept_bufs.get(name, ""))
                 ok = sh is not None and list(sh.shape) == list(t.shape) and sh.dtype == t.dtype
@@ -372,9 +390,17 @@ class Worker:
             if start:
                 rid.append(torch.cuda.nvtx.range_start(NVTX_RANGE))
 
-        fn = k.fn
-        value, us, host, delay = self.timer.time(lambda: fn(grad), msg["k"], nvtx=nvtx if msg.get("nvtx") else None)
-        with torch.no_grad():
+        fn, inference = k.fn, bool(msg.get("inference"))
+
+        def call(fn=fn, grad=grad, inference=inference):
+            if not inference:
+                return fn(grad)
+            with torch.inference_mode():
+                return fn(False)
+
+        value, us, host, delay = self.timer.time(call, msg["k"], nvtx=nvtx if msg.get("nvtx") else None)
+        self._no_mode("the call left active")
+        with torch.no_grad(), self.no_function_mode():
             returned = self._stage_out(k, value)
             del value
             if msg.get("keep"):
@@ -416,42 +442,6 @@ def state_mismatch(cls_name: str, ours: dict[str, list], theirs: dict[str, list]
         what = f"has '{n}' of shape {ours[n]} where Model's is {theirs[n]}"
     return (f"{cls_name}'s parameters and buffers must be Model's (same names and shapes, so both get the run's "
             f"one set of weights): {cls_name} {what}")
-
-
-def plain_types(torch) -> tuple:
-    """(torch.Tensor, the structseq types of torch.return_types): read before any kernel code runs, so a kernel
-    cannot add a type of its own."""
-    import torch.return_types as rt
-
-    return (torch.Tensor, frozenset(t for t in vars(rt).values() if isinstance(t, type) and issubclass(t, tuple)))
-
-
-def not_plain(value: Any, plain: tuple, depth: int = 0) -> str | None:
-    """What in a returned value is not plain data, in words ('a MyTensor (a torch.Tensor subclass)'), or None:
-    tensors must be exactly torch.Tensor, containers exactly dict, list or tuple (or a torch.return_types
-    structseq), scalars exactly int, float, bool, str or None.  Types are compared with ``type()``, which no
-    object can change, and nothing of the value is called."""
-    tensor, structseqs = plain
-    t = type(value)
-    if t is tensor or value is None or t in (int, float, bool, str):
-        return None
-    if t in (list, tuple) or t in structseqs:
-        items = tuple.__iter__(value) if t is not list else list.__iter__(value)
-    elif t is dict:
-        items = dict.values(value)
-    else:
-        what = f"{type.__getattribute__(t, '__module__')}.{type.__getattribute__(t, '__qualname__')}"
-        for base, word in ((tensor, "torch.Tensor"), (dict, "dict"), (list, "list"), (tuple, "tuple")):
-            if issubclass(t, base):  # the type's own bases: nothing of the object is asked
-                return f"a {what} (a {word} subclass)"
-        return f"a {what}"
-    if depth > 4:
-        return "containers nested more than 4 deep"
-    for item in items:
-        bad = not_plain(item, plain, depth + 1)
-        if bad:
-            return bad
-    return None
 
 
 def handed_over(calls) -> set[str]:

@@ -92,7 +92,8 @@ def _overall(res: dict) -> tuple[str, str | None]:
         what = o.get("note") or f"{o['mismatches']} of {o['numel']} elements outside tolerance"
         shown = ",".join(f"{k}={v}" for k, v in dims.items())
         cond = t.get("condition") or "plain"
-        when = "" if cond == "plain" else f" ({(res.get('conditions') or {}).get(cond, cond)})"
+        when = "" if cond == "plain" else f" ({(res.get('conditions') or {}).get(cond, cond)}" + (
+            f"; this draw {t['moved'].split(': ', 1)[-1]}" if t.get("moved") else "") + ")"
         return "FAIL", (f"{len(failed)} of {len(trials)} calls failed; first: dims {shown} seed {t['seed']}{when} "
                         f"output '{o['name']}': {what}")
     return "PASS", None

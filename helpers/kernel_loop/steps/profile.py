@@ -417,6 +417,7 @@ def run(args: argparse.Namespace) -> int:
         if floor:
             raise MeasuredFailure(floor)
         profile["judge"] = {"verified_calls": timed["timing"].get("verified_calls"),
+                            "verified_on_moved_inputs": timed["timing"].get("verified_on_moved_inputs"),
                             "input_sets": timed["timing"].get("input_sets"), "gpu_check": timed.get("gpu_check"),
                             "ncu_calls_verified": (timed.get("ncu") or {}).get("calls"),
                             "worker_isolated": timed.get("worker_isolated"), "isolation_why": timed.get("isolation_why")}
