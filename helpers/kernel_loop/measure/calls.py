@@ -27,7 +27,7 @@ from .conditions import VARIANTS, Condition, forget, range_ok
 from .launch import KernelFailed, WorkerProc
 from .problem import DataSet, Problem
 
-MIN_CHECKS = 3                  # verified timed calls per loop, besides the first and the last
+MIN_CHECKS = 4                  # verified timed calls per loop, besides the first and the last
 FRESH_DRAW_BUDGET_S = 20.0      # a fresh data set for every call while drawing them all costs no more
 
 
@@ -256,14 +256,14 @@ class Session:
 
     def pick(self, checked: bool, *, moved: bool = False) -> DataSet:
         """The data of the next call: a fresh draw (with its reference when the call is verified), or one of
-        the two sets at random.  ``moved``: a verified call may draw, half the time, inputs moved to another range
+        the two sets at random.  ``moved``: a verified call may draw, two times in three, inputs moved to another range
         (conditions.VARIANTS) where correctness could check them, so that a timed call is held to what a
         correctness call is (a kernel that tells the timed calls apart, by counting calls or by its results'
         lifetimes, must still be right on moved inputs)."""
         rng = self.judge.rng
         if self.fresh:
             seed = rng.randrange(1 << 30)
-            if moved and checked and rng.random() < 0.5:
+            if moved and checked and rng.random() < 2 / 3:
                 vary = rng.choice(sorted(VARIANTS))
                 ds = self.problem.draw(seed, vary=vary) if self._range_ok(vary) else None
                 if ds is not None:

@@ -11,9 +11,10 @@ For every call, warmup, timed or profiled alike, the judge
 2. poisons every output buffer (NaN and a finite sentinel, alternating);
 3. asks for the call; the worker replies with its event time;
 4. screens the outputs for poison left behind, and on the calls it chose in secret beforehand (at least
-   3 of every timed loop, the first and the last, and every call under ncu) verifies them fully against
+   4 of every timed loop, the first and the last, and every call under ncu) verifies them fully against
    the reference, checks the inputs are as drawn, and refuses outputs that are expanded or views of an
-   input where the reference's are not.
+   input where the reference's are not; two in three of a timed loop's verified calls between its first and
+   last draw inputs moved to another range (conditions.py), as correctness does.
 
 Modes (``spec["mode"]``): ``correctness`` (every shape and trial), ``profile`` (the timing loop, then the
 run under ncu, both verified), ``benchmark`` (every version's timing loop and the A/B transitions in one
