@@ -47,6 +47,17 @@ def poison_tensor(t, variant: int = 0) -> None:
         t.fill_(first if variant % 2 == 0 else (info.min if first != info.min else info.max))
 
 
+def random_like(t):
+    """Random finite values of ``t``'s shape, dtype and device (normal floats, 0..99 integers, coin-flip bools): an
+    output's pre-state or an accumulated output's starting values that no kernel can expect."""
+    torch = _torch()
+    if t.dtype == torch.bool:
+        return torch.rand(t.shape, device=t.device) < 0.5
+    if t.dtype.is_floating_point or t.dtype.is_complex:
+        return torch.randn(t.shape, device=t.device).to(t.dtype)
+    return torch.randint(0, 100, t.shape, device=t.device).to(t.dtype)
+
+
 FP_CHUNK = 1 << 24
 _INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 _MASK64 = (1 << 64) - 1

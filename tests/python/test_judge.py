@@ -784,16 +784,6 @@ def test_a_slow_reference_does_not_make_the_timed_inputs_repeat(tmp_path, monkey
 
 
 # --- 9. a kernel that tells the timed calls apart ---------------------------------------------------------
-REF_SOFTMAX = '''import torch
-
-
-def setup(M, N):
-    return {"x": torch.randn(M, N)}
-
-
-def reference(x):
-    return torch.softmax(x, dim=-1)
-'''
 COUNTS_ITS_CALLS = '''"""Right for its first 20 calls (correctness makes fewer), then wrong on any input out of the problem's usual
 range: a kernel that tells the timed calls apart by counting them (or by whether its results are still held)."""
 import torch
@@ -817,7 +807,7 @@ def test_the_timed_calls_are_verified_on_moved_inputs_too(tmp_path, monkeypatch,
     from kernel_loop.measure import calls
 
     monkeypatch.setattr(calls, "MIN_CHECKS", 12)  # 12 verified timed calls: all plain once in 500000 runs
-    out = _init(tmp_path, _write(tmp_path / "ref_sm.py", REF_SOFTMAX), COUNTS_ITS_CALLS, "M=8,N=64")
+    out = _init(tmp_path, "ref_softmax.py", COUNTS_ITS_CALLS, "M=8,N=64")
     rc, data = _correctness(out)
     assert rc == 0, data["error"]  # right in every correctness call
     rc, bench = _benchmark(monkeypatch, out, "--timing", "host_time", "--warmup", "2", "--trials", "30",

@@ -1,14 +1,15 @@
 """One worker bound to one shape's shared buffers, and the calls the judge makes on it.
 
 ``Shared`` holds the judge's buffers (one per tensor argument, returned output and model parameter, and for
-correctness one more per returned output, where the worker hands back what the previous call returned);
+correctness one more per returned output, where the worker hands back a result an earlier call returned);
 ``Session`` puts a data set in them before every call, poisons every output, asks for the call, screens
 every call for poison left behind and verifies the calls the judge chose (``Session.loop``: the first,
 the last and at least MIN_CHECKS more, chosen at random beforehand).
 
 A correctness call can also vary what a user's call varies (``Condition``): what the outputs it is handed
 hold before the call (zeros, random values, the right answer of other inputs), the module's mode and
-autograd, and it checks that the result the previous call returned is unchanged.
+autograd; every result is held, and ``after_the_calls`` checks that it kept its bytes and that the model kept
+its weights.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 from ..common import MeasuredFailure, UsageError
 from ..compare import changed_input_row, compare_outputs, first_failure
-from ..tensors import FLOAT_SENTINEL, fingerprint, poison_tensor
+from ..tensors import FLOAT_SENTINEL, fingerprint, poison_tensor, random_like
 from . import protocol
 from .conditions import VARIANTS, Condition, forget, range_ok
 from .launch import KernelFailed, WorkerProc
@@ -46,7 +47,7 @@ class Shared:
             if n in ds.in_place:
                 continue
             self._add(f"r{len(self.bufs)}-{tag}", n, e, folder, use_file)
-            if keep:  # where the worker hands back what the previous call returned
+            if keep:  # where the worker hands back a result an earlier call returned
                 self._add(f"k{len(self.bufs)}-{tag}", f"kept:{n}", e, folder, use_file)
         for n, t in problem.state().items():
             buf = self._add(f"p{len(self.bufs)}-{tag}", f"param:{n}", t, folder, use_file)
@@ -76,8 +77,6 @@ class Shared:
         """Poison every output the kernel writes whole; the outputs it is handed (in place) get ``pre`` instead
         when it is not "poison": zeros, random values, or ``stale``'s expected values (the right answer of other
         inputs).  Returns the names that hold poison, the ones the screen can read."""
-        import torch
-
         poisoned = []
         for n in ds.expected:
             if n in ds.accumulates:
@@ -90,12 +89,8 @@ class Shared:
                 t.zero_()
             elif pre == "stale" and stale is not None and n in stale.expected:
                 t.copy_(stale.expected[n])
-            elif t.dtype.is_floating_point or t.dtype.is_complex:
-                t.copy_(torch.randn(t.shape, device=t.device).to(t.dtype))
-            elif t.dtype == torch.bool:
-                t.copy_(torch.rand(t.shape, device=t.device) < 0.5)
             else:
-                t.copy_(torch.randint(0, 100, t.shape, device=t.device).to(t.dtype))
+                t.copy_(random_like(t))
         return poisoned
 
     def got(self, ds: DataSet, report: dict[str, Any]) -> tuple[dict[str, Any], list[dict]]:

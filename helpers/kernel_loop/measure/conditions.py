@@ -26,7 +26,7 @@ import dataclasses
 import math
 from typing import Any
 
-from ..tensors import is_tensor, normalize_outputs, poison_tensor
+from ..tensors import is_tensor, normalize_outputs, poison_tensor, random_like
 from .problem import DataSet, Problem, ref_pool
 
 # the input ranges correctness also checks: name -> (what is drawn, its low and high end, drawn log-uniformly)
@@ -114,8 +114,6 @@ def _free() -> None:
 
 def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want: str | None,
                earlier: DataSet | None, seed: int, notes: list[str]) -> tuple[Condition, str, DataSet]:
-    import torch
-
     cond = Condition(keep=True)
     aspect, _, value = (want or "plain").partition(":")
     if aspect == "pre":
@@ -125,9 +123,7 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         if ds.accumulates:  # the outputs the call adds to start from random values, the reference's too
             ds = prob.draw(seed, reference=False)
             for n in ds.accumulates:
-                t = ds.args[n]
-                ds.args[n] = (torch.randn(t.shape, device=t.device).to(t.dtype) if t.dtype.is_floating_point
-                              else torch.randint(0, 100, t.shape, device=t.device).to(t.dtype))
+                ds.args[n] = random_like(ds.args[n])
             prob.reference(ds)
     elif aspect == "mode":
         expected, why = train_expected(prob, ds, tolerance) if "train" in value else (None, None)

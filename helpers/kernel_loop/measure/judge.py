@@ -248,7 +248,8 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
             cond, said, ds = condition(judge.tolerance, prob, first, ds, want, earlier, seed, notes)
             r = sess.call("k", ds, checked=True, cond=cond)
             if r.get("raised"):
-                result["error"] = r["raised"] + (f" (in the trial with {said})" if said != "plain" else "")
+                result["error"] = r["raised"] + (f" (in the call where {CONDITION_WORDS[said]})" if said != "plain"
+                                                 else "")
                 return
             rows = r["rows"] or ([bad_row("(call)", next(iter(ds.expected.values())), r["failure"])]
                                  if r["failure"] else [])
@@ -261,8 +262,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
             earlier = ds
             t += 1
         after_the_calls(sess, prob, first, trials, held)
-        if sess is not None:
-            result["build"] = result["build"] or sess.builds.get("k")
+        result["build"] = result["build"] or sess.builds.get("k")
 
 
 def profile(judge: Judge) -> dict[str, Any]:

@@ -100,10 +100,9 @@ def zones(pol: dict[str, Any], caches: list[str] = ()) -> dict[str, str]:
         if os.path.exists(r):
             out[os.path.realpath(r)] = READ
     out.pop("/", None)
-    # a zone inside a zone of the same right adds nothing, and would make the outer one a folder on the way,
-    # where new entries get no rights (a cache folder inside the worker's own temporary folder)
-    return {z: r for z, r in out.items() if _right_of(os.path.dirname(z), {o: x for o, x in out.items() if o != z})
-            != r or not any(_inside(z, o) for o in out if o != z)}
+    # a zone whose right is the one it would get anyway adds nothing, and inside another zone it would make that
+    # one a folder on the way, where new entries get no rights (a cache folder inside the worker's own folder)
+    return {z: r for z, r in out.items() if _right_of(z, {o: x for o, x in out.items() if o != z}) != r}
 
 
 def _right_of(path: str, zs: dict[str, str]) -> str:

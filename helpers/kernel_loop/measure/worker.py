@@ -78,7 +78,7 @@ class Worker:
         self.timer = None
         self.plain: tuple = ()
         self.modes: tuple = ()  # the two mode stacks' lengths, read before any kernel code ran
-        self._returned: dict[str, Any] = {}
+        self.no_function_mode: Any = None  # torch._C.DisableTorchFunction, read before any kernel code ran
 
     # --- the loop -----------------------------------------------------------------------------
     def serve(self) -> None:
@@ -292,10 +292,11 @@ class Worker:
                                "would run inside the harness's own torch calls, after the timed call; leave every "
                                "mode before returning")
 
-    def _stage_out(self, k: Kernel, value: Any) -> dict:
+    def _stage_out(self, k: Kernel, value: Any) -> tuple[dict, dict]:
         """Results into the judge's buffers: in-place outputs and inputs as the call left them, and every
-        returned tensor into the buffer of its name.  Returns what the judge needs to read them: per returned
-        output its layout, whether it views an input, or reuses the storage of the previous call's result."""
+        returned tensor into the buffer of its name.  Returns what the judge needs to read them (per returned
+        output its layout, whether it views an input, another output or a result held from an earlier call), and
+        the returned tensors a caller would hold (those not in a buffer the kernel was handed)."""
         from ..tensors import normalize_outputs, not_plain
 
         torch = self.torch
@@ -340,9 +341,9 @@ class Worker:
                         sh.copy_(v.to(sh.device) if v.device != sh.device else v)
                     meta["stored"] = True
             report[name] = meta
-        self._returned = {n: v for n, v in returned.items() if type(v) is torch.Tensor
-                          and not any(a <= _span(v)[0] < b for a, b in spans.values())}
-        return report
+        held = {n: v for n, v in returned.items() if type(v) is torch.Tensor
+                and not any(a <= _span(v)[0] < b for a, b in spans.values())}
+        return report, held
 
     def op_kept(self, msg: dict) -> dict:
         """The tensors a kept call returned (``i``, counted from 0), as they are now, into their judge buffers: the
@@ -401,11 +402,11 @@ class Worker:
         value, us, host, delay = self.timer.time(call, msg["k"], nvtx=nvtx if msg.get("nvtx") else None)
         self._no_mode("the call left active")
         with torch.no_grad(), self.no_function_mode():
-            returned = self._stage_out(k, value)
+            returned, held = self._stage_out(k, value)
             del value
             if msg.get("keep"):
-                k.kept.append(self._returned)
-            self._returned = {}
+                k.kept.append(held)
+            del held
             if cuda:
                 torch.cuda.synchronize(self.device)
             for r in rid:
