@@ -3,14 +3,14 @@
 - implementations (``IMPLS``; the KBS calls them languages) and the kernel file suffixes each takes;
 - kernel types, shared by ``init`` (run.json ``kernel_type``) and the KBS pages;
 - GPU architectures, KBS page kinds and confidence levels;
-- bottleneck classes and symptom tags: the profiler's classifier (``classify.py``) fires these
+- bottleneck classes and symptom tags: the profiler's classifier (``profiling/classify.py``) fires these
   tags from measured ncu metrics, and the knowledge base keys its pages by the same tags.
   Nothing else may invent a tag: ``kbs check`` rejects pages whose ``symptoms`` use a name that
   is not listed here.
 
 Symptom thresholds follow the stock Nsight Compute rules where one exists (marked
 "ncu rule"); the others are heuristics, marked as such, that a later profile
-must confirm.  Metric keys are the short names of ``metrics.py``.
+must confirm.  Metric keys are the short names of ``profiling/metrics.py``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ KBS_KINDS = ("pattern", "hardware", "language", "kernel-playbook", "pitfall", "t
 BASELINES = ("pytorch-eager", "torch-compile", "flashinfer")
 CONFIDENCE = ("verified", "source-reported", "inferred", "experimental")
 
-# Bottleneck classes, decided from speed-of-light throughput (see classify.py).
+# Bottleneck classes, decided from speed-of-light throughput (see profiling/classify.py).
 BOTTLENECK_CLASSES: dict[str, str] = {
     "memory-bound": "Memory throughput is the highest unit and at or above 60% of peak, "
     "clearly ahead of compute.",

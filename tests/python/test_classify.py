@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from kernel_loop import classify, metrics
+from kernel_loop.profiling import classify, metrics
 from kernel_loop.vocab import BOTTLENECK_CLASSES, SYMPTOMS
 
 
@@ -200,7 +200,7 @@ def test_checks_cover_the_vocabulary_exactly():
 
 
 def test_small_grid_says_which_case_fired():
-    from kernel_loop.classify import _small_grid
+    from kernel_loop.profiling.classify import _small_grid
 
     thr, why = _small_grid({"waves_per_sm": 0.5, "grid_size": 66, "sm_count": 132}, {})
     assert thr == {"grid_size": "< sm_count"} and "some SMs have no work" in why
@@ -220,7 +220,7 @@ def test_tensor_cores_unused_says_why_it_was_not_evaluated_without_the_source():
 
 def test_matrix_work_is_read_from_the_profiled_kernels_own_source():
     """A GEMM and a GroupNorm in one file: only the GEMM does matrix work (issue 44, 4)."""
-    from kernel_loop.kernel_names import matrix_work
+    from kernel_loop.profiling.kernel_names import matrix_work
 
     src = (
         "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef gemm_kernel(a, b, c, K: tl.constexpr):\n"

@@ -261,7 +261,7 @@ def test_a_kernel_that_patches_the_clock_and_torch_at_import_changes_no_timing(t
 
 # --- library fallbacks are visible --------------------------------------------------------------------
 def test_kernel_names_are_read_from_every_kind_of_source():
-    from kernel_loop.kernel_names import defined_kernels
+    from kernel_loop.profiling.kernel_names import defined_kernels
 
     cu = "template <int B>\n__global__ void __launch_bounds__(256) transpose_tile(const float* x) {}\n" \
          "__global__ static void k2(int n) {}\n"
@@ -273,7 +273,7 @@ def test_kernel_names_are_read_from_every_kind_of_source():
 
 
 def test_a_version_that_runs_only_library_kernels_is_noted_not_failed():
-    from kernel_loop.kernel_names import library_note
+    from kernel_loop.profiling.kernel_names import library_note
 
     torch_only = ["void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*, ...)"]
     note = library_note(torch_only, ["softmax_kernel"], "kernel.py")
@@ -306,7 +306,7 @@ NCU_CUTLASS3 = ("void device_kernel<GemmUniversal<tuple<int, int, int, int>, Col
 
 
 def test_the_kernels_of_a_cu_file_include_the_templates_its_library_instantiates(tmp_path):
-    from kernel_loop.kernel_names import _qualified, library_kernels, library_note
+    from kernel_loop.profiling.kernel_names import _qualified, library_kernels, library_note
     from kernel_loop.steps.profile import kernels_of
 
     assert _qualified(_M3.decode()) == "cutlass::device_kernel<GemmUniversal"

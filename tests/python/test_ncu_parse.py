@@ -7,8 +7,8 @@ import math
 
 import pytest
 from conftest import FIXTURES
-from kernel_loop import ncu_parse
 from kernel_loop.common import MeasuredFailure
+from kernel_loop.profiling import ncu_parse
 from kernel_loop.steps.profile import build_profile
 
 NCU = FIXTURES / "ncu"

@@ -9,7 +9,7 @@ import json
 
 import pytest
 from conftest import FIXTURES
-from kernel_loop import gpustate, metrics, records
+from kernel_loop import gpustate, records
 from kernel_loop.common import (
     KernelLoopError,
     MeasuredFailure,
@@ -19,6 +19,7 @@ from kernel_loop.common import (
     write_json,
 )
 from kernel_loop.config import DEFAULT_NCU_SECTIONS, RunConfig
+from kernel_loop.profiling import metrics
 from kernel_loop.steps import profile
 
 NCU = FIXTURES / "ncu"
@@ -111,7 +112,7 @@ def test_metrics_only_recording_lacks_memory_sol_and_is_refused():
 
 
 def test_metrics_only_recording_maps_dram_through_its_fallback_name():
-    from kernel_loop import ncu_parse
+    from kernel_loop.profiling import ncu_parse
 
     k = ncu_parse.parse(_text("softmax_triton_metrics_raw.csv"), None)[0]
     vals, src = metrics.extract(k)

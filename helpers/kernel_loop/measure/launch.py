@@ -30,7 +30,7 @@ from typing import Any
 from .. import proctree, records
 from ..common import MeasuredFailure, UsageError, progress
 from ..config import RunConfig
-from ..kernel_names import builds_cpp_extension
+from ..profiling.kernel_names import builds_cpp_extension
 from . import protocol, sandbox
 
 CONNECT_TIMEOUT_S = 300.0

@@ -33,7 +33,7 @@ from ..common import (
     warn,
     write_json,
 )
-from ..kernel_names import short_name
+from ..profiling.kernel_names import short_name
 from ..prose import (
     TEXT_FIELDS,
     TODO,

@@ -46,7 +46,7 @@ from ..config import (
     parse_extra_shapes,
 )
 from ..kbs import family as kfamily
-from ..kernel_names import builds_cpp_extension
+from ..profiling.kernel_names import builds_cpp_extension
 from ..rundir import RunDir, copy_new, what_path_is
 from ..sidecars import RUN_JSON
 from ..vocab import IMPL_SUFFIXES, IMPLS, KERNEL_TYPES

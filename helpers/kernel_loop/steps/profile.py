@@ -27,7 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .. import classify, gpustate, metrics, ncu_parse, provenance, records, sidecars, static_check
+from .. import gpustate, provenance, records, sidecars, static_check
 from ..common import (
     MeasuredFailure,
     UsageError,
@@ -42,9 +42,10 @@ from ..common import (
 )
 from ..config import RunConfig
 from ..gpustate import slowdowns
-from ..kernel_names import defined_kernels, library_kernels, library_note, matrix_work
 from ..measure.session import run_judge
 from ..measure.worker import NVTX_RANGE
+from ..profiling import classify, metrics, ncu_parse
+from ..profiling.kernel_names import defined_kernels, library_kernels, library_note, matrix_work
 from ..rundir import RunDir
 from ..sidecars import CORRECTNESS_JSON, NCU_DETAILS_CSV, NCU_JSON, NCU_RAW_CSV, NCU_REPORT
 from ..templating import render

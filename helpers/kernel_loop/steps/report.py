@@ -25,7 +25,7 @@ from ..common import (
     warn,
 )
 from ..compare import describe_tolerances
-from ..kernel_names import short_name
+from ..profiling.kernel_names import short_name
 from ..prose import TODO, load_hypothesis, markdown_section
 from ..rundir import RunDir
 from ..sidecars import query_hits

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..vocab import BOTTLENECK_CLASSES, SYMPTOMS
 from .metrics import STALL_REASONS
-from .vocab import BOTTLENECK_CLASSES, SYMPTOMS
 
 SOL_HIGH = 60.0
 SOL_GAP = 10.0

@@ -22,7 +22,7 @@ import math
 import re
 from typing import Any
 
-from .common import MeasuredFailure
+from ..common import MeasuredFailure
 
 # Columns that describe the launch, not a metric (the NVTX columns are matched by prefix).
 ID_COLUMNS = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context",
