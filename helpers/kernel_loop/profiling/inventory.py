@@ -1,0 +1,209 @@
+"""Every kernel a call launches, the few that get ncu's full sections, and the whole call's sums.
+
+A program of many kernels (a KernelBench level-3 network: thousands of launches of a few kernels) cannot
+have every launch replayed for ncu's full sections.  So the profile works in two passes when the call
+launches more kernels than the run's budget:
+
+1. the **census**: ncu over the whole measured call with a few cheap metrics (one pass per launch:
+   ``CENSUS_METRICS``), which lists every launch with its duration and DRAM bytes.  It is ncu's own count,
+   taken outside the kernel's process, so the whole call's time it sums is what the CUDA-event time is
+   checked against;
+2. the **detailed pass**: ncu's full sections for the kernels chosen from the census (``choose``): the
+   version's own kernels first, then the largest shares of the call's time, up to the budget's number of
+   kernels and share of the time; one launch per distinct launch configuration of each
+   (``detail_filter``).
+
+A call within the budget gets the detailed pass alone, over every launch: it is its own census.
+
+Kernels are named in three ways: ncu's demangled ``name``; ``function_base`` (what ncu's
+``--kernel-name-base function`` matches: no return type, namespaces, template arguments or parameters);
+and a ``label`` (the function base, ``#2``, ``#3`` for a second and third kernel of that base), unique in
+one profile, which predictions use to name a kernel (``attn_fwd:dram_throughput_pct: +10%``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from . import ncu_parse
+from .kernel_names import own_kernels
+
+# One pass each on Hopper (all three are counted by the same units); the census reads them per launch.
+CENSUS_METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum")
+SUM_KEYS = {"duration_us": "gpu__time_duration.sum", "dram_bytes_read": "dram__bytes_read.sum",
+            "dram_bytes_write": "dram__bytes_write.sum"}  # the whole call's figures: sums over its launches
+LABEL_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:#[0-9]+)?$")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much of a call gets ncu's full sections (run.json ``ncu.budget``).
+
+    ``kernels``: at most this many kernels (by function name) get the detailed pass; ``share``: once the
+    version's own kernels are in, library kernels are added, largest first, until the chosen kernels hold
+    this share of the call's kernel time; ``configs``: at most this many launches in the detailed pass (a
+    kernel launched with many configurations is profiled in its largest few)."""
+
+    kernels: int = 8
+    share: float = 0.9
+    configs: int = 16
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kernels": self.kernels, "share": self.share, "configs": self.configs}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any] | None) -> Budget:
+        d = dict(d or {})
+        b = cls(**{k: d[k] for k in ("kernels", "share", "configs") if k in d})
+        problems = []
+        if not (isinstance(b.kernels, int) and not isinstance(b.kernels, bool) and 1 <= b.kernels <= 64):
+            problems.append(f"kernels must be a whole number from 1 to 64 (got {b.kernels!r})")
+        if not (isinstance(b.share, (int, float)) and not isinstance(b.share, bool) and 0 < b.share <= 1):
+            problems.append(f"share must be a number in (0, 1] (got {b.share!r})")
+        if not (isinstance(b.configs, int) and not isinstance(b.configs, bool) and b.kernels <= b.configs <= 256):
+            problems.append(f"configs must be a whole number from kernels to 256 (got {b.configs!r})")
+        if problems:
+            raise ValueError("ncu.budget: " + "; ".join(problems))
+        return b
+
+
+def function_base(name: str) -> str:
+    """ncu's "function" base of a demangled kernel name: ``void at::native::(anonymous
+    namespace)::vectorized_elementwise_kernel<4, ...>(int, T2, T3)`` -> ``vectorized_elementwise_kernel``;
+    a Triton or ``extern "C"`` name is itself."""
+    n = name.strip()
+    depth, cut = 0, len(n)
+    for i, ch in enumerate(n):  # the parameter list: the first '(' outside template brackets
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(0, depth - 1)
+        elif ch == "(" and depth == 0 and not n.startswith("(anonymous", i):
+            cut = i
+            break
+    n = n[:cut]
+    out, depth = [], 0
+    for ch in n:  # drop template arguments, nested ones included
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            out.append(ch)
+    n = re.sub(r"\(anonymous namespace\)::", "", "".join(out)).strip()
+    n = n.rsplit("::", 1)[-1].strip()
+    n = n.split()[-1] if n.split() else n  # the return type before the name
+    return n or name.strip()
+
+
+def labels(names: list[str]) -> list[str]:
+    """A unique label per kernel, in order: its function base (reduced to a word), then ``#2``, ``#3`` for
+    the second and third distinct name of that base."""
+    out, seen, count = [], {}, {}
+    for name in names:
+        base = re.sub(r"[^A-Za-z0-9_]", "_", function_base(name)) or "kernel"
+        if not base[0].isalpha() and base[0] != "_":
+            base = "_" + base
+        key = (base, name)
+        if key not in seen:
+            count[base] = count.get(base, 0) + 1
+            seen[key] = base if count[base] == 1 else f"{base}#{count[base]}"
+        out.append(seen[key])
+    return out
+
+
+def owner(name: str, defined: list[str]) -> str:
+    """``own`` when the kernel is one the version's source defines, else ``library``."""
+    return "own" if own_kernels([name], defined) else "library"
+
+
+# --- the census ---------------------------------------------------------------------------------
+def _num(raw: dict[str, Any], metric: str) -> float | None:
+    v = (raw.get(metric) or {}).get("value")
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _us(raw: dict[str, Any]) -> float | None:
+    """gpu__time_duration in microseconds (ncu prints base units, ns, with --print-units base)."""
+    v = _num(raw, "gpu__time_duration.sum")
+    if v is None:
+        return None
+    unit = ((raw.get("gpu__time_duration.sum") or {}).get("unit") or "ns").strip().lower()
+    return v * {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3,
+                "s": 1e6, "second": 1e6}.get(unit, 1e-3)
+
+
+def launches(raw_csv: str | None) -> list[dict[str, Any]]:
+    """ncu's raw page of a pass over the whole call -> one record per launch, in launch order:
+    {name, grid, block, duration_us, dram_bytes_read, dram_bytes_write}."""
+    out = []
+    for k in ncu_parse.parse_raw(raw_csv or ""):
+        out.append({"name": k["name"], "grid": k["grid"], "block": k["block"], "duration_us": _us(k["raw"]),
+                    "dram_bytes_read": _num(k["raw"], "dram__bytes_read.sum"),
+                    "dram_bytes_write": _num(k["raw"], "dram__bytes_write.sum")})
+    return out
+
+
+def _config(rec: dict[str, Any]) -> tuple[str, tuple, tuple]:
+    return rec["name"], tuple(rec.get("grid") or ()), tuple(rec.get("block") or ())
+
+
+def table(recs: list[dict[str, Any]], defined: list[str]) -> dict[str, Any]:
+    """Launch records -> the inventory: one row per kernel name, largest time first, with its launches,
+    total time, share of the call's kernel time, owner and distinct launch configurations; and the sums."""
+    total = sum(r["duration_us"] or 0.0 for r in recs)
+    rows: dict[str, dict[str, Any]] = {}
+    for r in recs:
+        row = rows.setdefault(r["name"], {"name": r["name"], "launches": 0, "time_us": 0.0, "configs": {}})
+        row["launches"] += 1
+        row["time_us"] += r["duration_us"] or 0.0
+        cfg = row["configs"].setdefault(_config(r)[1:], {"launches": 0, "time_us": 0.0})
+        cfg["launches"] += 1
+        cfg["time_us"] += r["duration_us"] or 0.0
+    names = list(rows)
+    for name, label in zip(names, labels(names), strict=True):
+        row = rows[name]
+        row["label"] = label
+        row["base"] = function_base(name)
+        row["owner"] = owner(name, defined)
+        row["share"] = row["time_us"] / total if total > 0 else 0.0
+        row["configs"] = [{"grid": list(g), "block": list(b), **c} for (g, b), c in row["configs"].items()]
+    ordered = sorted(rows.values(), key=lambda r: -r["time_us"])
+    sums = {key: (sum(r[key] for r in recs) if all(r[key] is not None for r in recs) else None)
+            for key in SUM_KEYS}
+    return {"launches": len(recs), "kernel_time_us": total, "rows": ordered, "sums": sums}
+
+
+def choose(inv: dict[str, Any], budget: Budget) -> list[dict[str, Any]]:
+    """The rows that get the detailed pass: own kernels (largest first), then library kernels (largest
+    first) until the chosen hold ``budget.share`` of the time, at most ``budget.kernels`` rows, and at most
+    ``budget.configs`` distinct configurations in all.  A row whose function base ncu cannot match by name
+    (not a plain identifier) is left out and said so by ``profiled: False``."""
+    own = [r for r in inv["rows"] if r["owner"] == "own"]
+    lib = [r for r in inv["rows"] if r["owner"] != "own"]
+    chosen: list[dict[str, Any]] = []
+    share, configs = 0.0, 0
+    for r in own + lib:
+        if len(chosen) >= budget.kernels or not _IDENT.match(r["base"]):
+            continue
+        if r["owner"] != "own" and share >= budget.share:
+            break
+        n = len(r["configs"])
+        if chosen and configs + n > budget.configs:
+            continue
+        chosen.append(r)
+        share += r["share"]
+        configs += n
+    return chosen
+
+
+def detail_filter(chosen: list[dict[str, Any]]) -> list[str]:
+    """ncu's filter for the detailed pass: the chosen kernels by function base, one launch of each
+    distinct launch configuration (ncu's ``--filter-mode per-launch-config`` with ``--launch-count 1``)."""
+    bases = sorted({r["base"] for r in chosen})
+    return ["--kernel-name-base", "function", "--kernel-name", "regex:^(?:" + "|".join(bases) + ")$",
+            "--filter-mode", "per-launch-config", "--launch-count", "1"]
