@@ -117,6 +117,11 @@ def _umask() -> int:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
+    """Write through a temporary file in the same folder, then rename (``atomic_write_bytes``)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write through a temporary file in the same folder, then rename: a reader sees the old file or the
     new one, never half of one, and a failed write leaves the old file as it was.  The new file gets
     the usual mode for the user's umask (mkstemp alone would make it private)."""
@@ -124,8 +129,8 @@ def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:

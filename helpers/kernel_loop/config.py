@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .common import UsageError
+from .profiling.inventory import Budget
 
 SCHEMA = 1
 # Defaults: the one place each is defined.
@@ -39,14 +40,21 @@ class NcuConfig:
     clock_control: str | None = None
     cache_control: str | None = None
     extra_args: list[str] = field(default_factory=list)
+    # what gets ncu's full sections in a call of many kernels (profiling.inventory.Budget); a run.json
+    # written before the budget existed gets the defaults
+    budget: dict[str, Any] = field(default_factory=lambda: Budget().to_json())
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> NcuConfig:
         data = dict(data or {})
+        try:
+            budget = Budget.from_json(data.get("budget")).to_json()
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"run.json {exc}") from None
         return cls(set=data.get("set") or DEFAULT_NCU_SET,
                    sections=list(data["sections"]) if data.get("sections") is not None else list(DEFAULT_NCU_SECTIONS),
                    clock_control=data.get("clock_control"), cache_control=data.get("cache_control"),
-                   extra_args=[str(a) for a in data.get("extra_args") or []])
+                   extra_args=[str(a) for a in data.get("extra_args") or []], budget=budget)
 
 
 @dataclass

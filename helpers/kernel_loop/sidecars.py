@@ -39,6 +39,7 @@ NCU_DETAILS_MD = "ncu_details.md"
 NCU_RAW_CSV = "ncu_raw.csv"
 NCU_DETAILS_CSV = "ncu_details.csv"
 NCU_REPORT = "profile.ncu-rep"
+NCU_CENSUS_CSV = "ncu_census.csv.gz"  # ncu's census of every launch, when the call had more kernels than the budget
 KBS_QUERIES = "kbs_queries.jsonl"
 KBS_EVIDENCE = "kbs_evidence.md"
 HYPOTHESIS_TXT = "hypothesis.txt"

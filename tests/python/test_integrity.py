@@ -12,10 +12,9 @@ import json
 import klcli
 import pytest
 from conftest import FIXTURES
-from kernel_loop import static_check
+from kernel_loop import static_check, timecheck
 from kernel_loop.common import MeasuredFailure
 from kernel_loop.steps import benchmark as B
-from kernel_loop.steps import profile
 from klcli import KERNELS
 
 
@@ -104,13 +103,15 @@ def test_a_kernel_that_zeroes_its_input_fails_naming_the_input(tmp_path, worker_
 # --- work outside the timed window ---------------------------------------------------------------
 def _profile(timing_median, clock_control, event_clock_mhz=None):
     """build_profile on the recorded H100 softmax (86.0 us under ncu) with a chosen event median."""
+    from kernel_loop.profiling import ncu_json
+
     raw = (FIXTURES / "ncu" / "softmax_triton_detailed_raw.csv").read_text()
     details = (FIXTURES / "ncu" / "softmax_triton_detailed_details.csv").read_text()
     t = {"method": "cuda_event", "warmup": 1, "trials": 1, "l2_flush": True, "samples_us": [timing_median],
          "median": timing_median, "p20": timing_median, "p25": timing_median, "p75": timing_median,
          "p80": timing_median, "mean": timing_median, "min": timing_median, "max": timing_median, "std": 0.0, "n": 1}
     ctx = {"tool": {"clock_control": clock_control}, "gpu_state": {"sm_clock_mhz": event_clock_mhz}}
-    return profile.build_profile(raw, details, t, ctx)
+    return ncu_json.build_profile(raw, details, t, ctx)
 
 
 def test_ncu_duration_above_the_event_median_makes_the_timing_invalid():
@@ -140,7 +141,7 @@ def test_locked_ncu_clocks_are_scaled_before_judging():
     (500.0, 100.0, "base", None, 1980.0, False),
 ])
 def test_timing_invalid_rule(ncu_us, event_us, clock, ncu_hz, event_mhz, invalid):
-    assert bool(profile.timing_invalid(ncu_us, event_us, clock, ncu_hz, event_mhz)) is invalid
+    assert bool(timecheck.timing_invalid(ncu_us, event_us, clock, ncu_hz, event_mhz)) is invalid
 
 
 # --- impossible numbers --------------------------------------------------------------------------

@@ -164,14 +164,13 @@ def test_evidence_needs_ncu_json(tmp_path, monkeypatch, capsys):
 
 def test_evidence_on_the_real_h100_softmax_profile(tmp_path, monkeypatch, capsys):
     """ncu.json built by the profiler from the real H100 recording, queried against the bundled corpus."""
-    profile = pytest.importorskip("kernel_loop.steps.profile")
-    if not hasattr(profile, "build_profile"):
-        pytest.skip("kernel_loop.steps.profile.build_profile is not there yet")
+    from kernel_loop.profiling import ncu_json
+
     monkeypatch.delenv(kbs_corpus.ENV_PATH, raising=False)
     raw = (FIXTURES / "ncu" / "softmax_triton_detailed_raw.csv").read_text()
     details = (FIXTURES / "ncu" / "softmax_triton_detailed_details.csv").read_text()
     out = runfixture.write_run(tmp_path / "run")
-    ncu = profile.build_profile(raw, details, timing=None, context={"version": "v0"})
+    ncu = ncu_json.build_profile(raw, details, timing=None, context={"version": "v0"})
     (out / "v0" / "ncu.json").write_text(json.dumps(ncu))
 
     assert run(["kbs", "evidence", str(out)], monkeypatch) == 0

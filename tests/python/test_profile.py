@@ -6,10 +6,13 @@ import argparse
 import csv
 import io
 import json
+import math
+import random
 
+import numpy as np
 import pytest
 from conftest import FIXTURES
-from kernel_loop import gpustate, records
+from kernel_loop import gpustate, records, timing
 from kernel_loop.common import (
     KernelLoopError,
     MeasuredFailure,
@@ -19,7 +22,7 @@ from kernel_loop.common import (
     write_json,
 )
 from kernel_loop.config import DEFAULT_NCU_SECTIONS, RunConfig
-from kernel_loop.profiling import metrics
+from kernel_loop.profiling import metrics, ncu_json
 from kernel_loop.steps import profile
 
 NCU = FIXTURES / "ncu"
@@ -46,7 +49,7 @@ def _edit_raw(metric: str, value: str) -> str:
 
 
 def _build(raw=RAW, details=DETAILS, timing=None, **ctx):
-    return profile.build_profile(_text(raw) if raw else None, _text(details) if details else None, timing,
+    return ncu_json.build_profile(_text(raw) if raw else None, _text(details) if details else None, timing,
                                  {"version": "v1", "kernel_file": "kernel.py", **ctx})
 
 
@@ -126,37 +129,56 @@ def test_metrics_only_recording_maps_dram_through_its_fallback_name():
 def test_two_kernels_sum_durations_and_take_the_longest_kernels_values():
     p = _build(raw="two_kernels_detailed_raw.csv", details="two_kernels_detailed_details.csv")
     assert [k["name"] for k in p["kernels"]] == ["softmax_kernel", "row_max_kernel"]
-    assert p["metrics"]["duration_us"] == pytest.approx(86.016 + 20.48)
-    assert p["metrics"]["sm_throughput_pct"] == pytest.approx(22.46)    # softmax_kernel is the longest
+    assert [k["label"] for k in p["kernels"]] == ["softmax_kernel", "row_max_kernel"]
+    assert p["metrics"]["duration_us"] == pytest.approx(86.016 + 20.48) == p["sums"]["duration_us"]
+    assert p["metrics"]["sm_throughput_pct"] == pytest.approx(22.46)    # no kernel of its own: the longest is the focus
+    assert p["focus"]["label"] == "softmax_kernel" and "no kernel of its own" in p["focus"]["why"]
     assert p["kernels"][1]["bottleneck"] == "latency-bound"              # 35.10 / 40.20
     assert p["bottleneck"] == "memory-bound"
+    assert p["inventory"]["source"] == "profile" and p["inventory"]["launches"] == 2
+    assert p["kernels"][0]["share"] == pytest.approx(86.016 / (86.016 + 20.48))
     by_tag = {s["tag"]: s for s in p["symptoms"]}
     assert "multi-kernel" in by_tag
     assert by_tag["small-grid"]["kernel"] == "row_max_kernel"           # grid 100 < 132 SMs
     assert by_tag["dram-near-peak"]["kernel"] == "softmax_kernel"
-    text = profile.render_summary(p)
-    assert "**total**" in text and "row_max_kernel" in text and "multi-kernel" in text
+    text = ncu_json.render_summary(p)
+    assert "**all**" in text and "`row_max_kernel`" in text and "multi-kernel" in text
+
+
+def test_the_versions_own_kernel_is_the_focus_however_small_its_share():
+    """A call of a library kernel and the version's own: the own kernel's figures stand for the version (not the
+    longest kernel's), its symptoms come first, and the duration stays the sum of both."""
+    p = _build(raw="two_kernels_detailed_raw.csv", details="two_kernels_detailed_details.csv",
+               defined_kernels=["row_max_kernel"])
+    assert p["focus"]["label"] == "row_max_kernel" and p["focus"]["owner"] == "own"
+    assert p["metrics"]["sm_throughput_pct"] == pytest.approx(35.10)
+    assert p["metrics"]["duration_us"] == pytest.approx(86.016 + 20.48)
+    assert p["bottleneck"] == "latency-bound"
+    own_first = [s["label"] for s in p["symptoms"] if s.get("label")]
+    assert own_first[0] == "row_max_kernel"
+    assert {k["label"]: k["owner"] for k in p["kernels"]} == {"softmax_kernel": "library", "row_max_kernel": "own"}
+    assert p["library_fallback"] is None
 
 
 # --- trust checks -----------------------------------------------------------------------------
 def test_no_kernel_caught_is_a_failure():
     noise = "==PROF== Connected to process 9\n==WARNING== No kernels were profiled.\n"
     with pytest.raises(MeasuredFailure, match="caught no kernel"):
-        profile.build_profile(noise, noise, None, {})
+        ncu_json.build_profile(noise, noise, None, {})
 
 
 def test_zero_duration_is_a_failure():
     with pytest.raises(MeasuredFailure, match="zero duration"):
-        profile.build_profile(_edit_raw("gpu__time_duration.sum", "0"), None, None, {})
+        ncu_json.build_profile(_edit_raw("gpu__time_duration.sum", "0"), None, None, {})
 
 
 def test_nan_sol_is_a_failure():
     with pytest.raises(MeasuredFailure, match="sm_throughput_pct .* NaN"):
-        profile.build_profile(_edit_raw("sm__throughput.avg.pct_of_peak_sustained_elapsed", "nan"), None, None, {})
+        ncu_json.build_profile(_edit_raw("sm__throughput.avg.pct_of_peak_sustained_elapsed", "nan"), None, None, {})
 
 
 def test_nan_in_other_metric_becomes_null_with_a_warning():
-    p = profile.build_profile(_edit_raw("lts__t_sector_hit_rate.pct", "nan"), None, None, {})
+    p = ncu_json.build_profile(_edit_raw("lts__t_sector_hit_rate.pct", "nan"), None, None, {})
     assert p["metrics"]["l2_hit_rate_pct"] is None
     assert any("l2_hit_rate_pct" in w and "NaN" in w for w in p["warnings"])
 
@@ -186,7 +208,7 @@ def test_protocol_mismatch_with_v0_is_flagged():
     p = _build(tool=tool, baseline_protocol=base)
     w = [x for x in p["warnings"] if x.startswith("measured under a different protocol than v0")]
     assert len(w) == 1 and "clock_control 'none' vs v0 'base'" in w[0]
-    assert "measured under a different protocol than v0" in profile.render_summary(p)
+    assert "measured under a different protocol than v0" in ncu_json.render_summary(p)
     same = _build(tool=tool, baseline_protocol=dict(base, clock_control="none"))
     assert not any("different protocol" in x for x in same["warnings"])
 
@@ -198,7 +220,7 @@ def test_gpu_slowdown_during_timing_warns():
     state["before"].update(sm_clock_mhz=345, mem_clock_mhz=2619, temperature_c=40, power_w=90.0)
     p = _build(gpu_state=state)
     assert any("sw_thermal_slowdown" in w for w in p["warnings"])
-    assert "sw_thermal_slowdown" in profile.render_summary(p)
+    assert "sw_thermal_slowdown" in ncu_json.render_summary(p)
 
 
 def test_decode_throttle_matches_nvml_constants():
@@ -214,7 +236,7 @@ def test_decode_throttle_matches_nvml_constants():
 # --- rendering ----------------------------------------------------------------------------------
 def test_write_profile_artifacts(tmp_path):
     p = _build(timing=_timing(90.0))
-    files = profile.write_profile_artifacts(tmp_path, p)
+    files = ncu_json.write_profile_artifacts(tmp_path, p)
     assert [f.name for f in files] == ["ncu_summary.md", "ncu_details.md", "ncu.json"]
     summary = (tmp_path / "ncu_summary.md").read_text()
     assert "**memory-bound at DRAM**" in summary
@@ -352,7 +374,7 @@ def test_tensor_cores_unused_fires_only_on_a_kernel_whose_source_does_matrix_pro
     assert with_dot != no_dot
 
     def tags(source):
-        p = profile.build_profile(raw, _text(DETAILS), None, {"version": "v1", "kernel_file": "kernel.py",
+        p = ncu_json.build_profile(raw, _text(DETAILS), None, {"version": "v1", "kernel_file": "kernel.py",
                                                                 "kernel_source": source})
         return {s["tag"] for s in p["symptoms"]}, p
 
@@ -360,4 +382,256 @@ def test_tensor_cores_unused_fires_only_on_a_kernel_whose_source_does_matrix_pro
     assert "tensor-cores-unused" in tags(with_dot)[0]
     got, p = tags(no_dot)
     assert p["bottleneck"] == "memory-bound" and p["bottleneck_level"] == "DRAM"
-    assert "| Bottleneck | **memory-bound at DRAM** |" in profile.render_summary(p)
+    assert "| Bottleneck | **memory-bound at DRAM** (of `" in ncu_json.render_summary(p)
+
+
+# --- programs of many kernels: ncu's census, the budget, sums per call, labels per kernel -------
+def _census(launches: list[tuple[str, tuple, tuple, float, float, float]]) -> str:
+    """A census page as ncu prints it (``--page raw --print-units base``): its launch columns, the three census
+    metrics, thousands separators, a units row and ncu's own lines before the CSV."""
+    head = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+            "Grid Size", "Device", "CC", "device__attribute_display_name", "dram__bytes_read.sum",
+            "dram__bytes_write.sum", "gpu__time_duration.sum"]
+    out = io.StringIO()
+    out.write("==PROF== Connected to process 7 (/usr/bin/python3)\n")
+    w = csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n")
+    w.writerow(head)
+    w.writerow([""] * 12 + ["byte", "byte", "ns"])
+    for i, (name, grid, block, ns, rd, wr) in enumerate(launches):
+        w.writerow([str(i), "7", "python3", "127.0.0.1", name, "1", "7", str(block), str(grid), "0", "9.0",
+                    "NVIDIA H200", f"{rd:,.0f}", f"{wr:,.0f}", f"{ns:,.0f}"])
+    out.write("==PROF== Disconnected from process 7\n")
+    return out.getvalue()
+
+
+GEMM = "void gemmSN_TN_kernel<float, 128, 16, 2, 4, 8, 9, false, cublasGemvTensorStridedBatched<const float>>(cublasGemmSmallNParams<T1, T2, T3, T4>)"
+CELL = "void elemWiseRNNcell<float, float, float, (cudnnRNNMode_t)2, (cudnnRNNBiasMode_t)2>(int, int, int, int, T3 *, T1 *)"
+
+
+def _lstm_like() -> list:
+    """An RNN call's shape: thousands of launches of two library kernels, a few of a third, the version's own
+    small kernel."""
+    rows = []
+    for i in range(3000):
+        rows.append((GEMM, (8, 1, 1) if i % 2 else (16, 1, 1), (128, 1, 1), 3000.0, 40_000, 8_000))
+        rows.append((CELL, (4, 1, 1), (256, 1, 1), 1800.0, 20_000, 10_000))
+    rows += [("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>(T1::Params)",
+              (32, 4, 1), (128, 1, 1), 4500.0, 900_000, 300_000)] * 96
+    rows += [("my_fused_cell", (132, 1, 1), (256, 1, 1), 900.0, 5_000, 5_000)] * 10
+    return rows
+
+
+def test_the_census_lists_every_launch_with_its_share_label_and_owner():
+    from kernel_loop.profiling import inventory
+
+    recs = inventory.launches(_census(_lstm_like()))
+    assert len(recs) == 6106 and recs[0]["duration_us"] == pytest.approx(3.0) and recs[0]["grid"] == [16, 1, 1]
+    inv = inventory.table(recs, ["my_fused_cell"])
+    assert inv["launches"] == 6106
+    assert [r["label"] for r in inv["rows"]] == ["gemmSN_TN_kernel", "elemWiseRNNcell", "Kernel", "my_fused_cell"]
+    assert [r["owner"] for r in inv["rows"]] == ["library", "library", "library", "own"]
+    assert inv["rows"][0]["launches"] == 3000 and len(inv["rows"][0]["configs"]) == 2
+    total = 3000 * 3.0 + 3000 * 1.8 + 96 * 4.5 + 10 * 0.9
+    assert inv["kernel_time_us"] == pytest.approx(total) == inv["sums"]["duration_us"]
+    assert inv["rows"][0]["share"] == pytest.approx(9000.0 / total)
+    assert inv["sums"]["dram_bytes_write"] == 3000 * 8_000 + 3000 * 10_000 + 96 * 300_000 + 10 * 5_000
+
+
+def test_the_budget_takes_the_own_kernels_first_then_the_largest_shares():
+    from kernel_loop.profiling import inventory
+
+    inv = inventory.table(inventory.launches(_census(_lstm_like())), ["my_fused_cell"])
+    chosen = inventory.choose(inv, inventory.Budget())
+    assert [r["label"] for r in chosen] == ["my_fused_cell", "gemmSN_TN_kernel", "elemWiseRNNcell"]  # 97% of the time
+    assert inventory.detail_filter(chosen) == [
+        "--kernel-name-base", "function", "--kernel-name", "regex:^(?:elemWiseRNNcell|gemmSN_TN_kernel|my_fused_cell)$",
+        "--filter-mode", "per-launch-config", "--launch-count", "1"]
+    assert [r["label"] for r in inventory.choose(inv, inventory.Budget(kernels=2))] == ["my_fused_cell",
+                                                                                       "gemmSN_TN_kernel"]
+    assert [r["label"] for r in inventory.choose(inv, inventory.Budget(share=0.5))] == ["my_fused_cell",
+                                                                                       "gemmSN_TN_kernel"]
+    # a kernel of many launch configurations is left out when it would pass the budget's configurations
+    assert [r["label"] for r in inventory.choose(inv, inventory.Budget(kernels=2, configs=2))] == [
+        "my_fused_cell", "elemWiseRNNcell"]
+
+
+@pytest.mark.parametrize("bad, why", [({"kernels": 0}, "kernels must be"), ({"share": 1.5}, "share must be"),
+                                      ({"kernel": 3}, "unknown key"), ({"configs": 2}, "configs must be")])
+def test_a_bad_budget_in_run_json_is_refused_in_one_line(bad, why):
+    from kernel_loop.config import NcuConfig
+
+    with pytest.raises(UsageError, match=why):
+        NcuConfig.from_json({"budget": bad})
+    assert NcuConfig.from_json({}).budget == {"kernels": 8, "share": 0.9, "configs": 16}
+
+
+def _census_of_two_kernels(extra: int) -> str:
+    """The census of a call whose detailed pass is the two-kernel fixture: softmax_kernel 4 launches,
+    row_max_kernel 1, and ``extra`` small library kernels that were not profiled."""
+    rows = [("softmax_kernel", (8192, 1, 1), (128, 1, 1), 86_016.0, 1e6, 1e6)] * 4
+    rows += [("row_max_kernel", (100, 1, 1), (128, 1, 1), 20_480.0, 2e5, 1e3)]
+    rows += [(f"void at::native::lib_kernel_{i}<float>(int, float *)", (1, 1, 1), (64, 1, 1), 100.0, 64, 64)
+             for i in range(extra)]
+    return _census(rows)
+
+
+def test_a_census_profile_sums_every_launch_and_stays_small_to_read():
+    census = _census_of_two_kernels(300)
+    p = ncu_json.build_profile(_text("two_kernels_detailed_raw.csv"), _text("two_kernels_detailed_details.csv"),
+                              None, {"version": "v3", "kernel_file": "kernel.py", "defined_kernels": ["row_max_kernel"],
+                                     "budget": {"kernels": 8, "share": 0.9, "configs": 16}}, census)
+    total = 4 * 86.016 + 20.48 + 300 * 0.1
+    assert p["inventory"]["source"] == "census" and p["inventory"]["launches"] == 305
+    assert p["sums"]["duration_us"] == pytest.approx(total) == p["metrics"]["duration_us"]
+    assert p["sums"]["dram_bytes_read"] == pytest.approx(4e6 + 2e5 + 300 * 64)
+    soft = next(k for k in p["kernels"] if k["label"] == "softmax_kernel")
+    assert soft["launches"] == 4 and soft["time_us"] == pytest.approx(4 * 86.016)
+    assert p["focus"]["label"] == "row_max_kernel"
+    rows = {r["label"]: r for r in p["inventory"]["rows"]}
+    assert len(rows) == 302 and rows["softmax_kernel"]["profiled"] and not rows["lib_kernel_0"]["profiled"]
+    text = ncu_json.render_summary(p)
+    assert len(text.encode()) < 12_000, len(text.encode())  # the same few KB as a one-kernel profile
+    fewer = ncu_json.build_profile(_text("two_kernels_detailed_raw.csv"), _text("two_kernels_detailed_details.csv"),
+                                  None, {"version": "v3", "kernel_file": "kernel.py", "defined_kernels": ["row_max_kernel"],
+                                         "budget": {"kernels": 8, "share": 0.9, "configs": 16}},
+                                  _census_of_two_kernels(20))
+    assert abs(len(text) - len(ncu_json.render_summary(fewer))) < 300  # 300 kernels read like 20
+    assert "| 290 more |" in text and "`lib_kernel_0`" in text
+    assert "(from ncu's census of every launch" in text
+    details = ncu_json.render_details(p)
+    assert details.count("## Kernel ") == 2 and "Raw counters: in ncu_raw.csv" in details
+
+
+def test_a_census_sum_above_the_event_time_refuses_the_timing():
+    """The census is ncu's count of every launch, taken outside the kernel's process: an event time well below it
+    (a forged timer, or work left running after the call) is refused, whatever the detailed pass covered."""
+    with pytest.raises(MeasuredFailure, match="the timing is invalid"):
+        ncu_json.build_profile(_text("two_kernels_detailed_raw.csv"), _text("two_kernels_detailed_details.csv"),
+                              _timing(100.0), {"version": "v3", "kernel_file": "kernel.py",
+                                               "tool": {"clock_control": "none"}}, _census_of_two_kernels(300))
+
+
+# --- timing.summarize ------------------------------------------------------------------------------------
+# timing.summarize (pure, CPU): percentiles, spread, bad input.
+
+def test_summarize_known_values():
+    s = timing.summarize([7.0, 1.0, 10.0, 3.0, 5.0, 2.0, 9.0, 4.0, 8.0, 6.0])  # 1..10, shuffled
+    assert s["n"] == 10
+    assert s["median"] == pytest.approx(5.5)
+    assert s["p25"] == pytest.approx(3.25) and s["p75"] == pytest.approx(7.75)
+    assert s["p20"] == pytest.approx(2.8) and s["p80"] == pytest.approx(8.2)
+    assert s["mean"] == pytest.approx(5.5)
+    assert s["min"] == 1.0 and s["max"] == 10.0
+    assert s["std"] == pytest.approx(math.sqrt(sum((x - 5.5) ** 2 for x in range(1, 11)) / 9))
+
+
+def test_summarize_matches_numpy_on_random_samples():
+    rng = random.Random(7)
+    xs = [rng.lognormvariate(3.0, 0.4) for _ in range(257)]
+    s = timing.summarize(xs)
+    for q, key in ((20, "p20"), (25, "p25"), (50, "median"), (75, "p75"), (80, "p80")):
+        assert s[key] == pytest.approx(np.percentile(xs, q))
+    assert s["std"] == pytest.approx(np.std(xs, ddof=1))
+
+
+def test_single_sample():
+    s = timing.summarize([12.5])
+    assert s["median"] == s["p20"] == s["p80"] == s["min"] == s["max"] == 12.5
+    assert s["std"] == 0.0 and s["n"] == 1
+
+
+@pytest.mark.parametrize("bad", [[], [1.0, float("nan")], [float("inf")]])
+def test_summarize_rejects_bad_samples(bad):
+    with pytest.raises(ValueError):
+        timing.summarize(bad)
+
+
+class _FakeTorch:
+    """Just enough of torch for time_callable on a machine without a GPU: counts the flush-buffer
+    allocations and writes.  Times are fake; only the buffer handling is under test here."""
+
+    int32 = "int32"
+
+    def __init__(self):
+        import contextlib
+        import types
+
+        self.allocations, self.fills = [], []
+        fake = self
+
+        class Buffer:
+            def __init__(self, n):
+                self.n = n
+
+            def numel(self):
+                return self.n
+
+            def fill_(self, value):
+                fake.fills.append((id(self), value))
+
+        class Event:
+            def __init__(self, enable_timing):
+                self.t = None
+
+            def record(self):
+                self.t = len(fake.fills)
+
+            def elapsed_time(self, end):
+                return 0.001 * (1 + end.t)
+
+        self.Buffer = Buffer
+        self.cuda = types.SimpleNamespace(
+            current_device=lambda: 0, device=lambda dev: contextlib.nullcontext(), synchronize=lambda dev=None: None,
+            Event=Event, get_device_properties=lambda dev: types.SimpleNamespace(L2_cache_size=50 << 20))
+
+    def device(self, kind, index=None):
+        import types
+
+        if index is None and ":" in kind:
+            kind, index = kind.split(":")[0], int(kind.split(":")[1])
+        return types.SimpleNamespace(type=kind, index=index)
+
+    def empty(self, n, dtype, device):
+        self.allocations.append((n, dtype, device.index))
+        return self.Buffer(n)
+
+
+def test_flush_buffer_is_allocated_once_per_device_and_written_every_call(monkeypatch):
+    import sys
+
+    fake = _FakeTorch()
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    monkeypatch.setattr(timing, "_FLUSH_BUFFERS", {})
+    monkeypatch.setattr(timing, "_P", None)  # bind the fake's primitives
+    calls = []
+    timer = timing.CallTimer("cuda:0")
+    for _ in range(5):  # the worker times one call at a time
+        value, us, host, delay = timer.time(lambda: calls.append(1) or "v", "k")
+        assert value == "v" and us >= 0 and host >= 0
+    assert fake.allocations == [(2 * (50 << 20) // 4, "int32", 0)]
+    assert len(fake.fills) == 5 and len({buf for buf, _ in fake.fills}) == 1 and len(calls) == 5
+    other = timing.CallTimer("cuda:1")
+    for _ in range(3):
+        other.time(lambda: None, "k")
+    assert [a[2] for a in fake.allocations] == [0, 1]  # a second device gets its own buffer
+    assert [v for _, v in fake.fills[5:]] == [1, 2, 3]  # still one write per call
+
+
+def test_the_delay_follows_each_callables_own_dispatch_time(monkeypatch):
+    timer = timing.CallTimer("cpu")
+    assert timer.delay_us("a") == timing.FIRST_DELAY_US  # before anything is known (the first call compiles)
+    timer.host["a"] = [100.0, 5.0, 5.0, 5.0, 5.0, 5.0]  # the first call's compile is forgotten after five
+    assert timer.delay_us("a") == 2 * 5.0 + timing.HOST_MARGIN_US
+    timer.host["b"] = [1e6]
+    assert timer.delay_us("b") == timing.MAX_DELAY_US
+
+
+def test_the_timer_keeps_the_clock_it_bound_before_a_kernel_patched_it(monkeypatch):
+    import time as time_mod
+
+    monkeypatch.setattr(timing, "_P", None)
+    timing.bind()
+    frozen = time_mod.perf_counter()
+    monkeypatch.setattr(time_mod, "perf_counter", lambda: frozen)  # what a cheating kernel does at import
+    timer = timing.CallTimer("cpu")
+    assert min(timer.time(lambda: sum(range(20000)))[1] for _ in range(3)) > 0

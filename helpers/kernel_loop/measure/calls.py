@@ -278,8 +278,8 @@ class Session:
                 self.problem.seen[key] = False
         return bool(self.problem.seen[key])
 
-    def call(self, kid: str, ds: DataSet, *, checked: bool, nvtx: bool = False, cond: Condition | None = None
-             ) -> dict[str, Any]:
+    def call(self, kid: str, ds: DataSet, *, checked: bool, nvtx: bool = False, cond: Condition | None = None,
+             inventory: bool = False) -> dict[str, Any]:
         """One call on ``ds``: {"reply", "failure": None or text, "rows", "warnings"}.  The inputs are
         written into the shared buffers before every call (the worker hands back what the call left in
         them), and every output is poisoned, or for a correctness call prepared as ``cond`` says."""
@@ -291,6 +291,8 @@ class Session:
         self.judge.sync()
         self.calls += 1
         msg: dict[str, Any] = {"op": "call", "k": kid, "nvtx": nvtx}
+        if inventory:  # the worker lists the kernels the call launched (torch's profiler): a hint, not a measure
+            msg["inventory"] = True
         if cond.train or cond.grad or cond.inference:
             msg.update(train=cond.train, grad=cond.grad, inference=cond.inference)
         if cond.keep:

@@ -39,15 +39,16 @@ from .. import proctree
 from ..common import MeasuredFailure, UsageError, progress, write_json
 from ..compare import applied_tolerances
 from ..config import RunConfig
+from ..profiling import inventory
 from ..tensors import is_tensor
 from . import protocol
 from .calls import Session, ab_loop, after_the_calls, bad_row, harness_hint, kept_fingerprints, timing_block
 from .conditions import CONDITION_WORDS, condition, condition_plan
 from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
 from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
+from .under_ncu import choose, ncu_run
 
 FRESH_SEED_OFFSET = 7_777_777   # the seed of the check after timing: never one a correctness trial used
-NCU_WARMUP = 3  # calls under ncu before the profiled one (builds, autotuning, the allocator): each costs seconds
 _T0 = time.monotonic()          # the judge's start: the phases of a step are counted from it
 
 
@@ -266,8 +267,11 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
 
 
 def profile(judge: Judge) -> dict[str, Any]:
-    """The timing loop (every call poisoned, several verified), a check on inputs never seen, then the run
-    under ncu (the measured call inside the NVTX range; every call verified)."""
+    """The timing loop (every call poisoned, several verified), a check on inputs never seen, then the runs
+    under ncu (the measured call inside the NVTX range; every call verified).  A call that launches more
+    kernels than the run's budget gets two: ncu's census of every launch, then ncu's full sections for the
+    kernels the census says matter (profiling/inventory.py); any other call one, with full sections for
+    every launch."""
     from .. import gpustate
 
     spec, cfg = judge.spec, judge.cfg
@@ -290,37 +294,34 @@ def profile(judge: Judge) -> dict[str, Any]:
     if loop["failure"]:
         raise MeasuredFailure(harness_hint(sess, loop))
     fresh = prob.draw(cfg.seed + FRESH_SEED_OFFSET)
-    r = sess.call("k", fresh, checked=True)
+    r = sess.call("k", fresh, checked=True, inventory=bool(spec.get("census_prefix")))
     if r["failure"]:
         raise MeasuredFailure(harness_hint(sess, {"failure": "the timing run: the call on inputs never seen "
                                                          f"before, after the timed calls, is wrong: {r['failure']}",
                                                          "rows": r["rows"]}))
+    hint = (r["reply"] or {}).get("inventory")
     judge.end_worker(timer)
     judge.mark("timed")
     timing = timing_block(loop, cfg.warmup, cfg.trials, judge.device)
-    # the run under ncu: every call verified; only the last is inside the NVTX range ncu measures
-    ncu_worker.hello(cfg.impl)
-    import_kernel(ncu_worker, "k", path, kind, cfg)
-    nsess = Session(judge, ncu_worker, prob, {"k": (path, kind)}, first, "n")
-    judge.mark("ncu_ready")
-    nsess.sets = sess.sets
-    nsess.fresh = False
-    warm = min(max(1, cfg.warmup), NCU_WARMUP)
-    for i in range(warm + 1):
-        ds = nsess.pick(True)
-        r = nsess.call("k", ds, checked=True, nvtx=i == warm)
-        if r["failure"]:
-            raise MeasuredFailure(f"the run under ncu: call {i + 1} of {warm + 1} is wrong: {r['failure']} (every "
-                                  "call under ncu is verified, like the timed ones)")
-    judge.mark("ncu_calls")
-    rc = ncu_worker.close(wait_s=float(max(60.0, judge.deadline - time.monotonic())))
-    output = "\n".join(ncu_worker.tail)
-    judge.workers.remove(ncu_worker)
-    proctree.end_descendants()
+    census = None
+    budget = inventory.Budget.from_json(cfg.ncu.budget)
+    # the worker's own count decides only whether the census runs: a count it understates gets every
+    # launch its full sections (slow, complete), one it overstates gets ncu's census
+    if spec.get("census_prefix") and not (isinstance(hint, dict) and isinstance(hint.get("launches"), int)
+                                          and hint["launches"] <= budget.kernels):
+        judge.end_worker(ncu_worker)  # started for a single pass over every launch: not wanted
+        census = ncu_run(judge, judge.start_worker("census", prefix=spec["census_prefix"]), path, kind, prob,
+                          first, sess.sets, "census")
+        judge.mark("census")
+        census.update(choose(judge, spec, census, budget))
+        census["hint_launches"] = hint.get("launches") if isinstance(hint, dict) else None
+        prefix = list(spec["ncu_prefix"])
+        at = prefix.index("-o")
+        ncu_worker = judge.start_worker("detail", prefix=prefix[:at] + census["filter"] + prefix[at:])
+    ncu = ncu_run(judge, ncu_worker, path, kind, prob, first, sess.sets, "the run under ncu")
     judge.mark("ncu")
     return {"timing": timing, "phases_s": judge.phases, "gpu_state": {"before": before, "after": after},
-            "gpu": judge.gpu_info(), "gpu_check": gpu_check,
-            "ncu": {"returncode": rc, "output_tail": output, "calls": warm + 1},
+            "gpu": judge.gpu_info(), "gpu_check": gpu_check, "ncu": ncu, "census": census,
             **judge.isolation(),
             "output_bytes": _memory(first, None)["outputs_bytes"], "inputs_bytes": _memory(first, None)["inputs_bytes"]}
 

@@ -56,8 +56,28 @@ class Budget:
         return {"kernels": self.kernels, "share": self.share, "configs": self.configs}
 
     @classmethod
+    def parse(cls, text: str | None) -> Budget:
+        """``kernels=8,share=0.9,configs=16`` (any of the three; the rest keep their defaults)."""
+        d: dict[str, Any] = {}
+        for part in (text or "").split(","):
+            key, eq, val = part.strip().partition("=")
+            if not part.strip():
+                continue
+            try:
+                if not eq:
+                    raise ValueError
+                d[key.strip()] = float(val) if key.strip() == "share" else int(val)
+            except ValueError:
+                raise ValueError(f"ncu.budget: '{part.strip()}' is not KEY=NUMBER (e.g. kernels=8,share=0.9,"
+                                 "configs=16)") from None
+        return cls.from_json(d)
+
+    @classmethod
     def from_json(cls, d: dict[str, Any] | None) -> Budget:
         d = dict(d or {})
+        unknown = sorted(set(d) - {"kernels", "share", "configs"})
+        if unknown:
+            raise ValueError(f"ncu.budget: unknown key(s) {', '.join(unknown)} (known: kernels, share, configs)")
         b = cls(**{k: d[k] for k in ("kernels", "share", "configs") if k in d})
         problems = []
         if not (isinstance(b.kernels, int) and not isinstance(b.kernels, bool) and 1 <= b.kernels <= 64):
@@ -122,29 +142,39 @@ def owner(name: str, defined: list[str]) -> str:
 
 
 # --- the census ---------------------------------------------------------------------------------
-def _num(raw: dict[str, Any], metric: str) -> float | None:
-    v = (raw.get(metric) or {}).get("value")
+_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6, "second": 1e6}
+
+
+def _value(text: str) -> float | None:
+    v = ncu_parse.parse_value(text)
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
-
-
-def _us(raw: dict[str, Any]) -> float | None:
-    """gpu__time_duration in microseconds (ncu prints base units, ns, with --print-units base)."""
-    v = _num(raw, "gpu__time_duration.sum")
-    if v is None:
-        return None
-    unit = ((raw.get("gpu__time_duration.sum") or {}).get("unit") or "ns").strip().lower()
-    return v * {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3,
-                "s": 1e6, "second": 1e6}.get(unit, 1e-3)
 
 
 def launches(raw_csv: str | None) -> list[dict[str, Any]]:
     """ncu's raw page of a pass over the whole call -> one record per launch, in launch order:
-    {name, grid, block, duration_us, dram_bytes_read, dram_bytes_write}."""
+    {name, grid, block, duration_us, dram_bytes_read, dram_bytes_write}.  Reads only those columns (a
+    census of thousands of launches has some 200 columns, mostly the device's attributes)."""
+    rows = ncu_parse.csv_rows(raw_csv or "")
+    if not rows:
+        return []
+    col = {name: i for i, name in enumerate(rows[0])}
+    units = next((r for r in rows[1:] if r and r[0].strip() == ""), [])
+    need = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum")
+
+    def cell(row: list[str], name: str) -> str:
+        i = col.get(name)
+        return row[i] if i is not None and i < len(row) else ""
+
+    scale = _US.get(cell(units, need[0]).strip().lower() or "ns", 1e-3)
     out = []
-    for k in ncu_parse.parse_raw(raw_csv or ""):
-        out.append({"name": k["name"], "grid": k["grid"], "block": k["block"], "duration_us": _us(k["raw"]),
-                    "dram_bytes_read": _num(k["raw"], "dram__bytes_read.sum"),
-                    "dram_bytes_write": _num(k["raw"], "dram__bytes_write.sum")})
+    for row in rows[1:]:
+        if not row or row[0].strip() == "" or len(row) != len(rows[0]):
+            continue
+        d = _value(cell(row, need[0]))
+        out.append({"name": cell(row, "Kernel Name").strip(), "grid": ncu_parse.parse_dim3(cell(row, "Grid Size")),
+                    "block": ncu_parse.parse_dim3(cell(row, "Block Size")),
+                    "duration_us": None if d is None else d * scale,
+                    "dram_bytes_read": _value(cell(row, need[1])), "dram_bytes_write": _value(cell(row, need[2]))})
     return out
 
 
@@ -207,3 +237,50 @@ def detail_filter(chosen: list[dict[str, Any]]) -> list[str]:
     bases = sorted({r["base"] for r in chosen})
     return ["--kernel-name-base", "function", "--kernel-name", "regex:^(?:" + "|".join(bases) + ")$",
             "--filter-mode", "per-launch-config", "--launch-count", "1"]
+
+
+def representatives(inv: dict[str, Any], records: list[dict[str, Any]], defined: list[str]
+                    ) -> tuple[list[dict[str, Any]], list[str]]:
+    """One profiled record per kernel of the inventory, largest time first: the launch of the kernel's
+    configuration that holds most of its time, with the kernel's ``label``, ``owner``, ``launches``,
+    ``time_us`` and ``share`` in the whole call.  Also the names of detailed records the inventory does not
+    list (then kept as kernels of one launch each)."""
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for rec in records:
+        by_name.setdefault(rec["name"], []).append(rec)
+    out, total = [], inv["kernel_time_us"]
+    for row in inv["rows"]:
+        recs = by_name.pop(row["name"], [])
+        if not recs:
+            continue
+        weight = {(tuple(c["grid"]), tuple(c["block"])): c["time_us"] for c in row["configs"]}
+        rep = max(recs, key=lambda r: weight.get((tuple(r.get("grid") or ()), tuple(r.get("block") or ())), 0.0))
+        out.append({**rep, "label": row["label"], "owner": row["owner"], "launches": row["launches"],
+                    "time_us": row["time_us"], "share": row["share"], "configs": len(row["configs"])})
+    stray = [name for name in by_name]
+    taken = {k["label"] for k in out}
+    for name, recs in by_name.items():
+        rep = max(recs, key=lambda r: r["metrics"].get("duration_us") or 0.0)
+        label = labels([name])[0]
+        n = 2
+        while label in taken:
+            label, n = f"{labels([name])[0]}#{n}", n + 1
+        taken.add(label)
+        us = sum(r["metrics"].get("duration_us") or 0.0 for r in recs)
+        out.append({**rep, "label": label, "owner": owner(name, defined),
+                    "launches": len(recs), "time_us": us, "share": us / total if total > 0 else 0.0, "configs": 1})
+    return out, stray
+
+
+def focus(kernels: list[dict[str, Any]]) -> dict[str, Any]:
+    """The kernel whose metrics stand for the version: its own kernel with the most time in the call, or,
+    when it has none, the kernel with the most time; with ``why``."""
+    own = [k for k in kernels if k["owner"] == "own"]
+    pick = max(own or kernels, key=lambda k: k["time_us"])
+    share = f"{100 * pick['share']:.0f}% of the call's kernel time"
+    if own:
+        why = (f"the version's own kernel with the most time ({share})" if len(own) > 1
+               else f"the version's own kernel ({share})")
+    else:
+        why = f"the kernel with the most time ({share}); the version has no kernel of its own in the call"
+    return {**pick, "why": why}

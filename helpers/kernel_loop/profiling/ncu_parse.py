@@ -20,6 +20,8 @@ import csv
 import io
 import math
 import re
+import subprocess
+from pathlib import Path
 from typing import Any
 
 from ..common import MeasuredFailure
@@ -56,7 +58,7 @@ def _is_id_column(name: str) -> bool:
     return name in ID_COLUMNS or ":" in name  # NVTX columns: "thread Domain:Push/Pop_Range:..."
 
 
-def _csv_rows(text: str) -> list[list[str]]:
+def csv_rows(text: str) -> list[list[str]]:
     """Rows from the first ``"ID",`` header on, without ncu's ``==PROF==`` noise lines."""
     lines = text.splitlines(keepends=True)
     start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID",')), None)
@@ -79,7 +81,7 @@ def _kernel_base(cell: dict[str, str]) -> dict[str, Any]:
 
 def parse_raw(text: str) -> list[dict[str, Any]]:
     """``--page raw`` -> [{id, name, grid, block, device, cc, raw: {metric: {value, unit}}}]."""
-    rows = _csv_rows(text)
+    rows = csv_rows(text)
     if not rows:
         return []
     header, body = rows[0], rows[1:]
@@ -114,7 +116,7 @@ def parse_details(text: str) -> list[dict[str, Any]]:
     ``sections`` is {section name: [{"name", "unit", "value"}]} in ncu's order;
     ``rules`` is [{"section", "rule", "type", "text", "est_speedup_pct", "speedup_type"}].
     """
-    rows = _csv_rows(text)
+    rows = csv_rows(text)
     if not rows:
         return []
     header = rows[0]
@@ -174,3 +176,16 @@ def merge(raw: list[dict[str, Any]], details: list[dict[str, Any]]) -> list[dict
 def parse(raw_text: str | None, details_text: str | None) -> list[dict[str, Any]]:
     """Both pages (either may be None) -> merged per-kernel records, in profiling order."""
     return merge(parse_raw(raw_text) if raw_text else [], parse_details(details_text) if details_text else [])
+
+
+def import_page(ncu: str, report: Path, page: str, timeout: float) -> str:
+    """``ncu --import REPORT --csv --page PAGE --print-units base``: a report's page as CSV text."""
+    cmd = [ncu, "--import", str(report), "--csv", "--page", page, "--print-units", "base"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise MeasuredFailure(f"'{' '.join(cmd)}' did not finish within {timeout:g} s") from None
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr + proc.stdout).rstrip().splitlines()[-25:])
+        raise MeasuredFailure(f"'{' '.join(cmd)}' failed (exit {proc.returncode}):\n{tail}")
+    return proc.stdout

@@ -46,6 +46,7 @@ from ..config import (
     parse_extra_shapes,
 )
 from ..kbs import family as kfamily
+from ..profiling.inventory import Budget
 from ..profiling.kernel_names import builds_cpp_extension
 from ..rundir import RunDir, copy_new, what_path_is
 from ..sidecars import RUN_JSON
@@ -196,6 +197,13 @@ def resolve_run_tolerance(cli_atol, cli_rtol, ref_atol, ref_rtol, cli_rel_l2=Non
     return out
 
 
+def _budget(text: str | None) -> dict[str, Any]:
+    try:
+        return Budget.parse(text).to_json()
+    except ValueError as exc:
+        raise UsageError(f"--ncu-budget: {exc}") from None
+
+
 def build_config(args: argparse.Namespace, ref_info: dict) -> dict[str, Any]:
     dims, extra_shapes = run_shapes(args, ref_info)
     tolerance = resolve_run_tolerance(args.atol, args.rtol, ref_info["atol"], ref_info["rtol"],
@@ -210,7 +218,8 @@ def build_config(args: argparse.Namespace, ref_info: dict) -> dict[str, Any]:
         gpu=args.gpu, device=args.device, iterations=args.iterations, warmup=args.warmup, trials=args.trials,
         correctness_trials=args.correctness_trials, ptr_size=args.ptr_size, timeout_s=args.timeout,
         ncu=NcuConfig(set=args.ncu_set, sections=list(args.ncu_section or DEFAULT_NCU_SECTIONS),
-                      clock_control=args.clock_control, cache_control=args.cache_control),
+                      clock_control=args.clock_control, cache_control=args.cache_control,
+                      budget=_budget(args.ncu_budget)),
         build=BuildConfig(include_dirs=[str(Path(d).expanduser().resolve()) for d in args.include_dir or []],
                           nvcc_flags=list(args.nvcc_flag or [])),
         baseline=str(Path(args.baseline).expanduser().resolve()), created=now_iso())
@@ -469,6 +478,11 @@ def register(subparsers) -> None:
     p.add_argument("--ncu-section", action="append", default=None,
                    help="ncu --section added to the set (repeatable; default WarpStateStats, "
                         "SchedulerStats, SourceCounters)")
+    p.add_argument("--ncu-budget", metavar="kernels=N,share=F,configs=N", default=None,
+                   help="what gets ncu's full sections when the call launches more kernels than 'kernels': ncu's "
+                        "census lists every launch, then the version's own kernels and the largest shares of the "
+                        "call's time until 'share', at most 'kernels' kernels and 'configs' launch configurations, "
+                        "one launch each (default kernels=8,share=0.9,configs=16; fixed in run.json)")
     p.add_argument("--clock-control", choices=("base", "none"), default=None,
                    help="ncu --clock-control (default: ncu's own)")
     p.add_argument("--cache-control", choices=("all", "none"), default=None,

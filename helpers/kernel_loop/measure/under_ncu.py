@@ -1,0 +1,61 @@
+"""The judge's runs under ncu (mode ``profile``): the measured call in ncu's NVTX range, every call verified;
+and, for a call of many kernels, the choice made from ncu's census of it (``profiling/inventory.py``)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import proctree
+from ..common import MeasuredFailure
+from ..profiling import inventory, ncu_parse
+from .calls import Session
+from .launch import WorkerProc, import_kernel
+from .problem import DataSet, Problem
+
+NCU_WARMUP = 3  # calls under ncu before the profiled one (builds, autotuning, the allocator): each costs seconds
+
+
+def ncu_run(judge: Any, worker: WorkerProc, path: Path, kind: str, prob: Problem, first: DataSet,
+             sets: Any, what: str) -> dict[str, Any]:
+    """One run under ncu: warm calls, then the measured call inside the NVTX range; every call verified."""
+    cfg = judge.cfg
+    worker.hello(cfg.impl)
+    import_kernel(worker, "k", path, kind, cfg)
+    nsess = Session(judge, worker, prob, {"k": (path, kind)}, first, "c" if what == "census" else "n")
+    judge.mark(f"{'census' if what == 'census' else 'ncu'}_ready")
+    nsess.sets = sets
+    nsess.fresh = False
+    warm = min(max(1, cfg.warmup), NCU_WARMUP)
+    for i in range(warm + 1):
+        ds = nsess.pick(True)
+        r = nsess.call("k", ds, checked=True, nvtx=i == warm)
+        if r["failure"]:
+            raise MeasuredFailure(f"{what}: call {i + 1} of {warm + 1} is wrong: {r['failure']} (every "
+                                  "call under ncu is verified, like the timed ones)")
+    judge.mark(f"{'census' if what == 'census' else 'ncu'}_calls")
+    rc = worker.close(wait_s=float(max(60.0, judge.deadline - time.monotonic())))
+    output = "\n".join(worker.tail)
+    if worker in judge.workers:
+        judge.workers.remove(worker)
+    proctree.end_descendants(spare=tuple(x.proc.pid for x in judge.workers if x.proc.poll() is None))
+    return {"returncode": rc, "output_tail": output, "calls": warm + 1}
+
+
+def choose(judge: Any, spec: dict[str, Any], census: dict[str, Any], budget: inventory.Budget) -> dict[str, Any]:
+    """Read the census (ncu's report, printed as CSV by ncu itself) and choose the kernels for the
+    detailed pass; the CSV is kept where the step reads it."""
+    report = Path(spec["census_report"])
+    if census["returncode"] != 0 or not report.is_file():
+        raise MeasuredFailure(f"ncu's census of the call failed (exit {census['returncode']}): "
+                              + " | ".join(census["output_tail"].strip().splitlines()[-3:]))
+    text = ncu_parse.import_page(spec["census_prefix"][0], report, "raw", max(60.0, judge.deadline - time.monotonic()))
+    Path(spec["census_csv"]).write_text(text, encoding="utf-8")
+    table = inventory.table(inventory.launches(text), list(spec.get("defined_kernels") or []))
+    if not table["rows"]:
+        raise MeasuredFailure("ncu's census caught no kernel in the measured call: nothing ran inside the NVTX "
+                              "range (does the solution launch GPU work?)")
+    chosen = inventory.choose(table, budget) or table["rows"][:1]
+    return {"launches": table["launches"], "chosen": [r["label"] for r in chosen],
+            "filter": inventory.detail_filter(chosen)}
