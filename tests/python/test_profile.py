@@ -442,17 +442,17 @@ def test_the_budget_takes_the_own_kernels_first_then_the_largest_shares():
 
     inv = inventory.table(inventory.launches(_census(_lstm_like())), ["my_fused_cell"])
     chosen = inventory.choose(inv, inventory.Budget())
-    assert [r["label"] for r in chosen] == ["my_fused_cell", "gemmSN_TN_kernel", "elemWiseRNNcell"]  # 97% of the time
+    assert {r["label"] for r in chosen} == {"my_fused_cell", "gemmSN_TN_kernel", "elemWiseRNNcell"}  # 97% of the time
     assert inventory.detail_filter(chosen) == [
         "--kernel-name-base", "function", "--kernel-name", "regex:^(?:elemWiseRNNcell|gemmSN_TN_kernel|my_fused_cell)$",
         "--filter-mode", "per-launch-config", "--launch-count", "1"]
-    assert [r["label"] for r in inventory.choose(inv, inventory.Budget(kernels=2))] == ["my_fused_cell",
-                                                                                       "gemmSN_TN_kernel"]
-    assert [r["label"] for r in inventory.choose(inv, inventory.Budget(share=0.5))] == ["my_fused_cell",
-                                                                                       "gemmSN_TN_kernel"]
+    def labels(budget):
+        return {r["label"] for r in inventory.choose(inv, budget)}
+
+    assert labels(inventory.Budget(kernels=2)) == {"my_fused_cell", "gemmSN_TN_kernel"}
+    assert labels(inventory.Budget(share=0.5)) == {"my_fused_cell", "gemmSN_TN_kernel"}
     # a kernel of many launch configurations is left out when it would pass the budget's configurations
-    assert [r["label"] for r in inventory.choose(inv, inventory.Budget(kernels=2, configs=2))] == [
-        "my_fused_cell", "elemWiseRNNcell"]
+    assert labels(inventory.Budget(kernels=2, configs=2)) == {"my_fused_cell", "elemWiseRNNcell"}
 
 
 @pytest.mark.parametrize("bad, why", [({"kernels": 0}, "kernels must be"), ({"share": 1.5}, "share must be"),
@@ -635,3 +635,22 @@ def test_the_timer_keeps_the_clock_it_bound_before_a_kernel_patched_it(monkeypat
     monkeypatch.setattr(time_mod, "perf_counter", lambda: frozen)  # what a cheating kernel does at import
     timer = timing.CallTimer("cpu")
     assert min(timer.time(lambda: sum(range(20000)))[1] for _ in range(3)) > 0
+
+
+def test_the_budget_counts_the_template_instances_of_one_function_together():
+    """ncu's filter matches a function name, so two instances of one template (x * 1.0 and y + 0.0 in PyTorch's
+    elementwise kernel) are chosen, and counted, together."""
+    from kernel_loop.profiling import inventory
+
+    mul = "void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float>, std::array<char *, 2>>(int, T2, T3)"
+    add = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>, std::array<char *, 2>>(int, T2, T3)"
+    rows = [(mul, (4096, 1, 1), (128, 1, 1), 5000.0, 0, 0)] * 20 + [(add, (4096, 1, 1), (128, 1, 1), 4000.0, 0, 0)] * 20
+    rows += [("own_add", (4096, 1, 1), (128, 1, 1), 6000.0, 0, 0)]
+    inv = inventory.table(inventory.launches(_census(rows)), ["own_add"])
+    assert [r["label"] for r in inv["rows"]] == ["vectorized_elementwise_kernel", "vectorized_elementwise_kernel#2",
+                                                 "own_add"]
+    chosen = inventory.choose(inv, inventory.Budget(kernels=2))
+    assert [r["label"] for r in chosen] == ["vectorized_elementwise_kernel", "vectorized_elementwise_kernel#2",
+                                            "own_add"]  # the call's order: largest time first
+    assert inventory.detail_filter(chosen)[3] == "regex:^(?:own_add|vectorized_elementwise_kernel)$"
+    assert [r["label"] for r in inventory.choose(inv, inventory.Budget(kernels=1))] == ["own_add"]

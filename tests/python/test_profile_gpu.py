@@ -192,3 +192,56 @@ def test_profile_refuses_work_outside_the_callers_stream(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "work not joined to the caller's stream" in proc.stderr
     assert not (out / "v0" / "ncu.json").exists()
+
+
+# A call of many launches: 40 library elementwise kernels (x * 1.0 and y + 0.0 are exact), then the version's own
+# Triton add.  With a budget of 2 kernels, profile takes ncu's census of all 41 launches, then full sections for
+# the own kernel and the largest library kernel, one launch each.
+MANY_LAUNCHES = '''"""40 library launches, then the version's own Triton add."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def own_add(x_ptr, y_ptr, o_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(o_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def run_kernel(x, y, out, N):
+    a, b = x, y
+    for _ in range(20):
+        a = a * 1.0
+        b = b + 0.0
+    own_add[(triton.cdiv(N, 1024),)](a, b, out, N, BLOCK=1024)
+'''
+
+
+@pytest.mark.gpu
+@needs_ncu
+def test_profile_of_many_launches_takes_the_census_then_the_budgets_kernels(tmp_path):
+    kernel = tmp_path / "many.py"
+    kernel.write_text(MANY_LAUNCHES)
+    out = tmp_path / "run"
+    _ok(run("init", out, "--kernel", "vadd", "--ref", KERNELS / "ref_vadd.py", "--impl", "triton", "--baseline", kernel,
+            "--dims", "N=4194304", "--skip-env", "--clock-control", "none", "--warmup", "5", "--trials", "30",
+            "--ncu-budget", "kernels=2"))
+    _ok(run("correctness", out))
+    proc = run("profile", out)
+    _ok(proc)
+    v0 = out / "v0"
+    data = json.loads((v0 / "ncu.json").read_text())
+    inv = data["inventory"]
+    assert data["schema"] == 2 and inv["source"] == "census", proc.stdout + proc.stderr
+    assert inv["launches"] == 41 and (v0 / "ncu_census.csv.gz").is_file()
+    assert data["focus"]["label"] == "own_add" and data["focus"]["owner"] == "own"
+    # own_add and the largest library kernel's function (x * 1.0 and y + 0.0 are two instances of one function,
+    # which ncu matches by name: both are profiled, one launch each)
+    assert {k["label"] for k in data["kernels"]} >= {"own_add"} and 2 <= len(data["kernels"]) <= 3
+    assert sum(r["launches"] for r in inv["rows"]) == 41
+    assert sum(1 for r in inv["rows"] if r["profiled"]) == len(data["kernels"])
+    # the call's sums cover every launch; the event time is of the same order (41 launches, a few us of gaps each)
+    assert data["sums"]["duration_us"] == pytest.approx(inv["kernel_time_us"])
+    assert data["sums"]["duration_us"] > data["kernels"][0]["metrics"]["duration_us"]
+    assert "ncu's census" in proc.stderr and "own_add" in (v0 / "ncu_summary.md").read_text()

@@ -370,7 +370,7 @@ class Worker:
         caller keeps results: ``op_kept`` hands them back); ``nvtx``: the call, the hand-over of its results
         and the synchronize after them in one process-wide NVTX range (ncu measures every kernel launched in
         it, from any thread)."""
-        from ..timing import CallTimer
+        from ..timing import CallTimer, LaunchCount
 
         torch = self.torch
         k = self.kernels[msg["k"]]
@@ -399,15 +399,9 @@ class Worker:
             with torch.inference_mode():
                 return fn(False)
 
-        prof = _profiler(torch) if msg.get("inventory") and cuda else None
-        if prof is not None:  # the call alone (not the timer's cache flush): its time is not a sample
-
-            def call(plain=call, prof=prof):
-                with prof:
-                    got = plain()
-                    torch.cuda.synchronize(self.device)
-                return got
-
+        hint = LaunchCount(self.device) if msg.get("inventory") and cuda else None
+        if hint is not None:  # the call alone (not the timer's cache flush): its time is not a sample
+            call = hint.around(call)
         value, us, host, delay = self.timer.time(call, msg["k"], nvtx=nvtx if msg.get("nvtx") else None)
         self._no_mode("the call left active")
         with torch.no_grad(), self.no_function_mode():
@@ -427,8 +421,8 @@ class Worker:
         peak = int(torch.cuda.max_memory_allocated(self.device)) if cuda else None
         out = {"us": us, "host_us": host, "delay_us": delay, "returned": returned, "peak_mem_bytes": peak,
                "build": k.build}
-        if prof is not None:
-            out["inventory"] = _launches(prof)
+        if hint is not None:
+            out["inventory"] = hint.result()
         return out
 
     def op_state(self, msg: dict) -> dict:
@@ -439,31 +433,6 @@ class Worker:
         if k is not None and k.model is not None:
             out["parameters"] = {n: list(fingerprint(t, portable=True)[2:]) for n, t in k.model.state_dict().items()}
         return out
-
-
-def _profiler(torch):
-    """torch's profiler over CUDA activity, or None where it cannot start (the count is then unknown)."""
-    try:
-        from torch.profiler import ProfilerActivity, profile
-        return profile(activities=[ProfilerActivity.CUDA])
-    except Exception:  # noqa: BLE001 - no CUPTI here: the judge takes the census
-        return None
-
-
-def _launches(prof) -> dict[str, Any] | None:
-    """The kernels one call launched, as torch's profiler saw them (in this process, so only a hint:
-    the judge uses it to decide whether ncu's census is needed, never as a measurement)."""
-    try:
-        kernels: dict[str, list] = {}
-        for ev in prof.events():
-            if str(getattr(ev, "device_type", "")).endswith("CUDA") and not ev.name.startswith(("Memcpy", "Memset")):
-                row = kernels.setdefault(ev.name, [ev.name, 0, 0.0])
-                row[1] += 1
-                row[2] += float(getattr(ev, "device_time", 0.0) or 0.0)
-    except Exception:  # noqa: BLE001 - a profiler that recorded nothing usable: the count is unknown
-        return None
-    rows = sorted(kernels.values(), key=lambda r: -r[2])
-    return {"launches": sum(r[1] for r in rows), "kernels": rows[:64]}
 
 
 def state_mismatch(cls_name: str, ours: dict[str, list], theirs: dict[str, list]) -> str:

@@ -210,25 +210,29 @@ def table(recs: list[dict[str, Any]], defined: list[str]) -> dict[str, Any]:
 
 def choose(inv: dict[str, Any], budget: Budget) -> list[dict[str, Any]]:
     """The rows that get the detailed pass: own kernels (largest first), then library kernels (largest
-    first) until the chosen hold ``budget.share`` of the time, at most ``budget.kernels`` rows, and at most
-    ``budget.configs`` distinct configurations in all.  A row whose function base ncu cannot match by name
-    (not a plain identifier) is left out and said so by ``profiled: False``."""
-    own = [r for r in inv["rows"] if r["owner"] == "own"]
-    lib = [r for r in inv["rows"] if r["owner"] != "own"]
-    chosen: list[dict[str, Any]] = []
+    first) until the chosen hold ``budget.share`` of the time; at most ``budget.kernels`` function names and
+    ``budget.configs`` distinct configurations in all.  ncu matches by function name, so choosing a row
+    chooses every row of its function base (template instances of one kernel): they count together.  A row
+    whose function base ncu cannot match by name (not a plain identifier) is left out."""
+    by_base: dict[str, list[dict[str, Any]]] = {}
+    for r in inv["rows"]:
+        by_base.setdefault(r["base"], []).append(r)
+    order = [r for r in inv["rows"] if r["owner"] == "own"] + [r for r in inv["rows"] if r["owner"] != "own"]
+    bases: list[str] = []
     share, configs = 0.0, 0
-    for r in own + lib:
-        if len(chosen) >= budget.kernels or not _IDENT.match(r["base"]):
+    for r in order:
+        if r["base"] in bases or len(bases) >= budget.kernels or not _IDENT.match(r["base"]):
             continue
         if r["owner"] != "own" and share >= budget.share:
             break
-        n = len(r["configs"])
-        if chosen and configs + n > budget.configs:
+        group = by_base[r["base"]]
+        n = sum(len(g["configs"]) for g in group)
+        if bases and configs + n > budget.configs:
             continue
-        chosen.append(r)
-        share += r["share"]
+        bases.append(r["base"])
+        share += sum(g["share"] for g in group)
         configs += n
-    return chosen
+    return [r for r in inv["rows"] if r["base"] in bases]
 
 
 def detail_filter(chosen: list[dict[str, Any]]) -> list[str]:
