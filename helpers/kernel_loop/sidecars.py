@@ -5,7 +5,7 @@ each one); a step that needs another step's result reads it here, never by impor
 
 Run level: run.json, env.json, env_check.md, ref.py, current_iteration.txt, benchmark.{json,md},
 final_report.{md,png}.  Version level (``<out>/vK/``): the kernel, correctness.{json,md},
-ncu.json, ncu_summary.md, ncu_details.md, ncu_raw.csv, ncu_details.csv, profile.ncu-rep,
+ncu.json, ncu_summary.md, ncu_details.md, ncu_raw.csv, ncu_details.csv, profile.ncu-rep.gz,
 kbs_queries.jsonl, kbs_evidence.md, hypothesis.{txt,json}, measured.sha256; finish.json when the
 run was finished before its planned final version.
 """
@@ -38,7 +38,8 @@ NCU_SUMMARY_MD = "ncu_summary.md"
 NCU_DETAILS_MD = "ncu_details.md"
 NCU_RAW_CSV = "ncu_raw.csv"
 NCU_DETAILS_CSV = "ncu_details.csv"
-NCU_REPORT = "profile.ncu-rep"
+NCU_REPORT = "profile.ncu-rep.gz"  # the Nsight Compute report, gzip-compressed (gunzip -k to open it)
+NCU_REPORT_PLAIN = "profile.ncu-rep"  # as runs before the compression kept it
 NCU_CENSUS_CSV = "ncu_census.csv.gz"  # ncu's census of every launch, when the call had more kernels than the budget
 KBS_QUERIES = "kbs_queries.jsonl"
 KBS_EVIDENCE = "kbs_evidence.md"

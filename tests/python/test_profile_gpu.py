@@ -50,7 +50,7 @@ def _loop(tmp_path, ref, kernel_text, suffix, impl, dims):
     _ok(proc)
     v0 = out / "v0"
     data = json.loads((v0 / "ncu.json").read_text())
-    for name in ("ncu_summary.md", "ncu_details.md", "profile.ncu-rep", "ncu_raw.csv", "ncu_details.csv"):
+    for name in ("ncu_summary.md", "ncu_details.md", "profile.ncu-rep.gz", "ncu_raw.csv", "ncu_details.csv"):
         assert (v0 / name).is_file(), name
     assert provenance.stale(v0) == {}
     recorded = provenance.read(v0)

@@ -7,7 +7,7 @@ the measured call inside the NVTX range ``kl_measure`` (warmup and autotuning st
 verified): once, with full sections for every launch, or, for a call of more kernels than the run's
 budget, twice: ncu's census of every launch, then full sections for the kernels chosen from it
 (``profiling/inventory.py``);
-export ``vK/profile.ncu-rep``, print its raw and details pages to ``vK/ncu_raw.csv`` and
+keep ncu's report as ``vK/profile.ncu-rep.gz``, print its raw and details pages to ``vK/ncu_raw.csv`` and
 ``vK/ncu_details.csv`` (the census to ``vK/ncu_census.csv.gz``); build ``vK/ncu.json``,
 ``vK/ncu_summary.md`` and ``vK/ncu_details.md`` (``profiling/ncu_json.py``, pure); record their hashes
 in measured.sha256.
@@ -47,7 +47,15 @@ from ..profiling import inventory, ncu_parse
 from ..profiling.kernel_names import defined_kernels, library_kernels
 from ..profiling.ncu_json import build_profile, protocol, write_profile_artifacts
 from ..rundir import RunDir
-from ..sidecars import CORRECTNESS_JSON, NCU_CENSUS_CSV, NCU_DETAILS_CSV, NCU_JSON, NCU_RAW_CSV, NCU_REPORT
+from ..sidecars import (
+    CORRECTNESS_JSON,
+    NCU_CENSUS_CSV,
+    NCU_DETAILS_CSV,
+    NCU_JSON,
+    NCU_RAW_CSV,
+    NCU_REPORT,
+    NCU_REPORT_PLAIN,
+)
 from ..timecheck import floor_invalid
 
 NVTX_FILTER = NVTX_RANGE  # a start/end range (process-wide: kernels launched from any thread), so no trailing slash
@@ -87,6 +95,21 @@ def ncu_command(ncu: str, ncfg: dict[str, Any], report: Path) -> list[str]:
         cmd += ["--cache-control", ncfg["cache_control"]]
     cmd += [str(a) for a in ncfg.get("extra_args") or []]
     return cmd + ["-o", str(report.with_suffix("")), "-f"]
+
+
+def _compress(src: Path, dest: Path) -> None:
+    """gzip ``src`` into ``dest`` through a temporary file in dest's folder and a rename (a report of tens of MB
+    packs about 8x; ``gunzip -k`` gives the file Nsight Compute opens)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz, \
+                open(src, "rb") as fh:
+            shutil.copyfileobj(fh, gz, 1 << 20)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def census_command(ncu: str, ncfg: dict[str, Any], report: Path) -> list[str]:
@@ -188,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
     # a failed or refused profile leaves the version's earlier files as they were
     defined = kernels_of(kernel, kernel_sha, vdir)
     with tempfile.TemporaryDirectory(prefix="kl-profile-") as tmp:
-        new_report = Path(tmp) / NCU_REPORT
+        new_report = Path(tmp) / NCU_REPORT_PLAIN
         prefix = ncu_command(ncu, ncfg, new_report)
         census_report = Path(tmp) / "census.ncu-rep"
         spec.update(census_prefix=census_command(ncu, ncfg, census_report), census_report=str(census_report),
@@ -243,7 +266,8 @@ def run(args: argparse.Namespace) -> int:
             atomic_write_bytes(vdir / NCU_CENSUS_CSV, gzip.compress(census_text.encode("utf-8"), mtime=0))
         else:
             (vdir / NCU_CENSUS_CSV).unlink(missing_ok=True)
-        shutil.move(str(new_report), str(report))
+        _compress(new_report, report)
+        (vdir / NCU_REPORT_PLAIN).unlink(missing_ok=True)  # an earlier profile's, uncompressed
     if sha256_file(kernel) != kernel_sha:
         raise UsageError(f"{kernel} changed while it was being profiled; run correctness and profile again")
     files = write_profile_artifacts(vdir, profile)
@@ -268,7 +292,8 @@ def register(subparsers: Any) -> None:
         "profile", help="profile the current version with Nsight Compute",
         description="Profile the current version vK with Nsight Compute (only the measured call, inside the "
         f"NVTX range '{NVTX_FILTER}') and time it with CUDA events. Needs correctness PASS for the kernel as it "
-        "is now. Writes vK/ncu.json, ncu_summary.md, ncu_details.md, profile.ncu-rep, ncu_raw.csv, ncu_details.csv.",
+        "is now. Writes vK/ncu.json, ncu_summary.md, ncu_details.md, profile.ncu-rep.gz (gunzip -k it to open "
+        "it in Nsight Compute), ncu_raw.csv, ncu_details.csv.",
         epilog="Budget (run.json ncu.budget, set by init --ncu-budget; default kernels=8,share=0.9,configs=16): a "
         "call that launches at most 'kernels' kernels gets ncu's full sections for every launch. A larger one (a "
         "network, an RNN of thousands of launches) gets two runs under ncu: a census of every launch (duration and "
