@@ -444,7 +444,8 @@ def test_the_budget_takes_the_own_kernels_first_then_the_largest_shares():
     chosen = inventory.choose(inv, inventory.Budget())
     assert {r["label"] for r in chosen} == {"my_fused_cell", "gemmSN_TN_kernel", "elemWiseRNNcell"}  # 97% of the time
     assert inventory.detail_filter(chosen) == [
-        "--kernel-name-base", "function", "--kernel-name", "regex:^(?:elemWiseRNNcell|gemmSN_TN_kernel|my_fused_cell)$",
+        "--kernel-name-base", "function", "--kernel-name",
+        "regex:^(?:\\w+::)*(?:elemWiseRNNcell|gemmSN_TN_kernel|my_fused_cell)$",
         "--filter-mode", "per-launch-config", "--launch-count", "1"]
     def labels(budget):
         return {r["label"] for r in inventory.choose(inv, budget)}
@@ -652,5 +653,5 @@ def test_the_budget_counts_the_template_instances_of_one_function_together():
     chosen = inventory.choose(inv, inventory.Budget(kernels=2))
     assert [r["label"] for r in chosen] == ["vectorized_elementwise_kernel", "vectorized_elementwise_kernel#2",
                                             "own_add"]  # the call's order: largest time first
-    assert inventory.detail_filter(chosen)[3] == "regex:^(?:own_add|vectorized_elementwise_kernel)$"
+    assert inventory.detail_filter(chosen)[3] == "regex:^(?:\\w+::)*(?:own_add|vectorized_elementwise_kernel)$"
     assert [r["label"] for r in inventory.choose(inv, inventory.Budget(kernels=1))] == ["own_add"]

@@ -238,8 +238,9 @@ def choose(inv: dict[str, Any], budget: Budget) -> list[dict[str, Any]]:
 def detail_filter(chosen: list[dict[str, Any]]) -> list[str]:
     """ncu's filter for the detailed pass: the chosen kernels by function base, one launch of each
     distinct launch configuration (ncu's ``--filter-mode per-launch-config`` with ``--launch-count 1``)."""
-    bases = sorted({r["base"] for r in chosen})
-    return ["--kernel-name-base", "function", "--kernel-name", "regex:^(?:" + "|".join(bases) + ")$",
+    bases = sorted({re.escape(r["base"]) for r in chosen})
+    # anchored, with any namespaces ncu may keep in a function's name (at::native::...)
+    return ["--kernel-name-base", "function", "--kernel-name", "regex:^(?:\\w+::)*(?:" + "|".join(bases) + ")$",
             "--filter-mode", "per-launch-config", "--launch-count", "1"]
 
 

@@ -185,6 +185,11 @@ def measure(spec: dict, timeout: float) -> dict[str, Any]:
     if "ERR_NVGPUCTRPERM" in (outcome.output_tail + (ncu.get("output_tail") or "")):
         check_ncu_output(ncu.get("returncode"), outcome.output_tail)
     timed = outcome.checked("the profile")
+    census = timed.get("census")
+    if census and "No kernels were profiled" in (ncu.get("output_tail") or ""):
+        raise MeasuredFailure(f"ncu's census saw {census['launches']} launches, but its detailed pass matched none of "
+                              f"the kernels chosen from it ({', '.join(census['chosen'])}) with the filter "
+                              f"{' '.join(census['filter'])}: a kernel name ncu matches differently than it prints")
     check_ncu_output(ncu.get("returncode"), ncu.get("output_tail") or "")
     timed["timing"].update(summarize(timed["timing"]["samples_us"]))
     return timed
