@@ -123,8 +123,8 @@ Checks (each failure prints one "[FAIL] vK: ..." line saying what to fix):
      Every other check trusts the records, so a failure here is the only
      [FAIL] the gate prints.
   14 hypothesis.txt: Version: names vK; at least one line under Expected
-     metric movement: parses as a prediction, and one is on duration (or
-     event_median_us); every
+     metric movement: parses as a prediction ([<kernel>:]<metric>: <op><number>),
+     and one is on duration (or event_median_us) without a kernel; every
      id under Evidence used: is a page that vK's logged queries returned.
   15 frozen decisions: every version before vK (final: before vN) has exactly
      one signed gate record, so no version was skipped or re-gated, and its
@@ -836,13 +836,13 @@ check_14_hypothesis_content() {
   fi
   body=$(hyp_body 'Expected metric movement:')
   preds=$(printf '%s\n' "$body" |
-    grep -E "^[[:space:]]*[A-Za-z_][A-Za-z0-9_]*[[:space:]]*:[[:space:]]*([-+][[:space:]]*${num}[[:space:]]*%?|(<=|>=|==|<|>|=)[[:space:]]*-?${num}[[:space:]]*%?)[[:space:]]*\$")
+    grep -E "^[[:space:]]*([A-Za-z_][A-Za-z0-9_]*(#[0-9]+)?[[:space:]]*:[[:space:]]*)?[A-Za-z_][A-Za-z0-9_]*[[:space:]]*:[[:space:]]*([-+][[:space:]]*${num}[[:space:]]*%?|(<=|>=|==|<|>|=)[[:space:]]*-?${num}[[:space:]]*%?)[[:space:]]*\$")
   if [[ $body == *"$TODO_MARK"* && -z $preds ]]; then
     :
   elif [[ -z $preds ]]; then
     fail "$V: hypothesis.txt has no prediction that parses under Expected metric movement: (one per line, e.g. 'duration: -20%'; forms in references/hypothesis.md)"; ok=0
-  elif ! grep -Eq '^[[:space:]]*(duration|event_median_us)[[:space:]]*:' <<<"$preds"; then
-    fail "$V: hypothesis.txt predicts nothing about duration: add a line such as 'duration: -15%' under Expected metric movement: (duration or event_median_us)"; ok=0
+  elif ! grep -Eq '^[[:space:]]*(duration|event_median_us)[[:space:]]*:[[:space:]]*[-+<>=]' <<<"$preds"; then
+    fail "$V: hypothesis.txt predicts nothing about duration: add a line such as 'duration: -15%' under Expected metric movement: (duration or event_median_us, without a kernel: a kernel's time does not count)"; ok=0
   fi
   body=$(hyp_body 'Evidence used:')
   if ((HITS_OK)) && [[ $body != *"$TODO_MARK"* ]]; then

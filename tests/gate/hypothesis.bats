@@ -135,3 +135,23 @@ load test_helper
   run gate "$OUT/v0"
   assert_only_failure 'v0: hypothesis.txt has no prediction that parses under Expected metric movement:'
 }
+
+@test "a prediction may name a kernel, but the duration one must not" {
+  make_run
+  # the kernel's line parses (the failure is not "no prediction that parses"), but a kernel's time is not
+  # the call's: no prediction is on duration
+  sed -i 's/^duration: -20%$/attn_fwd:duration: -20%/; s/^dram_throughput_pct:/gemm#x:dram_throughput_pct:/; s/^registers_per_thread:/a:b:registers_per_thread:/' \
+    "$OUT/v0/hypothesis.txt"
+  run gate "$OUT/v0"
+  assert_only_failure 'v0: hypothesis.txt predicts nothing about duration'
+  # a label is a word, optionally with #N: anything else does not parse
+  sed -i 's/^attn_fwd:duration: -20%$/attn-fwd:duration: -20%/' "$OUT/v0/hypothesis.txt"
+  run gate "$OUT/v0"
+  assert_only_failure 'v0: hypothesis.txt has no prediction that parses under Expected metric movement:'
+  sed -i 's/^attn-fwd:duration: -20%$/duration: -20%/; s/^gemm#x:/attn_fwd:/; s/^a:b:registers_per_thread: <= 64$/gemm#2 : registers_per_thread: <= 128/' \
+    "$OUT/v0/hypothesis.txt"
+  run -0 gate "$OUT/v0" --verbose
+  assert_line '[PASS] v0: hypothesis.txt names v0, predicts duration, and cites only logged hits'
+  run grep -c '^attn_fwd:dram_throughput_pct: +15$\|^gemm#2 : registers_per_thread: <= 128$' "$OUT/v0/hypothesis.txt"
+  assert_output 2
+}

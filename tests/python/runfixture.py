@@ -448,3 +448,89 @@ def fake_benchmark_children(monkeypatch, module, result, seen: dict | None = Non
         return result if isinstance(result, Outcome) else outcome(result)
 
     monkeypatch.setattr(module, "run_judge", run_judge)
+
+
+# --- a program of many kernels (ncu.json schema 2) -----------------------------------------------------------------
+# INVENTED figures in the shape the profile writes for a call of several kernels (kernels with owner, launches, time
+# and share; the inventory of every kernel launched; the call's sums; the focus kernel): a transformer block whose
+# own Triton attention runs beside cuBLAS, layer norm and two PyTorch element-wise kernels (an add, then a GELU).
+GEMM = "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_kernel__5x_cublas"
+LAYER_NORM = ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(int, float, "
+              "const T1 *, const T1 *, const T1 *, T2 *, T2 *, T1 *)")
+ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char *, 3>>(int, T2, T3)"
+GELU = "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl, std::array<char *, 2>>(int, T2, T3)"
+
+
+def kernel_spec(name: str, owner: str, launches: int, time_us: float, metrics: dict | None = None,
+                symptoms: list[str] = (), bottleneck: str | None = None, dram: tuple[float, float] = (0.0, 0.0)) -> dict:
+    """One kernel of a schema-2 profile; ``metrics`` None: in the inventory only (not profiled)."""
+    return {"name": name, "owner": owner, "launches": launches, "time_us": time_us, "bottleneck": bottleneck,
+            "symptoms": [{"tag": t, "metrics": {}, "thresholds": {}, "why": f"{t} fired"} for t in symptoms],
+            "metrics": None if metrics is None else {"duration_us": time_us / launches, "dram_bytes_read": dram[0],
+                                                     "dram_bytes_write": dram[1], **metrics}, "dram": dram}
+
+
+def schema2_ncu(base: dict, kernels: list[dict], event_median_us: float) -> dict:
+    """``base`` (a schema-1 ncu.json: tool, gpu, kernel hash, timing) as schema 2 over ``kernels`` (kernel_spec,
+    in launch order)."""
+    from kernel_loop.profiling.inventory import labels
+
+    total = sum(k["time_us"] for k in kernels)
+    rows, profiled = [], []
+    for k, label in zip(kernels, labels([k["name"] for k in kernels]), strict=True):
+        fig = {"label": label, "name": k["name"], "owner": k["owner"], "launches": k["launches"],
+               "time_us": k["time_us"], "share": k["time_us"] / total}
+        rows.append(dict(fig, profiled=k["metrics"] is not None))
+        if k["metrics"] is not None:
+            profiled.append(dict(fig, metrics=k["metrics"], bottleneck=k["bottleneck"], symptoms=k["symptoms"],
+                                 rules=[]))
+    rows.sort(key=lambda r: -r["time_us"])
+    own = [r for r in rows if r["owner"] == "own"]
+    focus = (own or rows)[0]
+    sums = {"duration_us": total, "dram_bytes_read": sum(k["dram"][0] * k["launches"] for k in kernels),
+            "dram_bytes_write": sum(k["dram"][1] * k["launches"] for k in kernels), "covered_share": 1.0}
+    fmetrics = next(k["metrics"] for k in profiled if k["label"] == focus["label"])
+    timing = dict(base.get("timing") or {}, median_us=event_median_us)
+    return dict(base, schema=2, kernels=profiled, timing=timing,
+                inventory={"source": "census", "launches": sum(r["launches"] for r in rows), "kernel_time_us": total,
+                           "rows": rows},
+                sums=sums, focus={"label": focus["label"], "name": focus["name"], "owner": focus["owner"],
+                                  "why": "the version's own kernel with the most time"},
+                metrics=dict(fmetrics, **{k: sums[k] for k in ("duration_us", "dram_bytes_read", "dram_bytes_write")},
+                             event_median_us=event_median_us),
+                bottleneck=next(k["bottleneck"] for k in profiled if k["label"] == focus["label"]),
+                symptoms=[dict(s, kernel=k["name"]) for k in profiled for s in k["symptoms"]]
+                + [{"tag": "multi-kernel", "metrics": {}, "thresholds": {}, "kernel": None, "why": "several kernels"}])
+
+
+ATTN_V0 = {"registers_per_thread": 168, "dram_throughput_pct": 55.0, "memory_throughput_pct": 60.0,
+           "sm_throughput_pct": 40.0, "achieved_occupancy_pct": 12.5, "local_spill_requests": 1200}
+BLOCK_V0 = [  # the call of v0, in launch order
+    kernel_spec(LAYER_NORM, "library", 1, 100.0, {"registers_per_thread": 32, "dram_throughput_pct": 80.0},
+                ["dram-near-peak"], "memory-bound", (4.0e6, 4.0e6)),
+    kernel_spec("attn_fwd", "own", 1, 400.0, ATTN_V0, ["register-spills", "occupancy-limited-registers"],
+                "latency-bound", (8.0e6, 2.0e6)),
+    kernel_spec(GEMM, "library", 2, 300.0, {"registers_per_thread": 230, "sm_throughput_pct": 71.0},
+                ["wgmma-unused"], "compute-bound", (3.0e6, 1.0e6)),
+    kernel_spec(ADD, "library", 1, 60.0, {"registers_per_thread": 16, "dram_throughput_pct": 88.0},
+                ["dram-near-peak"], "memory-bound", (4.0e6, 2.0e6)),
+    kernel_spec(GELU, "library", 1, 40.0),  # beyond the budget: in the inventory only
+]
+BLOCK_V1 = [  # v1: the add fused into attn_fwd's epilogue; attn_fwd spills no more
+    BLOCK_V0[0],
+    kernel_spec("attn_fwd", "own", 1, 380.0, dict(ATTN_V0, registers_per_thread=128, achieved_occupancy_pct=25.0,
+                                                 local_spill_requests=0, dram_throughput_pct=58.0),
+                [], "memory-bound", (8.0e6, 2.0e6)),
+    BLOCK_V0[2],
+    BLOCK_V0[4],
+]
+
+
+def write_schema2(root: Path, k: int, kernels: list[dict], event_median_us: float) -> dict:
+    """vK's ncu.json rewritten as the schema-2 profile of ``kernels`` (provenance recorded again)."""
+    from kernel_loop.common import read_json
+
+    ncu = schema2_ncu(read_json(root / f"v{k}" / "ncu.json"), kernels, event_median_us)
+    write_json(root / f"v{k}" / "ncu.json", ncu)
+    provenance.record(root / f"v{k}", ["ncu.json"])
+    return ncu

@@ -159,8 +159,8 @@ def test_with_several_kernels_each_symptom_names_the_kernel_that_fired_it():
                         {"tag": "dram-near-peak", "kernel": "_relu_hardswish"}, {"tag": "multi-kernel", "kernel": None}],
            "metrics": {"duration_us": 1309.9}}
     ev = hypothesis.current_evidence(ncu, {"result": "PASS"})
-    assert [s["kernel"] for s in ev["symptoms"]] == [
-        "sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f...", "at::elementwise_kernel", "_relu_hardswish", None]
+    # by the labels a prediction names them with (inventory.labels of ncu's names)
+    assert [s["kernel"] for s in ev["symptoms"]] == [conv, "elementwise_kernel", "_relu_hardswish", None]
     one = dict(ncu, kernels=[{"name": "_relu_hardswish"}],
                symptoms=[{"tag": "dram-near-peak", "kernel": "_relu_hardswish"}])
     assert hypothesis.current_evidence(one, {"result": "PASS"})["symptoms"][0]["kernel"] is None
@@ -197,3 +197,50 @@ def test_predictions_that_cannot_be_compared_are_warned(run0, capsys):
     assert "smem_bank_conflicts_pct" in err and "no shared memory" in err
     assert rf.cli(hypothesis, full_args(run0, "--force")) == 0
     assert "per issued instruction" not in capsys.readouterr().err
+
+
+def test_predictions_name_kernels_of_a_many_kernel_call(run0, capsys):
+    """Schema 2: a kernel is named by its label or a unique part of it; the sidecar stores the label and the
+    demangled name, the text lists the kernels with their shares, and the duration prediction must be the call's."""
+    rf.write_schema2(run0, 0, rf.BLOCK_V0, 900.0)
+    argv = full_args(run0)[:full_args(run0).index("--predict")]
+    preds = ["duration: -5%", "attn:registers_per_thread: <= 128", "vectorized_elementwise_kernel:time_us: -50%",
+             "achieved_occupancy_pct: >= 20"]
+    assert rf.cli(hypothesis, [*argv, *(x for p in preds for x in ("--predict", p))]) == 0
+    err = capsys.readouterr().err
+    assert ("--predict 'achieved_occupancy_pct: >= 20' is on the focus kernel attn_fwd (ncu.json focus): write "
+            "'attn_fwd:achieved_occupancy_pct: >= 20' to say so") in err
+    side = read_json(run0 / "v0" / "hypothesis.json")
+    assert [(p["kernel"], p.get("kernel_name")) for p in side["predictions"]] == [
+        (None, None), ("attn_fwd", "attn_fwd"), ("vectorized_elementwise_kernel", rf.ADD), (None, None)]
+    sections = prose.parse_hypothesis_text((run0 / "v0" / "hypothesis.txt").read_text())
+    assert sections["expected"].splitlines()[1:3] == ["attn_fwd:registers_per_thread: <= 128",
+                                                      "vectorized_elementwise_kernel:time_us: -50%"]
+    cur = sections["current_evidence"]
+    assert "- attn_fwd: own, 44.4%, focus (metrics without a kernel are its)" in cur
+    assert "- vectorized_elementwise_kernel#2: library, 4.4%, not profiled" in cur
+    assert "register-spills (on attn_fwd)" in cur and "ncu duration: 900.00 us (sum over the call's kernels)" in cur
+    # the text parsed back (no sidecar) gives the same predictions, less the demangled names
+    (run0 / "v0" / "hypothesis.json").unlink()
+    again = prose.load_hypothesis(run0 / "v0")["predictions"]
+    assert [(p["kernel"], p["metric"], p["value"]) for p in again] == [
+        (p["kernel"], p["metric"], p["value"]) for p in side["predictions"]]
+
+
+@pytest.mark.parametrize("bad, msg", [
+    ("vectorized:time_us: -5%", "matches 3 labels"),
+    ("flash:time_us: -5%", "matches no kernel label of this version: use one of attn_fwd"),
+    ("vectorized_elementwise_kernel#2:dram_throughput_pct: <= 5", "was not profiled (outside the ncu budget)"),
+])
+def test_a_kernel_name_that_does_not_resolve_is_refused_before_anything_is_written(run0, capsys, bad, msg):
+    rf.write_schema2(run0, 0, rf.BLOCK_V0, 900.0)
+    assert rf.cli(hypothesis, ["hypothesis", str(run0), "--predict", "duration: -5%", "--predict", bad]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and len(err.strip().splitlines()) == 1
+    assert not (run0 / "v0" / "hypothesis.txt").exists()
+
+
+def test_a_kernel_time_is_not_the_duration_prediction(run0, capsys):
+    rf.write_schema2(run0, 0, rf.BLOCK_V0, 900.0)
+    assert rf.cli(hypothesis, ["hypothesis", str(run0), "--predict", "attn_fwd:duration: -10%"]) == 2
+    assert "no --predict is on duration" in capsys.readouterr().err

@@ -274,3 +274,26 @@ def test_the_family_of_the_ref_drives_the_queries(tmp_path, monkeypatch, capsys,
     assert all(q["filters"].get("family") == "conv-transpose" for q in logged)
     assert all("--family conv-transpose" in q["command"] for q in logged)
     assert "softmax" in logged[0]["query"]  # the ref's other families join the kernel query's words
+
+
+def test_a_many_kernel_call_is_drafted_from_its_own_kernels_and_names_library_kernels_to_replace(
+        tmp_path, monkeypatch, measured_run):
+    """Schema 2 (runfixture.BLOCK_V0): attn_fwd is the version's own kernel; cuBLAS, layer norm and the element-wise
+    kernels are the library's.  The bottleneck query takes attn_fwd's class and symptoms, not the layer norm's
+    dram-near-peak or the GEMM's wgmma-unused; the facts name the library kernels of 10 % or more of the time."""
+    monkeypatch.setenv("KERNEL_LOOP_CACHE", str(tmp_path / "cache"))
+    runfixture.write_schema2(measured_run, 0, runfixture.BLOCK_V0, 900.0)
+    assert run(["kbs", "evidence", str(measured_run)], monkeypatch) == 0
+    log = queries_log(measured_run)
+    bottleneck = next(q for q in log if q["purpose"] == "bottleneck")
+    assert bottleneck["filters"]["symptoms"] == symptoms.by_priority(
+        ["latency-bound", "register-spills", "occupancy-limited-registers"]) + ["multi-kernel"]
+    assert [q["purpose"] for q in log] == ["kernel", "bottleneck", "precedent", "extra"]
+    facts = dict(sections((measured_run / "v0" / "kbs_evidence.md").read_text()))["## NCU Facts"]
+    assert "- `attn_fwd`: own, 44.4%, 1 launch(es), 400.00 us; bottleneck latency-bound" in facts
+    assert f"- `{runfixture.GEMM}` (33.3%)\n" in facts and "4 kernel(s) given ncu's full sections" in facts
+    assert "- `vectorized_layer_norm_kernel` (11.1%): void at::native::" in facts
+    assert "`vectorized_elementwise_kernel` (" not in facts  # 6.7 %: below the share worth replacing
+    assert "- `register-spills` (on `attn_fwd`, own, 44.4%): measured" in facts
+    assert "(on `vectorized_layer_norm_kernel`" not in facts and "`wgmma-unused`" not in facts
+    assert "Key metrics (of the focus kernel `attn_fwd`; duration and DRAM bytes are the whole call's sums):" in facts

@@ -8,7 +8,7 @@ import sys
 import pytest
 import runfixture as rf
 from kernel_loop.common import read_json, write_json
-from kernel_loop.steps import benchmark, report
+from kernel_loop.steps import benchmark, hypothesis, report
 
 
 def finished_run(tmp_path):
@@ -331,3 +331,82 @@ def test_the_versions_table_names_the_memory_level_that_binds(tmp_path):
     rf.provenance.record(root / "v2", ["ncu.json"])
     md = render(root)
     assert "| memory-bound at L1/shared | PASS |" in md and "| memory-bound | PASS |" in md  # v0 has no level
+
+
+def many_kernel_run(tmp_path):
+    """Two versions of a transformer block (ncu.json schema 2, runfixture.BLOCK_V0/V1): v1 fused the add into
+    attn_fwd; v0's predictions name kernels."""
+    root = rf.write_run(tmp_path / "run", iterations=1)
+    for k, (block, median) in enumerate(((rf.BLOCK_V0, 900.0), (rf.BLOCK_V1, 850.0))):
+        rf.write_kernel(root, k)
+        rf.write_measurements(root, k)
+        rf.write_schema2(root, k, block, median)
+        rf.write_kbs(root, k)
+    rf.set_state(root, 0)
+    h = rf.HYPOTHESES[0]
+    argv = ["hypothesis", str(root), "--change", "Fuse the bias add into attn_fwd's epilogue.", "--rationale",
+            h["rationale"], "--risk", h["risk"], "--decision-rule", h["decision_rule"]]
+    for p in ("duration: -5%", "dram_bytes_write: -10%", "attn:registers_per_thread: <= 128",
+              "vectorized_elementwise_kernel:time_us: -50%", "vectorized_elementwise_kernel:dram_throughput_pct: <= 10",
+              "registers_per_thread: <= 128", "vectorized_elementwise_kernel#2:time_us: <= 40"):
+        argv += ["--predict", p]
+    assert rf.cli(hypothesis, argv) == 0
+    rf.sign_gate(root, 0)
+    rf.set_state(root, 1)
+    bench = benchmark.finish(rf.synthetic_child_result(versions=2), version="v1", selection="best",
+                             timing={"method": "cuda_event", "warmup": 10, "trials": 40, "discard_first": 0,
+                                     "l2_flush": True},
+                             tolerance={"atol": 1e-5, "rtol": 1e-5}, env=read_json(root / "env.json"))
+    benchmark.write_outputs(root, bench)
+    return root
+
+
+def test_a_many_kernel_run_shows_the_call_sums_and_the_kernel_each_change_targeted(tmp_path):
+    root = many_kernel_run(tmp_path)
+    md = render(root)
+    versions = md.split("## 3. Versions")[1].split("## 4.")[0]
+    # the whole call: event median, ncu's sums over every kernel, launches
+    assert "| v0 | 900.00 | 1.000 | 900.00 | 22.00 | 10.00 | 6 | PASS |" in versions
+    assert "| v1 | 850.00 | 1.059 | 820.00 | 18.00 | 8.00 | 5 | PASS |" in versions
+    # per version the kernel the change targeted, each figure that kernel's: v0's focus; in v1 the kernels v0's
+    # predictions named, the fused add among them
+    assert "| v0 | `attn_fwd` | focus | own | 44.4 | 400.00 | 60.00 | 40.00 | 12.50 | 168 | latency-bound |" in versions
+    assert ("| v1 | `attn_fwd` | named by v0's predictions | own | 46.3 | 380.00 | 60.00 | 40.00 | 25.00 | 128 | "
+            "memory-bound |") in versions
+    assert ("| v1 | `vectorized_elementwise_kernel` | named by v0's predictions | not launched | 0.0 | 0.00 | N/A | N/A "
+            "| N/A | N/A | N/A |") in versions
+    card = md.split("### v0 -> v1")[1].split("Predictions held")[0]
+    assert "| `duration: -5%` | whole call (sums) | 900.00 | 850.00 | -5.56% | held |" in card
+    assert "| `dram_bytes_write: -10%` | whole call (sums) |" in card and "-20.00% | held |" in card
+    assert "| `attn_fwd:registers_per_thread: <= 128` | attn_fwd | 168 | 128 | N/A | held |" in card
+    assert ("| `vectorized_elementwise_kernel:time_us: -50%` | vectorized_elementwise_kernel -> not launched | 60.00 | "
+            "0.00 | -100.00% | held (vectorized_elementwise_kernel is not launched in v1 (removed or fused): its time_us "
+            "is 0) |") in card
+    assert ("| `vectorized_elementwise_kernel:dram_throughput_pct: <= 10` | vectorized_elementwise_kernel -> not "
+            "launched | 88.00 | N/A | N/A | unknown (vectorized_elementwise_kernel is not launched in v1 (removed or "
+            "fused): it has no dram_throughput_pct) |") in card
+    assert "| `registers_per_thread: <= 128` | attn_fwd | 168 | 128 | N/A | held |" in card
+    # the GELU was vectorized_elementwise_kernel#2 in v0 and takes the fused add's label in v1: found by its name
+    assert ("| v1 | `vectorized_elementwise_kernel` | named by v0's predictions as vectorized_elementwise_kernel#2 | "
+            "library | 4.9 | 40.00 | not profiled |") in versions
+    assert ("| `vectorized_elementwise_kernel#2:time_us: <= 40` | vectorized_elementwise_kernel#2 -> "
+            "vectorized_elementwise_kernel | 40.00 | 40.00 | N/A | held (vectorized_elementwise_kernel#2 of v0 is "
+            "vectorized_elementwise_kernel in v1 (same kernel name)) |") in card
+    assert "Predictions held: 6 of 7." in md
+    # remaining opportunities name the kernel each symptom fired on
+    assert "- `dram-near-peak` (on `vectorized_layer_norm_kernel`): " in md
+
+
+def test_a_schema1_run_of_several_kernels_names_them_too(tmp_path):
+    """A schema-1 profile with two kernels (the longest one's metrics): the per-kernel layout, from labels of the
+    names, so no figure of one kernel sits in a row of another."""
+    root = finished_run(tmp_path)
+    ncu = read_json(root / "v3" / "ncu.json")
+    side = dict(ncu["kernels"][0], name="bias_add", metrics=dict(ncu["kernels"][0]["metrics"], duration_us=5.0,
+                                                                 registers_per_thread=18))
+    write_json(root / "v3" / "ncu.json", dict(ncu, kernels=[*ncu["kernels"], side]))
+    rf.provenance.record(root / "v3", ["ncu.json"])
+    md = render(root)
+    versions = md.split("## 3. Versions")[1].split("## 4.")[0]
+    assert "| v3 | `softmax_kernel` | focus | not recorded |" in versions and "| 40 | memory-bound |" in versions
+    assert "| `l2_hit_rate_pct: < 52` | softmax_kernel |" in md

@@ -31,7 +31,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .. import plan, provenance, vocab
+from .. import plan, predictions, provenance, vocab
 from ..common import UsageError, atomic_write_text, read_json, sha256_text, warn
 from ..prose import TODO
 from ..rundir import RunDir
@@ -55,6 +55,7 @@ KEY_METRICS = ("duration_us", "sm_throughput_pct", "memory_throughput_pct", "dra
                "sectors_per_request_ld", "sectors_per_request_st", "local_spill_requests",
                "tensor_pipe_pct", "fma_pipe_pct")
 MAX_BOTTLENECK_TAGS = 6
+LIBRARY_SHARE = 0.10  # a library kernel with at least this share of the call's kernel time is named to replace or fuse
 EVIDENCE_HITS = 5
 PRECEDENT_HITS = 3  # merged PRs that made a change for the fired symptoms, with their claimed numbers
 
@@ -98,6 +99,50 @@ def _dedupe_words(text: str) -> str:
     return " ".join(dict.fromkeys(text.split()))
 
 
+def kernel_view(ncu: dict[str, Any]) -> dict[str, Any] | None:
+    """A call whose kernels have owners (ncu.json schema 2): its own kernels by share of the call's kernel time
+    (each with its bottleneck and symptoms), the symptoms to draft the evidence from (the own kernels', ranked
+    by share; every kernel's, by share, when the version has none of its own; the whole call's, such as
+    ``multi-kernel``), and the library kernels with a large share, to replace or fuse.  None for a profile
+    whose kernels have no owner (schema 1), which is drafted from its ``symptoms`` as before."""
+    recs = predictions.kernel_records(ncu)
+    if not any(r.get("owner") in ("own", "library") for r in recs.values()):
+        return None
+    own = [r for r in recs.values() if r.get("owner") == "own"]
+    source = own or list(recs.values())
+    fired = [dict(sym, kernel=r["label"], owner=r.get("owner"), share=r.get("share"))
+             for r in source for sym in r.get("symptoms") or []]
+    fired += [dict(sym, kernel=None, owner=None, share=None) for sym in ncu.get("symptoms") or []
+              if isinstance(sym, dict) and sym.get("tag") and not sym.get("kernel")]
+    replace = [r for r in recs.values() if r.get("owner") == "library" and _share(r) >= LIBRARY_SHARE]
+    inv = ncu.get("inventory") if isinstance(ncu.get("inventory"), dict) else {}
+    return {"own": own, "source": source, "fired": fired, "replace": replace,
+            "launches": inv.get("launches"), "kernels": len(recs)}
+
+
+def _share(rec: dict[str, Any]) -> float:
+    s = rec.get("share")
+    return float(s) if isinstance(s, (int, float)) and not isinstance(s, bool) else 0.0
+
+
+def _tags(ncu: dict[str, Any], view: dict[str, Any] | None) -> list[str]:
+    """The bottleneck query's tags: with owners, the own kernels' bottleneck and symptoms kernel by kernel,
+    largest share first (each kernel's in diagnostic order), then the whole call's; without, the profile's
+    bottleneck class and fired symptoms in diagnostic order."""
+    if view is None:
+        fired = [s for s in ncu.get("symptoms") or [] if isinstance(s, dict) and s.get("tag")]
+        tags = [t for t in [ncu.get("bottleneck")] + [s["tag"] for s in fired] if t and vocab.is_known(t)]
+        return vocab.by_priority(tags)[:MAX_BOTTLENECK_TAGS]
+    tags: list[str] = []
+    for rec in [*view["source"], None]:
+        label = rec["label"] if rec else None
+        mine = [s["tag"] for s in view["fired"] if s["kernel"] == label]
+        if rec and rec.get("bottleneck"):
+            mine.insert(0, rec["bottleneck"])
+        tags += [t for t in dict.fromkeys(vocab.by_priority([t for t in mine if vocab.is_known(t)])) if t not in tags]
+    return tags[:MAX_BOTTLENECK_TAGS]
+
+
 def _run_queries(rd: RunDir, ncu: dict[str, Any], cfg: Any, arch: str | None,
                  corpus: list[str]) -> list[dict[str, Any]]:
     """The kernel and bottleneck queries, each logged; their terms, filters, command and hits."""
@@ -110,9 +155,9 @@ def _run_queries(rd: RunDir, ncu: dict[str, Any], cfg: Any, arch: str | None,
     fam = ops[0] if ops else kfamily.of_run(ktype, cfg.kernel) or (ref_fams[0] if ref_fams else None)
     fam = fam if fam != ktype else None  # a kernel type already names the family
     impl = cfg.impl if cfg.impl in vocab.LANGUAGES else None
-    fired = [s for s in ncu.get("symptoms") or [] if isinstance(s, dict) and s.get("tag")]
-    tags = [t for t in [ncu.get("bottleneck")] + [s["tag"] for s in fired] if t and vocab.is_known(t)]
-    tags = vocab.by_priority(tags)[:MAX_BOTTLENECK_TAGS]
+    view = kernel_view(ncu)
+    fired = view["fired"] if view else [s for s in ncu.get("symptoms") or [] if isinstance(s, dict) and s.get("tag")]
+    tags = _tags(ncu, view)
 
     conn = open_index(corpus)
     queries = []
@@ -126,8 +171,9 @@ def _run_queries(rd: RunDir, ncu: dict[str, Any], cfg: Any, arch: str | None,
         ("precedent", " ".join(tags), filters_of(symptoms=tags, arch=arch, language=impl, kernel_type=ktype,
                                                  kind="pr-note", has_claims=True, family=fam)),
     ]
-    if any(s["tag"] == "multi-kernel" for s in fired):  # the time spread over several kernels: the fusion
-        # pages, which the other symptoms' pages outrank (or the tag fell past the bottleneck query's limit)
+    if any(s["tag"] == "multi-kernel" for s in fired) or (view and view["replace"]):
+        # the time spread over several kernels, or library kernels holding much of it: the fusion pages,
+        # which the other symptoms' pages outrank (or the tag fell past the bottleneck query's limit)
         specs.append(("extra", "multi-kernel kernel fusion epilogue",
                       filters_of(symptoms=["multi-kernel"], arch=arch, language=impl, exclude_kinds=no_notes)))
     for purpose, terms, filters in specs:
@@ -180,7 +226,8 @@ def draft_evidence(rd: RunDir, *, corpus: list[str], force: bool = False) -> tup
     last = signed_log(rd, vdir)  # a hand-edited log is refused before anything is appended to it
     queries = _run_queries(rd, ncu, cfg, arch, corpus)
     sign_queries(rd, vdir, last, [h["id"] for q in queries for h in q["hits"]], corpus)
-    fired = [s for s in ncu.get("symptoms") or [] if isinstance(s, dict) and s.get("tag")]
+    view = kernel_view(ncu)
+    fired = view["fired"] if view else [s for s in ncu.get("symptoms") or [] if isinstance(s, dict) and s.get("tag")]
 
     metrics = ncu.get("metrics") or {}
     key_metrics = [(m, fmt(metrics[m])) for m in KEY_METRICS if metrics.get(m) is not None]
@@ -189,7 +236,8 @@ def draft_evidence(rd: RunDir, *, corpus: list[str], force: bool = False) -> tup
         key_metrics.insert(0, (f"timing.median_us ({timing.get('method', 'timed')})",
                                fmt(timing["median_us"])))
     fired_view = [{
-        "tag": s["tag"],
+        "tag": s["tag"], "kernel": s.get("kernel") if view else None,
+        "owner": s.get("owner"), "share_pct": s["share"] * 100 if s.get("share") is not None else None,
         "measured": ", ".join(f"`{m}` = {fmt(v)}" for m, v in (s.get("metrics") or {}).items()),
         "thresholds": ", ".join(f"`{m}` {t}" for m, t in (s.get("thresholds") or {}).items()),
         "why": s.get("why") or vocab.SYMPTOMS.get(s["tag"], {}).get("summary", ""),
@@ -198,7 +246,8 @@ def draft_evidence(rd: RunDir, *, corpus: list[str], force: bool = False) -> tup
     text = render(
         "kbs_evidence.md.j2", k=k, todo=TODO, gpu=gpu, arch=arch, cfg=cfg, bottleneck=ncu.get("bottleneck"),
         bottleneck_why=vocab.BOTTLENECK_CLASSES.get(ncu.get("bottleneck") or "", ""),
-        n_kernels=len(ncu.get("kernels") or []), key_metrics=key_metrics, fired=fired_view,
+        n_kernels=len(ncu.get("kernels") or []), key_metrics=key_metrics, fired=fired_view, view=view, LIBRARY_SHARE=LIBRARY_SHARE,
+        focus=(predictions.focus_record(ncu) or {}).get("label") if view else None,
         queries=queries, candidates=_candidates(queries),
         precedents=[dict(h, claims=[claim_line(c) for c in h.get("perf_claims") or []])
                     for q in queries if q["purpose"] == "precedent" for h in q["hits"]],

@@ -299,10 +299,10 @@ def loop_summary(out: Path, bench: dict, *, show_chart: bool = True) -> str:
     lines = ["", "== the loop, version by version (medians from benchmark.json)"]
     v0 = (rows.get("v0") or {}).get("stats_us") or {}
     ks = sorted(int(p.name[1:]) for p in out.iterdir() if p.is_dir() and p.name[1:].isdigit() and p.name[0] == "v")
-    metrics = {}
+    profiles = {}
     for k in ks:
         ncu = sidecars.load(out / f"v{k}" / sidecars.NCU_JSON) or {}
-        metrics[k] = ncu.get("metrics") or {}
+        profiles[k] = ncu or None
         med = ((rows.get(f"v{k}") or {}).get("stats_us") or {}).get("median")
         speed = f"{v0['median'] / med:.2f}x vs v0" if med and v0.get("median") else "n/a"
         mark = "  <- best" if f"v{k}" == bench.get("version") else ""
@@ -315,7 +315,7 @@ def loop_summary(out: Path, bench: dict, *, show_chart: bool = True) -> str:
             continue
         lines.append(f"\n== one transition, v{k} -> v{k + 1}: {hyp.get('single_change') or 'n/a'}")
         for pr in preds:
-            s = predictions.score(pr, metrics.get(k), metrics.get(k + 1))
+            s = predictions.score_versions(pr, profiles.get(k), profiles.get(k + 1), (f"v{k}", f"v{k + 1}"))
             change = f", change {fmt(s['change'])}{'%' if s['op'] == 'rel' else ''}" if s["change"] is not None else ""
             lines.append(f"  {s['text']}: {s['status']} (before {fmt(s['before'])}, after {fmt(s['after'])}{change})")
         break

@@ -10,8 +10,10 @@ value from an existing draft, or stays ``TODO(kernel-loop)`` so the gate rejects
 
 hypothesis.json: ``{"schema": 1, "version", "kernel_file", "kernel_sha256",
 "single_change", "rationale", "risk", "decision_rule", "decision_link" (null = TODO),
-"predictions": [{"metric", "op", "value", "text"}], "evidence": [ids],
-"current": {"bottleneck", "symptoms", "event_median_us", "duration_us", "correctness",
+"predictions": [{"metric", "op", "value", "text", "kernel" (label or null), "kernel_name"
+(the named kernel's demangled name, when one is named)}], "evidence": [ids],
+"current": {"bottleneck", "symptoms", "kernels" (a many-kernel call's largest, with owner and
+share), "kernels_more", "focus", "event_median_us", "duration_us", "correctness",
 "max_abs_err", "max_rel_err"}, "todo": [unfilled headings], "hypothesis_sha256", "created"}``.
 ``hypothesis_sha256`` is the hash of hypothesis.txt as written: ``load`` trusts the
 sidecar only while the text is unchanged and otherwise re-reads the text.
@@ -70,9 +72,10 @@ def register(sub) -> None:
     p.add_argument("--risk", help="what could go wrong (correctness, other metrics)")
     p.add_argument("--decision-rule", dest="decision_rule",
                    help="how the next measurement decides keep / revert")
-    p.add_argument("--predict", action="append", default=[], metavar="'METRIC: OP VALUE'",
-                   help="a falsifiable prediction, e.g. 'duration: -15%%' or 'registers_per_thread: <= 64' "
-                   "(repeatable)")
+    p.add_argument("--predict", action="append", default=[], metavar="'[KERNEL:]METRIC: OP VALUE'",
+                   help="a falsifiable prediction, e.g. 'duration: -15%%' or 'registers_per_thread: <= 64' (the "
+                   "focus kernel's); in a call of several kernels name one by its label in ncu.json (or a unique "
+                   "part of it), e.g. 'attn_fwd:dram_throughput_pct: +10%%' (repeatable)")
     p.add_argument("--evidence", action="append", default=None, metavar="ID",
                    help="a KBS page id used, which one of vK's logged queries must have returned (the gate "
                         "checks it; others are refused); one id per flag, repeat the flag for several "
@@ -115,18 +118,28 @@ def max_errors(corr: dict[str, Any]) -> tuple[float | None, float | None]:
     return (max(abs_errs) if abs_errs else None, max(rel_errs) if rel_errs else None)
 
 
+KERNELS_SHOWN = 8  # hypothesis.txt lists this many kernels of a many-kernel call, largest first
+
+
 def current_evidence(ncu: dict[str, Any], corr: dict[str, Any]) -> dict[str, Any]:
     mabs, mrel = max_errors(corr)
-    metrics = ncu.get("metrics") or {}
     fired = ncu.get("symptoms") or []
+    recs = predictions.kernel_records(ncu)
+    label_of = {r["name"]: r["label"] for r in recs.values()}
     # with several kernels in the call, each symptom says which one fired it (the whole call's have none)
-    several = len({s.get("kernel") for s in fired if s.get("kernel")}) > 1 or len(ncu.get("kernels") or []) > 1
+    several = len({s.get("kernel") for s in fired if s.get("kernel")}) > 1 or len(recs) > 1
+    focus = predictions.focus_record(ncu, recs) if len(recs) > 1 else None
     return {
         "bottleneck": ncu.get("bottleneck"),
         "symptoms": [{"tag": s.get("tag"), "metrics": s.get("metrics") or {},
-                      "kernel": short_name(s["kernel"]) if several and s.get("kernel") else None} for s in fired],
+                      "kernel": (s.get("label") or label_of.get(s["kernel"]) or short_name(s["kernel"]))
+                      if several and s.get("kernel") else None} for s in fired],
+        "kernels": [{"label": r["label"], "owner": r["owner"], "share": r["share"], "profiled": r["profiled"]}
+                    for r in list(recs.values())[:KERNELS_SHOWN]] if len(recs) > 1 else [],
+        "kernels_more": max(0, len(recs) - KERNELS_SHOWN),
+        "focus": focus["label"] if focus else None,
         "event_median_us": event_median(ncu),
-        "duration_us": metrics.get("duration_us"),
+        "duration_us": predictions.solution_sums(ncu).get("duration_us"),
         "correctness": corr.get("result"),
         "max_abs_err": mabs,
         "max_rel_err": mrel,
@@ -155,14 +168,20 @@ def run(args) -> int:
             raise UsageError(f"{flag} {given!r} is a placeholder: the gate (check 9) counts only real words (TBD, "
                              "n/a, none, todo or a word or two do not); say what you mean; nothing was written")
     allowed = set((ncu.get("metrics") or {}).keys())
-    preds = predictions.parse_lines(args.predict, allowed)
-    if preds and not any(pr["metric"] in DURATION_METRICS for pr in preds):
+    recs = predictions.kernel_records(ncu)
+    preds = predictions.parse_lines(args.predict, allowed, recs)
+    if preds and not any(pr["metric"] in DURATION_METRICS and not pr.get("kernel") for pr in preds):
         raise UsageError("no --predict is on duration: the gate (check 14) needs one prediction on the CUDA-event "
-                         "time, e.g. --predict 'duration: -10%' (duration or event_median_us); nothing was written")
+                         "time without a kernel, e.g. --predict 'duration: -10%' (duration or event_median_us); "
+                         "nothing was written")
+    focus = predictions.focus_record(ncu, recs)
     for pr in preds:
         why = predictions.caveat(pr)
         if why:
             warn(f"--predict '{pr['text']}': {why}")
+        if len(recs) > 1 and focus and not pr.get("kernel") and not predictions.on_solution(pr):
+            warn(f"--predict '{pr['text']}' is on the focus kernel {focus['label']} (ncu.json focus): write "
+                 f"'{focus['label']}:{pr['text']}' to say so, or name the kernel the change targets")
 
     txt_path = vdir / "hypothesis.txt"
     previous = load_hypothesis(vdir) if txt_path.exists() else None

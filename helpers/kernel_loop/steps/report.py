@@ -221,13 +221,19 @@ def collect(rd: RunDir) -> dict[str, Any]:
         })
     for v in versions:
         v["speedup_v0"] = _ratio(versions[0]["median_us"], v["median_us"])
+    many = many_kernels(versions)
+    if many:
+        targeted_kernels(versions)
 
     ab = {(e["from"], e["to"]): e for e in bench.get("ab") or []}
     transitions, cited = [], []
     for k in range(n):
         before, after = versions[k], versions[k + 1]
         hyp = before["hypothesis"] or {}
-        scored = [predictions.score(p, before["metrics"], after["metrics"]) for p in hyp.get("predictions") or []]
+        scored = [predictions.score_versions(p, _ncu(before), _ncu(after), (before["name"], after["name"]))
+                  for p in hyp.get("predictions") or []]
+        for sc in scored:
+            sc["kernel_cell"] = scored_kernel(sc)
         transitions.append({
             "from": before["name"], "to": after["name"], "has_hypothesis": bool(before["hypothesis"]),
             "single_change": hyp.get("single_change"), "decision_rule": hyp.get("decision_rule"),
@@ -245,9 +251,13 @@ def collect(rd: RunDir) -> dict[str, Any]:
     # the version benchmark.json names (the best): its profile's symptoms and rules, not the final version's
     named = next((v for v in versions if v["name"] == bench.get("version")), versions[-1])
     last = named["ncu"]
+    label_of = {r["name"]: r["label"] for r in predictions.kernel_records(_ncu(named)).values()}
     opportunities = [{"tag": s.get("tag"), "summary": symptoms.SYMPTOMS.get(s.get("tag"), {}).get("summary")
                       or symptoms.BOTTLENECK_CLASSES.get(s.get("tag"), ""), "metrics": s.get("metrics") or {},
-                      "why": s.get("why")} for s in (dig(last, "symptoms") if isinstance(dig(last, "symptoms"), list) else [])]
+                      "why": s.get("why"),
+                      "kernel": (s.get("label") or label_of.get(s.get("kernel")) or short_name(str(s["kernel"])))
+                      if many and s.get("kernel") else None}
+                     for s in (dig(last, "symptoms") if isinstance(dig(last, "symptoms"), list) else [])]
     rules = []
     for kern in dig(last, "kernels") if isinstance(dig(last, "kernels"), list) else []:
         for r in kern.get("rules") or []:
@@ -258,12 +268,92 @@ def collect(rd: RunDir) -> dict[str, Any]:
     rows = {r["name"]: r for r in bench.get("rows") or []}
     applied = applied_from_correctness(named["corr"]) if named["name"] == bench.get("version") else None
     return {"cfg": cfg, "env": env, "config_rows": config_rows(cfg, env, bench, applied), "bench": bench, "n": n,
-            "versions": versions, "transitions": transitions, "finished": finished,
+            "versions": versions, "many": many, "transitions": transitions, "finished": finished,
             "extensions": plan.extensions(rd), "records": record_status(rd),
             "speedups": ordered_speedups(bench.get("speedups") or {}),
             "evidence": evidence, "opportunities": opportunities, "rules": rules,
             "solution": rows.get("solution"),
             "baselines": [r for r in bench.get("rows") or [] if not r["name"].startswith("v") and r["name"] != "solution"]}
+
+
+def _ncu(v: dict[str, Any]) -> dict[str, Any] | None:
+    return v["ncu"] if isinstance(v["ncu"], dict) else None
+
+
+def many_kernels(versions: list[dict[str, Any]]) -> bool:
+    """Whether the run's versions table speaks of kernels by name: a version's ncu.json is schema 2 (an
+    inventory of the call's kernels) or holds more than one kernel.  A run of one kernel per version keeps
+    the one-table layout (schema 1)."""
+    for v in versions:
+        ncu = _ncu(v)
+        if ncu and (isinstance(ncu.get("sums"), dict) or len(predictions.kernel_records(ncu)) > 1):
+            return True
+    return False
+
+
+def _kernel_row(rec: dict[str, Any] | None, label: str, chosen: str, bottleneck: Any = None) -> dict[str, Any]:
+    metrics = (rec or {}).get("metrics") or {}
+    if rec is None:  # named by the previous version's predictions and not launched in this one
+        return {"label": label, "chosen": chosen, "owner": "not launched", "share_pct": 0.0, "time_us": 0.0,
+                "mem_sol": None, "sm_sol": None, "occupancy": None, "registers": None, "bottleneck": None}
+    share = rec.get("share")
+    return {"label": rec["label"], "chosen": chosen, "owner": rec.get("owner") or "not recorded",
+            "share_pct": share * 100 if _num(share) else None, "time_us": rec.get("time_us"),
+            "mem_sol": metrics.get("memory_throughput_pct") if rec["profiled"] else "not profiled",
+            "sm_sol": metrics.get("sm_throughput_pct") if rec["profiled"] else "not profiled",
+            "occupancy": metrics.get("achieved_occupancy_pct") if rec["profiled"] else "not profiled",
+            "registers": metrics.get("registers_per_thread") if rec["profiled"] else "not profiled",
+            "bottleneck": (rec.get("bottleneck") or bottleneck) if rec["profiled"] else "not profiled"}
+
+
+def targeted_kernels(versions: list[dict[str, Any]]) -> None:
+    """Per version, the solution's sums (``sums``) and the kernel rows of the versions table (``targets``):
+    the kernels the previous version's predictions named, found again in this version, else its focus kernel."""
+    for k, v in enumerate(versions):
+        ncu = _ncu(v)
+        v["sums"] = predictions.solution_sums(ncu) if ncu else MISSING
+        v["launched"] = sum(r["launches"] or 0 for r in predictions.kernel_records(ncu).values()) if ncu else MISSING
+        if ncu is None:
+            v["targets"] = []
+            continue
+        recs = predictions.kernel_records(ncu)
+        prev = versions[k - 1] if k else None
+        named: dict[str, str | None] = {}  # label in the previous version -> its demangled name
+        if prev is not None:
+            prev_recs = predictions.kernel_records(_ncu(prev))
+            for p in (prev["hypothesis"] or {}).get("predictions") or []:
+                lab = p.get("kernel")
+                if lab and lab not in prev_recs:  # a hand-written line may name a kernel by part of its label
+                    try:
+                        lab = predictions.resolve_kernel(lab, prev_recs)
+                    except UsageError:
+                        pass
+                if lab in prev_recs and lab not in named:  # one that names no kernel of prev is not a target
+                    named[lab] = p.get("kernel_name") or prev_recs[lab]["name"]
+        if named:
+            earlier = {r["name"] for r in predictions.kernel_records(_ncu(prev)).values() if r["name"]}
+            why = f"named by {prev['name']}'s predictions"
+            v["targets"] = []
+            for lab, name in named.items():
+                rec = predictions.find_kernel(recs, lab, name, earlier)
+                v["targets"].append(_kernel_row(rec, lab, why if rec is None or rec["label"] == lab
+                                                else f"{why} as {lab}"))
+        else:
+            focus = predictions.focus_record(ncu, recs)
+            # a schema-1 kernel has no class of its own: the profile's, which is its focus kernel's
+            v["targets"] = [_kernel_row(focus, focus["label"], "focus", _with_level(ncu))] if focus else []
+
+
+def scored_kernel(s: dict[str, Any]) -> str:
+    """The scorecard's kernel cell: the whole call, or the kernel scored (before -> after when they differ)."""
+    if predictions.on_solution(s):
+        return "whole call (sums)"
+    on = s.get("on") or {}
+    if not on.get("before"):
+        return s.get("kernel") or "focus kernel"
+    if on.get("after") is None:
+        return f"{on['before']} -> not launched"
+    return on["before"] if on["after"] == on["before"] else f"{on['before']} -> {on['after']}"
 
 
 BASELINE_ORDER = ("pytorch-eager", "torch-compile", "flashinfer")
