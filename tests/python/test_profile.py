@@ -655,3 +655,27 @@ def test_the_budget_counts_the_template_instances_of_one_function_together():
                                             "own_add"]  # the call's order: largest time first
     assert inventory.detail_filter(chosen)[3] == "regex:^(?:\\w+::)*(?:own_add|vectorized_elementwise_kernel)$"
     assert [r["label"] for r in inventory.choose(inv, inventory.Budget(kernels=1))] == ["own_add"]
+
+
+def test_a_kernel_named_prediction_is_scored_on_profiles_the_profiler_built():
+    """End to end on what build_profile writes (not hand-made dicts): v0 is the two-kernel call with its census,
+    v1 the same call with row_max_kernel fused away.  A prediction on row_max_kernel's time scores 0 after it is
+    gone (held), one on softmax_kernel's SM throughput is scored on softmax_kernel in both, and the call's
+    duration is the census sum."""
+    from kernel_loop import predictions
+
+    ctx = {"version": "v0", "kernel_file": "kernel.py", "defined_kernels": ["row_max_kernel", "softmax_kernel"]}
+    v0 = ncu_json.build_profile(_text("two_kernels_detailed_raw.csv"), _text("two_kernels_detailed_details.csv"),
+                                None, ctx, _census_of_two_kernels(3))
+    v1 = ncu_json.build_profile(_text(RAW), _text(DETAILS), None, dict(ctx, version="v1"))
+    recs = predictions.kernel_records(v0)
+    assert set(recs) >= {"softmax_kernel", "row_max_kernel", "lib_kernel_0"}
+    preds = predictions.parse_lines(["row_max:time_us: -90%", "softmax_kernel:sm_throughput_pct: >= 20",
+                                     "duration: -5%"], set(v0["metrics"]), recs)
+    assert [p["kernel"] for p in preds] == ["row_max_kernel", "softmax_kernel", None]
+    scored = [predictions.score_versions(p, v0, v1) for p in preds]
+    assert scored[0]["status"] == "held" and scored[0]["after"] == 0
+    assert scored[1]["status"] == "held" and scored[1]["after"] == pytest.approx(22.46)
+    assert scored[2]["before"] == pytest.approx(4 * 86.016 + 20.48 + 3 * 0.1)
+    with pytest.raises(UsageError, match="lib_kernel_0 was not profiled"):
+        predictions.parse_lines(["lib_kernel_0:dram_throughput_pct: +5"], set(v0["metrics"]), recs)

@@ -104,10 +104,10 @@ def kernel_view(ncu: dict[str, Any]) -> dict[str, Any] | None:
     (each with its bottleneck and symptoms), the symptoms to draft the evidence from (the own kernels', ranked
     by share; every kernel's, by share, when the version has none of its own; the whole call's, such as
     ``multi-kernel``), and the library kernels with a large share, to replace or fuse.  None for a profile
-    whose kernels have no owner (schema 1), which is drafted from its ``symptoms`` as before."""
+    whose kernels have no owner (schema 1), or a call of one kernel, which are drafted from ``symptoms`` as before."""
     recs = predictions.kernel_records(ncu)
-    if not any(r.get("owner") in ("own", "library") for r in recs.values()):
-        return None
+    if len(recs) < 2 or not any(r.get("owner") in ("own", "library") for r in recs.values()):
+        return None  # one kernel: drafted as before
     own = [r for r in recs.values() if r.get("owner") == "own"]
     source = own or list(recs.values())
     fired = [dict(sym, kernel=r["label"], owner=r.get("owner"), share=r.get("share"))
