@@ -247,6 +247,11 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                 plan = condition_plan(judge.rng, ds, prob, int(spec["trials"]))
             cond, said, ds = condition(judge.tolerance, prob, first, ds, want, earlier, seed, notes)
             r = sess.call("k", ds, checked=True, cond=cond)
+            if r.get("raised") and cond.strided:  # a refusal, not a wrong answer: noted, and the call not counted
+                notes.append(f"{CONDITION_WORDS[said]}: the kernel refused non-contiguous inputs (it raised: "
+                             f"{r['raised'].splitlines()[0][:200]})")
+                t += 1
+                continue
             if r.get("raised"):
                 result["error"] = r["raised"] + (f" (in the call where {CONDITION_WORDS[said]})" if said != "plain"
                                                  else "")
@@ -259,6 +264,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                            **_memory(ds, (r["reply"] or {}).get("peak_mem_bytes"))})
             held.append(kept_fingerprints(sess.shared, ds, (r["reply"] or {}).get("returned") or {}) if passed else {})
             result["warnings"] += [w for w in r["warnings"] if w not in result["warnings"]]
+            notes += [n for n in r.get("notes") or [] if n not in notes]
             earlier = ds
             t += 1
         after_the_calls(sess, prob, first, trials, held)
