@@ -738,6 +738,24 @@ def test_only_the_buffers_a_kernel_is_given_are_staged():
     assert handed_over([py, kb]) == {"a0-t", "a1-t", "p2-t"}
 
 
+def test_a_tensor_returned_under_a_handed_outputs_name_is_reported_not_copied_except_from_a_reference():
+    """The hand-over: a kernel's output it is handed is read from its buffer, and a tensor returned under its name
+    elsewhere is reported (not copied over it); a reference baseline (ref.py's reference() may return its outputs
+    though setup() hands them) has its returned tensor copied into the buffer as before."""
+    import types
+
+    import torch
+
+    y, fresh = torch.zeros(4), torch.ones(4)
+    for kind, elsewhere, holds in (("py", True, 0.0), ("ref", None, 1.0)):
+        judge_y = torch.full((4,), -1.0)
+        w = types.SimpleNamespace(torch=torch, shared={"a1": judge_y}, local={"a1": y})
+        k = types.SimpleNamespace(kind=kind, out_names=["y"], outputs={"y": "a1"}, kept=[])
+        report, held = protocol.hand_over(w, k, fresh)
+        assert report["y"].get("elsewhere") is elsewhere and report["y"]["stored"]
+        assert float(judge_y[0]) == holds  # the staged buffer (zeros) went over, then only the reference's copy
+
+
 # --- 8. a memo by content needs the same inputs twice --------------------------------------------------------
 REF_SLOW = '''"""y = 2 x with a slow reference (the judge's cost per verified call), cheap inputs to draw."""
 import time

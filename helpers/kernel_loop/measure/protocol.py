@@ -238,6 +238,7 @@ def hand_over(w: Any, k: Any, value: Any, views: dict | None = None) -> tuple[di
         if lo is not sh:
             sh.copy_(lo)
     returned = {} if value is None else normalize_outputs(value, k.out_names)
+    handed = set(k.out_names) if k.kind != "ref" else set()  # a reference baseline may return its outputs instead
     report: dict[str, Any] = {}
     spans = [(n, span(t)) for n, t in w.local.items()] + [(n, span(t)) for n, t in (views or {}).items()]
     earlier = {f"{n} of call {i + 1}": span(t) for i, held in enumerate(k.kept) for n, t in held.items()}
@@ -245,7 +246,7 @@ def hand_over(w: Any, k: Any, value: Any, views: dict | None = None) -> tuple[di
         buf = k.outputs.get(name)
         meta: dict[str, Any] = {"returned": True}
         if type(v) is not torch.Tensor:
-            if name in k.out_names:
+            if name in handed:
                 meta["elsewhere"] = True
             meta.update(value=v if isinstance(v, (int, float, bool, str, type(None))) else repr(v)[:200])
             report[name] = meta
@@ -261,7 +262,7 @@ def hand_over(w: Any, k: Any, value: Any, views: dict | None = None) -> tuple[di
                               None)
         meta["aliases"] = next((n for n, o in returned.items() if n != name and type(o) is torch.Tensor
                                 and o.numel() and v.numel() and span(o)[0] < hi and lo < span(o)[1]), None)
-        if name in k.out_names and buf in w.local:  # handed to the kernel: the buffer is what a caller reads
+        if name in handed and buf in w.local:  # handed to the kernel: the buffer is what a caller reads
             meta["stored"] = True
             meta["elsewhere"] = span(v) != span(w.local[buf])
         elif buf is None or buf not in w.shared:
