@@ -58,6 +58,68 @@ def random_like(t):
     return torch.randint(0, 100, t.shape, device=t.device).to(t.dtype)
 
 
+def strided_view(t):
+    """``t``'s values in a view that is not contiguous, as a user's slice with a step is: every other element along
+    its last dim of more than one element, the elements between them poisoned.  ``t`` itself when no dim has two."""
+    torch = _torch()
+    dims = [d for d in range(t.dim()) if t.shape[d] > 1]
+    if not dims:
+        return t
+    wide = list(t.shape)
+    wide[dims[-1]] *= 2
+    base = torch.empty(wide, dtype=t.dtype, device=t.device)
+    poison_tensor(base)
+    view = base[(slice(None),) * dims[-1] + (slice(None, None, 2),)]
+    view.copy_(t)
+    return view
+
+
+def upstream(seed: int, i: int, like):
+    """The gradient handed to backward() for the ``i``-th output of a call: normal values drawn on the CPU from
+    ``seed``, so that the judge (for Model) and the worker (for ModelNew) draw the same ones."""
+    torch = _torch()
+    gen = torch.Generator().manual_seed(seed * 31 + i)
+    return torch.randn(tuple(like.shape), generator=gen).to(device=like.device, dtype=like.dtype)
+
+
+def grads_into(outs: list, targets: list[tuple[str, Any, Any]], seed: int) -> list[str]:
+    """backward() from ``outs`` (a call's returned tensors) with the gradients ``upstream`` draws from ``seed``: each
+    target (name, leaf tensor, buffer) gets its leaf's gradient in its buffer, zeros where the outputs do not depend
+    on it; returns the names of those (unused).  A backward that raises is the kernel's: it propagates."""
+    torch = _torch()
+    carries = [(i, o) for i, o in enumerate(outs) if o.requires_grad]
+    leaves = [t for _, t, _ in targets if t.requires_grad]
+    got = iter(torch.autograd.grad([o for _, o in carries], leaves, [upstream(seed, i, o) for i, o in carries],
+                                   allow_unused=True))
+    unused = []
+    with torch.no_grad():
+        for name, t, buf in targets:
+            g = next(got) if t.requires_grad else None
+            if g is None:
+                unused.append(name)
+                buf.zero_()
+            else:
+                buf.copy_(g)
+    return unused
+
+
+def still_held(kept: list[dict]) -> list[list]:
+    """Which results [call index, name] are still alive once ``kept`` (per call, the results a caller holds) lets go of
+    them: a weak reference to each one's storage, every reference dropped (the list emptied), a garbage collection.
+    The holder's references are the only ones a kernel that allocates its results afresh leaves, so each of its
+    storages is freed here (an allocator that caches the memory caches a freed block, not the storage); one still
+    alive is held by the kernel (a module global, an attribute, a pool)."""
+    import gc
+
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    refs = [(i, n, StorageWeakRef(t.untyped_storage())) for i, held in enumerate(kept) for n, t in held.items()]
+    kept.clear()
+    if any(not ref.expired() for _, _, ref in refs):  # a result in a reference cycle is freed by a collection
+        gc.collect()
+    return [[i, n] for i, n, ref in refs if not ref.expired()]
+
+
 FP_CHUNK = 1 << 24
 _INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 _MASK64 = (1 << 64) - 1

@@ -527,7 +527,7 @@ def test_an_l1_norm_tuned_to_the_input_distribution_fails_under_the_kernelbench_
     rc, data = _correctness(_init(tmp_path, ref, text, None, "--preset", "kernelbench"))
     assert rc == 1, data["error"]
     bad = {t["condition"] for s in data["shapes"] for t in s["trials"] if not t["passed"]}
-    assert bad and bad <= {"range:up", "range:down", "range:shift"}, bad
+    assert bad and all(c.startswith("range:") for c in bad), bad
     md = (tmp_path / "run" / "v0" / "correctness.md").read_text()
     assert "The kernelbench preset sets the tolerances; these checks run on top of its own." in md
 
@@ -728,7 +728,7 @@ def test_a_worker_without_the_judge_socket_says_so(monkeypatch):
 def test_only_the_buffers_a_kernel_is_given_are_staged():
     """A returned output's buffer only receives the returned tensor, so the worker keeps no copy of it (at
     KernelBench's sizes that copy, in and out, was most of a call's cost); every buffer a call passes is."""
-    from kernel_loop.measure.worker import handed_over
+    from kernel_loop.measure.protocol import handed_over
 
     kb = {"args": ["a0-t"], "state": {"weight": "p2-t"}, "outputs": {"out": "r1-t"}}
     cu = {"args": [{"ptr": "a0-t"}, {"ctype": "int", "value": 4}, {"ptr": "a1-t"}], "outputs": {"y": "a1-t"}}
@@ -736,6 +736,24 @@ def test_only_the_buffers_a_kernel_is_given_are_staged():
     assert handed_over([kb]) == {"a0-t", "p2-t"}
     assert handed_over([cu]) == {"a0-t", "a1-t"}
     assert handed_over([py, kb]) == {"a0-t", "a1-t", "p2-t"}
+
+
+def test_a_tensor_returned_under_a_handed_outputs_name_is_reported_not_copied_except_from_a_reference():
+    """The hand-over: a kernel's output it is handed is read from its buffer, and a tensor returned under its name
+    elsewhere is reported (not copied over it); a reference baseline (ref.py's reference() may return its outputs
+    though setup() hands them) has its returned tensor copied into the buffer as before."""
+    import types
+
+    import torch
+
+    y, fresh = torch.zeros(4), torch.ones(4)
+    for kind, elsewhere, holds in (("py", True, 0.0), ("ref", None, 1.0)):
+        judge_y = torch.full((4,), -1.0)
+        w = types.SimpleNamespace(torch=torch, shared={"a1": judge_y}, local={"a1": y})
+        k = types.SimpleNamespace(kind=kind, out_names=["y"], outputs={"y": "a1"}, kept=[])
+        report, held = protocol.hand_over(w, k, fresh)
+        assert report["y"].get("elsewhere") is elsewhere and report["y"]["stored"]
+        assert float(judge_y[0]) == holds  # the staged buffer (zeros) went over, then only the reference's copy
 
 
 # --- 8. a memo by content needs the same inputs twice --------------------------------------------------------
@@ -763,7 +781,7 @@ def run_kernel(x):
     key = tuple(x[:8].tolist())
     if key not in _memo:
         _memo[key] = x * 2.0
-    return _memo[key]
+    return _memo[key].clone()  # a copy: a stored result handed out would be one the kernel still holds
 '''
 
 

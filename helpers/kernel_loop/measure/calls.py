@@ -8,8 +8,8 @@ the last and at least MIN_CHECKS more, chosen at random beforehand).
 
 A correctness call can also vary what a user's call varies (``Condition``): what the outputs it is handed
 hold before the call (zeros, random values, the right answer of other inputs), the module's mode and
-autograd; every result is held, and ``after_the_calls`` checks that it kept its bytes and that the model kept
-its weights.
+autograd, strided inputs, running statistics and gradients; every result is held, and ``after_the_calls``
+checks that it kept its bytes, that the kernel lets go of it with its caller, and that the model kept its weights.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common import MeasuredFailure, UsageError
-from ..compare import changed_input_row, compare_outputs, first_failure
+from ..compare import applied_tolerances, changed_input_row, compare, compare_outputs, first_failure
 from ..tensors import FLOAT_SENTINEL, fingerprint, poison_tensor, random_like
 from . import protocol
 from .conditions import VARIANTS, Condition, forget, range_ok
@@ -99,7 +99,11 @@ class Shared:
         rows = []
         for name, exp in ds.expected.items():
             meta = report.get(name) or {}
-            if meta.get("returned") and "value" in meta:
+            if name in ds.in_place and meta.get("elsewhere"):
+                rows.append(bad_row(name, exp, f"output '{name}' is handed to the kernel to write, but the call "
+                                    "returned another tensor under that name: a caller reads the buffer it passed; "
+                                    "write the result there (returning that same buffer is fine)"))
+            elif meta.get("returned") and "value" in meta:
                 got[name] = meta["value"]
             elif meta.get("returned") and not meta.get("stored"):
                 rows.append(bad_row(name, exp, f"output '{name}' is a tensor of shape {meta.get('shape')} "
@@ -173,6 +177,22 @@ def verify(shared: Shared, ds: DataSet, report: dict[str, Any], tolerance: Any, 
         if fingerprint(t) != ds.fingerprints[n]:
             rows.append(changed_input(n, t))
     return rows, warns
+
+def buffer_rows(sess: Session, buffers: dict[str, Any]) -> list[dict]:
+    """Rows for ModelNew's buffers after a training-mode call, as the worker put them in the parameters' buffers,
+    against Model's after the same call (``buffers``) with the run's tolerance: the running statistics a user's
+    model is left with."""
+    sh = sess.shared
+    got = {n: sh.bufs[sh.names[f"param:{n}"]] for n in buffers}
+    rows, _ = compare_outputs(got, buffers, sess.judge.tolerance, sess.judge.ref)
+    for row in rows:
+        row["name"] = f"buffer '{row['name']}'"
+        if not row["passed"]:
+            row["note"] = (f"ModelNew's {row['name']} after the call in training mode differs from Model's ("
+                           + (row.get("note") or f"{row['mismatches']} of {row['numel']} elements outside tolerance")
+                           + "): update it in training mode as Model does (running statistics)")
+    return rows
+
 
 def kept_fingerprints(shared: Shared, ds: DataSet, report: dict[str, Any]) -> dict[str, tuple]:
     """Fingerprints of the tensors a call returned, as the judge's buffers hold them right after it: what a
@@ -297,6 +317,14 @@ class Session:
             msg.update(train=cond.train, grad=cond.grad, inference=cond.inference)
         if cond.keep:
             msg["keep"] = True
+        if cond.strided:
+            msg["strided"] = True
+        if cond.stats is not None:  # the running statistics the call starts from, through the parameters' buffers
+            for n, t in cond.stats.items():
+                sh.bufs[sh.names[f"param:{n}"]].copy_(t)
+            msg["stats"] = sorted(cond.stats)
+        if cond.backward is not None and cond.backward.carries:
+            msg["backward"] = True
         try:
             reply = self.worker.request(msg)
         except KernelFailed as exc:
@@ -309,10 +337,62 @@ class Session:
         if checked:
             exp = ds if cond.expected is None else dataclasses.replace(ds, expected=cond.expected)
             rows, warns = verify(sh, exp, reply.get("returned") or {}, self.judge.tolerance, self.judge.ref)
-            out.update(rows=rows, warnings=warns)
+            if cond.buffers:
+                rows += buffer_rows(self, cond.buffers)
+            out.update(rows=rows, warnings=warns, notes=[])
+            if cond.backward is not None and not first_failure(rows):
+                rows += self.gradients(kid, ds, cond, reply.get("returned") or {}, out["notes"])
             why = first_failure(rows) or why
         out["failure"] = why
         return out
+
+    def gradients(self, kid: str, ds: DataSet, cond: Condition, returned: dict[str, Any], notes: list[str]
+                  ) -> list[dict]:
+        """Rows for the gradients a user's backward() gets after this call, against Model's (``cond.backward``), with
+        a note where none is compared: Model's output carries none, the kernel's does not, or its backward raised."""
+        import torch
+
+        back = cond.backward
+        mode = "training mode" if cond.train else "eval()"
+        if not back.carries:
+            return []
+        if not any(m.get("grad") for m in returned.values()):
+            notes.append("gradients: not compared: ModelNew's output carries no gradient (a custom kernel without "
+                         "backward), where Model's does: a user cannot train through it")
+            return []
+        names = list(back.grads)
+        sh = self.shared
+        targets = [[n, n.partition(" ")[0], n.partition(" ")[2][1:-1]] for n in names]
+        for t in targets:  # an input's gradient comes back in the input's own buffer (reloaded before every call)
+            if t[1] == "input":
+                t[2] = sh.names[t[2]]
+        try:
+            reply = self.worker.request({"op": "backward", "k": kid, "seed": back.seed, "targets": targets})
+        except KernelFailed as exc:
+            first = str(exc).splitlines()[0] if str(exc) else "an error"
+            notes.append(f"gradients: not compared: backward() raised ({first[:200]})")
+            return []
+        # elementwise only: gradients cancel (a bias that feeds a normalisation has an exact gradient of zero), where
+        # a normwise bound would compare rounding with rounding; a wrong gradient of any size that matters fails here
+        tols = applied_tolerances(back.grads, self.judge.tolerance, self.judge.ref)
+        rows = []
+        for (n, kind, key), (_, exp) in zip(targets, back.grads.items(), strict=True):
+            got = sh.bufs[sh.names[f"param:{key}"] if kind == "parameter" else key]
+            if kind == "input":  # where the input is exactly zero no gradient is owed (backward_expected)
+                got = torch.where(ds.args[n.partition(" ")[2][1:-1]] != 0, got, 0)
+            tol = dict(tols[n], rel_l2=None)
+            row = {"name": f"gradient of {n}", **compare(got, exp, tol["atol"], tol["rtol"]), "tolerance": tol}
+            if not row["passed"]:
+                row["note"] = (f"the {row['name']} after backward() in {mode} differs from Model's ("
+                               + (row.get("note") or f"{row['mismatches']} of {row['numel']} elements outside "
+                                  "tolerance") + "): a custom backward must give Model's gradients, or its result "
+                               "carry none")
+            rows.append(row)
+        notes.append(f"gradients: the gradients of the inputs and parameters after backward() in {mode} with "
+                     f"autograd on were compared with Model's ({len(names)} tensors"
+                     + (f", {len(reply.get('unused') or [])} of them unused by ModelNew" if reply.get("unused") else "")
+                     + ")")
+        return rows
 
     def loop(self, kid: str, warmup: int, trials: int, *, label: str) -> dict[str, Any]:
         """``warmup`` then ``trials`` calls; verified: the first, the last and at least MIN_CHECKS chosen at
@@ -422,3 +502,14 @@ def after_the_calls(sess: Session, prob: Problem, first: DataSet, trials: list[d
             trials[i]["passed"] = False
             trials[i]["outputs"].append(bad_row(f"result kept after {len(held) - 1 - i} later call(s)",
                                                 next(iter(first.expected.values())), why))
+    # then the caller lets go of every result: memory the kernel still holds is memory it may write again (a ring
+    # of buffers larger than the calls made, which no later result overwrote in time).  The last call's results are
+    # not judged: a library may keep its last call's arguments (a kernel's output among them) until the next call
+    for i, name in sess.worker.request({"op": "release", "k": "k"}).get("held") or []:
+        if 0 <= i < len(trials) - 1:
+            trials[i]["passed"] = False
+            trials[i]["outputs"].append(bad_row(
+                f"result '{name}' of call {i + 1}", next(iter(first.expected.values())),
+                f"the result '{name}' returned by call {i + 1} is still held by the kernel after its caller let go of "
+                "it (a pool or ring of buffers it returns in turn): a later call may write it again; return a new "
+                "tensor each call and keep no reference to it"))

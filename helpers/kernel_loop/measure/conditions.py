@@ -7,14 +7,19 @@ the correctness calls of each shape vary, in an order drawn at random (``conditi
   other inputs (a kernel that computes only where it finds the poison leaves a user's buffer as it was);
 - a KernelBench model's mode and autograd: training mode with autograd on (a module as built), training
   mode without, eval() with autograd, eval() under inference_mode, each against Model in the same mode (``train_expected``; a Model
-  whose training-mode output is random, dropout, is compared in eval() only, and the notes say so);
-- the inputs' range: scaled up (x20 to x500), down (x0.002 to x0.05) and shifted (2 to 8 RMS), the factor of
-  each draw taken from its seed, so a kernel cannot aim at a fixed point (``VARIANTS``), where the reference stays finite
+  whose training-mode output is random, dropout, is compared in eval() only, and the notes say so); a
+  training-mode call starts from random running statistics (``running_stats``) and the buffers it leaves are
+  compared with Model's; the first call with autograd on is followed by backward(), and the gradients of the
+  parameters and inputs compared with Model's (``backward_expected``);
+- a KernelBench model's inputs handed as strided views (``layout:strided``): right, or a refusal (it raises);
+- the inputs' range: scaled up (x20 to x500), down (x0.002 to x0.05) and shifted (2 to 8 RMS), each range at
+  both ends and at a factor taken from the draw's seed (``VARIANTS``), where the reference stays finite
   and as well conditioned as on the problem's own inputs, judged against the reference in float64
   (``range_ok``); integer, bool and discrete-valued inputs (masks, labels) keep their values;
 - and, the results of every call held as a caller would hold them, that none shares storage with a later
   result and that each still holds its bytes after all the calls that followed (a kernel that returns a
-  buffer it reuses overwrites a result its caller kept).
+  buffer it reuses overwrites a result its caller kept), and that none is still alive once the caller lets
+  go of them (``calls.after_the_calls``: a ring of buffers larger than the calls made).
 
 Runs in the judge only.
 """
@@ -26,8 +31,8 @@ import dataclasses
 import math
 from typing import Any
 
-from ..tensors import is_tensor, normalize_outputs, poison_tensor, random_like
-from .problem import DataSet, Problem, ref_pool
+from ..tensors import is_tensor, normalize_outputs, random_like, strided_view, upstream
+from .problem import DataSet, Problem
 
 # the input ranges correctness also checks: name -> (what is drawn, its low and high end, drawn log-uniformly)
 VARIANTS = {"up": ("scale", 20.0, 500.0), "down": ("scale", 0.002, 0.05), "shift": ("shift", 2.0, 8.0)}
@@ -44,8 +49,16 @@ CONDITION_WORDS = {
     "mode:grad": "the model in eval() with autograd on",
     "mode:inference": "the model in eval() under torch.inference_mode()",
     "range:up": "inputs scaled up (x20 to x500)",
+    "range:up:lo": "inputs scaled up by x20, the near end of that range",
+    "range:up:hi": "inputs scaled up by x500, the far end of that range",
     "range:down": "inputs scaled down (x0.002 to x0.05)",
+    "range:down:lo": "inputs scaled down by x0.002, the far end of that range",
+    "range:down:hi": "inputs scaled down by x0.05, the near end of that range",
     "range:shift": "inputs shifted by 2 to 8 RMS (zeros kept)",
+    "range:shift:lo": "inputs shifted by 2 RMS, the near end of that range (zeros kept)",
+    "range:shift:hi": "inputs shifted by 8 RMS, the far end of that range (zeros kept)",
+    "layout:strided": "every input handed as a strided view (every other element of a wider tensor), as a user's "
+                      "slice with a step is",
 }
 
 
@@ -54,7 +67,10 @@ class Condition:
     """How a correctness call differs from a plain one: ``pre``, what the outputs handed to the kernel hold
     before it ("poison", "zeros", "random", "stale": ``stale``'s expected values); ``train``/``grad``, the
     module's mode and autograd (with ``expected``, the reference's outputs in that mode when they differ);
-    ``keep``, the worker holds the returned tensors, as a caller would, to be checked after the later calls."""
+    ``keep``, the worker holds the returned tensors, as a caller would, to be checked after the later calls;
+    ``strided``, the worker hands every input as a strided view; after a training-mode call, ``buffers`` are
+    Model's buffers (running statistics) as the call leaves them, from the running statistics ``stats`` loaded
+    before it; ``backward``, a call with autograd whose gradients are compared (``Backward``)."""
 
     pre: str = "poison"
     stale: DataSet | None = None
@@ -63,6 +79,21 @@ class Condition:
     expected: dict[str, Any] | None = None
     keep: bool = False
     inference: bool = False
+    strided: bool = False
+    stats: dict[str, Any] | None = None
+    buffers: dict[str, Any] | None = None
+    backward: Backward | None = None
+
+
+@dataclasses.dataclass
+class Backward:
+    """The gradients a user's backward() gives on a call with autograd on: ``seed`` draws the gradient of each output
+    (``upstream``), ``grads`` are Model's, by name ("input 'arg0'", "parameter 'fc.weight'"); ``carries``, whether
+    Model's output carries a gradient at all."""
+
+    seed: int
+    grads: dict[str, Any]
+    carries: bool
 
 
 def forget(prob: Problem) -> None:
@@ -83,7 +114,9 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
     if prob.model is not None:
         wanted += ["mode:train+grad", "mode:train", "mode:grad", "mode:inference"]
     if any(first.args[n].dtype.is_floating_point for n in first.input_names()):
-        wanted += [f"range:{k}" for k in VARIANTS]
+        wanted += [f"range:{k}{end}" for k in VARIANTS for end in ("", ":lo", ":hi")]
+    if prob.model is not None and any(max(first.args[n].shape, default=0) > 1 for n in first.input_names()):
+        wanted += ["layout:strided"]  # a module takes what its caller has; a run_kernel's inputs are setup()'s
     rng.shuffle(wanted)
     return ["plain", *wanted, *["plain"] * max(trials - 1 - len(wanted), 0)]
 
@@ -126,12 +159,23 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
                 ds.args[n] = random_like(ds.args[n])
             prob.reference(ds)
     elif aspect == "mode":
-        expected, why = train_expected(prob, ds, tolerance) if "train" in value else (None, None)
+        train = "train" in value
+        if train:
+            cond.stats = running_stats(prob, seed)
+        expected, why = train_expected(prob, ds, tolerance, cond) if train else (None, None)
         if why:
             notes.append(f"{CONDITION_WORDS[want]}: not compared: {why}")
-            return cond, "plain", ds
-        cond.train, cond.grad, cond.expected = "train" in value, "grad" in value, expected
+            return Condition(keep=True), "plain", ds
+        cond.train, cond.grad, cond.expected = train, "grad" in value, expected
         cond.inference = value == "inference"
+        if cond.grad and "backward" not in prob.seen:  # one call with autograd on: the gradients a user gets
+            cond.backward = backward_expected(prob, ds, cond, seed, notes)
+    elif aspect == "layout":
+        varied = dataclasses.replace(ds, args={n: strided_view(v) if n in ds.input_names() else v
+                                                for n, v in ds.args.items()}, ref_props={})
+        prob.reference(varied)
+        cond.strided = True
+        return cond, want, varied
     elif aspect == "range":
         varied = prob.draw(seed, vary=value)
         why = range_ok(prob, first, varied, tolerance)
@@ -144,11 +188,15 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
 
 # --- the inputs' range -----------------------------------------------------------------------------
 def factor(vary: str, seed: int) -> float:
-    """The scale or shift of a draw moved to ``vary``: log-uniform in its VARIANTS range, from the draw's seed."""
+    """The scale or shift of a draw moved to ``vary``: "up", "down" or "shift" (VARIANTS), log-uniform in its
+    range from the draw's seed; "up:lo", "up:hi" and so on, that range's low or high end."""
     import random
 
-    _, lo, hi = VARIANTS[vary]
-    return float(math.exp(random.Random(seed * 7919 + len(vary)).uniform(math.log(lo), math.log(hi))))
+    name, _, end = vary.partition(":")
+    _, lo, hi = VARIANTS[name]
+    if end:
+        return lo if end == "lo" else hi
+    return float(math.exp(random.Random(seed * 7919 + len(name)).uniform(math.log(lo), math.log(hi))))
 
 
 def move(ds: DataSet, vary: str) -> None:
@@ -157,20 +205,28 @@ def move(ds: DataSet, vary: str) -> None:
     shift leaves exact zeros as they are (triangular and masked inputs keep their structure)."""
     import torch
 
-    what, f = VARIANTS[vary][0], factor(vary, ds.seed)
+    what, f = VARIANTS[vary.partition(":")[0]][0], factor(vary, ds.seed)
     scale, shift_rms = (f, 0.0) if what == "scale" else (1.0, f)
     for name in ds.input_names():
         t = ds.args[name]
-        if not t.dtype.is_floating_point or t.numel() == 0:
+        if not continuous(t):
             continue
-        sample = t.detach().reshape(-1)[:65536].double()  # float64: unique and the RMS take every float dtype
-        if torch.unique(sample).numel() <= DISCRETE_VALUES:
-            continue
+        sample = t.detach().reshape(-1)[:65536].double()  # float64: the RMS takes every float dtype
         moved = t.double() * scale
         if shift_rms:  # zeros stay zeros: a triangular, banded or masked input keeps its structure
             moved = torch.where(moved != 0, moved + shift_rms * float(sample.square().mean().sqrt()), moved)
         ds.args[name] = moved.to(t.dtype)
-    ds.vary = f"{vary}: " + (f"x{f:.3g}" if what == "scale" else f"+{f:.3g} RMS")
+    ds.vary = f"{vary.partition(':')[0]}: " + (f"x{f:.3g}" if what == "scale" else f"+{f:.3g} RMS")
+
+
+def continuous(t) -> bool:
+    """Whether an input takes continuous values: a float tensor with more than DISCRETE_VALUES distinct values
+    among its first 65536 (a mask or +-1 labels does not; those keep their values, and have no gradient)."""
+    import torch
+
+    if not is_tensor(t) or not t.dtype.is_floating_point or t.numel() == 0:
+        return False
+    return torch.unique(t.detach().reshape(-1)[:65536].double()).numel() > DISCRETE_VALUES
 
 
 def range_ok(prob: Problem, base: DataSet, varied: DataSet, tolerance: Any) -> str | None:
@@ -212,23 +268,12 @@ def _exact(prob: Problem, ds: DataSet) -> dict[str, Any] | None:
         return v.to(torch.float64) if v.dtype.is_floating_point else v.clone()
 
     try:
-        with torch.no_grad():
-            if prob.model is not None:
-                if "model64" not in prob.seen:
-                    prob.seen["model64"] = copy.deepcopy(prob.model).to(torch.float64)
-                value = prob.seen["model64"](*(up(ds.args[n]) for n in ds.args))
-                names: list[str] = []
-            else:
-                fn = prob.reference_fn()
-                kw = ref_pool(fn, {n: up(v) for n, v in ds.args.items()}, prob.dims)
-                for name in ds.write_only():
-                    if name in kw:
-                        poison_tensor(kw[name])
-                value = fn(**kw)
-                names = list(ds.in_place)
-                if value is None:
-                    value = {n: kw[n] for n in names}
-        out = normalize_outputs(value, names)
+        model = None
+        if prob.model is not None:
+            if "model64" not in prob.seen:
+                prob.seen["model64"] = copy.deepcopy(prob.model).to(torch.float64)
+            model = prob.seen["model64"]
+        out = prob.run_reference({n: up(v) for n, v in ds.args.items()}, ds, model)
     except Exception:
         return None
     if set(out) != set(ds.expected) or not all(is_tensor(v) for v in out.values()):
@@ -273,28 +318,95 @@ def _error(got: dict, exact: dict, tolerance: Any, ref: Any) -> dict[str, Any]:
 
 
 # --- the module's mode -----------------------------------------------------------------------------
-def train_expected(prob: Problem, ds: DataSet, tolerance: Any) -> tuple[dict[str, Any] | None, str | None]:
-    """A KernelBench model's expected outputs in training mode on ``ds`` (the judge's Model copied, so its own
-    state stays as loaded): (outputs, None); (None, why) when training mode cannot be compared because
-    Model's output there is random (dropout)."""
+def running_stats(prob: Problem, seed: int) -> dict[str, Any]:
+    """Running statistics for a training-mode call to start from, drawn from ``seed``: every BatchNorm-like
+    module's (torch's _NormBase that tracks them) running mean (normal) and variance (0.5 to 1.5), as a trained
+    model holds them.  Those a model is built with (zeros and ones) equal the statistics of randn inputs, so a
+    kernel that never updated them would be right within any tolerance there."""
+    import torch
+    from torch.nn.modules.batchnorm import _NormBase
+
+    gen = torch.Generator().manual_seed(seed)
+    out: dict[str, Any] = {}
+    for prefix, mod in prob.model.named_modules():
+        if not isinstance(mod, _NormBase) or not mod.track_running_stats or mod.running_mean is None:
+            continue
+        for name, t in (("running_mean", mod.running_mean), ("running_var", mod.running_var)):
+            r = torch.rand(t.shape, generator=gen) + 0.5 if name == "running_var" else torch.randn(t.shape, generator=gen)
+            out[f"{prefix}.{name}" if prefix else name] = r.to(device=t.device, dtype=t.dtype)
+    return out
+
+
+def model_copy(prob: Problem, train: bool, stats: dict[str, Any] | None):
+    """The judge's Model copied (its own state stays as loaded), in training mode or eval(), with ``stats`` loaded."""
+    import torch
+
+    m = copy.deepcopy(prob.model).train(train)
+    if stats:
+        state = m.state_dict()
+        with torch.no_grad():
+            for n, t in stats.items():
+                state[n].copy_(t)
+    return m
+
+
+def train_expected(prob: Problem, ds: DataSet, tolerance: Any, cond: Condition
+                   ) -> tuple[dict[str, Any] | None, str | None]:
+    """A KernelBench model's expected outputs in training mode on ``ds``: (outputs, None), and ``cond.buffers``
+    set to Model's buffers after that call (from ``cond.stats``); (None, why) when training mode cannot be
+    compared because Model's output there is random (dropout)."""
     import torch
 
     from ..compare import compare_outputs
 
-    args = [ds.args[n] for n in ds.args]
-
-    def run(seed: int) -> dict[str, Any]:
-        m = copy.deepcopy(prob.model).train()
+    def run(seed: int) -> tuple[dict[str, Any], Any]:
+        m = model_copy(prob, True, cond.stats)
         torch.manual_seed(seed)
-        with torch.no_grad():
-            return normalize_outputs(m(*args), [])
+        return prob.run_reference(ds.args, ds, m), m
 
-    first = run(prob.cfg.seed + 1)
+    first, model = run(prob.cfg.seed + 1)
     if "train" not in prob.seen:
         same = all(r["passed"] for r in compare_outputs(first, ds.expected, tolerance, prob.ref)[0])
-        again = all(r["passed"] for r in compare_outputs(run(prob.cfg.seed + 2), first, tolerance, prob.ref)[0])
+        again = all(r["passed"] for r in compare_outputs(run(prob.cfg.seed + 2)[0], first, tolerance, prob.ref)[0])
         prob.seen["train"] = "same" if same else ("differs" if again else "random")
     if prob.seen["train"] == "random":
         return None, ("Model's output in training mode changes from call to call (dropout, say), so ModelNew is "
                       "compared in eval() only")
+    names = {n for n, _ in model.named_buffers()}
+    cond.buffers = {n: t.detach().clone() for n, t in model.state_dict().items() if n in names}
     return (ds.expected if prob.seen["train"] == "same" else first), None
+
+
+def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, notes: list[str]) -> Backward | None:
+    """Model's gradients on ``ds`` in ``cond``'s mode: of every continuous float input (made to require grad, as a
+    user's that trains through it does; zero where the input is exactly zero) and every parameter, for the outputs' gradients ``upstream`` draws.  None, with a
+    note, where they cannot be computed (the notes say why: memory, a Model without backward)."""
+    import torch
+
+    prob.seen["backward"] = True
+    try:
+        m = model_copy(prob, cond.train, cond.stats)
+        torch.manual_seed(prob.cfg.seed + 1)
+        args = [ds.args[n].detach().clone().requires_grad_(continuous(ds.args[n]))
+                if is_tensor(ds.args[n]) else ds.args[n] for n in ds.args]
+        with torch.enable_grad():
+            out = [t for t in normalize_outputs(m(*args), []).values() if is_tensor(t)]
+            carries = [t for t in out if t.requires_grad]
+            leaves = {**{f"parameter '{n}'": p for n, p in m.named_parameters() if p.requires_grad},
+                      **{f"input '{n}'": a for n, a in zip(ds.args, args, strict=True)
+                         if is_tensor(a) and a.requires_grad}}
+            if not carries or not leaves:
+                return Backward(seed, {}, False)
+            got = torch.autograd.grad(carries, list(leaves.values()), [upstream(seed, i, t) for i, t in
+                                      enumerate(out) if t.requires_grad], allow_unused=True)
+        grads = {n: (g if g is not None else torch.zeros_like(p)).detach()
+                 for (n, p), g in zip(leaves.items(), got, strict=True)}
+        for n in ds.args:  # an input's exact zeros may be structure (a triangle, a mask): no gradient is owed there
+            if f"input '{n}'" in grads:
+                grads[f"input '{n}'"] = torch.where(ds.args[n] != 0, grads[f"input '{n}'"], 0)
+        return Backward(seed, grads, True)
+    except Exception as exc:
+        text = " ".join(str(exc).split())[:160]
+        notes.append(f"gradients: not checked: Model's backward() could not run ({type(exc).__name__}: {text})")
+        _free()
+        return None

@@ -39,14 +39,13 @@ from .. import proctree
 from ..common import MeasuredFailure, UsageError, progress, write_json
 from ..compare import applied_tolerances
 from ..config import RunConfig
-from ..profiling import inventory
 from ..tensors import is_tensor
 from . import protocol
 from .calls import Session, ab_loop, after_the_calls, bad_row, harness_hint, kept_fingerprints, timing_block
 from .conditions import CONDITION_WORDS, condition, condition_plan
 from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
 from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
-from .under_ncu import choose, ncu_run
+from .under_ncu import census_first, ncu_run
 
 FRESH_SEED_OFFSET = 7_777_777   # the seed of the check after timing: never one a correctness trial used
 _T0 = time.monotonic()          # the judge's start: the phases of a step are counted from it
@@ -248,6 +247,11 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                 plan = condition_plan(judge.rng, ds, prob, int(spec["trials"]))
             cond, said, ds = condition(judge.tolerance, prob, first, ds, want, earlier, seed, notes)
             r = sess.call("k", ds, checked=True, cond=cond)
+            if r.get("raised") and cond.strided:  # a refusal, not a wrong answer: noted, and the call not counted
+                notes.append(f"{CONDITION_WORDS[said]}: the kernel refused non-contiguous inputs (it raised: "
+                             f"{r['raised'].splitlines()[0][:200]})")
+                t += 1
+                continue
             if r.get("raised"):
                 result["error"] = r["raised"] + (f" (in the call where {CONDITION_WORDS[said]})" if said != "plain"
                                                  else "")
@@ -260,6 +264,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                            **_memory(ds, (r["reply"] or {}).get("peak_mem_bytes"))})
             held.append(kept_fingerprints(sess.shared, ds, (r["reply"] or {}).get("returned") or {}) if passed else {})
             result["warnings"] += [w for w in r["warnings"] if w not in result["warnings"]]
+            notes += [n for n in r.get("notes") or [] if n not in notes]
             earlier = ds
             t += 1
         after_the_calls(sess, prob, first, trials, held)
@@ -308,21 +313,7 @@ def profile(judge: Judge) -> dict[str, Any]:
     judge.end_worker(timer)
     judge.mark("timed")
     timing = timing_block(loop, cfg.warmup, cfg.trials, judge.device)
-    census = None
-    budget = inventory.Budget.from_json(cfg.ncu.budget)
-    # the worker's own count decides only whether the census runs: a count it understates gets every
-    # launch its full sections (slow, complete), one it overstates gets ncu's census
-    if spec.get("census_prefix") and not (isinstance(hint, dict) and isinstance(hint.get("launches"), int)
-                                          and hint["launches"] <= budget.kernels):
-        judge.end_worker(ncu_worker)  # started for a single pass over every launch: not wanted
-        census = ncu_run(judge, judge.start_worker("census", prefix=spec["census_prefix"]), path, kind, prob,
-                          first, sess.sets, "census")
-        judge.mark("census")
-        census.update(choose(judge, spec, census, budget))
-        census["hint_launches"] = hint.get("launches") if isinstance(hint, dict) else None
-        prefix = list(spec["ncu_prefix"])
-        at = prefix.index("-o")
-        ncu_worker = judge.start_worker("detail", prefix=prefix[:at] + census["filter"] + prefix[at:])
+    census, ncu_worker = census_first(judge, hint, ncu_worker, path, kind, prob, first, sess.sets)
     ncu = ncu_run(judge, ncu_worker, path, kind, prob, first, sess.sets, "the run under ncu")
     judge.mark("ncu")
     return {"timing": timing, "phases_s": judge.phases, "gpu_state": {"before": before, "after": after},

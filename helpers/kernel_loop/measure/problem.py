@@ -211,33 +211,38 @@ class Problem:
             raise UsageError("ref.py defines no reference(**kwargs) (nor a KernelBench Model/get_inputs)")
         return fn
 
+    def run_reference(self, args: dict[str, Any], ds: DataSet, model: Any = None) -> dict[str, Any]:
+        """The reference's outputs by name on ``args`` (``ds``'s arguments, in another dtype or layout perhaps):
+        ``model`` (Model by default) called on them in order under no_grad, or reference() with the write-only
+        outputs poisoned and the accumulated ones on copies (``args`` keeps the starting values).  A reference()
+        that returns nothing gives copies of its in-place outputs.  The one place the reference is called on a
+        data set (``reference``, and the conditions' float64 and strided runs)."""
+        torch = _torch()
+        if self.model is not None:
+            with torch.no_grad():
+                return normalize_outputs((model or self.model)(*(args[n] for n in ds.args)), [])
+        fn = self.reference_fn()
+        kw = ref_pool(fn, args, self.dims)
+        for name in ds.write_only():
+            if name in kw:
+                poison_tensor(kw[name])
+        for name in ds.accumulates:  # the reference adds to a copy: the kernel gets the starting values
+            if name in kw:
+                kw[name] = kw[name].clone()
+        value = fn(**kw)
+        if value is not None:
+            return normalize_outputs(value, ds.in_place)
+        if not ds.in_place:
+            raise BadReference("reference() returned nothing and setup() declares no outputs")
+        missing = [n for n in ds.in_place if n not in kw]
+        if missing:
+            raise BadReference(f"reference() returned nothing and does not take the outputs {missing}")
+        return {n: kw[n].clone() for n in ds.in_place}
+
     def reference(self, ds: DataSet) -> None:
         torch = _torch()
         ds.fingerprints = {n: fingerprint(ds.args[n]) for n in ds.input_names()}
-        if self.model is not None:
-            names = list(ds.args)
-            with torch.no_grad():
-                value = self.model(*(ds.args[n] for n in names))
-            kw: dict[str, Any] = dict(ds.args)
-        else:
-            fn = self.reference_fn()
-            kw = ref_pool(fn, ds.args, self.dims)
-            for name in ds.write_only():
-                if name in kw:
-                    poison_tensor(kw[name])
-            for name in ds.accumulates:  # the reference adds to a copy: the kernel gets the starting values
-                if name in kw:
-                    kw[name] = kw[name].clone()
-            value = fn(**kw)
-        if value is None:
-            if not ds.in_place:
-                raise BadReference("reference() returned nothing and setup() declares no outputs")
-            missing = [n for n in ds.in_place if n not in kw]
-            if missing:
-                raise BadReference(f"reference() returned nothing and does not take the outputs {missing}")
-            out = {n: kw[n].clone() for n in ds.in_place}
-        else:
-            out = normalize_outputs(value, ds.in_place)
+        out = self.run_reference(ds.args, ds)
         held = {storage_ptr(v): n for n, v in ds.args.items() if is_tensor(v)}
         for name, v in out.items():
             if not is_tensor(v):

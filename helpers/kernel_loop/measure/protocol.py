@@ -1,4 +1,4 @@
-"""What passes between the judge and a worker: messages and tensors.
+"""What passes between the judge and a worker: messages and tensors, and the worker's hand-over of results.
 
 Messages are JSON objects, one per line, over a Unix stream socket that the judge listens on
 (``SOCKET_ENV`` names its path in the worker's environment; the path travels through wrappers such as
@@ -189,3 +189,93 @@ def decode_value(v: Any) -> Any:
     if isinstance(v, list):
         return [decode_value(x) for x in v]
     return v
+
+
+# --- the worker's side of the buffers: staging, and the hand-over of a call's results -----------------------
+def handed_over(calls) -> set[str]:
+    """The judge buffers some call passes to its kernel: arguments, pointers, tensors and parameters."""
+    names: set[str] = set()
+    for call in calls:
+        for a in call.get("args") or []:  # a KernelBench call's buffer names; a .cu call's pointers and scalars
+            if isinstance(a, str):
+                names.add(a)
+            elif isinstance(a, dict) and "ptr" in a:
+                names.add(a["ptr"])
+        names.update((call.get("tensors") or {}).values())
+        names.update((call.get("state") or {}).values())
+    return names
+
+
+def span(t) -> tuple[int, int]:
+    s = t.untyped_storage()
+    return int(s.data_ptr()), int(s.data_ptr()) + int(s.nbytes())
+
+
+def local_like(torch, t, device: str):
+    """This process's own buffer for a judge tensor: the same layout on the run's device (the kernel
+    works on memory this process allocated; the judge's copy is reached only around the call)."""
+    numel = max(t.untyped_storage().nbytes() // max(t.element_size(), 1), 1)
+    base = torch.empty(numel, dtype=t.dtype, device=device)
+    out = torch.empty(0, dtype=t.dtype, device=device)
+    out.set_(base.untyped_storage(), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
+    out.copy_(t)
+    return out
+
+
+def hand_over(w: Any, k: Any, value: Any, views: dict | None = None) -> tuple[dict, dict]:
+    """The worker ``w``'s hand-over of a call of kernel ``k`` (its ``value`` known to be plain data), in the worker:
+    results into the judge's buffers, in-place outputs and inputs as the call left them and every returned
+    tensor into the buffer of its name.  Returns what the judge needs to read them (per returned
+    output its layout, whether it views an input, another output or a result held from an earlier call), and
+    the returned tensors a caller would hold (those not in a buffer the kernel was handed).  ``views``: the
+    strided views the call was handed instead of some inputs (judge buffer name -> view).  An output the kernel
+    was handed is read from its buffer: a tensor returned under its name elsewhere is reported, not copied."""
+    from ..tensors import normalize_outputs
+
+    torch = w.torch
+    for name, sh in w.shared.items():
+        lo = w.local[name]
+        if lo is not sh:
+            sh.copy_(lo)
+    returned = {} if value is None else normalize_outputs(value, k.out_names)
+    handed = set(k.out_names) if k.kind != "ref" else set()  # a reference baseline may return its outputs instead
+    report: dict[str, Any] = {}
+    spans = [(n, span(t)) for n, t in w.local.items()] + [(n, span(t)) for n, t in (views or {}).items()]
+    earlier = {f"{n} of call {i + 1}": span(t) for i, held in enumerate(k.kept) for n, t in held.items()}
+    for name, v in returned.items():
+        buf = k.outputs.get(name)
+        meta: dict[str, Any] = {"returned": True}
+        if type(v) is not torch.Tensor:
+            if name in handed:
+                meta["elsewhere"] = True
+            meta.update(value=v if isinstance(v, (int, float, bool, str, type(None))) else repr(v)[:200])
+            report[name] = meta
+            continue
+        meta["grad"] = bool(v.requires_grad)
+        v = v.detach()
+        meta.update(shape=list(v.shape), dtype=str(v.dtype).replace("torch.", ""), stride=list(v.stride()),
+                    expanded=any(s == 0 and n > 1 for s, n in zip(v.stride(), v.shape, strict=False)))
+        lo, hi = span(v)
+        meta["views"] = next((n for n, (a, b) in spans
+                              if n != buf and v.numel() and a < b and lo < b and a < hi), None)
+        meta["reuses"] = next((n for n, (a, b) in earlier.items() if v.numel() and a < b and lo < b and a < hi),
+                              None)
+        meta["aliases"] = next((n for n, o in returned.items() if n != name and type(o) is torch.Tensor
+                                and o.numel() and v.numel() and span(o)[0] < hi and lo < span(o)[1]), None)
+        if name in handed and buf in w.local:  # handed to the kernel: the buffer is what a caller reads
+            meta["stored"] = True
+            meta["elsewhere"] = span(v) != span(w.local[buf])
+        elif buf is None or buf not in w.shared:
+            meta["stored"] = False
+        else:
+            sh = w.shared[buf]
+            if list(sh.shape) != list(v.shape) or sh.dtype != v.dtype:
+                meta["stored"] = False
+            else:
+                if v.data_ptr() != w.local[buf].data_ptr():
+                    sh.copy_(v.to(sh.device) if v.device != sh.device else v)
+                meta["stored"] = True
+        report[name] = meta
+    held = {n: v for n, v in returned.items() if type(v) is torch.Tensor
+            and not any(a <= span(v)[0] < b for _, (a, b) in spans)}
+    return report, held

@@ -43,6 +43,28 @@ def ncu_run(judge: Any, worker: WorkerProc, path: Path, kind: str, prob: Problem
     return {"returncode": rc, "output_tail": output, "calls": warm + 1}
 
 
+def census_first(judge: Any, hint: Any, ncu_worker: WorkerProc, path: Path, kind: str, prob: Problem,
+                 first: DataSet, sets: Any) -> tuple[dict[str, Any] | None, WorkerProc]:
+    """For a call of more kernels than the run's budget: ncu's census of every launch, then a worker for the
+    detailed pass over the kernels chosen from it, in place of ``ncu_worker`` (which was started for one pass
+    over every launch).  The worker's own count (``hint``) decides only whether the census runs: a count it
+    understates gets every launch its full sections (slow, complete), one it overstates gets the census."""
+    spec = judge.spec
+    budget = inventory.Budget.from_json(judge.cfg.ncu.budget)
+    if not spec.get("census_prefix") or (isinstance(hint, dict) and isinstance(hint.get("launches"), int)
+                                         and hint["launches"] <= budget.kernels):
+        return None, ncu_worker
+    judge.end_worker(ncu_worker)
+    census = ncu_run(judge, judge.start_worker("census", prefix=spec["census_prefix"]), path, kind, prob, first,
+                     sets, "census")
+    judge.mark("census")
+    census.update(choose(judge, spec, census, budget))
+    census["hint_launches"] = hint.get("launches") if isinstance(hint, dict) else None
+    prefix = list(spec["ncu_prefix"])
+    at = prefix.index("-o")
+    return census, judge.start_worker("detail", prefix=prefix[:at] + census["filter"] + prefix[at:])
+
+
 def choose(judge: Any, spec: dict[str, Any], census: dict[str, Any], budget: inventory.Budget) -> dict[str, Any]:
     """Read the census (ncu's report, printed as CSV by ncu itself) and choose the kernels for the
     detailed pass; the CSV is kept where the step reads it."""

@@ -16,6 +16,8 @@ serves one request at a time:
   results copied back into the judge's buffers, a synchronize.  The reply gives the event time and the
   host's dispatch time; the judge never tells whether a call is a warmup, a timed, a verified or a
   profiled one (the NVTX range is asked for under ncu only, where it marks what ncu measures);
+- ``backward``: backward() after a correctness call that asked for it, the gradients into the judge's buffers;
+- ``kept``/``release``: the results a caller holds, handed back; then let go of, saying which the kernel still holds;
 - ``state``: fingerprints of what this process holds (parameters, inputs), for the judge's diagnosis;
 - ``bye``.
 
@@ -64,6 +66,9 @@ class Kernel:
         self.model = None
         self.buffers: dict[str, Any] = {}   # the model's buffers as loaded (restored after a call in training mode)
         self.kept: list[dict[str, Any]] = []  # what each call asked to keep returned, as a caller holding it would
+        self.inputs: list[tuple[Any, Any, str]] = []  # (where the call reads it, its key there, judge buffer) per input
+        self.state_bufs: dict[str, Any] = {}  # the model's parameters and buffers by name -> the judge's buffer
+        self.pending: tuple | None = None     # a call's outputs and input leaves, until its backward() (op_backward)
 
 
 class Worker:
@@ -167,12 +172,12 @@ class Worker:
         torch = self.torch
         self.shared.clear()
         self.local.clear()
-        given = handed_over(msg["calls"].values())
+        given = protocol.handed_over(msg["calls"].values())
         for entry in msg["buffers"]:
             t = protocol.open_shared(self.folder, entry)
             self.shared[entry["name"]] = t
             # a buffer no call is given (a returned output's) only receives the returned tensor: not staged
-            self.local[entry["name"]] = _local_like(torch, t, self.device) if entry["name"] in given else t
+            self.local[entry["name"]] = protocol.local_like(torch, t, self.device) if entry["name"] in given else t
         self._stage_in()
         info = {}
         for kid, call in msg["calls"].items():
@@ -213,6 +218,8 @@ class Worker:
                     return loader.call_with(fn, pool, **extra)
 
             k.fn = run
+            handed = set(call.get("out_names") or [])
+            k.inputs = [(pool, a, b) for a, b in (call.get("tensors") or {}).items() if a not in handed]
             return {}
         if k.kind in ("kb", "ref-kb"):
             cls_name = "Model" if k.kind == "ref-kb" else "ModelNew"
@@ -230,6 +237,7 @@ class Worker:
                                        "take the same constructor arguments as Model") from None
                 model = model.to(self.device).eval()  # the judge sets the mode of each call (op_call)
             state = {n: self.local[b] for n, b in (call.get("state") or {}).items()}
+            k.state_bufs = {n: self.shared[b] for n, b in (call.get("state") or {}).items()}
             mine = model.state_dict()
             theirs = {n: list(t.shape) for n, t in state.items()}
             ours = {n: list(t.shape) for n, t in mine.items()}
@@ -240,6 +248,7 @@ class Worker:
             buffer_names = {n for n, _ in model.named_buffers()}
             k.buffers = {n: t.detach().clone() for n, t in model.state_dict().items() if n in buffer_names}
             args = [self.local[b] for b in call.get("args") or []]
+            k.inputs = [(args, i, b) for i, b in enumerate(call.get("args") or [])]
             k.model = model
             target = torch.compile(model) if call.get("compile") else model
 
@@ -292,58 +301,16 @@ class Worker:
                                "would run inside the harness's own torch calls, after the timed call; leave every "
                                "mode before returning")
 
-    def _stage_out(self, k: Kernel, value: Any) -> tuple[dict, dict]:
-        """Results into the judge's buffers: in-place outputs and inputs as the call left them, and every
-        returned tensor into the buffer of its name.  Returns what the judge needs to read them (per returned
-        output its layout, whether it views an input, another output or a result held from an earlier call), and
-        the returned tensors a caller would hold (those not in a buffer the kernel was handed)."""
-        from ..tensors import normalize_outputs, not_plain
+    def _stage_out(self, k: Kernel, value: Any, views: dict | None = None) -> tuple[dict, dict]:
+        """The hand-over (protocol.hand_over), once the value is known to be plain data."""
+        from ..tensors import not_plain
 
-        torch = self.torch
         odd = not_plain(value, self.plain)  # before anything touches it: a lazy object would compute here
         if odd:
             raise KernelDefect(f"the call returned {odd}: a kernel returns plain torch.Tensor objects (or a tuple, "
                                "list or dict of them); a subclass or a wrapper can compute when first read, outside "
                                "the timed call")
-        for name, sh in self.shared.items():
-            lo = self.local[name]
-            if lo is not sh:
-                sh.copy_(lo)
-        returned = {} if value is None else normalize_outputs(value, k.out_names)
-        report: dict[str, Any] = {}
-        spans = {n: _span(t) for n, t in self.local.items()}
-        earlier = {f"{n} of call {i + 1}": _span(t) for i, held in enumerate(k.kept) for n, t in held.items()}
-        for name, v in returned.items():
-            buf = k.outputs.get(name)
-            meta: dict[str, Any] = {"returned": True}
-            if type(v) is not torch.Tensor:
-                meta.update(value=v if isinstance(v, (int, float, bool, str, type(None))) else repr(v)[:200])
-                report[name] = meta
-                continue
-            v = v.detach()
-            meta.update(shape=list(v.shape), dtype=str(v.dtype).replace("torch.", ""), stride=list(v.stride()),
-                        expanded=any(s == 0 and n > 1 for s, n in zip(v.stride(), v.shape, strict=False)))
-            lo, hi = _span(v)
-            meta["views"] = next((n for n, (a, b) in spans.items()
-                                  if n != buf and v.numel() and a < b and lo < b and a < hi), None)
-            meta["reuses"] = next((n for n, (a, b) in earlier.items() if v.numel() and a < b and lo < b and a < hi),
-                                  None)
-            meta["aliases"] = next((n for n, o in returned.items() if n != name and type(o) is torch.Tensor
-                                    and o.numel() and v.numel() and _span(o)[0] < hi and lo < _span(o)[1]), None)
-            if buf is None or buf not in self.shared:
-                meta["stored"] = False
-            else:
-                sh = self.shared[buf]
-                if list(sh.shape) != list(v.shape) or sh.dtype != v.dtype:
-                    meta["stored"] = False
-                else:
-                    if v.data_ptr() != self.local[buf].data_ptr():
-                        sh.copy_(v.to(sh.device) if v.device != sh.device else v)
-                    meta["stored"] = True
-            report[name] = meta
-        held = {n: v for n, v in returned.items() if type(v) is torch.Tensor
-                and not any(a <= _span(v)[0] < b for a, b in spans.values())}
-        return report, held
+        return protocol.hand_over(self, k, value, views)
 
     def op_kept(self, msg: dict) -> dict:
         """The tensors a kept call returned (``i``, counted from 0), as they are now, into their judge buffers: the
@@ -369,13 +336,19 @@ class Worker:
         eval() without autograd unless said); ``keep``: hold the returned tensors for the rest of the session (a
         caller keeps results: ``op_kept`` hands them back); ``nvtx``: the call, the hand-over of its results
         and the synchronize after them in one process-wide NVTX range (ncu measures every kernel launched in
-        it, from any thread)."""
+        it, from any thread).  Correctness only: ``strided``, every input handed as a strided view (the values
+        the kernel left in it come back to its buffer); ``stats``, running statistics loaded from the
+        parameters' buffers before a training-mode call, and every buffer of the model written there after it;
+        ``backward``, the float inputs require grad, for an ``op_backward`` after the call.  Profile only:
+        ``inventory``, the kernels the call launched as torch's profiler sees them (a hint)."""
+        from ..tensors import normalize_outputs, strided_view
         from ..timing import CallTimer, LaunchCount
 
         torch = self.torch
         k = self.kernels[msg["k"]]
         if k.fn is None:
             raise protocol.ProtocolError("call before bind")
+        self._end_backward(k)
         if self.timer is None:
             self.timer = CallTimer(self.device)
         cuda = self.device.startswith("cuda")
@@ -383,6 +356,20 @@ class Worker:
         if k.model is not None and k.model.training != train:
             k.model.train(train)
         self._stage_in()
+        if msg.get("stats") and k.model is not None:  # the running statistics the call starts from
+            state = k.model.state_dict()
+            with torch.no_grad():
+                for n in msg["stats"]:
+                    state[n].copy_(k.state_bufs[n])
+        views: dict[str, Any] = {}
+        for box, key, buf in k.inputs if msg.get("strided") else ():
+            view = strided_view(box[key])
+            if view is not box[key]:
+                box[key], views[buf] = view, view
+        leaves = [(buf, box[key]) for box, key, buf in k.inputs
+                  if msg.get("backward") and box[key].dtype.is_floating_point]
+        for _, t in leaves:
+            t.requires_grad_(True)
         if cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
         rid: list[Any] = []
@@ -399,14 +386,25 @@ class Worker:
             with torch.inference_mode():
                 return fn(False)
 
-        hint = LaunchCount(self.device) if msg.get("inventory") and cuda else None
-        if hint is not None:  # the call alone (not the timer's cache flush): its time is not a sample
-            call = hint.around(call)
-        value, us, host, delay = self.timer.time(call, msg["k"], nvtx=nvtx if msg.get("nvtx") else None)
+        hint = LaunchCount(self.device) if msg.get("inventory") and cuda else None  # the call alone; not a sample
+        call = hint.around(call) if hint is not None else call
+        try:
+            value, us, host, delay = self.timer.time(call, msg["k"], nvtx=nvtx if msg.get("nvtx") else None)
+        except BaseException:
+            self._unstride(k, views)
+            for _, t in leaves:
+                t.requires_grad_(False)
+            raise
         self._no_mode("the call left active")
         with torch.no_grad(), self.no_function_mode():
-            returned, held = self._stage_out(k, value)
+            self._unstride(k, views)
+            returned, held = self._stage_out(k, value, views)
+            if leaves:
+                outs = [v for v in ([] if value is None else normalize_outputs(value, k.out_names).values())
+                        if type(v) is torch.Tensor]
+                k.pending = (outs, dict(leaves))
             del value
+            views.clear()
             if msg.get("keep"):
                 k.kept.append(held)
             del held
@@ -417,13 +415,56 @@ class Worker:
             if train and k.buffers:  # training mode updates running statistics: the next call starts from the judge's
                 state = k.model.state_dict()
                 for n, t in k.buffers.items():
+                    if msg.get("stats") is not None:  # the judge compares them with Model's after the same call
+                        k.state_bufs[n].copy_(state[n])
                     state[n].copy_(t)
         peak = int(torch.cuda.max_memory_allocated(self.device)) if cuda else None
-        out = {"us": us, "host_us": host, "delay_us": delay, "returned": returned, "peak_mem_bytes": peak,
-               "build": k.build}
-        if hint is not None:
-            out["inventory"] = hint.result()
-        return out
+        return {"us": us, "host_us": host, "delay_us": delay, "returned": returned, "peak_mem_bytes": peak,
+                "build": k.build, "inventory": hint.result() if hint is not None else None}
+
+    def _unstride(self, k: Kernel, views: dict[str, Any]) -> None:
+        """The inputs' own buffers back where the call reads them, with what the call left in the strided views."""
+        for box, key, buf in k.inputs:
+            if buf in views:
+                self.local[buf].copy_(views[buf])
+                box[key] = self.local[buf]
+
+    def _end_backward(self, k: Kernel) -> None:
+        """Forget a call's graph and let its inputs stop requiring grad (they are the worker's staged buffers)."""
+        if k.pending is not None:
+            for t in k.pending[1].values():
+                t.requires_grad_(False)
+                t.grad = None
+            k.pending = None
+
+    def op_backward(self, msg: dict) -> dict:
+        """backward() after the last call, as a user that trains through the model calls it (tensors.grads_into):
+        ``targets`` [name, "parameter" or "input", its name or judge buffer] get their gradients in the judge's
+        buffers of those parameters and inputs.  The model's own .grad fields are left as they were."""
+        from ..tensors import grads_into
+
+        k = self.kernels[msg["k"]]
+        if k.pending is None or k.model is None:
+            raise protocol.ProtocolError("backward without a call that asked for it")
+        params = dict(k.model.named_parameters())
+        targets = [(n, params[key], k.state_bufs[key]) if kind == "parameter" else (n, k.pending[1][key], self.shared[key])
+                   for n, kind, key in msg["targets"]]
+        try:
+            unused = grads_into(k.pending[0], targets, int(msg["seed"]))
+            if self.device.startswith("cuda"):
+                self.torch.cuda.synchronize(self.device)
+        finally:
+            self._end_backward(k)
+        return {"unused": unused}
+
+    def op_release(self, msg: dict) -> dict:
+        """The caller lets go of every result it kept: which of them [call index, name] the kernel still holds
+        (tensors.still_held)."""
+        from ..tensors import still_held
+
+        k = self.kernels[msg["k"]]
+        self._end_backward(k)
+        return {"held": still_held(k.kept)}
 
     def op_state(self, msg: dict) -> dict:
         from ..tensors import fingerprint
@@ -449,36 +490,6 @@ def state_mismatch(cls_name: str, ours: dict[str, list], theirs: dict[str, list]
         what = f"has '{n}' of shape {ours[n]} where Model's is {theirs[n]}"
     return (f"{cls_name}'s parameters and buffers must be Model's (same names and shapes, so both get the run's "
             f"one set of weights): {cls_name} {what}")
-
-
-def handed_over(calls) -> set[str]:
-    """The judge buffers some call passes to its kernel: arguments, pointers, tensors and parameters."""
-    names: set[str] = set()
-    for call in calls:
-        for a in call.get("args") or []:  # a KernelBench call's buffer names; a .cu call's pointers and scalars
-            if isinstance(a, str):
-                names.add(a)
-            elif isinstance(a, dict) and "ptr" in a:
-                names.add(a["ptr"])
-        names.update((call.get("tensors") or {}).values())
-        names.update((call.get("state") or {}).values())
-    return names
-
-
-def _span(t) -> tuple[int, int]:
-    s = t.untyped_storage()
-    return int(s.data_ptr()), int(s.data_ptr()) + int(s.nbytes())
-
-
-def _local_like(torch, t, device: str):
-    """This process's own buffer for a judge tensor: the same layout on the run's device (the kernel
-    works on memory this process allocated; the judge's copy is reached only around the call)."""
-    numel = max(t.untyped_storage().nbytes() // max(t.element_size(), 1), 1)
-    base = torch.empty(numel, dtype=t.dtype, device=device)
-    out = torch.empty(0, dtype=t.dtype, device=device)
-    out.set_(base.untyped_storage(), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
-    out.copy_(t)
-    return out
 
 
 def main() -> int:
