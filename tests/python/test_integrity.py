@@ -598,6 +598,18 @@ def test_running_statistics_after_a_training_call_are_compared_with_models(tmp_p
         assert len(data["error"].splitlines()) == 1
 
 
+@pytest.mark.parametrize("kernel, passes", [("kb_cheat_bn_eval_unit_stats.py", False),
+                                            ("kb_new_batchnorm_module.py", True)])
+def test_eval_mode_starts_from_a_trained_models_running_statistics(tmp_path, worker_here, kernel, passes):
+    """Found by a red team: eval() always ran with the statistics a model is built with (mean 0, variance 1), so a
+    ModelNew that ignored its running statistics in eval() passed.  Every mode's call now starts from running
+    statistics drawn at random (a trained model's), and Model in the same state gives the expected outputs."""
+    rc, data, md = _kb(tmp_path, "kb_ref_batchnorm.py", kernel, "batch_size=32,features=16")
+    assert (rc == 0) is passes, data["error"]
+    if not passes:
+        assert "eval()" in data["error"] and len(data["error"].splitlines()) == 1, data["error"]
+
+
 @pytest.mark.parametrize("kernel, passes", [("cheat_vadd_returns_fresh.py", False), ("honest_vadd_returns_out.py", True)])
 def test_a_handed_output_is_what_is_checked(tmp_path, worker_here, kernel, passes):
     """Found by a red team: a kernel handed 'out' that left it as it was and returned the right values in a new

@@ -160,9 +160,11 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
             prob.reference(ds)
     elif aspect == "mode":
         train = "train" in value
+        cond.stats = running_stats(prob, seed) or None  # in eval() too: a trained model's statistics are not 0 and 1
         if train:
-            cond.stats = running_stats(prob, seed)
-        expected, why = train_expected(prob, ds, tolerance, cond) if train else (None, None)
+            expected, why = train_expected(prob, ds, tolerance, cond)
+        else:
+            expected, why = (eval_expected(prob, ds, cond) if cond.stats else None), None
         if why:
             notes.append(f"{CONDITION_WORDS[want]}: not compared: {why}")
             return Condition(keep=True), "plain", ds
@@ -375,6 +377,15 @@ def train_expected(prob: Problem, ds: DataSet, tolerance: Any, cond: Condition
     names = {n for n, _ in model.named_buffers()}
     cond.buffers = {n: t.detach().clone() for n, t in model.state_dict().items() if n in names}
     return (ds.expected if prob.seen["train"] == "same" else first), None
+
+
+def eval_expected(prob: Problem, ds: DataSet, cond: Condition) -> dict[str, Any]:
+    """Model's outputs in eval() on ``ds`` from the running statistics ``cond.stats`` (a ModelNew that assumed
+    the statistics a model is built with, mean 0 and variance 1, is wrong here)."""
+    import torch
+
+    with torch.no_grad():
+        return prob.run_reference(ds.args, ds, model_copy(prob, False, cond.stats))
 
 
 def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, notes: list[str]) -> Backward | None:

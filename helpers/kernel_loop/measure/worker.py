@@ -412,7 +412,7 @@ class Worker:
                 torch.cuda.synchronize(self.device)
             for r in rid:
                 torch.cuda.nvtx.range_end(r)
-            if train and k.buffers:  # training mode updates running statistics: the next call starts from the judge's
+            if (train or msg.get("stats")) and k.buffers:  # statistics loaded or updated: the next call starts from the judge's
                 state = k.model.state_dict()
                 for n, t in k.buffers.items():
                     if msg.get("stats") is not None:  # the judge compares them with Model's after the same call
