@@ -679,3 +679,17 @@ def test_a_kernel_named_prediction_is_scored_on_profiles_the_profiler_built():
     assert scored[2]["before"] == pytest.approx(4 * 86.016 + 20.48 + 3 * 0.1)
     with pytest.raises(UsageError, match="lib_kernel_0 was not profiled"):
         predictions.parse_lines(["lib_kernel_0:dram_throughput_pct: +5"], set(v0["metrics"]), recs)
+
+
+@pytest.mark.parametrize("page", ["h200_transpose_v0_raw.csv", "softmax_triton_metrics_raw.csv"])
+def test_the_census_reader_agrees_with_the_full_parser_on_real_pages(page):
+    """inventory.launches reads only the census's columns; on real raw pages (a full H200 set, and a three-metric
+    H100 run like the census) it gives the duration and DRAM bytes the full parser maps to KEYs."""
+    from kernel_loop.profiling import inventory, ncu_parse
+
+    got = inventory.launches(_text(page))
+    full = [metrics.extract(k)[0] for k in ncu_parse.parse(_text(page), None)]
+    assert len(got) == len(full) == 1
+    assert got[0]["duration_us"] == pytest.approx(full[0]["duration_us"])
+    assert got[0]["dram_bytes_read"] == full[0]["dram_bytes_read"]
+    assert got[0]["grid"] and got[0]["block"] and got[0]["name"]
