@@ -184,11 +184,11 @@ def test_triton_vector_add_passes(tmp_path, monkeypatch, capsys):
     assert [s["dims"] for s in data["shapes"]] == [{"N": 1000}, {"N": 37}]
     seeds = [t["seed"] for s in data["shapes"] for t in s["trials"]]
     conds = [t["condition"] for t in data["shapes"][0]["trials"]]
-    # the default 5 trials per shape, and 12 conditions of a user's call (3 output pre-states, 3 input ranges each
-    # at both ends and at a point drawn between them), so 13 calls per shape
-    assert len(seeds) == 26 and len(set(seeds)) == 26 and conds[0] == "plain"
-    assert sorted(conds[1:]) == ["pre:random", "pre:stale", "pre:zeros", *sorted(f"range:{k}{e}" for k in
-                                 ("down", "shift", "up") for e in ("", ":hi", ":lo"))]
+    # the default 5 trials per shape, and 16 conditions of a user's call (3 output pre-states, 4 input ranges each
+    # at both ends and at a point drawn between them, and signs flipped), so 17 calls per shape
+    assert len(seeds) == 34 and len(set(seeds)) == 34 and conds[0] == "plain"
+    assert sorted(conds[1:]) == sorted(["pre:random", "pre:stale", "pre:zeros", "range:flip", *(f"range:{k}{e}" for k in
+                                        ("down", "shift", "sink", "up") for e in ("", ":hi", ":lo"))])
     row = data["shapes"][0]["trials"][0]["outputs"][0]
     assert row["tolerance"]["source"] == "dtype-default (float32)" and row["numel"] == 1000
     assert "PASS" in capsys.readouterr().out

@@ -488,8 +488,10 @@ def test_a_softmax_without_the_max_subtraction_fails_at_large_inputs(tmp_path, w
     rc, data, md = _correctness(tmp_path, "ref_softmax.py", "cheat_softmax_no_max.py", "M=8,N=64")
     assert rc == 1, md
     conds, _ = _failed(data)
-    assert conds == {"range:up", "range:up:lo", "range:up:hi"}, conds  # exact on the problem's own inputs
-    assert "(inputs scaled up " in data["error"] and "; this draw x" in data["error"]
+    # exact on the problem's own inputs; overflows scaled up, and underflows (0/0) shifted 500 RMS down
+    assert {"range:up", "range:up:lo", "range:up:hi", "range:sink:lo"} <= conds <= {
+        "range:up", "range:up:lo", "range:up:hi", "range:sink:lo", "range:sink"}, conds
+    assert "(inputs s" in data["error"] and "; this draw " in data["error"]
 
 
 def test_a_condition_whose_copies_do_not_fit_in_memory_is_noted_and_the_call_is_plain(monkeypatch):
@@ -673,3 +675,24 @@ def test_gradients_of_a_modelnew(tmp_path, worker_here, ref, kernel, dims, passe
         assert "gradient" in data["error"] and "'fc.weight'" in data["error"], data["error"]
     if note:
         assert note in md, md[:3000]
+
+
+@pytest.mark.parametrize("kernel, passes", [("kb_cheat_relu_identity.py", False), ("kb_new_relu.py", True)])
+def test_inputs_drawn_never_negative_are_moved_across_zero(tmp_path, worker_here, kernel, passes):
+    """Found by a red team: the range conditions only scaled by positive factors and shifted up, so inputs drawn
+    with torch.rand stayed non-negative in every call and ReLU as the identity passed.  Signs are now flipped in
+    one call (x-0.5 to x-2) and shifted down in others, where the reference is as well conditioned there."""
+    rc, data, md = _kb(tmp_path, "kb_ref_relu_rand.py", kernel, "batch_size=64,dim=256")
+    assert (rc == 0) is passes, data["error"]
+    if not passes:
+        assert "signs flipped" in data["error"] or "shifted down" in data["error"], data["error"]
+
+
+def test_logits_far_below_zero_are_tried(tmp_path, worker_here):
+    """Found by a red team: a softmax that subtracts max(row max, 0) passed (every draw had a non-negative logit per
+    row); the far end of the downward shift (500 RMS) makes every logit of a row negative."""
+    rc, data, md = _correctness(tmp_path, "ref_softmax.py", "cheat_softmax_clamped_max.py", "M=64,N=128")
+    assert rc != 0 and "shifted down by" in data["error"], data["error"]
+    conds, _ = _failed(data)
+    assert "range:sink:lo" in conds and not conds & {"plain", "range:up", "range:down", "range:flip"}, conds
+

@@ -13,7 +13,8 @@ the correctness calls of each shape vary, in an order drawn at random (``conditi
   parameters and inputs compared with Model's (``backward_expected``);
 - a KernelBench model's inputs handed as strided views (``layout:strided``): right, or a refusal (it raises);
 - the inputs' range: scaled up (x20 to x500), down (x0.002 to x0.05) and shifted (2 to 8 RMS), each range at
-  both ends and at a factor taken from the draw's seed (``VARIANTS``), where the reference stays finite
+  both ends and at a factor taken from the draw's seed, and across zero: signs flipped (x-0.5 to x-2) and shifted
+  down (2 to 500 RMS, at both ends too) (``VARIANTS``), where the reference stays finite
   and as well conditioned as on the problem's own inputs, judged against the reference in float64
   (``range_ok``); integer, bool and discrete-valued inputs (masks, labels) keep their values;
 - and, the results of every call held as a caller would hold them, that none shares storage with a later
@@ -35,7 +36,10 @@ from ..tensors import is_tensor, normalize_outputs, random_like, strided_view, u
 from .problem import DataSet, Problem
 
 # the input ranges correctness also checks: name -> (what is drawn, its low and high end, drawn log-uniformly)
-VARIANTS = {"up": ("scale", 20.0, 500.0), "down": ("scale", 0.002, 0.05), "shift": ("shift", 2.0, 8.0)}
+VARIANTS = {"up": ("scale", 20.0, 500.0), "down": ("scale", 0.002, 0.05), "shift": ("shift", 2.0, 8.0),
+            # across zero: inputs drawn never negative (rand) get negative values, randn's get a negative offset
+            "flip": ("scale", -2.0, -0.5), "sink": ("shift", -500.0, -2.0)}
+ENDS = ("up", "down", "shift", "sink")  # the ranges also tried at both ends
 DISCRETE_VALUES = 16  # a float input with at most this many distinct values (a mask, +-1 labels) keeps its values
 
 # every condition, in words (correctness.md lists them)
@@ -57,6 +61,10 @@ CONDITION_WORDS = {
     "range:shift": "inputs shifted by 2 to 8 RMS (zeros kept)",
     "range:shift:lo": "inputs shifted by 2 RMS, the near end of that range (zeros kept)",
     "range:shift:hi": "inputs shifted by 8 RMS, the far end of that range (zeros kept)",
+    "range:flip": "inputs scaled by x-0.5 to x-2 (their signs flipped: inputs drawn never negative go negative)",
+    "range:sink": "inputs shifted down by 2 to 500 RMS (zeros kept)",
+    "range:sink:lo": "inputs shifted down by 500 RMS, the far end of that range (zeros kept)",
+    "range:sink:hi": "inputs shifted down by 2 RMS, the near end of that range (zeros kept)",
     "layout:strided": "every input handed as a strided view (every other element of a wider tensor), as a user's "
                       "slice with a step is",
 }
@@ -114,7 +122,7 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
     if prob.model is not None:
         wanted += ["mode:train+grad", "mode:train", "mode:grad", "mode:inference"]
     if any(first.args[n].dtype.is_floating_point for n in first.input_names()):
-        wanted += [f"range:{k}{end}" for k in VARIANTS for end in ("", ":lo", ":hi")]
+        wanted += [f"range:{k}{end}" for k in VARIANTS for end in (("", ":lo", ":hi") if k in ENDS else ("",))]
     if prob.model is not None and any(max(first.args[n].shape, default=0) > 1 for n in first.input_names()):
         wanted += ["layout:strided"]  # a module takes what its caller has; a run_kernel's inputs are setup()'s
     rng.shuffle(wanted)
@@ -198,7 +206,8 @@ def factor(vary: str, seed: int) -> float:
     _, lo, hi = VARIANTS[name]
     if end:
         return lo if end == "lo" else hi
-    return float(math.exp(random.Random(seed * 7919 + len(name)).uniform(math.log(lo), math.log(hi))))
+    sign, lo, hi = (-1.0, -hi, -lo) if hi < 0 else (1.0, lo, hi)  # a negative range: log-uniform in its size
+    return sign * float(math.exp(random.Random(seed * 7919 + len(name)).uniform(math.log(lo), math.log(hi))))
 
 
 def move(ds: DataSet, vary: str) -> None:
@@ -218,7 +227,7 @@ def move(ds: DataSet, vary: str) -> None:
         if shift_rms:  # zeros stay zeros: a triangular, banded or masked input keeps its structure
             moved = torch.where(moved != 0, moved + shift_rms * float(sample.square().mean().sqrt()), moved)
         ds.args[name] = moved.to(t.dtype)
-    ds.vary = f"{vary.partition(':')[0]}: " + (f"x{f:.3g}" if what == "scale" else f"+{f:.3g} RMS")
+    ds.vary = f"{vary.partition(':')[0]}: " + (f"x{f:.3g}" if what == "scale" else f"{f:+.3g} RMS")
 
 
 def continuous(t) -> bool:
