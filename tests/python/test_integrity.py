@@ -665,6 +665,9 @@ def test_a_strided_input_is_handed_once_to_a_modelnew(tmp_path, worker_here, ker
     ("kb_ref_linear_relu.py", "kb_cheat_wrong_grad.py", "batch_size=32,features=64", False, None),
     ("kb_ref_linear_relu.py", "kb_new_no_grad.py", "batch_size=32,features=64", True, "carries no gradient"),
     ("kb_ref.py", "kb_new.py", "batch_size=16,in_features=64,out_features=32", True, "gradients of the inputs"),
+    # a red team's false rejection: a weight layout cached on the first call reaches no gradient: noted, not failed
+    ("kb_ref_linear_relu.py", "kb_new_linear_cached_weight_t.py", "batch_size=32,features=64", True,
+     "parameter 'fc.weight': not compared: ModelNew's output does not reach it"),
 ])
 def test_gradients_of_a_modelnew(tmp_path, worker_here, ref, kernel, dims, passes, note):
     """A ModelNew whose output carries a gradient has its input and parameter gradients compared with Model's on
@@ -672,7 +675,9 @@ def test_gradients_of_a_modelnew(tmp_path, worker_here, ref, kernel, dims, passe
     rc, data, md = _kb(tmp_path, ref, kernel, dims)
     assert (rc == 0) is passes, data["error"]
     if not passes:
-        assert "gradient" in data["error"] and "'fc.weight'" in data["error"], data["error"]
+        # its backward halves the input's gradient and gives the weight none (noted, like a cached layout)
+        assert "gradient of input 'arg0'" in data["error"], data["error"]
+        assert "parameter 'fc.weight': not compared" in md
     if note:
         assert note in md, md[:3000]
 
