@@ -130,6 +130,8 @@ RULES: tuple[Rule, ...] = (
     Rule("attr", "os.environb", _WHY_ENV),
     Rule("attr", "os.getenv", _WHY_ENV),
     Rule("attr", "os.getenvb", _WHY_ENV),
+    Rule("attr", "os.path.expandvars", _WHY_ENV),
+    Rule("attr", "posixpath.expandvars", _WHY_ENV),
     Rule("attr", "os.putenv", _WHY_ENV_SET),
     Rule("attr", "os.unsetenv", _WHY_ENV_SET),
     Rule("attr", "os.setsid", _WHY_PROCESS),
@@ -183,6 +185,8 @@ RULES: tuple[Rule, ...] = (
     Rule("attr", "numpy.memmap", _WHY_DATA_FILE),
     Rule("attr", "numpy.loadtxt", _WHY_DATA_FILE),
     Rule("attr", "numpy.genfromtxt", _WHY_DATA_FILE),
+    Rule("attr", "numpy.fromregex", _WHY_DATA_FILE),
+    Rule("attr", "numpy.lib.npyio", _WHY_DATA_FILE),
     Rule("attr", "torch.utils.cpp_extension.load", "builds sources from files this check cannot see; put the "
                                                    "source in the kernel file and build it with load_inline"),
     Rule("attr", "torch.ops.load_library", _WHY_LOADLIB),

@@ -833,3 +833,16 @@ def test_the_timed_calls_are_verified_on_moved_inputs_too(tmp_path, monkeypatch,
     sol = _rows(bench)["solution"]
     assert not (sol["correct"] and sol["correct_after_timing"]), sol
     assert "is wrong" in (sol.get("error") or ""), sol.get("error")
+
+
+def test_the_judge_removes_its_settings_file_before_any_worker_starts(tmp_path):
+    """Found by a red team: a kernel read the judge's command line, then its spec file (the step, the seed, the
+    timed loop's length).  The judge reads the file once and removes it before it starts a worker."""
+    from kernel_loop.measure import judge
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"mode": "no-such-mode", "result_path": str(tmp_path / "result.json"),
+                                "timeout_s": 5, "device": "cpu"}))
+    judge.main([str(spec)])
+    assert not spec.exists()
+    assert "error" in json.loads((tmp_path / "result.json").read_text())

@@ -643,3 +643,14 @@ def test_operator_and_traceback_for_honest_uses_pass(tmp_path):
                 traceback.print_exc()
                 raise
     """)
+
+
+@pytest.mark.parametrize("src, shown", [
+    ("import numpy as np\n\nX = np.fromregex('/pr' + 'oc/1/cmdline', '(.*)', [('a', 'S9')])\n", "'np.fromregex'"),
+    ("import os\n\nX = os.path.expandvars('$HOME')\n", "'os.path.expandvars'"),
+])
+def test_a_red_teams_readers_of_files_and_the_environment_are_named(tmp_path, src, shown):
+    """Found by a red team: numpy.fromregex read the judge's command line (a path built from pieces, so no
+    '/proc/' string), and os.path.expandvars read the environment.  The static check names both (the judge
+    also removes its settings file before a worker starts)."""
+    _refused(tmp_path, src, 3, shown)

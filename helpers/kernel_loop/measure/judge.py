@@ -474,6 +474,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m kernel_loop.measure.judge SPEC.json", file=sys.stderr)
         return 2
     spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    Path(argv[0]).unlink(missing_ok=True)  # read once, before any worker starts: no kernel reads the step's settings
     proctree.become_subreaper()
     judge = None
     started = None
