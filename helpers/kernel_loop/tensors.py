@@ -58,18 +58,22 @@ def random_like(t):
     return torch.randint(0, 100, t.shape, device=t.device).to(t.dtype)
 
 
-def strided_view(t):
-    """``t``'s values in a view that is not contiguous, as a user's slice with a step is: every other element along
-    its last dim of more than one element, the elements between them poisoned.  ``t`` itself when no dim has two."""
+def strided_view(t, kind: str = "step"):
+    """``t``'s values in a view that is not contiguous, as a user's slice is: ``step``, every other element along
+    its last dim of more than one element (a slice with a step); ``pad``, rows of a wider tensor (a column slice
+    ``big[:, :n]``: the last dim stays unit-stride, the rows are further apart).  The elements between are
+    poisoned.  ``t`` itself when no dim has two elements (``pad``: when it has no two such dims)."""
     torch = _torch()
     dims = [d for d in range(t.dim()) if t.shape[d] > 1]
-    if not dims:
+    if not dims or (kind == "pad" and len(dims) < 2):
         return t
     wide = list(t.shape)
-    wide[dims[-1]] *= 2
+    last = t.dim() - 1 if kind == "pad" else dims[-1]
+    wide[last] = wide[last] * 2 if kind == "step" else wide[last] + 16
     base = torch.empty(wide, dtype=t.dtype, device=t.device)
     poison_tensor(base)
-    view = base[(slice(None),) * dims[-1] + (slice(None, None, 2),)]
+    cut = slice(None, None, 2) if kind == "step" else slice(0, t.shape[last])
+    view = base[(slice(None),) * last + (cut,)]
     view.copy_(t)
     return view
 

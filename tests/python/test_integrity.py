@@ -658,7 +658,7 @@ def test_a_strided_input_is_handed_once_to_a_modelnew(tmp_path, worker_here, ker
         assert "refused non-contiguous inputs" in md and "needs a contiguous x" in md, md[:3000]
     else:
         conds, _ = _failed(data)
-        assert conds == {"layout:strided"}, conds
+        assert conds == {"layout:strided", "layout:padded"}, conds  # it assumes packed rows: wrong in both
 
 
 @pytest.mark.parametrize("ref, kernel, dims, passes, note", [
@@ -700,4 +700,14 @@ def test_logits_far_below_zero_are_tried(tmp_path, worker_here):
     assert rc != 0 and "shifted down by" in data["error"], data["error"]
     conds, _ = _failed(data)
     assert "range:sink:lo" in conds and not conds & {"plain", "range:up", "range:down", "range:flip"}, conds
+
+
+def test_a_column_slice_is_a_layout_too(tmp_path, worker_here):
+    """Found by a red team: the strided condition was always strided along the last dim, so a kernel that read
+    rows as packed whenever the last dim had unit stride passed; a user's column slice big[:, :n] got wrong values
+    without an error.  Rows of a wider tensor are now handed too."""
+    rc, data, md = _kb(tmp_path, "kb_ref_softmax.py", "kb_cheat_softmax_rows_packed.py", "batch_size=8,dim=512")
+    assert rc != 0, md[:2000]
+    conds, _ = _failed(data)
+    assert conds == {"layout:padded"}, conds
 

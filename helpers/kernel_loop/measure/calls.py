@@ -318,7 +318,7 @@ class Session:
         if cond.keep:
             msg["keep"] = True
         if cond.strided:
-            msg["strided"] = True
+            msg["strided"] = cond.strided
         if cond.stats is not None:  # the running statistics the call starts from, through the parameters' buffers
             for n, t in cond.stats.items():
                 sh.bufs[sh.names[f"param:{n}"]].copy_(t)

@@ -67,6 +67,8 @@ CONDITION_WORDS = {
     "range:sink:hi": "inputs shifted down by 2 RMS, the near end of that range (zeros kept)",
     "layout:strided": "every input handed as a strided view (every other element of a wider tensor), as a user's "
                       "slice with a step is",
+    "layout:padded": "every input handed as rows of a wider tensor (a column slice, big[:, :n]: unit stride along "
+                     "the last dim, rows further apart)",
 }
 
 
@@ -87,7 +89,7 @@ class Condition:
     expected: dict[str, Any] | None = None
     keep: bool = False
     inference: bool = False
-    strided: bool = False
+    strided: str | None = None  # "step" or "pad" (tensors.strided_view)
     stats: dict[str, Any] | None = None
     buffers: dict[str, Any] | None = None
     backward: Backward | None = None
@@ -125,6 +127,8 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
         wanted += [f"range:{k}{end}" for k in VARIANTS for end in (("", ":lo", ":hi") if k in ENDS else ("",))]
     if prob.model is not None and any(max(first.args[n].shape, default=0) > 1 for n in first.input_names()):
         wanted += ["layout:strided"]  # a module takes what its caller has; a run_kernel's inputs are setup()'s
+        if any(sum(s > 1 for s in first.args[n].shape) > 1 for n in first.input_names() if is_tensor(first.args[n])):
+            wanted += ["layout:padded"]
     rng.shuffle(wanted)
     return ["plain", *wanted, *["plain"] * max(trials - 1 - len(wanted), 0)]
 
@@ -181,10 +185,11 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         if cond.grad and "backward" not in prob.seen:  # one call with autograd on: the gradients a user gets
             cond.backward = backward_expected(prob, ds, cond, seed, notes)
     elif aspect == "layout":
-        varied = dataclasses.replace(ds, args={n: strided_view(v) if n in ds.input_names() else v
+        kind = "pad" if value == "padded" else "step"
+        varied = dataclasses.replace(ds, args={n: strided_view(v, kind) if n in ds.input_names() else v
                                                 for n, v in ds.args.items()}, ref_props={})
         prob.reference(varied)
-        cond.strided = True
+        cond.strided = kind
         return cond, want, varied
     elif aspect == "range":
         varied = prob.draw(seed, vary=value)
