@@ -20,6 +20,7 @@ import os
 import re
 import signal
 import sys
+from typing import Any
 
 from . import __version__
 from .common import EXIT_USAGE, PROG, KernelLoopError, invocation, missing_module_message, os_error_message
@@ -83,7 +84,28 @@ def _stdout_broken(exc: OSError) -> bool:
         return True
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the step is, so that it ends as after Ctrl-C: its judge and workers ended, its
+    temporary folders removed (Python's own SIGTERM ends the process with neither)."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread (a caller's own thread): its SIGTERM stays its own
+        previous = None
+    try:
+        return _main(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)  # --help may meet a closed pipe too
@@ -108,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"{PROG}: error: {os_error_message(exc)}", file=sys.stderr)
         return EXIT_USAGE
+    except Terminated:
+        print(f"{PROG}: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130

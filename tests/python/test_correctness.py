@@ -345,10 +345,14 @@ def test_cu_kernel_in_cpu_mode_is_a_usage_error(tmp_path, cpu_judged, capsys):
     assert not (out / "v0" / "correctness.json").exists()
 
 
-def test_ctrl_c_during_correctness_leaves_no_temporary_folder(tmp_path):
-    """An interrupted judge cannot clean up: the step's own TMPDIR for it goes with the step (issue 44, 16)."""
+@pytest.mark.parametrize("sig, rc, said", [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated")])
+def test_ctrl_c_during_correctness_leaves_no_temporary_folder(tmp_path, sig, rc, said):
+    """An interrupted judge cannot clean up: the step's own TMPDIR for it, and its shared-memory folder (inside the
+    step's own), go with the step (issue 44, 16).  A new user found /dev/shm/kl-judge-* left after Ctrl-C, and
+    everything left after SIGTERM (Python's default ends the process without cleaning up)."""
     import signal
     import subprocess
+    from pathlib import Path
 
     out = tmp_path / "run"
     assert klcli.init_run(out, "ref_vadd.py", "py_hang.py", "triton", "N=128") == 0
@@ -362,8 +366,18 @@ def test_ctrl_c_during_correctness_leaves_no_temporary_folder(tmp_path):
     while not list(tmp.rglob("kl-worker-tmp-*")) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
     assert list(tmp.rglob("kl-worker-tmp-*")), "the judge never started its workers"
+    step = None  # the step's own folder: the judge's command line names its settings file there
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == proc.pid:
+                args = (stat.parent / "cmdline").read_bytes().split(b"\0")
+                if b"kernel_loop.measure.judge" in args:
+                    step = Path(args[args.index(b"kernel_loop.measure.judge") + 1].decode()).parent
+        except (OSError, ValueError, IndexError):
+            continue
+    assert step is not None and list(step.glob("kl-judge-*")), "the judge's folder is not in the step's own"
     time.sleep(1.0)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, sig))
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "interrupted" in err
-    assert list(tmp.iterdir()) == []
+    assert proc.returncode == rc and said in err
+    assert list(tmp.iterdir()) == [] and not step.exists()

@@ -126,7 +126,7 @@ class Judge:
             return self._early.pop(name)
         folder = self.folder
         if own_caches:
-            self._fresh.append(protocol.private_dir("kl-base-"))
+            self._fresh.append(protocol.private_dir("kl-base-", self.spec.get("scratch")))
             folder = Path(self._fresh[-1].name)
         w = start(folder, name, self.spec, deadline=self.deadline, prefix=prefix, env=env,
                   tmpdir=self._worker_tmp, own_caches=own_caches)

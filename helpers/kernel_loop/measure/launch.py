@@ -224,7 +224,7 @@ class Started:
 
     def __init__(self, spec: dict[str, Any]):
         self.deadline = time.monotonic() + float(spec.get("timeout_s") or 300)
-        self.tmp = protocol.private_dir("kl-judge-")
+        self.tmp = protocol.private_dir("kl-judge-", spec.get("scratch"))
         self.folder = Path(self.tmp.name)
         # the workers' temporary files land here, and go when the judge ends (whatever a kernel left)
         self.worker_tmp = tempfile.mkdtemp(prefix="kl-worker-tmp-")

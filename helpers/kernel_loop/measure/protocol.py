@@ -85,8 +85,12 @@ def connect_from_env() -> Channel:
     return Channel(s)
 
 
-def private_dir(prefix: str) -> tempfile.TemporaryDirectory:
-    """A private folder for one measurement's socket and shared files (in /dev/shm where it exists)."""
+def private_dir(prefix: str, within: str | None = None) -> tempfile.TemporaryDirectory:
+    """A private folder for one measurement's socket and shared files (in /dev/shm where it exists), or in
+    ``within`` (the step's own folder, which the step removes however its judge ends: a judge killed by Ctrl-C or
+    a timeout cannot remove its own)."""
+    if within and os.path.isdir(within):
+        return tempfile.TemporaryDirectory(prefix=prefix, dir=within)
     shm = Path("/dev/shm")
     base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
     return tempfile.TemporaryDirectory(prefix=prefix, dir=base)

@@ -90,7 +90,7 @@ def run_judge(mode: str, spec: dict[str, Any], timeout: float, *, env: dict | No
     with private_dir("kl-step-") as tmp:
         result_path = Path(tmp) / "result.json"
         spec_path = Path(tmp) / "spec.json"
-        write_json(spec_path, dict(spec, mode=mode, result_path=str(result_path), timeout_s=timeout))
+        write_json(spec_path, dict(spec, mode=mode, result_path=str(result_path), timeout_s=timeout, scratch=tmp))
         cmd = [sys.executable, "-m", "kernel_loop.measure.judge", str(spec_path)]
         tail: deque[str] = deque(maxlen=tail_lines)
         t0 = time.monotonic()
