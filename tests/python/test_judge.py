@@ -846,3 +846,39 @@ def test_the_judge_removes_its_settings_file_before_any_worker_starts(tmp_path):
     judge.main([str(spec)])
     assert not spec.exists()
     assert "error" in json.loads((tmp_path / "result.json").read_text())
+
+
+def test_a_verified_timed_call_waits_as_long_as_any_other(tmp_path):
+    """Found by a red team: a verified timed call's reference ran just before it, so the wait before that call was
+    longer and a kernel that measured the waits cut corners on the short ones (4x faster on the CPU, every verified
+    call right).  The verified calls' data is drawn before the loop, and each of them still makes the draw an
+    unverified call makes: before every call of the loop the judge does the same work."""
+    import random
+    import types
+
+    from kernel_loop.measure.calls import Session
+
+    events: list[tuple[str, bool]] = []
+
+    class Fake:
+        judge = types.SimpleNamespace(rng=random.Random(3))
+        fresh = True
+        first = types.SimpleNamespace(tensors=dict, expected={})
+        moved = 0
+
+        def pick(self, checked, *, moved=False):
+            events.append(("draw", checked))
+            return types.SimpleNamespace(checked=checked)
+
+        def call(self, kid, ds, *, checked):
+            events.append(("call", checked))
+            assert ds.checked == checked  # a verified call gets data with its reference
+            return {"failure": None, "rows": [], "reply": {"us": 1.0, "host_us": 1.0, "delay_us": 0.0}}
+
+    out = Session.loop(Fake(), "k", 5, 100, label="t")
+    assert out["failure"] is None and out["prepared"] and out["verified"] >= 6
+    start = events.index(("draw", False))
+    assert events[:start] == [("draw", True)] * out["verified"]  # drawn, with their references, before the loop
+    loop = events[start:]
+    # during the loop: exactly one unverified draw before every call, verified or not
+    assert loop[0::2] == [("draw", False)] * 105 and [e[0] for e in loop[1::2]] == ["call"] * 105

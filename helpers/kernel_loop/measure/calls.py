@@ -21,14 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from ..common import MeasuredFailure, UsageError
-from ..compare import applied_tolerances, changed_input_row, compare, compare_outputs, first_failure
+from ..compare import changed_input_row, compare_outputs, first_failure
 from ..tensors import FLOAT_SENTINEL, fingerprint, poison_tensor, random_like
 from . import protocol
-from .conditions import VARIANTS, Condition, forget, range_ok
+from .conditions import VARIANTS, Condition, forget, gradient_rows, range_ok
 from .launch import KernelFailed, WorkerProc
 from .problem import DataSet, Problem
 
-MIN_CHECKS = 4                  # verified timed calls per loop, besides the first and the last
+MIN_CHECKS = 4                  # verified timed calls per loop, besides the first and the last (at least)
+PREPARED_BYTES = 8 << 30        # the verified calls' data drawn before a timed loop, at most
 FRESH_DRAW_BUDGET_S = 20.0      # a fresh data set for every call while drawing them all costs no more
 
 
@@ -341,77 +342,37 @@ class Session:
                 rows += buffer_rows(self, cond.buffers)
             out.update(rows=rows, warnings=warns, notes=[])
             if cond.backward is not None and not first_failure(rows):
-                rows += self.gradients(kid, ds, cond, reply.get("returned") or {}, out["notes"])
+                rows += gradient_rows(self, kid, ds, cond, reply.get("returned") or {}, out["notes"])
             why = first_failure(rows) or why
         out["failure"] = why
         return out
 
-    def gradients(self, kid: str, ds: DataSet, cond: Condition, returned: dict[str, Any], notes: list[str]
-                  ) -> list[dict]:
-        """Rows for the gradients a user's backward() gets after this call, against Model's (``cond.backward``), with
-        a note where none is compared: Model's output carries none, the kernel's does not, or its backward raised."""
-        import torch
-
-        back = cond.backward
-        mode = "training mode" if cond.train else "eval()"
-        if not back.carries:
-            return []
-        if not any(m.get("grad") for m in returned.values()):
-            notes.append("gradients: not compared: ModelNew's output carries no gradient (a custom kernel without "
-                         "backward), where Model's does: a user cannot train through it")
-            return []
-        names = list(back.grads)
-        sh = self.shared
-        targets = [[n, n.partition(" ")[0], n.partition(" ")[2][1:-1]] for n in names]
-        for t in targets:  # an input's gradient comes back in the input's own buffer (reloaded before every call)
-            if t[1] == "input":
-                t[2] = sh.names[t[2]]
-        try:
-            reply = self.worker.request({"op": "backward", "k": kid, "seed": back.seed, "targets": targets})
-        except KernelFailed as exc:
-            first = str(exc).splitlines()[0] if str(exc) else "an error"
-            notes.append(f"gradients: not compared: backward() raised ({first[:200]})")
-            return []
-        # elementwise only: gradients cancel (a bias that feeds a normalisation has an exact gradient of zero), where
-        # a normwise bound would compare rounding with rounding; a wrong gradient of any size that matters fails here
-        tols = applied_tolerances(back.grads, self.judge.tolerance, self.judge.ref)
-        rows = []
-        unused = set(reply.get("unused") or [])
-        detached = [n for n in names if n in unused and bool(back.grads[n].any())]
-        if detached:  # like an output without a gradient: a custom kernel's, or a cached layout (kernel_abi.md)
-            notes.append(f"gradients: {', '.join(detached[:4])}{' ...' if len(detached) > 4 else ''}: not compared: "
-                         "ModelNew's output does not reach it through autograd (a custom kernel, or a copy made from "
-                         "it and cached), where Model's does: a user's training would leave it as it is")
-        for (n, kind, key), (_, exp) in zip(targets, back.grads.items(), strict=True):
-            if n in detached:
-                continue
-            got = sh.bufs[sh.names[f"param:{key}"] if kind == "parameter" else key]
-            if kind == "input":  # where the input is exactly zero no gradient is owed (backward_expected)
-                got = torch.where(ds.args[n.partition(" ")[2][1:-1]] != 0, got, 0)
-            tol = dict(tols[n], rel_l2=None)
-            row = {"name": f"gradient of {n}", **compare(got, exp, tol["atol"], tol["rtol"]), "tolerance": tol}
-            if not row["passed"]:
-                row["note"] = (f"the {row['name']} after backward() in {mode} differs from Model's ("
-                               + (row.get("note") or f"{row['mismatches']} of {row['numel']} elements outside "
-                                  "tolerance") + "): a custom backward must give Model's gradients, or its result "
-                               "carry none")
-            rows.append(row)
-        notes.append(f"gradients: the gradients of the inputs and parameters after backward() in {mode} with "
-                     f"autograd on were compared with Model's ({len(names)} tensors"
-                     + (f", {len(reply.get('unused') or [])} of them unused by ModelNew" if reply.get("unused") else "")
-                     + ")")
-        return rows
-
     def loop(self, kid: str, warmup: int, trials: int, *, label: str) -> dict[str, Any]:
-        """``warmup`` then ``trials`` calls; verified: the first, the last and at least MIN_CHECKS chosen at
-        random beforehand.  Returns the trial samples, the host dispatch and the first failure."""
+        """``warmup`` then ``trials`` calls; verified: the first, the last and a number drawn from MIN_CHECKS to a
+        tenth of the trials, at calls chosen at random beforehand.  Returns the trial samples, the host dispatch
+        and the first failure.
+
+        With fresh inputs per call, the verified calls' data (inputs and reference) is drawn before the loop, and
+        each of those calls still makes the draw an unverified call makes: the wait before a call is the same
+        whether it is verified or not (a red team's kernel measured it, and cut corners on the short waits).
+        Unless that data is larger than PREPARED_BYTES, then drawn in turn (``prepared`` says which)."""
+        rng = self.judge.rng
         total = warmup + trials
-        k = min(trials, max(MIN_CHECKS, math.ceil(trials / 20)))
-        checked = {0, total - 1} | set(self.judge.rng.sample(range(warmup, total), k))
+        k = min(trials, rng.randint(MIN_CHECKS, max(MIN_CHECKS, math.ceil(trials / 10))))
+        checked = {0, total - 1} | set(rng.sample(range(warmup, total), k))
+        self.moved = 0
+        ready: dict[int, DataSet] = {}
+        prepared = not self.fresh or _bytes(self.first) * len(checked) <= PREPARED_BYTES
+        if self.fresh and prepared:
+            ready = {i: self.pick(True, moved=0 < i < total - 1) for i in sorted(checked)}
         samples, host, delays, peak = [], [], [], 0
-        verified = self.moved = 0
+        verified = 0
         for i in range(total):
-            ds = self.pick(i in checked, moved=0 < i < total - 1)
+            if i in ready:
+                ds = ready.pop(i)
+                self.pick(False)  # the draw an unverified call makes, thrown away
+            else:
+                ds = self.pick(i in checked, moved=0 < i < total - 1)
             r = self.call(kid, ds, checked=i in checked)
             if r["failure"]:
                 phase = "warmup" if i < warmup else "timed"
@@ -426,7 +387,14 @@ class Session:
         host_us = sorted(host)[len(host) // 2] if host else 0.0
         return {"failure": None, "samples_us": samples, "host_overhead_us": host_us,
                 "device_delay_us": sorted(delays)[len(delays) // 2] if delays else 0.0, "verified": verified,
-                "verified_moved": self.moved, "calls": total, "fresh_inputs": self.fresh, "peak_mem_bytes": peak or None}
+                "verified_moved": self.moved, "calls": total, "fresh_inputs": self.fresh, "peak_mem_bytes": peak or None,
+                "prepared": prepared}
+
+
+def _bytes(ds: DataSet) -> int:
+    """What one data set holds: its tensors and the reference's outputs."""
+    ts = [*ds.tensors().values(), *ds.expected.values()]
+    return sum(t.numel() * t.element_size() for t in ts if hasattr(t, "element_size"))
 
 
 def timing_block(loop: dict[str, Any], warmup: int, trials: int, device: str) -> dict[str, Any]:
@@ -437,6 +405,7 @@ def timing_block(loop: dict[str, Any], warmup: int, trials: int, device: str) ->
             "flush_bytes": flush_bytes_for(device) if cuda else 0, "host_overhead_us": loop["host_overhead_us"],
             "device_delay_us": loop["device_delay_us"], "samples_us": loop["samples_us"],
             "verified_calls": loop["verified"], "verified_on_moved_inputs": loop.get("verified_moved", 0),
+            "verified_data_drawn_before": loop.get("prepared"),
             "input_sets": "fresh per call" if loop["fresh_inputs"] else
             "two, chosen at random per call", **summarize(loop["samples_us"])}
 
