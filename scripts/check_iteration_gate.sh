@@ -124,7 +124,10 @@ Checks (each failure prints one "[FAIL] vK: ..." line saying what to fix):
      [FAIL] the gate prints.
   14 hypothesis.txt: Version: names vK; at least one line under Expected
      metric movement: parses as a prediction ([<kernel>:]<metric>: <op><number>),
-     and one is on duration (or event_median_us) without a kernel; every
+     and one is on duration (or event_median_us) without a kernel; each
+     prediction could both fail and hold (every KEY is non-negative, a _pct
+     KEY at most 100: 'duration: >= 0', 'duration: <= -5', 'x_pct: <= 100'
+     and 'x_pct: +1e3' fail check 14); every
      id under Evidence used: is a page that vK's logged queries returned.
   15 frozen decisions: every version before vK (final: before vN) has exactly
      one signed gate record, so no version was skipped or re-gated, and its
@@ -823,11 +826,38 @@ hyp_body() {
     on' "$D/hypothesis.txt"
 }
 
+# The parsed prediction lines (stdin) that cannot fail or cannot hold whatever the next version measures,
+# each as "'<line>' <why>" (none: no output).  Every ncu.json KEY is non-negative and a _pct KEY is at most
+# 100 (the hypothesis step refuses the same lines, and a duration bound over 10x off the measured value).
+senseless_predictions() {
+  awk '{
+    line = $0; sub(/^[ \t]+/, "", line); sub(/[ \t]+$/, "", line)
+    s = line; gsub(/[ \t]/, "", s); n = split(s, P, ":"); metric = P[n - 1]; rest = P[n]
+    rel = (rest ~ /%$/); sub(/%$/, "", rest); pct = (metric ~ /_pct$/)
+    what = pct ? metric " is a percentage, from 0 to 100" : metric " is never negative (no time, byte or count is)"
+    why = ""
+    if (rest ~ /^[-+]/) {
+      x = rest + 0
+      if (rel && x <= -100) why = "cannot hold: a measured value cannot fall by 100% or more"
+      else if (!rel && pct && (x > 100 || x < -100)) why = "cannot hold: " what ", so it cannot move by more than 100 points"
+    } else {
+      op = substr(rest, 1, rest ~ /^(<=|>=|==)/ ? 2 : 1); x = substr(rest, length(op) + 1) + 0
+      if (op == "==") op = "="
+      if ((op == ">=" && x <= 0) || (op == ">" && x < 0) || (pct && ((op == "<=" && x >= 100) || (op == "<" && x > 100))))
+        why = sprintf("cannot fail: %s, so every value is %s %g; predict a bound the next version could miss", what, op, x)
+      else if ((op == "<=" && x < 0) || (op == "<" && x <= 0) || (op == "=" && x < 0) ||
+               (pct && ((op == ">=" && x > 100) || (op == ">" && x >= 100) || (op == "=" && x > 100))))
+        why = sprintf("cannot hold: %s, so no value is %s %g", what, op, x)
+    }
+    if (why != "") printf "\047%s\047 %s\n", line, why
+  }'
+}
+
 # 14. hypothesis content: Version: names vK, a parsable prediction on duration, evidence ids that this
 # version's logged queries returned (hypothesis.bats)
 check_14_hypothesis_content() {
   ((HYP_OK)) || return 0
-  local body preds id ids=() unknown=() ok=1 num='([0-9]+([.][0-9]*)?|[.][0-9]+)([eE][-+]?[0-9]+)?'
+  local body preds senseless line id ids=() unknown=() ok=1 num='([0-9]+([.][0-9]*)?|[.][0-9]+)([eE][-+]?[0-9]+)?'
   body=$(hyp_body 'Version:')
   if [[ $body == *"$TODO_MARK"* ]]; then
     :  # check 9 names the TODO
@@ -841,6 +871,8 @@ check_14_hypothesis_content() {
     :
   elif [[ -z $preds ]]; then
     fail "$V: hypothesis.txt has no prediction that parses under Expected metric movement: (one per line, e.g. 'duration: -20%'; forms in references/hypothesis.md)"; ok=0
+  elif senseless=$(senseless_predictions <<<"$preds") && [[ -n $senseless ]]; then
+    while IFS= read -r line; do fail "$V: hypothesis.txt's prediction $line"; done <<<"$senseless"; ok=0
   elif ! grep -Eq '^[[:space:]]*(duration|event_median_us)[[:space:]]*:[[:space:]]*[-+<>=]' <<<"$preds"; then
     fail "$V: hypothesis.txt predicts nothing about duration: add a line such as 'duration: -15%' under Expected metric movement: (duration or event_median_us, without a kernel: a kernel's time does not count)"; ok=0
   fi
