@@ -116,7 +116,8 @@ Checks (each failure prints one "[FAIL] vK: ..." line saying what to fix):
      ncu_summary.md, ncu_details.md) unchanged since.
   12 vK/kbs_queries.jsonl: every line is a JSON object, there is a
      "purpose": "kernel" and a "purpose": "bottleneck" line, and the file is
-     the one a signed kbs record (kernel-loop kbs) names.
+     the one a signed kbs record names (kernel-loop kbs evidence, or
+     kbs query --log).
   13 records.log: the record key is there (outside <out>), every line is the
      next link of the hash chain and its HMAC-SHA256 verifies; the first record
      is init's, and ref.py and run.json still have the hashes it recorded.
@@ -513,7 +514,7 @@ check_1_files() {
     nonempty "$D/$f" || missing+=("$f")
   done
   if ((${#missing[@]})); then
-    fail "$V: missing or empty: ${missing[*]} (correctness.md: kernel-loop correctness; ncu_*: kernel-loop profile; kbs_evidence.md: kernel-loop kbs, then fill it in)"
+    fail "$V: missing or empty: ${missing[*]} (correctness.md: kernel-loop correctness; ncu_*: kernel-loop profile; kbs_evidence.md: kernel-loop kbs evidence, then fill it in)"
   else
     pass "$V: correctness.md, ncu_summary.md, ncu_details.md, kbs_evidence.md present"
   fi
@@ -791,7 +792,7 @@ check_12_kbs_queries() {
   local q="$D/kbs_queries.jsonl" purpose bad
   HITS='' HITS_OK=0
   if [[ ! -f $q ]]; then
-    fail "$V: kbs_queries.jsonl is missing: run kernel-loop kbs (it logs a kernel and a bottleneck query)"
+    fail "$V: kbs_queries.jsonl is missing: run kernel-loop kbs evidence (it logs a kernel and a bottleneck query)"
     return
   fi
   bad=$(awk '{ sub(/\r$/, ""); t = $0; gsub(/^[ \t]+|[ \t]+$/, "", t) }
@@ -801,7 +802,7 @@ check_12_kbs_queries() {
     if grep -Eq "\"purpose\"[[:space:]]*:[[:space:]]*\"$purpose\"" "$q"; then
       pass "$V: kbs_queries.jsonl has a $purpose query"
     else
-      fail "$V: kbs_queries.jsonl has no \"purpose\": \"$purpose\" query: run kernel-loop kbs"
+      fail "$V: kbs_queries.jsonl has no \"purpose\": \"$purpose\" query: run kernel-loop kbs evidence"
     fi
   done
   ((REC_OK)) || return 0
@@ -1240,6 +1241,10 @@ main() {
   read_state
   check_13_records
   ((FAILS)) && check_7_advance_state  # no verified records: nothing else can be judged
+  if [[ -f $OUT/run.json && $(run_device) == cpu ]]; then  # no profile, so no KBS queries or hypothesis: one line
+    fail "v$K: this run uses the cpu test mode (run.json device cpu): the gate passes only a GPU run's versions, whose profile (and the kbs evidence and hypothesis drawn from it) needs a GPU run; correctness is all the cpu test mode checks (init a new run without --device cpu where a CUDA GPU is)"
+    check_7_advance_state
+  fi
   check_5_state
   ((FAILS)) && check_7_advance_state  # the state is not where the run is: every later check would follow from it
   check_6_drift "$DRIFT_LIMIT"

@@ -205,3 +205,17 @@ edit_record() {
   run gate "$OUT/v0"
   assert_only_failure 'v0: the last profile record of v0 says FAIL, not ok (records.log line 5)'
 }
+
+@test "a cpu-test-mode run fails in one line naming the mode, not five asking for profile artifacts" {
+  write_run_json
+  sed -i 's/}$/, "device": "cpu"}/' "$OUT/run.json"
+  printf 'def reference(x):\n    return x.softmax(-1)\n' >"$OUT/ref.py"
+  sign_init
+  mkdir -p "$OUT/v0" && printf 'def run_kernel(x, out):\n    out.copy_(x)\n' >"$OUT/v0/kernel.py"
+  local flag
+  for flag in '' --structural --dry-run; do
+    run gate "$OUT/v0" ${flag:+"$flag"}
+    assert_only_failure 'v0: this run uses the cpu test mode (run.json device cpu): the gate passes only a GPU run'
+  done
+  [[ ! -e $OUT/current_iteration.txt ]]
+}

@@ -421,6 +421,20 @@ def test_a_cpu_run_is_never_sent_to_profile(tmp_path):
     assert "GPU run" in nxt["why"] and status.collect(root)["consistent"]
 
 
+@pytest.mark.parametrize("argv", [["kbs", "evidence", "{}"], ["hypothesis", "{}"],
+                                  ["finish", "{}", "--reason", "stopping here for a test"], ["report", "{}"]],
+                         ids=["kbs-evidence", "hypothesis", "finish", "report"])
+def test_the_steps_after_correctness_name_the_cpu_mode_not_profile(tmp_path, capsys, argv):
+    root = _cpu_run(tmp_path / "run")
+    rf.write_measurements(root, 0)
+    for name in ("ncu.json", "ncu_summary.md", "ncu_details.md"):
+        (root / "v0" / name).unlink(missing_ok=True)
+    assert rf.cli(status, [a.format(root) for a in argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cpu test mode (run.json device cpu)" in err[0] and "GPU run" in err[0], err
+    assert "profile first" not in err[0]
+
+
 def test_a_failed_step_is_not_recommended_again_on_the_same_kernel(tmp_path):
     from kernel_loop import records
     from kernel_loop.common import sha256_file

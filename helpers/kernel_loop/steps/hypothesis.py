@@ -158,6 +158,10 @@ def run(args) -> int:
                          "run the final gate, then benchmark")
     vdir = rd.vdir(k)
     kernel = rd.kernel_file(k)
+    if not (vdir / "ncu.json").is_file() and rd.config().device == "cpu":
+        raise UsageError("this run uses the cpu test mode (run.json device cpu): hypothesis needs a GPU run's "
+                         "profile (vK/ncu.json: the measurements it predicts from), which profile makes only on a "
+                         "GPU run (init a new run without --device cpu where a CUDA GPU is)")
     corr = require(vdir / "correctness.json", "correctness")
     ncu = require(vdir / "ncu.json", "profile")
     ksha = sha256_file(kernel)
