@@ -305,7 +305,7 @@ load_key() {
   f=$(key_file)
   KEY_ERR='' IPAD='' OPAD='' KEY_ID=''
   if [[ ! -f $f ]]; then
-    KEY_ERR="no record key at $f (set KERNEL_LOOP_RECORD_KEY to its file): the helpers create it at kernel-loop init; without it no record can be verified"
+    KEY_ERR="no record key at $f: point KERNEL_LOOP_RECORD_KEY at the key file this run was made with (the one KERNEL_LOOP_RECORD_KEY named at init, else the ~/.config/kernel-loop/record.key of the user who ran init); a new key cannot sign an existing run's records (init makes one only for a new run), and without it no record can be verified"
     return 1
   fi
   case $(cd -- "$(dirname -- "$f")" 2>/dev/null && pwd)/ in

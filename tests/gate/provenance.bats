@@ -128,7 +128,8 @@ edit_record() {
   make_run
   local key=$KERNEL_LOOP_RECORD_KEY
   KERNEL_LOOP_RECORD_KEY="$BATS_TEST_TMPDIR/absent" run gate "$OUT/v0"
-  assert_only_failure "no record key at $BATS_TEST_TMPDIR/absent (set KERNEL_LOOP_RECORD_KEY"
+  assert_only_failure "no record key at $BATS_TEST_TMPDIR/absent: point KERNEL_LOOP_RECORD_KEY at the key file this run was made with"
+  refute_output --partial 'create it at kernel-loop init'
   printf 'not hex\n' >"$BATS_TEST_TMPDIR/bad"
   KERNEL_LOOP_RECORD_KEY="$BATS_TEST_TMPDIR/bad" run gate "$OUT/v0"
   assert_only_failure 'is not 64 lowercase hex characters'
