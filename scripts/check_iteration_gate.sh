@@ -116,7 +116,8 @@ Checks (each failure prints one "[FAIL] vK: ..." line saying what to fix):
      ncu_summary.md, ncu_details.md) unchanged since.
   12 vK/kbs_queries.jsonl: every line is a JSON object, there is a
      "purpose": "kernel" and a "purpose": "bottleneck" line, and the file is
-     the one a signed kbs record (kernel-loop kbs) names.
+     the one a signed kbs record names (kernel-loop kbs evidence, or
+     kbs query --log).
   13 records.log: the record key is there (outside <out>), every line is the
      next link of the hash chain and its HMAC-SHA256 verifies; the first record
      is init's, and ref.py and run.json still have the hashes it recorded.
@@ -124,7 +125,10 @@ Checks (each failure prints one "[FAIL] vK: ..." line saying what to fix):
      [FAIL] the gate prints.
   14 hypothesis.txt: Version: names vK; at least one line under Expected
      metric movement: parses as a prediction ([<kernel>:]<metric>: <op><number>),
-     and one is on duration (or event_median_us) without a kernel; every
+     and one is on duration (or event_median_us) without a kernel; each
+     prediction could both fail and hold (every KEY is non-negative, a _pct
+     KEY at most 100: 'duration: >= 0', 'duration: <= -5', 'x_pct: <= 100'
+     and 'x_pct: +1e3' fail check 14); every
      id under Evidence used: is a page that vK's logged queries returned.
   15 frozen decisions: every version before vK (final: before vN) has exactly
      one signed gate record, so no version was skipped or re-gated, and its
@@ -301,7 +305,7 @@ load_key() {
   f=$(key_file)
   KEY_ERR='' IPAD='' OPAD='' KEY_ID=''
   if [[ ! -f $f ]]; then
-    KEY_ERR="no record key at $f (set KERNEL_LOOP_RECORD_KEY to its file): the helpers create it at kernel-loop init; without it no record can be verified"
+    KEY_ERR="no record key at $f: point KERNEL_LOOP_RECORD_KEY at the key file this run was made with (the one KERNEL_LOOP_RECORD_KEY named at init, else the ~/.config/kernel-loop/record.key of the user who ran init); a new key cannot sign an existing run's records (init makes one only for a new run), and without it no record can be verified"
     return 1
   fi
   case $(cd -- "$(dirname -- "$f")" 2>/dev/null && pwd)/ in
@@ -510,7 +514,7 @@ check_1_files() {
     nonempty "$D/$f" || missing+=("$f")
   done
   if ((${#missing[@]})); then
-    fail "$V: missing or empty: ${missing[*]} (correctness.md: kernel-loop correctness; ncu_*: kernel-loop profile; kbs_evidence.md: kernel-loop kbs, then fill it in)"
+    fail "$V: missing or empty: ${missing[*]} (correctness.md: kernel-loop correctness; ncu_*: kernel-loop profile; kbs_evidence.md: kernel-loop kbs evidence, then fill it in)"
   else
     pass "$V: correctness.md, ncu_summary.md, ncu_details.md, kbs_evidence.md present"
   fi
@@ -788,7 +792,7 @@ check_12_kbs_queries() {
   local q="$D/kbs_queries.jsonl" purpose bad
   HITS='' HITS_OK=0
   if [[ ! -f $q ]]; then
-    fail "$V: kbs_queries.jsonl is missing: run kernel-loop kbs (it logs a kernel and a bottleneck query)"
+    fail "$V: kbs_queries.jsonl is missing: run kernel-loop kbs evidence (it logs a kernel and a bottleneck query)"
     return
   fi
   bad=$(awk '{ sub(/\r$/, ""); t = $0; gsub(/^[ \t]+|[ \t]+$/, "", t) }
@@ -798,7 +802,7 @@ check_12_kbs_queries() {
     if grep -Eq "\"purpose\"[[:space:]]*:[[:space:]]*\"$purpose\"" "$q"; then
       pass "$V: kbs_queries.jsonl has a $purpose query"
     else
-      fail "$V: kbs_queries.jsonl has no \"purpose\": \"$purpose\" query: run kernel-loop kbs"
+      fail "$V: kbs_queries.jsonl has no \"purpose\": \"$purpose\" query: run kernel-loop kbs evidence"
     fi
   done
   ((REC_OK)) || return 0
@@ -823,11 +827,38 @@ hyp_body() {
     on' "$D/hypothesis.txt"
 }
 
+# The parsed prediction lines (stdin) that cannot fail or cannot hold whatever the next version measures,
+# each as "'<line>' <why>" (none: no output).  Every ncu.json KEY is non-negative and a _pct KEY is at most
+# 100 (the hypothesis step refuses the same lines, and a duration bound over 10x off the measured value).
+senseless_predictions() {
+  awk '{
+    line = $0; sub(/^[ \t]+/, "", line); sub(/[ \t]+$/, "", line)
+    s = line; gsub(/[ \t]/, "", s); n = split(s, P, ":"); metric = P[n - 1]; rest = P[n]
+    rel = (rest ~ /%$/); sub(/%$/, "", rest); pct = (metric ~ /_pct$/)
+    what = pct ? metric " is a percentage, from 0 to 100" : metric " is never negative (no time, byte or count is)"
+    why = ""
+    if (rest ~ /^[-+]/) {
+      x = rest + 0
+      if (rel && x <= -100) why = "cannot hold: a measured value cannot fall by 100% or more"
+      else if (!rel && pct && (x > 100 || x < -100)) why = "cannot hold: " what ", so it cannot move by more than 100 points"
+    } else {
+      op = substr(rest, 1, rest ~ /^(<=|>=|==)/ ? 2 : 1); x = substr(rest, length(op) + 1) + 0
+      if (op == "==") op = "="
+      if ((op == ">=" && x <= 0) || (op == ">" && x < 0) || (pct && ((op == "<=" && x >= 100) || (op == "<" && x > 100))))
+        why = sprintf("cannot fail: %s, so every value is %s %g; predict a bound the next version could miss", what, op, x)
+      else if ((op == "<=" && x < 0) || (op == "<" && x <= 0) || (op == "=" && x < 0) ||
+               (pct && ((op == ">=" && x > 100) || (op == ">" && x >= 100) || (op == "=" && x > 100))))
+        why = sprintf("cannot hold: %s, so no value is %s %g", what, op, x)
+    }
+    if (why != "") printf "\047%s\047 %s\n", line, why
+  }'
+}
+
 # 14. hypothesis content: Version: names vK, a parsable prediction on duration, evidence ids that this
 # version's logged queries returned (hypothesis.bats)
 check_14_hypothesis_content() {
   ((HYP_OK)) || return 0
-  local body preds id ids=() unknown=() ok=1 num='([0-9]+([.][0-9]*)?|[.][0-9]+)([eE][-+]?[0-9]+)?'
+  local body preds senseless line id ids=() unknown=() ok=1 num='([0-9]+([.][0-9]*)?|[.][0-9]+)([eE][-+]?[0-9]+)?'
   body=$(hyp_body 'Version:')
   if [[ $body == *"$TODO_MARK"* ]]; then
     :  # check 9 names the TODO
@@ -841,6 +872,8 @@ check_14_hypothesis_content() {
     :
   elif [[ -z $preds ]]; then
     fail "$V: hypothesis.txt has no prediction that parses under Expected metric movement: (one per line, e.g. 'duration: -20%'; forms in references/hypothesis.md)"; ok=0
+  elif senseless=$(senseless_predictions <<<"$preds") && [[ -n $senseless ]]; then
+    while IFS= read -r line; do fail "$V: hypothesis.txt's prediction $line"; done <<<"$senseless"; ok=0
   elif ! grep -Eq '^[[:space:]]*(duration|event_median_us)[[:space:]]*:[[:space:]]*[-+<>=]' <<<"$preds"; then
     fail "$V: hypothesis.txt predicts nothing about duration: add a line such as 'duration: -15%' under Expected metric movement: (duration or event_median_us, without a kernel: a kernel's time does not count)"; ok=0
   fi
@@ -1208,6 +1241,10 @@ main() {
   read_state
   check_13_records
   ((FAILS)) && check_7_advance_state  # no verified records: nothing else can be judged
+  if [[ -f $OUT/run.json && $(run_device) == cpu ]]; then  # no profile, so no KBS queries or hypothesis: one line
+    fail "v$K: this run uses the cpu test mode (run.json device cpu): the gate passes only a GPU run's versions, whose profile (and the kbs evidence and hypothesis drawn from it) needs a GPU run; correctness is all the cpu test mode checks (init a new run without --device cpu where a CUDA GPU is)"
+    check_7_advance_state
+  fi
   check_5_state
   ((FAILS)) && check_7_advance_state  # the state is not where the run is: every later check would follow from it
   check_6_drift "$DRIFT_LIMIT"

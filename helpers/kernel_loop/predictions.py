@@ -149,6 +149,54 @@ def parse_line(line: str, allowed: set[str] | None = None,
             "kernel": kernel, **extra}
 
 
+# Every ncu.json metric KEY is non-negative (a time, bytes, a count, a percentage); a ``_pct`` KEY is at most 100.
+PCT_MAX = 100.0
+TIME_SPAN = 10.0  # a bound on duration more than this factor above or below the measured value is refused
+
+
+def _domain(metric: str) -> str:
+    """What a value of ``metric`` can be, in words."""
+    if metric.endswith("_pct"):
+        return f"{metric} is a percentage, from 0 to 100"
+    return f"{metric} is never negative (no time, byte or count is)"
+
+
+def senseless(pred: dict[str, Any], measured: float | None = None) -> str | None:
+    """Why a prediction cannot fail or cannot hold whatever the next version measures, or None.
+
+    A bound every non-negative value satisfies (``>= x`` with x <= 0, ``> x`` with x < 0) or none does (``<= x``,
+    ``= x`` with x < 0, ``< x`` with x <= 0); on a ``_pct`` metric also a bound every value from 0 to 100 satisfies
+    or none does, and an absolute change beyond 100 points.  On the whole call's ``duration`` /
+    ``event_median_us``, with ``measured`` (this version's value), a bound or absolute change landing more than
+    ``TIME_SPAN`` times above or below it.  ``-0%`` / ``+0%`` / ``-0`` / ``+0`` ("not up" / "not down") can fail."""
+    op, x, metric = pred["op"], float(pred["value"]), pred["metric"]
+    pct = metric.endswith("_pct")
+    what = _domain(metric)
+    if op in ("rel", "abs"):
+        if op == "abs" and pct and abs(x) > PCT_MAX:
+            return (f"cannot hold: {what}, so it cannot move by more than 100 points (for a relative change "
+                    f"write '{'+' if x > 0 else '-'}N%')")
+    else:
+        lo, hi = 0.0, (PCT_MAX if pct else math.inf)
+        # the values in [lo, hi] that satisfy the bound: all of them (cannot fail) or none (cannot hold)
+        always = {">=": x <= lo, ">": x < lo, "<=": x >= hi, "<": x > hi, "=": False}[op]
+        never = {">=": x > hi, ">": x >= hi, "<=": x < lo, "<": x <= lo, "=": x < lo or x > hi}[op]
+        if always:
+            return f"cannot fail: {what}, so every value is {op} {x:g}; predict a bound the next version could miss"
+        if never:
+            return f"cannot hold: {what}, so no value is {op} {x:g}"
+    if measured is None or not _number(measured) or measured <= 0 or pred.get("kernel") \
+            or metric not in (DURATION_ALIAS, "event_median_us") or op == "rel":
+        return None
+    target = measured + x if op == "abs" else x
+    if target > measured * TIME_SPAN or target < measured / TIME_SPAN:
+        where = "above" if target > measured else "below"
+        return (f"is more than {TIME_SPAN:g}x {where} this version's measured {metric} of {measured:g} us "
+                f"(ncu.json): a unit slip? predict near it, e.g. '{metric}: <= {measured * 0.9:.3g}' or "
+                f"'{metric}: -10%'")
+    return None
+
+
 def parse_lines(lines: list[str], allowed: set[str] | None = None,
                 kernels: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Every non-blank line parsed; the first bad one raises UsageError."""

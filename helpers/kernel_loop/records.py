@@ -80,7 +80,10 @@ def load_key(root: Path | None = None, *, create: bool = True) -> bytes:
                          f"it (set {KEY_ENV} to a file elsewhere, or unset it for ~/.config/kernel-loop/record.key)")
     if not path.exists():
         if not create:
-            raise UsageError(f"no record key at {path}: the helpers create it on 'kernel-loop init'")
+            raise UsageError(f"no record key at {path}: point {KEY_ENV} at the key file this run was made with (the "
+                             f"one {KEY_ENV} named at init, else the ~/.config/kernel-loop/record.key of the user who "
+                             "ran init); a new key cannot sign an existing run's records (init makes one only for a "
+                             "new run); tell the user if it is lost")
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -155,3 +155,25 @@ load test_helper
   run grep -c '^attn_fwd:dram_throughput_pct: +15$\|^gemm#2 : registers_per_thread: <= 128$' "$OUT/v0/hypothesis.txt"
   assert_output 2
 }
+
+@test "a prediction that cannot fail or cannot hold fails check 14, exponents included" {
+  make_run
+  local line
+  for line in 'duration: >= 0' 'duration: > -1' 'duration: <= -5' 'duration: < 0' 'duration: -100%'; do
+    sed -i "s/^duration: .*\$/$line/" "$OUT/v0/hypothesis.txt"
+    run gate "$OUT/v0"
+    assert_only_failure "v0: hypothesis.txt's prediction '$line' cannot"
+  done
+  sed -i 's/^duration: .*$/duration: -20%/' "$OUT/v0/hypothesis.txt"
+  for line in 'dram_throughput_pct: +1e3' 'dram_throughput_pct: <= 100' 'dram_throughput_pct: < 1.01E2' \
+    'dram_throughput_pct: >= 101'; do
+    sed -i "s/^dram_throughput_pct: .*\$/$line/" "$OUT/v0/hypothesis.txt"
+    run gate "$OUT/v0"
+    assert_only_failure "v0: hypothesis.txt's prediction '$line' cannot"
+  done
+  # "not up" / "not down" can fail, a bound at 0 can hold, and an exponent parses
+  sed -i 's/^dram_throughput_pct: .*$/dram_throughput_pct: +1.5e1/; s/^duration: .*$/duration: -0%/; s/^registers_per_thread: .*$/registers_per_thread: <= 0/' \
+    "$OUT/v0/hypothesis.txt"
+  run -0 gate "$OUT/v0" --verbose
+  assert_line '[PASS] v0: hypothesis.txt names v0, predicts duration, and cites only logged hits'
+}

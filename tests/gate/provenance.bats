@@ -128,7 +128,8 @@ edit_record() {
   make_run
   local key=$KERNEL_LOOP_RECORD_KEY
   KERNEL_LOOP_RECORD_KEY="$BATS_TEST_TMPDIR/absent" run gate "$OUT/v0"
-  assert_only_failure "no record key at $BATS_TEST_TMPDIR/absent (set KERNEL_LOOP_RECORD_KEY"
+  assert_only_failure "no record key at $BATS_TEST_TMPDIR/absent: point KERNEL_LOOP_RECORD_KEY at the key file this run was made with"
+  refute_output --partial 'create it at kernel-loop init'
   printf 'not hex\n' >"$BATS_TEST_TMPDIR/bad"
   KERNEL_LOOP_RECORD_KEY="$BATS_TEST_TMPDIR/bad" run gate "$OUT/v0"
   assert_only_failure 'is not 64 lowercase hex characters'
@@ -204,4 +205,18 @@ edit_record() {
     device=cuda:0 "gpu=NVIDIA H200" "kernel=$(sha "$OUT/v0/kernel.py")" "${fields[@]}"
   run gate "$OUT/v0"
   assert_only_failure 'v0: the last profile record of v0 says FAIL, not ok (records.log line 5)'
+}
+
+@test "a cpu-test-mode run fails in one line naming the mode, not five asking for profile artifacts" {
+  write_run_json
+  sed -i 's/}$/, "device": "cpu"}/' "$OUT/run.json"
+  printf 'def reference(x):\n    return x.softmax(-1)\n' >"$OUT/ref.py"
+  sign_init
+  mkdir -p "$OUT/v0" && printf 'def run_kernel(x, out):\n    out.copy_(x)\n' >"$OUT/v0/kernel.py"
+  local flag
+  for flag in '' --structural --dry-run; do
+    run gate "$OUT/v0" ${flag:+"$flag"}
+    assert_only_failure 'v0: this run uses the cpu test mode (run.json device cpu): the gate passes only a GPU run'
+  done
+  [[ ! -e $OUT/current_iteration.txt ]]
 }

@@ -244,3 +244,17 @@ def test_a_kernel_time_is_not_the_duration_prediction(run0, capsys):
     rf.write_schema2(run0, 0, rf.BLOCK_V0, 900.0)
     assert rf.cli(hypothesis, ["hypothesis", str(run0), "--predict", "attn_fwd:duration: -10%"]) == 2
     assert "no --predict is on duration" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad, msg", [
+    ("duration: >= 0", "cannot fail: duration is never negative"),
+    ("duration: <= -5", "cannot hold: duration is never negative"),
+    ("dram_throughput_pct: +1e3", "more than 100 points"),
+    ("duration: < 99999999", "more than 10x above this version's measured duration of 84.896 us"),
+])
+def test_a_prediction_that_cannot_fail_or_cannot_hold_is_refused(run0, capsys, bad, msg):
+    argv = ["hypothesis", str(run0), "--predict", bad]
+    assert rf.cli(hypothesis, argv if bad.startswith("duration") else argv + ["--predict", "duration: -5%"]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and len(err.strip().splitlines()) == 1
+    assert not (run0 / "v0" / "hypothesis.txt").exists()

@@ -312,6 +312,27 @@ def test_help_says_a_shape_names_only_what_it_changes(capsys):
     assert "input_shape_0=1000" in text and "axis" in text
 
 
+@pytest.mark.parametrize("text, msg", [
+    ("", "--ncu-budget: the value is empty: give one or more of kernels=N from 1 to 64"),
+    ("kernels=2,kernels=4", "--ncu-budget: kernels is given twice"),
+    ("kernels=8,,share=1", "has an empty entry"),
+    ("configs=0", "--ncu-budget: configs must be from the value of kernels (8) to 256 (got 0)"),
+    ("configs=1.5", "configs must be a whole number"),
+])
+def test_a_bad_ncu_budget_is_refused_in_one_line_without_a_doubled_prefix(text, msg):
+    with pytest.raises(UsageError) as exc:
+        init._budget(text)
+    assert str(exc.value).startswith("--ncu-budget: ") and msg in str(exc.value) and "ncu.budget:" not in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_ncu_budget_defaults_and_help_gives_the_ranges(capsys):
+    assert init._budget(None) == init._budget("kernels=8") == {"kernels": 8, "share": 0.9, "configs": 16}
+    with pytest.raises(SystemExit):
+        klcli.main("init", "--help")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "kernels 1 to 64, share above 0 and at most 1, configs from the value of kernels to 256" in text
+
+
 # --- issue 25: init refuses what cannot run, and a refused init leaves nothing behind -------------------
 HUGE = "1" + "0" * 30
 REF_ABC = ("import torch\n\n\ndef setup(A, B, C, device='cpu'):\n    return {'x': torch.zeros(A, device=device)}\n\n\n"

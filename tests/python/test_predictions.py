@@ -238,3 +238,24 @@ def test_an_unprefixed_metric_stays_on_the_kernel_it_was_made_on_when_the_focus_
            "metrics": {"duration_us": 8.0, "registers_per_thread": 50}}
     s = P.score_versions(P.parse_line("registers_per_thread: -10"), one, two)
     assert (s["status"], s["note"], s["why"]) == ("held", None, None)
+
+
+@pytest.mark.parametrize("line, measured, msg", [
+    ("duration: >= 0", 50.0, "cannot fail"), ("duration: > -1", 50.0, "cannot fail"),
+    ("duration: <= -5", 50.0, "cannot hold"), ("registers_per_thread: < 0", None, "cannot hold"),
+    ("registers_per_thread: = -1", None, "cannot hold"), ("dram_throughput_pct: <= 100", None, "cannot fail"),
+    ("dram_throughput_pct: < 101", None, "cannot fail"), ("dram_throughput_pct: >= 1e3", None, "cannot hold"),
+    ("dram_throughput_pct: +1e3", None, "more than 100 points"), ("sm_throughput_pct: -150", None, "100 points"),
+    ("duration: < 99999999", 50.0, "more than 10x above this version's measured duration of 50 us"),
+    ("event_median_us: <= 1", 50.0, "10x below"), ("duration: -60", 50.0, "10x below"),
+])
+def test_a_prediction_that_cannot_fail_or_cannot_hold_is_named(line, measured, msg):
+    assert msg in P.senseless(P.parse_line(line), measured)
+
+
+@pytest.mark.parametrize("line", ["duration: -0%", "duration: +0%", "duration: +0", "duration: <= 40",
+                                  "achieved_occupancy_pct: > 0", "registers_per_thread: <= 0", "dram_throughput_pct: < 100",
+                                  "dram_throughput_pct: +100", "dram_throughput_pct: = 100", "duration: -95%",
+                                  "attn:duration: <= 1"])
+def test_predictions_that_can_fail_and_hold_pass(line):
+    assert P.senseless(P.parse_line(line), 50.0) is None

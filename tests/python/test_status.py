@@ -341,9 +341,10 @@ def test_a_missing_key_is_its_own_step_and_names_the_key(tmp_path, monkeypatch):
     info = status.collect(root)
     assert info["next"]["step"] == "key" and info["next"]["command"] is None and not info["consistent"]
     assert "KERNEL_LOOP_RECORD_KEY" in info["next"]["why"] and "new key" in info["next"]["why"]
-    assert info["gate"]["fails"] == [f"no record key at {tmp_path / 'absent.key'} (set KERNEL_LOOP_RECORD_KEY to its "
-                                     "file): the helpers create it at kernel-loop init; without it no record can be "
-                                     "verified"]
+    fails = info["gate"]["fails"]
+    assert len(fails) == 1 and fails[0].startswith(f"no record key at {tmp_path / 'absent.key'}: point "
+                                                   "KERNEL_LOOP_RECORD_KEY at the key file this run was made with")
+    assert "a new key cannot sign an existing run's records" in fails[0] and "create it" not in fails[0]
     assert not (tmp_path / "absent.key").exists()  # status never makes a key
 
 
@@ -386,7 +387,10 @@ def test_restore_state_verifies_the_records_first(tmp_path, monkeypatch, capsys)
     (root / "current_iteration.txt").unlink()
     monkeypatch.setenv("KERNEL_LOOP_RECORD_KEY", str(tmp_path / "absent.key"))
     assert rf.cli(status, ["status", str(root), "--restore-state"]) == 2
-    assert "no record key at" in capsys.readouterr().err
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("kernel-loop: error:")]
+    assert len(err) == 1 and "no record key at" in err[0] and "point KERNEL_LOOP_RECORD_KEY at the key file this run " \
+        "was made with" in err[0] and "a new key cannot sign an existing run's records" in err[0]
+    assert "on 'kernel-loop init'" not in err[0]
     assert not (root / "current_iteration.txt").exists()
 
 
@@ -419,6 +423,20 @@ def test_a_cpu_run_is_never_sent_to_profile(tmp_path):
     nxt = step(root)
     assert nxt["step"] == "cpu-mode" and nxt["command"] is None and "profile" not in (nxt["command"] or "")
     assert "GPU run" in nxt["why"] and status.collect(root)["consistent"]
+
+
+@pytest.mark.parametrize("argv", [["kbs", "evidence", "{}"], ["hypothesis", "{}"],
+                                  ["finish", "{}", "--reason", "stopping here for a test"], ["report", "{}"]],
+                         ids=["kbs-evidence", "hypothesis", "finish", "report"])
+def test_the_steps_after_correctness_name_the_cpu_mode_not_profile(tmp_path, capsys, argv):
+    root = _cpu_run(tmp_path / "run")
+    rf.write_measurements(root, 0)
+    for name in ("ncu.json", "ncu_summary.md", "ncu_details.md"):
+        (root / "v0" / name).unlink(missing_ok=True)
+    assert rf.cli(status, [a.format(root) for a in argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cpu test mode (run.json device cpu)" in err[0] and "GPU run" in err[0], err
+    assert "profile first" not in err[0]
 
 
 def test_a_failed_step_is_not_recommended_again_on_the_same_kernel(tmp_path):

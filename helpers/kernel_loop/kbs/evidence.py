@@ -208,6 +208,10 @@ def draft_evidence(rd: RunDir, *, corpus: list[str], force: bool = False) -> tup
     k = rd.current_version()
     vdir = rd.vdir(k)
     ncu_path = vdir / NCU_JSON
+    if not ncu_path.is_file() and rd.config().device == "cpu":
+        raise UsageError("this run uses the cpu test mode (run.json device cpu): kbs evidence needs a GPU run's "
+                         "profile (vK/ncu.json: bottleneck and symptoms), which profile makes only on a GPU run "
+                         "(init a new run without --device cpu where a CUDA GPU is)")
     if not ncu_path.is_file():
         raise UsageError(f"{ncu_path} does not exist: run 'kernel-loop profile {rd.root}' first")
     target = vdir / KBS_EVIDENCE

@@ -55,39 +55,57 @@ class Budget:
     def to_json(self) -> dict[str, Any]:
         return {"kernels": self.kernels, "share": self.share, "configs": self.configs}
 
+    RANGES = "kernels=N from 1 to 64, share=F above 0 and at most 1, configs=N from the value of kernels to 256"
+
     @classmethod
     def parse(cls, text: str | None) -> Budget:
-        """``kernels=8,share=0.9,configs=16`` (any of the three; the rest keep their defaults)."""
+        """``kernels=8,share=0.9,configs=16`` (any of the three, each once; the rest keep their defaults).  None
+        is the defaults; an empty text or entry is refused.  Messages carry no prefix: the caller names the flag."""
+        if text is None:
+            return cls()
+        if not text.strip():
+            raise ValueError(f"the value is empty: give one or more of {cls.RANGES} (e.g. kernels=4,share=0.8), or leave "
+                             "the flag out for the defaults (kernels=8,share=0.9,configs=16)")
         d: dict[str, Any] = {}
-        for part in (text or "").split(","):
-            key, eq, val = part.strip().partition("=")
+        for part in text.split(","):
+            key, eq, val = (x.strip() for x in part.strip().partition("="))
             if not part.strip():
-                continue
+                raise ValueError(f"'{text}' has an empty entry: give KEY=NUMBER entries separated by single commas "
+                                 f"({cls.RANGES})")
+            if not eq or not key:
+                raise ValueError(f"'{part.strip()}' is not KEY=NUMBER ({cls.RANGES})")
+            if key in d:
+                raise ValueError(f"{key} is given twice ('{text}'): give each key once")
             try:
-                if not eq:
-                    raise ValueError
-                d[key.strip()] = float(val) if key.strip() == "share" else int(val)
+                d[key] = float(val) if key == "share" else int(val)
             except ValueError:
-                raise ValueError(f"ncu.budget: '{part.strip()}' is not KEY=NUMBER (e.g. kernels=8,share=0.9,"
-                                 "configs=16)") from None
-        return cls.from_json(d)
+                kind = "a number" if key == "share" else "a whole number"
+                raise ValueError(f"'{part.strip()}': {key} must be {kind} ({cls.RANGES})") from None
+        return cls._checked(d)
 
     @classmethod
     def from_json(cls, d: dict[str, Any] | None) -> Budget:
-        d = dict(d or {})
+        """run.json ``ncu.budget``; a ValueError says ``ncu.budget: ...``."""
+        try:
+            return cls._checked(dict(d or {}))
+        except ValueError as exc:
+            raise ValueError(f"ncu.budget: {exc}") from None
+
+    @classmethod
+    def _checked(cls, d: dict[str, Any]) -> Budget:
         unknown = sorted(set(d) - {"kernels", "share", "configs"})
         if unknown:
-            raise ValueError(f"ncu.budget: unknown key(s) {', '.join(unknown)} (known: kernels, share, configs)")
+            raise ValueError(f"unknown key(s) {', '.join(unknown)} (known: {cls.RANGES})")
         b = cls(**{k: d[k] for k in ("kernels", "share", "configs") if k in d})
         problems = []
         if not (isinstance(b.kernels, int) and not isinstance(b.kernels, bool) and 1 <= b.kernels <= 64):
             problems.append(f"kernels must be a whole number from 1 to 64 (got {b.kernels!r})")
         if not (isinstance(b.share, (int, float)) and not isinstance(b.share, bool) and 0 < b.share <= 1):
-            problems.append(f"share must be a number in (0, 1] (got {b.share!r})")
+            problems.append(f"share must be a number above 0 and at most 1 (got {b.share!r})")
         if not (isinstance(b.configs, int) and not isinstance(b.configs, bool) and b.kernels <= b.configs <= 256):
-            problems.append(f"configs must be a whole number from kernels to 256 (got {b.configs!r})")
+            problems.append(f"configs must be from the value of kernels ({b.kernels!r}) to 256 (got {b.configs!r})")
         if problems:
-            raise ValueError("ncu.budget: " + "; ".join(problems))
+            raise ValueError("; ".join(problems))
         return b
 
 

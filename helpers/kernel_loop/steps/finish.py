@@ -39,6 +39,10 @@ def run(args: argparse.Namespace) -> int:
     if done:
         raise UsageError(f"the run already finished at {done['version']} ({done.get('reason')}); "
                          "finish.json is never rewritten")
+    if rd.config().device == "cpu":
+        raise UsageError("this run uses the cpu test mode (run.json device cpu): finish needs a GPU run's signed "
+                         "profile of the version it ends on, which profile makes only on a GPU run (init a new run "
+                         "without --device cpu where a CUDA GPU is)")
     k = rd.current_version()
     if k >= plan.planned_final(rd):
         raise UsageError(f"v{k} is already the planned final version: run the final gate on it (--final)")

@@ -64,7 +64,9 @@ def register(sub) -> None:
         "which the gate rejects. Also writes vK/hypothesis.json.",
         epilog=predictions.FORMS_HELP + ". Exit codes: 0 written (the progress line says whether TODO is "
         "left), 2 refused (vN, stale or missing measurements, a complete hypothesis.txt without --force, an --evidence "
-        "id that no logged query returned, predictions none of which is on duration, bad input); a refusal writes nothing.",
+        "id that no logged query returned, predictions none of which is on duration, a prediction that cannot "
+        "fail or cannot hold (a bound every value, or none, satisfies; a duration bound over 10x off the "
+        "measured one), bad input); a refusal writes nothing.",
     )
     p.add_argument("out", help="run directory")
     p.add_argument("--change", help="the single change the next version makes")
@@ -156,6 +158,10 @@ def run(args) -> int:
                          "run the final gate, then benchmark")
     vdir = rd.vdir(k)
     kernel = rd.kernel_file(k)
+    if not (vdir / "ncu.json").is_file() and rd.config().device == "cpu":
+        raise UsageError("this run uses the cpu test mode (run.json device cpu): hypothesis needs a GPU run's "
+                         "profile (vK/ncu.json: the measurements it predicts from), which profile makes only on a "
+                         "GPU run (init a new run without --device cpu where a CUDA GPU is)")
     corr = require(vdir / "correctness.json", "correctness")
     ncu = require(vdir / "ncu.json", "profile")
     ksha = sha256_file(kernel)
@@ -174,6 +180,11 @@ def run(args) -> int:
         raise UsageError("no --predict is on duration: the gate (check 14) needs one prediction on the CUDA-event "
                          "time without a kernel, e.g. --predict 'duration: -10%' (duration or event_median_us); "
                          "nothing was written")
+    for pr in preds:
+        measured = predictions.solution_value(ncu, pr["metric"]) if predictions.on_solution(pr) else None
+        why = predictions.senseless(pr, measured)
+        if why:
+            raise UsageError(f"--predict '{pr['text']}' {why}; nothing was written")
     focus = predictions.focus_record(ncu, recs)
     for pr in preds:
         why = predictions.caveat(pr)

@@ -482,7 +482,9 @@ def register(subparsers) -> None:
                    help="what gets ncu's full sections when the call launches more kernels than 'kernels': ncu's "
                         "census lists every launch, then the version's own kernels and the largest shares of the "
                         "call's time until 'share', at most 'kernels' kernels and 'configs' launch configurations, "
-                        "one launch each (default kernels=8,share=0.9,configs=16; fixed in run.json)")
+                        "one launch each. Ranges: kernels 1 to 64, share above 0 and at most 1, configs from the "
+                        "value of kernels to 256; each key once (default kernels=8,share=0.9,configs=16; fixed "
+                        "in run.json)")
     p.add_argument("--clock-control", choices=("base", "none"), default=None,
                    help="ncu --clock-control (default: ncu's own)")
     p.add_argument("--cache-control", choices=("all", "none"), default=None,

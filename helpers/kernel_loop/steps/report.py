@@ -377,6 +377,10 @@ def chart(path: Path, data: dict[str, Any]) -> str | None:
 
 def run(args) -> int:
     rd = RunDir.open(args.out)
+    if not (rd.root / "benchmark.json").exists() and rd.config().device == "cpu":
+        raise UsageError("this run uses the cpu test mode (run.json device cpu): report needs a GPU run's profiles "
+                         "and benchmark, which profile and benchmark make only on a GPU run (init a new run without "
+                         "--device cpu where a CUDA GPU is)")
     if not (rd.root / "benchmark.json").exists():
         raise UsageError(f"{rd.root / 'benchmark.json'} does not exist: run `{command('benchmark', rd.root)}` first "
                          "(after the final gate)")
