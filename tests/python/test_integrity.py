@@ -612,6 +612,19 @@ def test_eval_mode_starts_from_a_trained_models_running_statistics(tmp_path, wor
         assert "eval()" in data["error"] and len(data["error"].splitlines()) == 1, data["error"]
 
 
+def test_a_model_wrong_in_every_plain_call_is_told_they_run_in_eval(tmp_path, worker_here):
+    """A new user's BatchNorm that always normalised with the batch's statistics failed with no word of the mode:
+    every plain call of a KernelBench model is in eval() without autograd, and the message now says so, and that
+    training mode passes."""
+    from kernel_loop.steps.correctness import _overall
+
+    rc, data, md = _kb(tmp_path, "kb_ref_batchnorm.py", "kb_wrong_in_eval_batch_stats.py", "batch_size=32,features=16")
+    assert rc != 0
+    with open(tmp_path / "run" / "v0" / "correctness.json") as fh:
+        said = _overall(json.load(fh))[1]
+    assert "(the model in eval() without autograd, as in every plain call; it passes in train" in said, said
+
+
 @pytest.mark.parametrize("kernel, passes", [("cheat_vadd_returns_fresh.py", False), ("honest_vadd_returns_out.py", True)])
 def test_a_handed_output_is_what_is_checked(tmp_path, worker_here, kernel, passes):
     """Found by a red team: a kernel handed 'out' that left it as it was and returned the right values in a new

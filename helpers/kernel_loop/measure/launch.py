@@ -118,9 +118,11 @@ class WorkerProc:
     def request(self, msg: dict[str, Any]) -> dict[str, Any]:
         chan = self._connect()
         left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise WorkerFailed(f"timed out after {self.timeout_s:.0f} s (run.json timeout_s): the kernel hangs or is "
-                               "far too slow")
+        if left <= 0:  # the time ran out between calls: the judge's own work and the calls so far took it all
+            raise WorkerFailed(f"timed out after {self.timeout_s:.0f} s (run.json timeout_s), between two calls: the "
+                               "calls so far and the judge's own checks (the reference, in float64 too, on every "
+                               "condition) took it all; at large sizes, above all on the CPU, that is the judge's "
+                               "work, not a hang: a new run with smaller --dims or a larger --timeout")
         try:
             chan.send(msg)
             reply = chan.recv(timeout=left)

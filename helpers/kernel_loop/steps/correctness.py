@@ -94,6 +94,11 @@ def _overall(res: dict) -> tuple[str, str | None]:
         cond = t.get("condition") or "plain"
         when = "" if cond == "plain" else f" ({(res.get('conditions') or {}).get(cond, cond)}" + (
             f"; this draw {t['moved'].split(': ', 1)[-1]}" if t.get("moved") else "") + ")"
+        modes = {x["condition"]: x["passed"] for x in trials if str(x.get("condition")).startswith("mode:")}
+        if cond == "plain" and modes:  # a KernelBench model: every plain call is in eval() without autograd
+            right = [m.split(":", 1)[1].replace("+", " with ") for m, ok in modes.items() if ok and "train" in m]
+            when = " (the model in eval() without autograd, as in every plain call" + (
+                f"; it passes in {' and '.join(right)}" if right else "") + ")"
         return "FAIL", (f"{len(failed)} of {len(trials)} calls failed; first: dims {shown} seed {t['seed']}{when} "
                         f"output '{o['name']}': {what}")
     return "PASS", None
