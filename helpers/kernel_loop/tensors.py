@@ -79,10 +79,13 @@ def strided_view(t, kind: str = "step"):
 
 
 def upstream(seed: int, i: int, like):
-    """The gradient handed to backward() for the ``i``-th output of a call: normal values drawn on the CPU from
-    ``seed``, so that the judge (for Model) and the worker (for ModelNew) draw the same ones."""
+    """The gradient handed to backward() for the ``i``-th output of a call, drawn on the CPU from ``seed`` so that
+    the judge (for Model) and the worker (for ModelNew) draw the same: normal values, or for an odd ``seed`` one
+    value expanded over the output (stride 0), as ``out.sum()`` or ``.mean()`` hands it to a custom backward."""
     torch = _torch()
     gen = torch.Generator().manual_seed(seed * 31 + i)
+    if seed % 2:
+        return torch.randn((), generator=gen).to(device=like.device, dtype=like.dtype).expand(tuple(like.shape))
     return torch.randn(tuple(like.shape), generator=gen).to(device=like.device, dtype=like.dtype)
 
 

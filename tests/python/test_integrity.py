@@ -724,3 +724,10 @@ def test_a_column_slice_is_a_layout_too(tmp_path, worker_here):
     conds, _ = _failed(data)
     assert conds == {"layout:padded"}, conds
 
+
+def test_every_call_with_autograd_on_is_followed_by_a_checked_backward(tmp_path, worker_here):
+    """Found by a red team: only the first backward() of a run was checked, so a custom backward right the first
+    time and wrong after passed.  Every call with autograd on is now followed by a compared backward()."""
+    rc, data, md = _kb(tmp_path, "kb_ref_linear_relu.py", "kb_cheat_grad_first_only.py", "batch_size=32,features=64")
+    assert rc != 0 and "gradient of" in data["error"], data["error"]
+

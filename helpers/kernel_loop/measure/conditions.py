@@ -9,7 +9,8 @@ the correctness calls of each shape vary, in an order drawn at random (``conditi
   mode without, eval() with autograd, eval() under inference_mode, each against Model in the same mode (``train_expected``; a Model
   whose training-mode output is random, dropout, is compared in eval() only, and the notes say so); a
   training-mode call starts from random running statistics (``running_stats``) and the buffers it leaves are
-  compared with Model's; the first call with autograd on is followed by backward(), and the gradients of the
+  compared with Model's; every call with autograd on is followed by backward() (normal or expanded output
+  gradients, tensors.upstream), and the gradients of the
   parameters and inputs compared with Model's (``backward_expected``);
 - a KernelBench model's inputs handed as strided views (``layout:strided``): right, or a refusal (it raises);
 - the inputs' range: scaled up (x20 to x500), down (x0.002 to x0.05) and shifted (2 to 8 RMS), each range at
@@ -184,7 +185,7 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
             return Condition(keep=True), "plain", ds
         cond.train, cond.grad, cond.expected = train, "grad" in value, expected
         cond.inference = value == "inference"
-        if cond.grad and "backward" not in prob.seen:  # one call with autograd on: the gradients a user gets
+        if cond.grad and prob.seen.get("backward") is not False:  # every call with autograd on: the gradients a user gets
             cond.backward = backward_expected(prob, ds, cond, seed, notes)
     elif aspect == "layout":
         kind = "pad" if value == "padded" else "step"
@@ -410,7 +411,7 @@ def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, no
     note, where they cannot be computed (the notes say why: memory, a Model without backward)."""
     import torch
 
-    prob.seen["backward"] = True
+    prob.seen["backward"] = True  # False after a backward that cannot run: not tried again
     try:
         m = model_copy(prob, cond.train, cond.stats)
         torch.manual_seed(prob.cfg.seed + 1)
@@ -435,6 +436,7 @@ def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, no
     except Exception as exc:
         text = " ".join(str(exc).split())[:160]
         notes.append(f"gradients: not checked: Model's backward() could not run ({type(exc).__name__}: {text})")
+        prob.seen["backward"] = False
         _free()
         return None
 
