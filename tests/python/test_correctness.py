@@ -381,3 +381,14 @@ def test_ctrl_c_during_correctness_leaves_no_temporary_folder(tmp_path, sig, rc,
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == rc and said in err
     assert list(tmp.iterdir()) == [] and not step.exists()
+
+
+def test_a_long_shape_says_where_it_stands(tmp_path, monkeypatch, capsys):
+    """A new user's 268 MB CPU run printed nothing for five minutes after its first line: a shape whose calls take
+    longer than KERNEL_LOOP_PROGRESS_S (15 s by default) says which call it is at."""
+    monkeypatch.setenv("KERNEL_LOOP_DEVICE", "cpu")
+    monkeypatch.setenv("KERNEL_LOOP_PROGRESS_S", "0.3")
+    rc, data, md, out = _check(tmp_path, "ref_vadd.py", "py_vadd_slow.py", "N=64")
+    assert rc == 0, md
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "shape 1 of 1: call " in ln]
+    assert lines and all(" of 17 (at " in ln for ln in lines), lines

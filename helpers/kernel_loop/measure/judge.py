@@ -47,6 +47,7 @@ from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, 
 from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
 from .under_ncu import census_first, ncu_run
 
+PROGRESS_S = float(os.environ.get("KERNEL_LOOP_PROGRESS_S") or 15.0)  # a progress line when a shape's calls take longer
 FRESH_SEED_OFFSET = 7_777_777   # the seed of the check after timing: never one a correctness trial used
 _T0 = time.monotonic()          # the judge's start: the phases of a step are counted from it
 
@@ -237,7 +238,11 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
         plan = None
         held: list[dict] = []  # per call, the fingerprints of what it returned: a caller holding them finds them so
         t = 0
+        said_at = time.monotonic()
         while plan is None or t < len(plan):
+            if plan and time.monotonic() - said_at > PROGRESS_S:  # a long shape (large inputs, the CPU): say where
+                said_at = time.monotonic()
+                progress(f"shape {si + 1} of {len(spec['shapes'])}: call {t + 1} of {len(plan)}{_at()}")
             seed = derive_seed(cfg.seed, si, t)
             want = plan[t] if plan else None
             ds = prob.draw(seed)
