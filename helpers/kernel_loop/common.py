@@ -15,10 +15,10 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -122,7 +122,12 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write through a temporary file in the same folder, then rename: a reader sees the old file or the
+    """``data`` into ``path`` (``atomic_write_with``)."""
+    atomic_write_with(path, lambda fh: fh.write(data))
+
+
+def atomic_write_with(path: Path, write: Callable[[BinaryIO], Any]) -> None:
+    """``write(fh)`` into a temporary file in the same folder, then rename: a reader sees the old file or the
     new one, never half of one, and a failed write leaves the old file as it was.  The new file gets
     the usual mode for the user's umask (mkstemp alone would make it private)."""
     path = Path(path)
@@ -130,7 +135,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            write(fh)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:

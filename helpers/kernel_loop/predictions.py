@@ -264,11 +264,14 @@ def _fired(kernel: dict[str, Any]) -> list[dict[str, Any]]:
 def kernel_records(ncu: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     """{label: {"label", "name", "owner", "launches", "time_us", "share", "profiled", "metrics", "bottleneck",
     "symptoms"}}, largest time first: every kernel of ``inventory.rows`` (schema 2) with the full sections of
-    ``kernels`` where it has them.  A schema-1 file (every launch profiled, no labels) gets ``inventory.labels``
-    of its names, one record per label: its launches counted, their durations summed, the longest launch's
-    metrics."""
+    ``kernels`` where it has them.  A schema-1 file (every launch profiled, no labels) is grouped as the profile
+    groups a call's launches (``inventory.table``): one record per kernel name, its launches counted, their
+    durations summed, with the longest launch's metrics."""
     if not isinstance(ncu, dict):
         return {}
+    kernels = [k for k in ncu.get("kernels") or [] if isinstance(k, dict)]
+    if any(not k.get("label") for k in kernels):
+        return _schema1_records(kernels)
     out: dict[str, dict[str, Any]] = {}
     inv = ncu.get("inventory") if isinstance(ncu.get("inventory"), dict) else {}
     for r in inv.get("rows") or []:
@@ -276,40 +279,33 @@ def kernel_records(ncu: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
             out[r["label"]] = {"label": r["label"], "name": r.get("name"), "owner": r.get("owner"),
                                "launches": r.get("launches"), "time_us": r.get("time_us"), "share": r.get("share"),
                                "profiled": False, "metrics": None, "bottleneck": None, "symptoms": []}
-    listed = set(out)  # the inventory's kernels
-    kernels = [k for k in ncu.get("kernels") or [] if isinstance(k, dict)]
-    if any(not k.get("label") for k in kernels):
-        from .profiling.inventory import labels
-
-        labs = labels([str(k.get("name") or "") for k in kernels])
-    else:
-        labs = [k["label"] for k in kernels]
-    summed: set[str] = set()  # schema-1 records built here from launches
-    for k, lab in zip(kernels, labs, strict=True):
-        metrics = k.get("metrics") if isinstance(k.get("metrics"), dict) else {}
-        rec = out.setdefault(lab, {"label": lab, "name": k.get("name"), "owner": k.get("owner"), "launches": None,
-                                   "time_us": None, "share": None, "profiled": False, "metrics": None,
-                                   "bottleneck": None, "symptoms": []})
-        if "time_us" in k or "launches" in k or lab in listed:  # schema 2: the figures are the call's already
-            rec.update({f: k.get(f) for f in ("launches", "time_us", "share") if f in k})
-            rec["owner"] = k.get("owner", rec["owner"])
-            rec.update(profiled=True, metrics=metrics, bottleneck=k.get("bottleneck"), symptoms=_fired(k))
-            continue
-        dur = metrics.get("duration_us")
-        if lab not in summed:
-            summed.add(lab)
-            rec.update(launches=0, time_us=0.0)
-        rec["launches"] += 1
-        rec["time_us"] = rec["time_us"] + dur if _number(dur) and _number(rec["time_us"]) else None
-        best = (rec["metrics"] or {}).get("duration_us")
-        if not rec["profiled"] or (_number(dur) and (not _number(best) or dur > best)):
-            rec.update(profiled=True, metrics=metrics, bottleneck=k.get("bottleneck"), symptoms=_fired(k))
-    if summed:
-        total = sum(r["time_us"] for r in out.values() if _number(r["time_us"]))
-        for lab in summed:
-            t = out[lab]["time_us"]
-            out[lab]["share"] = t / total if _number(t) and total > 0 else None
+    for k in kernels:
+        rec = out.setdefault(k["label"], {"label": k["label"], "name": k.get("name"), "owner": None,
+                                          "launches": None, "time_us": None, "share": None})
+        rec.update({f: k.get(f) for f in ("launches", "time_us", "share") if f in k})
+        rec.update(owner=k.get("owner", rec["owner"]), profiled=True, bottleneck=k.get("bottleneck"),
+                   metrics=k.get("metrics") if isinstance(k.get("metrics"), dict) else {}, symptoms=_fired(k))
     return dict(sorted(out.items(), key=lambda kv: -(kv[1]["time_us"] if _number(kv[1]["time_us"]) else 0.0)))
+
+
+def _schema1_records(kernels: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    from .profiling.inventory import table
+
+    def duration(k: dict[str, Any]) -> float:
+        d = (k.get("metrics") or {}).get("duration_us")
+        return float(d) if _number(d) else 0.0
+
+    named = [(str(k.get("name") or ""), k) for k in kernels]
+    inv = table([{"name": n, "grid": k.get("grid"), "block": k.get("block"), "duration_us": duration(k),
+                  "dram_bytes_read": None, "dram_bytes_write": None} for n, k in named], [])
+    out: dict[str, dict[str, Any]] = {}
+    for row in inv["rows"]:
+        best = max((k for n, k in named if n == row["name"]), key=duration)
+        out[row["label"]] = {"label": row["label"], "name": row["name"], "owner": best.get("owner"),
+                             "launches": row["launches"], "time_us": row["time_us"], "share": row["share"],
+                             "profiled": True, "metrics": best.get("metrics") if isinstance(best.get("metrics"), dict)
+                             else {}, "bottleneck": best.get("bottleneck"), "symptoms": _fired(best)}
+    return out
 
 
 def focus_record(ncu: dict[str, Any] | None, recs: dict[str, dict[str, Any]] | None = None) -> dict[str, Any] | None:

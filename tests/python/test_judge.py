@@ -863,7 +863,7 @@ def test_a_verified_timed_call_waits_as_long_as_any_other(tmp_path):
     class Fake:
         judge = types.SimpleNamespace(rng=random.Random(3))
         fresh = True
-        first = types.SimpleNamespace(tensors=dict, expected={})
+        first = types.SimpleNamespace(nbytes=lambda: {"inputs_bytes": 1 << 20, "outputs_bytes": 1 << 20})
         moved = 0
 
         def pick(self, checked, *, moved=False):

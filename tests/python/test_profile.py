@@ -693,3 +693,17 @@ def test_the_census_reader_agrees_with_the_full_parser_on_real_pages(page):
     assert got[0]["duration_us"] == pytest.approx(full[0]["duration_us"])
     assert got[0]["dram_bytes_read"] == full[0]["dram_bytes_read"]
     assert got[0]["grid"] and got[0]["block"] and got[0]["name"]
+
+
+def test_the_report_is_kept_compressed_and_whole(tmp_path):
+    """profile keeps ncu's report gzip-compressed; a compression that fails leaves the earlier file as it was."""
+    import gzip
+
+    src, dest = tmp_path / "profile.ncu-rep", tmp_path / "profile.ncu-rep.gz"
+    src.write_bytes(b"ncu" * 100_000)
+    profile._compress(src, dest)
+    assert gzip.decompress(dest.read_bytes()) == src.read_bytes() and dest.stat().st_size < 10_000
+    before = dest.read_bytes()
+    with pytest.raises(FileNotFoundError):
+        profile._compress(tmp_path / "missing.ncu-rep", dest)
+    assert dest.read_bytes() == before and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

@@ -362,7 +362,7 @@ class Session:
         checked = {0, total - 1} | set(rng.sample(range(warmup, total), k))
         self.moved = 0
         ready: dict[int, DataSet] = {}
-        prepared = not self.fresh or _bytes(self.first) * len(checked) <= PREPARED_BYTES
+        prepared = not self.fresh or sum(self.first.nbytes().values()) * len(checked) <= PREPARED_BYTES
         if self.fresh and prepared:
             ready = {i: self.pick(True, moved=0 < i < total - 1) for i in sorted(checked)}
         samples, host, delays, peak = [], [], [], 0
@@ -389,12 +389,6 @@ class Session:
                 "device_delay_us": sorted(delays)[len(delays) // 2] if delays else 0.0, "verified": verified,
                 "verified_moved": self.moved, "calls": total, "fresh_inputs": self.fresh, "peak_mem_bytes": peak or None,
                 "prepared": prepared}
-
-
-def _bytes(ds: DataSet) -> int:
-    """What one data set holds: its tensors and the reference's outputs."""
-    ts = [*ds.tensors().values(), *ds.expected.values()]
-    return sum(t.numel() * t.element_size() for t in ts if hasattr(t, "element_size"))
 
 
 def timing_block(loop: dict[str, Any], warmup: int, trials: int, device: str) -> dict[str, Any]:

@@ -399,10 +399,7 @@ def train_expected(prob: Problem, ds: DataSet, tolerance: Any, cond: Condition
 def eval_expected(prob: Problem, ds: DataSet, cond: Condition) -> dict[str, Any]:
     """Model's outputs in eval() on ``ds`` from the running statistics ``cond.stats`` (a ModelNew that assumed
     the statistics a model is built with, mean 0 and variance 1, is wrong here)."""
-    import torch
-
-    with torch.no_grad():
-        return prob.run_reference(ds.args, ds, model_copy(prob, False, cond.stats))
+    return prob.run_reference(ds.args, ds, model_copy(prob, False, cond.stats))
 
 
 def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, notes: list[str]) -> Backward | None:

@@ -194,11 +194,7 @@ def _kernel_entry(judge: Judge, path: Path) -> tuple[Path, str]:
 
 
 def _memory(ds: DataSet, peak: int | None) -> dict[str, Any]:
-    def nbytes(ts) -> int:
-        return sum(v.numel() * v.element_size() for v in ts if is_tensor(v))
-
-    return {"inputs_bytes": nbytes(ds.args[n] for n in ds.input_names()),
-            "outputs_bytes": nbytes(ds.expected.values()), "peak_mem_bytes": peak}
+    return {**ds.nbytes(), "peak_mem_bytes": peak}
 
 
 def correctness(judge: Judge) -> dict[str, Any]:

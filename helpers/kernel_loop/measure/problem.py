@@ -85,6 +85,14 @@ class DataSet:
         """The outputs the kernel is handed and must overwrite whole, whatever they held (not accumulated into)."""
         return [n for n in self.in_place if n not in self.accumulates]
 
+    def nbytes(self) -> dict[str, int]:
+        """Bytes of the inputs and of the reference's outputs."""
+        def size(ts) -> int:
+            return sum(v.numel() * v.element_size() for v in ts if is_tensor(v))
+
+        return {"inputs_bytes": size(self.args[n] for n in self.input_names()),
+                "outputs_bytes": size(self.expected.values())}
+
 
 class Problem:
     """The run's problem at one shape: draws data sets and knows how a kernel is called on them."""

@@ -30,12 +30,12 @@ from typing import Any
 
 from . import ncu_parse
 from .kernel_names import own_kernels
+from .metrics import unit_factor
 
-# One pass each on Hopper (all three are counted by the same units); the census reads them per launch.
-CENSUS_METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum")
+# The whole call's figures (KEY -> ncu's metric): sums over its launches, read per launch by the census.
 SUM_KEYS = {"duration_us": "gpu__time_duration.sum", "dram_bytes_read": "dram__bytes_read.sum",
-            "dram_bytes_write": "dram__bytes_write.sum"}  # the whole call's figures: sums over its launches
-LABEL_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:#[0-9]+)?$")
+            "dram_bytes_write": "dram__bytes_write.sum"}
+CENSUS_METRICS = tuple(SUM_KEYS.values())
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -160,44 +160,37 @@ def owner(name: str, defined: list[str]) -> str:
 
 
 # --- the census ---------------------------------------------------------------------------------
-_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6, "second": 1e6}
-
-
 def _value(text: str) -> float | None:
     v = ncu_parse.parse_value(text)
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
 def launches(raw_csv: str | None) -> list[dict[str, Any]]:
-    """ncu's raw page of a pass over the whole call -> one record per launch, in launch order:
-    {name, grid, block, duration_us, dram_bytes_read, dram_bytes_write}.  Reads only those columns (a
+    """ncu's raw page of a pass over the whole call -> one record per launch, in launch order: {name, grid,
+    block} and the SUM_KEYS (duration_us, dram_bytes_read, dram_bytes_write).  Reads only those columns (a
     census of thousands of launches has some 200 columns, mostly the device's attributes)."""
     rows = ncu_parse.csv_rows(raw_csv or "")
     if not rows:
         return []
     col = {name: i for i, name in enumerate(rows[0])}
     units = next((r for r in rows[1:] if r and r[0].strip() == ""), [])
-    need = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum")
 
     def cell(row: list[str], name: str) -> str:
         i = col.get(name)
         return row[i] if i is not None and i < len(row) else ""
 
-    scale = _US.get(cell(units, need[0]).strip().lower() or "ns", 1e-3)
+    scale = unit_factor("us", cell(units, SUM_KEYS["duration_us"]) or "ns") or 1e-3
     out = []
     for row in rows[1:]:
         if not row or row[0].strip() == "" or len(row) != len(rows[0]):
             continue
-        d = _value(cell(row, need[0]))
-        out.append({"name": cell(row, "Kernel Name").strip(), "grid": ncu_parse.parse_dim3(cell(row, "Grid Size")),
-                    "block": ncu_parse.parse_dim3(cell(row, "Block Size")),
-                    "duration_us": None if d is None else d * scale,
-                    "dram_bytes_read": _value(cell(row, need[1])), "dram_bytes_write": _value(cell(row, need[2]))})
+        rec = {"name": cell(row, "Kernel Name").strip(), "grid": ncu_parse.parse_dim3(cell(row, "Grid Size")),
+               "block": ncu_parse.parse_dim3(cell(row, "Block Size"))}
+        rec.update({key: _value(cell(row, metric)) for key, metric in SUM_KEYS.items()})
+        if rec["duration_us"] is not None:
+            rec["duration_us"] *= scale
+        out.append(rec)
     return out
-
-
-def _config(rec: dict[str, Any]) -> tuple[str, tuple, tuple]:
-    return rec["name"], tuple(rec.get("grid") or ()), tuple(rec.get("block") or ())
 
 
 def table(recs: list[dict[str, Any]], defined: list[str]) -> dict[str, Any]:
@@ -209,7 +202,8 @@ def table(recs: list[dict[str, Any]], defined: list[str]) -> dict[str, Any]:
         row = rows.setdefault(r["name"], {"name": r["name"], "launches": 0, "time_us": 0.0, "configs": {}})
         row["launches"] += 1
         row["time_us"] += r["duration_us"] or 0.0
-        cfg = row["configs"].setdefault(_config(r)[1:], {"launches": 0, "time_us": 0.0})
+        cfg = row["configs"].setdefault((tuple(r.get("grid") or ()), tuple(r.get("block") or ())),
+                                        {"launches": 0, "time_us": 0.0})
         cfg["launches"] += 1
         cfg["time_us"] += r["duration_us"] or 0.0
     names = list(rows)
@@ -280,14 +274,14 @@ def representatives(inv: dict[str, Any], records: list[dict[str, Any]], defined:
         rep = max(recs, key=lambda r: weight.get((tuple(r.get("grid") or ()), tuple(r.get("block") or ())), 0.0))
         out.append({**rep, "label": row["label"], "owner": row["owner"], "launches": row["launches"],
                     "time_us": row["time_us"], "share": row["share"], "configs": len(row["configs"])})
-    stray = [name for name in by_name]
+    stray = list(by_name)
     taken = {k["label"] for k in out}
     for name, recs in by_name.items():
         rep = max(recs, key=lambda r: r["metrics"].get("duration_us") or 0.0)
-        label = labels([name])[0]
+        label = base = labels([name])[0]
         n = 2
         while label in taken:
-            label, n = f"{labels([name])[0]}#{n}", n + 1
+            label, n = f"{base}#{n}", n + 1
         taken.add(label)
         us = sum(r["metrics"].get("duration_us") or 0.0 for r in recs)
         out.append({**rep, "label": label, "owner": owner(name, defined),

@@ -174,7 +174,7 @@ _TIME = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "mse
 _PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 
 
-def _scale(key_unit: str, ncu_unit: str) -> float | None:
+def unit_factor(key_unit: str, ncu_unit: str) -> float | None:
     """Factor from ``ncu_unit`` to ``key_unit``; None when they are not convertible."""
     u = ncu_unit.strip()
     if key_unit == "us":
@@ -198,7 +198,7 @@ def _from_labels(spec: Key, sections: dict[str, list[dict[str, Any]]]) -> float 
     for section, label in spec.labels:
         for item in sections.get(section, []):
             if item["name"] == label:
-                f = _scale(spec.unit, item.get("unit", ""))
+                f = unit_factor(spec.unit, item.get("unit", ""))
                 v = _clean(item["value"])
                 if f is not None and v is not None:
                     return item["value"] if isinstance(item["value"], int) and f == 1.0 else v * f
@@ -223,7 +223,7 @@ def extract(kernel: dict[str, Any]) -> tuple[dict[str, float | None], dict[str, 
             if isinstance(v, float) and math.isnan(v):
                 val, sources[spec.key] = math.nan, name
                 break
-            f = _scale(spec.unit, ent.get("unit", ""))
+            f = unit_factor(spec.unit, ent.get("unit", ""))
             if f is not None and _clean(v) is not None:
                 val, sources[spec.key] = (v if isinstance(v, int) and f == 1.0 else float(v) * f), name
                 break

@@ -33,6 +33,7 @@ from ..common import (
     UsageError,
     atomic_write_bytes,
     atomic_write_text,
+    atomic_write_with,
     judge_tmpdir,
     progress,
     read_json,
@@ -98,18 +99,13 @@ def ncu_command(ncu: str, ncfg: dict[str, Any], report: Path) -> list[str]:
 
 
 def _compress(src: Path, dest: Path) -> None:
-    """gzip ``src`` into ``dest`` through a temporary file in dest's folder and a rename (a report of tens of MB
-    packs about 8x; ``gunzip -k`` gives the file Nsight Compute opens)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz, \
-                open(src, "rb") as fh:
+    """gzip ``src`` into ``dest``, written whole or not at all (a report of tens of MB packs about 8x; ``gunzip
+    -k`` gives the file Nsight Compute opens)."""
+    def write(raw) -> None:
+        with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz, open(src, "rb") as fh:
             shutil.copyfileobj(fh, gz, 1 << 20)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    atomic_write_with(dest, write)
 
 
 def census_command(ncu: str, ncfg: dict[str, Any], report: Path) -> list[str]:

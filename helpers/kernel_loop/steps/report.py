@@ -312,13 +312,14 @@ def targeted_kernels(versions: list[dict[str, Any]]) -> None:
     for k, v in enumerate(versions):
         ncu = _ncu(v)
         v["sums"] = predictions.solution_sums(ncu) if ncu else MISSING
-        v["launched"] = sum(r["launches"] or 0 for r in predictions.kernel_records(ncu).values()) if ncu else MISSING
         if ncu is None:
-            v["targets"] = []
+            v["launched"], v["targets"] = MISSING, []
             continue
         recs = predictions.kernel_records(ncu)
+        v["launched"] = sum(r["launches"] or 0 for r in recs.values())
         prev = versions[k - 1] if k else None
         named: dict[str, str | None] = {}  # label in the previous version -> its demangled name
+        prev_recs: dict[str, dict[str, Any]] = {}
         if prev is not None:
             prev_recs = predictions.kernel_records(_ncu(prev))
             for p in (prev["hypothesis"] or {}).get("predictions") or []:
@@ -331,7 +332,7 @@ def targeted_kernels(versions: list[dict[str, Any]]) -> None:
                 if lab in prev_recs and lab not in named:  # one that names no kernel of prev is not a target
                     named[lab] = p.get("kernel_name") or prev_recs[lab]["name"]
         if named:
-            earlier = {r["name"] for r in predictions.kernel_records(_ncu(prev)).values() if r["name"]}
+            earlier = {r["name"] for r in prev_recs.values() if r["name"]}
             why = f"named by {prev['name']}'s predictions"
             v["targets"] = []
             for lab, name in named.items():
