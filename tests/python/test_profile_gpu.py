@@ -247,3 +247,29 @@ def test_profile_of_many_launches_takes_the_census_then_the_budgets_kernels(tmp_
     assert data["sums"]["duration_us"] == pytest.approx(inv["kernel_time_us"])
     assert data["sums"]["duration_us"] > data["kernels"][0]["metrics"]["duration_us"]
     assert "ncu's census" in proc.stderr and "own_add" in (v0 / "ncu_summary.md").read_text()
+
+
+# A red team's memo: the measured call under ncu used to repeat inputs of its warm calls (7 times in 8), so a kernel
+# that remembers results by a few input elements had ncu measure a copy instead of its work.
+MEMO = '''"""Remembers each result by the first elements of its input and returns a copy when they come again."""
+import torch
+
+_memo = {}
+
+
+def run_kernel(x):
+    key = x[0, :8].cpu().numpy().tobytes()
+    if key in _memo:
+        return _memo[key].clone()
+    y = torch.softmax(x, dim=-1)
+    _memo[key] = y.clone()
+    return y
+'''
+
+
+@pytest.mark.gpu
+@needs_ncu
+def test_the_measured_call_under_ncu_has_inputs_of_its_own(tmp_path):
+    data, _ = _loop(tmp_path, "ref_softmax.py", MEMO, ".py", "triton", "M=4096,N=2048")
+    names = [k["name"] for k in data["kernels"]]
+    assert any("softmax" in n.lower() for n in names), names  # ncu measured the work, not a remembered copy
