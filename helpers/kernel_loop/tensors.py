@@ -110,6 +110,14 @@ def grads_into(outs: list, targets: list[tuple[str, Any, Any]], seed: int) -> li
     return unused
 
 
+def foreign_memory(t) -> bool:
+    """Whether a tensor lives in memory torch's allocator did not give its storage (torch.from_dlpack, frombuffer,
+    from_numpy, a shared-memory mapping, a raw pointer): such a storage cannot be resized.  Its storage object
+    dies when a caller lets go of it while the memory may stay with whoever made it, so ``still_held`` cannot
+    see a kernel that keeps that memory and writes it again."""
+    return not t.untyped_storage().resizable()
+
+
 def still_held(kept: list[dict]) -> list[list]:
     """Which results [call index, name] are still alive once ``kept`` (per call, the results a caller holds) lets go of
     them: a weak reference to each one's storage, every reference dropped (the list emptied), a garbage collection.

@@ -650,6 +650,19 @@ def test_a_ring_of_returned_buffers_larger_than_the_calls_fails(tmp_path, worker
     assert not any("is stored where the result" in n for n in _failed(data)[1])  # no result was overwritten in time
 
 
+@pytest.mark.parametrize("kernel, passes", [("cheat_softmax_ring_dlpack.py", False),
+                                            ("cheat_softmax_ring_numpy.py", False),
+                                            ("honest_softmax_numpy_cloned.py", True)])
+def test_a_result_in_memory_torch_did_not_allocate_fails(tmp_path, worker_here, kernel, passes):
+    """Left open by a red team: a ring of results handed out through DLPack or NumPy gives the caller a new storage
+    object each call over memory the kernel keeps, so the caller letting go frees the object, not the memory.  A
+    returned tensor must live in memory torch allocated for it (or in a buffer the kernel was handed)."""
+    rc, data, md = _correctness(tmp_path, "ref_softmax.py", kernel, "M=8,N=64")
+    assert (rc == 0) is passes, data["error"]
+    if not passes:
+        assert "lives in memory torch did not allocate" in data["error"], data["error"]
+
+
 def test_the_ends_of_every_input_range_are_tried(tmp_path, worker_here):
     """Found by a red team: one factor drawn per range could miss a kernel wrong only near the range's end.  Each
     range is now tried at both ends as well as at a random point."""

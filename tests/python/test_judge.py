@@ -835,6 +835,43 @@ def test_the_timed_calls_are_verified_on_moved_inputs_too(tmp_path, monkeypatch,
     assert "is wrong" in (sol.get("error") or ""), sol.get("error")
 
 
+def test_every_timed_call_is_followed_by_a_verification_or_its_decoy(tmp_path, monkeypatch, verdict_here):
+    """Left open by a red team: the judge verified a timed call after it returned, so the wait after a verified call
+    was longer.  A kernel that timed the waits between its calls could count the checks made; with their number
+    bounded it knew when no more would come but the last.  After an unverified call the judge now does the same work
+    on data whose answer it knows, in the timed loop and in the A/B loop alike."""
+    from kernel_loop.measure import calls
+
+    events: list[str] = []
+    real_call, real_verify, real_decoy = calls.Session.call, calls.verify, calls.Session.decoy
+
+    def call(self, *a, **kw):
+        events.append("call")
+        return real_call(self, *a, **kw)
+
+    def verify(*a, **kw):
+        events.append("verify")
+        return real_verify(*a, **kw)
+
+    def decoy(self):
+        events.append("decoy")
+        return real_decoy(self)
+
+    monkeypatch.setattr(calls.Session, "call", call)
+    monkeypatch.setattr(calls, "verify", verify)
+    monkeypatch.setattr(calls.Session, "decoy", decoy)
+    out = _init(tmp_path, "ref_softmax.py", "import torch\n\n\ndef run_kernel(x):\n    return torch.softmax(x, dim=-1)\n",
+                "M=8,N=64")
+    assert _correctness(out)[0] == 0
+    events.clear()
+    rc, bench = _benchmark(monkeypatch, out, "--timing", "host_time", "--warmup", "2", "--trials", "30",
+                           "--baselines", "none")
+    assert rc == 0 and _rows(bench)["solution"]["correct_after_timing"], bench
+    after = [events[i + 1] if i + 1 < len(events) else None for i, e in enumerate(events) if e == "call"]
+    assert len(after) >= 32 and all(e in ("verify", "decoy") for e in after), events
+    assert after.count("decoy") >= 20  # most timed calls are not verified
+
+
 def test_the_judge_removes_its_settings_file_before_any_worker_starts(tmp_path):
     """Found by a red team: a kernel read the judge's command line, then its spec file (the step, the seed, the
     timed loop's length).  The judge reads the file once and removes it before it starts a worker."""
@@ -870,8 +907,9 @@ def test_a_verified_timed_call_waits_as_long_as_any_other(tmp_path):
             events.append(("draw", checked))
             return types.SimpleNamespace(checked=checked)
 
-        def call(self, kid, ds, *, checked):
+        def call(self, kid, ds, *, checked, decoy=False):
             events.append(("call", checked))
+            assert decoy  # every call of a timed loop: a verification after it, or its decoy
             assert ds.checked == checked  # a verified call gets data with its reference
             return {"failure": None, "rows": [], "reply": {"us": 1.0, "host_us": 1.0, "delay_us": 0.0}}
 

@@ -371,6 +371,52 @@ def test_a_result_that_computes_when_read_is_refused(tmp_path, monkeypatch, caps
     assert rc_c == 1 and "torch.lazy._Later (a torch.Tensor subclass)" in err, err[-3000:]
 
 
+RING_DLPACK = TRITON.replace("def run_kernel(", "def _run(") + '''
+
+_ring = []
+
+
+def run_kernel(x, M, N):
+    if not _ring:  # 64 results the kernel keeps, each handed out through DLPack (a new storage object per call)
+        _ring.extend(torch.empty_like(x) for _ in range(64))
+    _ring.append(_ring.pop(0))
+    _ring[-1].copy_(_run(x, M, N))
+    return torch.from_dlpack(_ring[-1])
+'''
+GRAPH_STATIC = '''import torch
+
+_g = {}
+
+
+def run_kernel(x, M, N):
+    if "graph" not in _g:  # a CUDA graph whose static output is returned as it is, replay after replay
+        _g["x"] = x.clone()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            torch.softmax(_g["x"], dim=-1)
+        torch.cuda.current_stream().wait_stream(s)
+        _g["graph"] = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(_g["graph"]):
+            _g["y"] = torch.softmax(_g["x"], dim=-1)
+    _g["x"].copy_(x)
+    _g["graph"].replay()
+    return _g["y"]
+'''
+
+
+@needs_gpu
+@pytest.mark.parametrize("kernel, why", [(RING_DLPACK, "lives in memory torch did not allocate"),
+                                         (GRAPH_STATIC, "is stored where the result|is still held by the kernel")])
+def test_a_result_the_kernel_keeps_is_refused_on_the_gpu(tmp_path, monkeypatch, capsys, kernel, why):
+    """A ring of CUDA results handed out through DLPack (the caller's storage object is new on every call, the memory
+    is the kernel's) and a CUDA graph's static output returned replay after replay: a caller's result is written
+    again by a later call."""
+    rc_c, _, _ = _profile(tmp_path, REF, kernel, monkeypatch, dims="M=256,N=1024")
+    err = capsys.readouterr().err
+    assert rc_c == 1 and any(w in err for w in why.split("|")), err[-3000:]
+
+
 POISON_COMPILE = '''import glob
 import os
 import tempfile

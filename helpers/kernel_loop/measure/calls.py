@@ -173,6 +173,11 @@ def verify(shared: Shared, ds: DataSet, report: dict[str, Any], tolerance: Any, 
             row.update(passed=False, note=f"output '{row['name']}' is stored where the result '{meta['reuses']}' "
                        "is: the kernel returns a buffer it reuses, so a caller that keeps a result finds it "
                        "overwritten by a later call; return a new tensor each call")
+        elif meta.get("foreign") and not props.get("foreign"):
+            row.update(passed=False, note=f"output '{row['name']}' lives in memory torch did not allocate for it "
+                       "(torch.from_dlpack, from_numpy, frombuffer, a CUDA graph's replay or a raw pointer): the judge "
+                       "cannot see whether the kernel keeps that memory and writes it again under a result its caller "
+                       "holds; return a tensor torch allocated (torch.empty, or .clone() it)")
     for n in ds.input_names():
         t = shared.bufs[shared.names[n]]
         if fingerprint(t) != ds.fingerprints[n]:
@@ -258,6 +263,9 @@ class Session:
         self.fresh = False
         self.draw_s = 0.0
         self.moved = 0  # verified timed calls whose inputs were moved to another range
+        # the kernels' timed calls that are not verified get a decoy of the verification's work (not the baselines')
+        self.decoys = baseline is None
+        self._decoy_got: dict[str, Any] | None = None
 
     def prepare_sets(self, calls: int, seed: int) -> None:
         """Fresh data for every call when drawing the inputs is cheap enough (an unverified call needs no
@@ -300,10 +308,11 @@ class Session:
         return bool(self.problem.seen[key])
 
     def call(self, kid: str, ds: DataSet, *, checked: bool, nvtx: bool = False, cond: Condition | None = None,
-             inventory: bool = False) -> dict[str, Any]:
+             inventory: bool = False, decoy: bool = False) -> dict[str, Any]:
         """One call on ``ds``: {"reply", "failure": None or text, "rows", "warnings"}.  The inputs are
         written into the shared buffers before every call (the worker hands back what the call left in
-        them), and every output is poisoned, or for a correctness call prepared as ``cond`` says."""
+        them), and every output is poisoned, or for a correctness call prepared as ``cond`` says.  ``decoy``: an
+        unverified call is followed by the work a verification does (``decoy``), on data whose answer is known."""
         cond = cond or Condition()
         sh = self.shared
         sh.load(ds)
@@ -344,36 +353,38 @@ class Session:
             if cond.backward is not None and not first_failure(rows):
                 rows += gradient_rows(self, kid, ds, cond, reply.get("returned") or {}, out["notes"])
             why = first_failure(rows) or why
+        elif decoy and self.decoys:
+            self.decoy()
         out["failure"] = why
         return out
+
+    def decoy(self) -> None:
+        """After a timed call that is not verified, the work a verification does: the outputs compared with a
+        reference and the inputs' fingerprints taken, here on the first data set's answer and a copy of it.  The
+        wait after a call is then the same whether it was verified or not: a kernel that measures the time between
+        its calls cannot count the checks made so far (found by a red team: with the number of checks bounded, the
+        calls after the last long wait were unverified but for the loop's last)."""
+        if self._decoy_got is None:
+            self._decoy_got = {n: e.clone() for n, e in self.first.expected.items()}
+        compare_outputs(self._decoy_got, self.first.expected, self.judge.tolerance, self.judge.ref)
+        for n in self.first.input_names():
+            fingerprint(self.shared.bufs[self.shared.names[n]])
 
     def loop(self, kid: str, warmup: int, trials: int, *, label: str) -> dict[str, Any]:
         """``warmup`` then ``trials`` calls; verified: the first, the last and a number drawn from MIN_CHECKS to a
         tenth of the trials, at calls chosen at random beforehand.  Returns the trial samples, the host dispatch
-        and the first failure.
-
-        With fresh inputs per call, the verified calls' data (inputs and reference) is drawn before the loop, and
-        each of those calls still makes the draw an unverified call makes: the wait before a call is the same
-        whether it is verified or not (a red team's kernel measured it, and cut corners on the short waits).
-        Unless that data is larger than PREPARED_BYTES, then drawn in turn (``prepared`` says which)."""
+        and the first failure.  The judge does the same work before every call (``Feed``) and after it (a
+        verification or its ``decoy``), so the waits between calls do not tell verified calls apart."""
         rng = self.judge.rng
         total = warmup + trials
         k = min(trials, rng.randint(MIN_CHECKS, max(MIN_CHECKS, math.ceil(trials / 10))))
         checked = {0, total - 1} | set(rng.sample(range(warmup, total), k))
         self.moved = 0
-        ready: dict[int, DataSet] = {}
-        prepared = not self.fresh or sum(self.first.nbytes().values()) * len(checked) <= PREPARED_BYTES
-        if self.fresh and prepared:
-            ready = {i: self.pick(True, moved=0 < i < total - 1) for i in sorted(checked)}
+        feed = Feed(self, checked, lambda i: 0 < i < total - 1)
         samples, host, delays, peak = [], [], [], 0
         verified = 0
         for i in range(total):
-            if i in ready:
-                ds = ready.pop(i)
-                self.pick(False)  # the draw an unverified call makes, thrown away
-            else:
-                ds = self.pick(i in checked, moved=0 < i < total - 1)
-            r = self.call(kid, ds, checked=i in checked)
+            r = self.call(kid, feed.data(i), checked=i in checked, decoy=True)
             if r["failure"]:
                 phase = "warmup" if i < warmup else "timed"
                 return {"failure": f"{label}: call {i + 1} of {total} ({phase}) is wrong: {r['failure']}",
@@ -388,7 +399,27 @@ class Session:
         return {"failure": None, "samples_us": samples, "host_overhead_us": host_us,
                 "device_delay_us": sorted(delays)[len(delays) // 2] if delays else 0.0, "verified": verified,
                 "verified_moved": self.moved, "calls": total, "fresh_inputs": self.fresh, "peak_mem_bytes": peak or None,
-                "prepared": prepared}
+                "prepared": feed.prepared}
+
+
+class Feed:
+    """The data of a timed loop's calls.  With fresh inputs per call, the verified calls' data (inputs and
+    reference) is drawn before the loop, and each of those calls still makes the draw an unverified call makes:
+    the wait before a call is the same whether it is verified or not (a red team's kernel measured it, and cut
+    corners on the short waits).  Unless that data is larger than PREPARED_BYTES, then drawn in turn
+    (``prepared`` says which).  ``moved(i)``: whether verified call ``i`` may draw moved inputs (Session.pick)."""
+
+    def __init__(self, sess: Any, checked: set[int], moved: Any):
+        self.sess, self.checked, self.moved = sess, checked, moved
+        self.prepared = not sess.fresh or sum(sess.first.nbytes().values()) * len(checked) <= PREPARED_BYTES
+        self.ready = ({i: sess.pick(True, moved=moved(i)) for i in sorted(checked)}
+                      if sess.fresh and self.prepared else {})
+
+    def data(self, i: int) -> DataSet:
+        if i in self.ready:
+            self.sess.pick(False)  # the draw an unverified call makes, thrown away
+            return self.ready.pop(i)
+        return self.sess.pick(i in self.checked, moved=self.moved(i))
 
 
 def timing_block(loop: dict[str, Any], warmup: int, trials: int, device: str) -> dict[str, Any]:
@@ -411,9 +442,9 @@ def ab_loop(sess: Session, a: str, b: str, warmup: int, trials: int) -> dict[str
     checked = set(sess.judge.rng.sample(range(len(plan)), min(len(plan), 2 * MIN_CHECKS))) | {len(plan) - 1}
     samples: dict[str, list[float]] = {a: [], b: []}
     host: dict[str, list[float]] = {a: [], b: []}
+    feed = Feed(sess, checked, lambda i: i < len(plan) - 1)
     for i, (t, kid) in enumerate(plan):
-        ds = sess.pick(i in checked, moved=i < len(plan) - 1)
-        r = sess.call(kid, ds, checked=i in checked)
+        r = sess.call(kid, feed.data(i), checked=i in checked, decoy=True)
         if r["failure"]:
             return {"failure": f"A/B {a} -> {b}: {kid} is wrong on call {i + 1}: {r['failure']}"}
         (samples if t >= warmup else host)[kid].append(r["reply"]["us"] if t >= warmup else r["reply"]["host_us"])

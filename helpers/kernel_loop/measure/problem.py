@@ -27,7 +27,15 @@ from .. import build, loader
 from ..common import UsageError
 from ..config import RunConfig
 from ..sidecars import REF_PY
-from ..tensors import clone_value, fingerprint, is_tensor, normalize_outputs, poison_tensor, storage_ptr
+from ..tensors import (
+    clone_value,
+    fingerprint,
+    foreign_memory,
+    is_tensor,
+    normalize_outputs,
+    poison_tensor,
+    storage_ptr,
+)
 
 
 class BadReference(UsageError):
@@ -256,7 +264,7 @@ class Problem:
             if not is_tensor(v):
                 raise BadReference(f"the reference output '{name}' is a {type(v).__name__}, not a tensor")
             ds.ref_props[name] = {"expanded": _expanded(v), "views": held.get(storage_ptr(v)),
-                                  "reuses": storage_ptr(v) in self._prev_ptrs,
+                                  "reuses": storage_ptr(v) in self._prev_ptrs, "foreign": foreign_memory(v),
                                   "aliases": any(storage_ptr(o) == storage_ptr(v) for n, o in out.items()
                                                  if n != name and is_tensor(o))}
         ds.expected = {n: v.clone() if storage_ptr(v) in held or storage_ptr(v) in self._prev_ptrs else v

@@ -234,9 +234,10 @@ def hand_over(w: Any, k: Any, value: Any, views: dict | None = None) -> tuple[di
     the returned tensors a caller would hold (those not in a buffer the kernel was handed).  ``views``: the
     strided views the call was handed instead of some inputs (judge buffer name -> view).  An output the kernel
     was handed is read from its buffer: a tensor returned under its name elsewhere is reported, not copied."""
-    from ..tensors import normalize_outputs
+    from ..tensors import foreign_memory, normalize_outputs, storage_ptr
 
     torch = w.torch
+    owned = {storage_ptr(t) for t in k.model.state_dict().values()} if getattr(k, "model", None) is not None else set()
     for name, sh in w.shared.items():
         lo = w.local[name]
         if lo is not sh:
@@ -279,6 +280,9 @@ def hand_over(w: Any, k: Any, value: Any, views: dict | None = None) -> tuple[di
                 if v.data_ptr() != w.local[buf].data_ptr():
                     sh.copy_(v.to(sh.device) if v.device != sh.device else v)
                 meta["stored"] = True
+        in_its_buffer = name in handed and buf in w.local and not meta["elsewhere"]
+        meta["foreign"] = bool(v.numel() and not meta["views"] and not in_its_buffer and foreign_memory(v)
+                               and storage_ptr(v) not in owned)
         report[name] = meta
     held = {n: v for n, v in returned.items() if type(v) is torch.Tensor
             and not any(a <= span(v)[0] < b for _, (a, b) in spans)}
