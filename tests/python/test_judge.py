@@ -835,6 +835,37 @@ def test_the_timed_calls_are_verified_on_moved_inputs_too(tmp_path, monkeypatch,
     assert "is wrong" in (sol.get("error") or ""), sol.get("error")
 
 
+def test_with_data_too_large_to_prepare_an_unverified_call_waits_like_a_verified_one():
+    """Left open by a red team: when the verified calls' data is too large to draw before the loop, a verified call's
+    reference ran just before it, so its wait was longer.  An unverified call's draw is now followed by a pause as
+    long as one of the verified calls' draws took."""
+    import random
+    import time
+    import types
+
+    from kernel_loop.measure.calls import Feed
+
+    class Fake:
+        judge = types.SimpleNamespace(rng=random.Random(5))
+        fresh = True
+        first = types.SimpleNamespace(nbytes=lambda: {"inputs_bytes": 1 << 40})  # too large to prepare
+
+        def pick(self, checked, *, moved=False):
+            time.sleep(0.03 if checked else 0.001)  # a reference only for a verified call
+            return checked
+
+    checked = {0, 3, 7, 11, 19}
+    feed = Feed(Fake(), checked, lambda i: False)
+    assert not feed.prepared
+    waits = {}
+    for i in range(20):
+        start = time.perf_counter()
+        assert feed.data(i) == (i in checked)
+        waits[i] = time.perf_counter() - start
+    unverified = [w for i, w in waits.items() if i not in checked]
+    assert min(unverified) > 0.025, waits  # before: 0.001 s against 0.03 s
+
+
 def test_every_timed_call_is_followed_by_a_verification_or_its_decoy(tmp_path, monkeypatch, verdict_here):
     """Left open by a red team: the judge verified a timed call after it returned, so the wait after a verified call
     was longer.  A kernel that timed the waits between its calls could count the checks made; with their number

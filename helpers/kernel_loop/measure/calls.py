@@ -405,19 +405,32 @@ class Feed:
     reference) is drawn before the loop, and each of those calls still makes the draw an unverified call makes:
     the wait before a call is the same whether it is verified or not (a red team's kernel measured it, and cut
     corners on the short waits).  Unless that data is larger than PREPARED_BYTES, then drawn in turn
-    (``prepared`` says which).  ``moved(i)``: whether verified call ``i`` may draw moved inputs (Session.pick)."""
+    (``prepared`` says which), and an unverified call's draw is followed by a pause as long as a verified call's
+    draw and reference took (one of those times, drawn at random), so that the wait is alike there too.
+    ``moved(i)``: whether verified call ``i`` may draw moved inputs (Session.pick)."""
 
     def __init__(self, sess: Any, checked: set[int], moved: Any):
         self.sess, self.checked, self.moved = sess, checked, moved
         self.prepared = not sess.fresh or sum(sess.first.nbytes().values()) * len(checked) <= PREPARED_BYTES
         self.ready = ({i: sess.pick(True, moved=moved(i)) for i in sorted(checked)}
                       if sess.fresh and self.prepared else {})
+        self.took: list[float] = []  # seconds of the verified calls' draws with their references, drawn in turn
 
     def data(self, i: int) -> DataSet:
         if i in self.ready:
             self.sess.pick(False)  # the draw an unverified call makes, thrown away
             return self.ready.pop(i)
-        return self.sess.pick(i in self.checked, moved=self.moved(i))
+        start = time.perf_counter()
+        ds = self.sess.pick(i in self.checked, moved=self.moved(i))
+        took = time.perf_counter() - start
+        if not self.sess.fresh:
+            return ds
+        if i in self.checked:
+            self.took.append(took)
+        elif self.took:  # capped at twice the median: a first moved draw also decides its range (conditions.range_ok)
+            cap = 2 * sorted(self.took)[len(self.took) // 2]
+            time.sleep(max(0.0, min(self.sess.judge.rng.choice(self.took), cap) - took))
+        return ds
 
 
 def timing_block(loop: dict[str, Any], warmup: int, trials: int, device: str) -> dict[str, Any]:
