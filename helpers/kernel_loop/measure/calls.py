@@ -4,7 +4,8 @@
 correctness one more per returned output, where the worker hands back a result an earlier call returned);
 ``Session`` puts a data set in them before every call, poisons every output, asks for the call, screens
 every call for poison left behind and verifies the calls the judge chose (``Session.loop``: the first,
-the last and at least MIN_CHECKS more, chosen at random beforehand).
+the last, and each other timed call with probability CHECK_P on its own, at least MIN_CHECKS of them, chosen
+at random beforehand: ``drawn_checks``).
 
 A correctness call can also vary what a user's call varies (``Condition``): what the outputs it is handed
 hold before the call (zeros, random values, the right answer of other inputs), the module's mode and
@@ -15,7 +16,6 @@ checks that it kept its bytes, that the kernel lets go of it with its caller, an
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from .launch import KernelFailed, WorkerProc
 from .problem import DataSet, Problem
 
 MIN_CHECKS = 4                  # verified timed calls per loop, besides the first and the last (at least)
+CHECK_P = 0.1                   # the chance of each timed call to be verified, independently of the others
 PREPARED_BYTES = 8 << 30        # the verified calls' data drawn before a timed loop, at most
 FRESH_DRAW_BUDGET_S = 20.0      # a fresh data set for every call while drawing them all costs no more
 
@@ -263,8 +264,6 @@ class Session:
         self.fresh = False
         self.draw_s = 0.0
         self.moved = 0  # verified timed calls whose inputs were moved to another range
-        # the kernels' timed calls that are not verified get a decoy of the verification's work (not the baselines')
-        self.decoys = baseline is None
 
     def prepare_sets(self, calls: int, seed: int) -> None:
         """Fresh data for every call when drawing the inputs is cheap enough (an unverified call needs no
@@ -307,11 +306,10 @@ class Session:
         return bool(self.problem.seen[key])
 
     def call(self, kid: str, ds: DataSet, *, checked: bool, nvtx: bool = False, cond: Condition | None = None,
-             inventory: bool = False, decoy: bool = False) -> dict[str, Any]:
+             inventory: bool = False) -> dict[str, Any]:
         """One call on ``ds``: {"reply", "failure": None or text, "rows", "warnings"}.  The inputs are
         written into the shared buffers before every call (the worker hands back what the call left in
-        them), and every output is poisoned, or for a correctness call prepared as ``cond`` says.  ``decoy``: an
-        unverified call is followed by the work a verification does (``decoy``), on data whose answer is known."""
+        them), and every output is poisoned, or for a correctness call prepared as ``cond`` says."""
         cond = cond or Condition()
         sh = self.shared
         sh.load(ds)
@@ -352,37 +350,23 @@ class Session:
             if cond.backward is not None and not first_failure(rows):
                 rows += gradient_rows(self, kid, ds, cond, reply.get("returned") or {}, out["notes"])
             why = first_failure(rows) or why
-        elif decoy and self.decoys:
-            self.decoy()
         out["failure"] = why
         return out
 
-    def decoy(self) -> None:
-        """After a timed call that is not verified, the work a verification does: the outputs compared with a
-        reference and the inputs' fingerprints taken, here on the first data set's answer compared with itself (a
-        comparison that passes, as a verified call of a kernel right on it does; no copy, so no memory of its own).
-        The wait after a call is then the same whether it was verified or not: a kernel that measures the time
-        between its calls cannot count the checks made so far (found by a red team: with the number of checks
-        bounded, the calls after the last long wait were unverified but for the loop's last)."""
-        compare_outputs(self.first.expected, self.first.expected, self.judge.tolerance, self.judge.ref)
-        for n in self.first.input_names():
-            fingerprint(self.shared.bufs[self.shared.names[n]])
-
     def loop(self, kid: str, warmup: int, trials: int, *, label: str) -> dict[str, Any]:
-        """``warmup`` then ``trials`` calls; verified: the first, the last and a number drawn from MIN_CHECKS to a
-        tenth of the trials, at calls chosen at random beforehand.  Returns the trial samples, the host dispatch
-        and the first failure.  The judge does the same work before every call (``Feed``) and after it (a
-        verification or its ``decoy``), so the waits between calls do not tell verified calls apart."""
+        """``warmup`` then ``trials`` calls; verified: the first, the last and timed calls drawn each on its own
+        (``drawn_checks``), chosen at random beforehand.  Returns the trial samples, the host dispatch and the
+        first failure.  The judge does the same work before every call (``Feed``), so the wait before a call does
+        not tell a verified one."""
         rng = self.judge.rng
         total = warmup + trials
-        k = min(trials, rng.randint(MIN_CHECKS, max(MIN_CHECKS, math.ceil(trials / 10))))
-        checked = {0, total - 1} | set(rng.sample(range(warmup, total), k))
+        checked = {0, total - 1} | drawn_checks(rng, range(warmup, total - 1))
         self.moved = 0
         feed = Feed(self, checked, lambda i: 0 < i < total - 1)
         samples, host, delays, peak = [], [], [], 0
         verified = 0
         for i in range(total):
-            r = self.call(kid, feed.data(i), checked=i in checked, decoy=True)
+            r = self.call(kid, feed.data(i), checked=i in checked)
             if r["failure"]:
                 phase = "warmup" if i < warmup else "timed"
                 return {"failure": f"{label}: call {i + 1} of {total} ({phase}) is wrong: {r['failure']}",
@@ -398,6 +382,19 @@ class Session:
                 "device_delay_us": sorted(delays)[len(delays) // 2] if delays else 0.0, "verified": verified,
                 "verified_moved": self.moved, "calls": total, "fresh_inputs": self.fresh, "peak_mem_bytes": peak or None,
                 "prepared": feed.prepared}
+
+
+def drawn_checks(rng: Any, calls: range, minimum: int = MIN_CHECKS) -> set[int]:
+    """The calls of ``calls`` to verify: each with probability CHECK_P, independently of the others, and more drawn
+    at random when that makes fewer than ``minimum``.  The checks a kernel has seen so far (it can count the longer
+    waits after them: the verification runs after the call) then never lower the chance that the next call is
+    checked; with a number of checks drawn first and placed after, a kernel that had seen the largest number knew
+    that no call but the last would be (found by a red team)."""
+    chosen = {i for i in calls if rng.random() < CHECK_P}
+    if len(chosen) < minimum:
+        rest = [i for i in calls if i not in chosen]
+        chosen |= set(rng.sample(rest, min(len(rest), minimum - len(chosen))))
+    return chosen
 
 
 class Feed:
@@ -450,12 +447,12 @@ def ab_loop(sess: Session, a: str, b: str, warmup: int, trials: int) -> dict[str
     """A and B alternating (A B, B A, A B, ...) on the same data, with calls verified at random."""
     order = [(a, b) if t % 2 == 0 else (b, a) for t in range(warmup + trials)]
     plan = [(t, kid) for t, pair in enumerate(order) for kid in pair]
-    checked = set(sess.judge.rng.sample(range(len(plan)), min(len(plan), 2 * MIN_CHECKS))) | {len(plan) - 1}
+    checked = drawn_checks(sess.judge.rng, range(len(plan) - 1), 2 * MIN_CHECKS) | {len(plan) - 1}
     samples: dict[str, list[float]] = {a: [], b: []}
     host: dict[str, list[float]] = {a: [], b: []}
     feed = Feed(sess, checked, lambda i: i < len(plan) - 1)
     for i, (t, kid) in enumerate(plan):
-        r = sess.call(kid, feed.data(i), checked=i in checked, decoy=True)
+        r = sess.call(kid, feed.data(i), checked=i in checked)
         if r["failure"]:
             return {"failure": f"A/B {a} -> {b}: {kid} is wrong on call {i + 1}: {r['failure']}"}
         (samples if t >= warmup else host)[kid].append(r["reply"]["us"] if t >= warmup else r["reply"]["host_us"])

@@ -10,8 +10,9 @@ For every call, warmup, timed or profiled alike, the judge
    identity, or by their content, is wrong on some call);
 2. poisons every output buffer (NaN and a finite sentinel, alternating);
 3. asks for the call; the worker replies with its event time;
-4. screens the outputs for poison left behind, and on the calls it chose in secret beforehand (at least
-   4 of every timed loop, the first and the last, and every call under ncu) verifies them fully against
+4. screens the outputs for poison left behind, and on the calls it chose in secret beforehand (the first
+   and the last of every timed loop, each other timed call with a chance of its own, at least 4 of them, and
+   every call under ncu) verifies them fully against
    the reference, checks the inputs are as drawn, and refuses outputs that are expanded or views of an
    input where the reference's are not; two in three of a timed loop's verified calls between its first and
    last draw inputs moved to another range (conditions.py), as correctness does.
