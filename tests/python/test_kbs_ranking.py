@@ -216,7 +216,8 @@ OP_FAMILY_SET: dict[str, dict] = {
     "conv-transpose": {
         "relevant": ["conv-transpose-gather-formulation", "playbook-conv", "op-chain-fusion-plan", "tensor-core-math",
                      "gemm-epilogue-fusion", "coalesce-global-access", "depthwise-conv-direct-kernel",
-                     "pr-pytorch-pytorch-48675", "pr-pytorch-pytorch-52351"],
+                     "pr-pytorch-pytorch-48675", "pr-pytorch-pytorch-52351", "pr-ggml-org-llama-cpp-25310",
+                     "pr-pytorch-pytorch-84543"],
         "queries": [("transposed convolution 3d", {}),
                     ("ConvTranspose2d stride 2 output padding", {}),
                     ("deconvolution upsampling kernel", {}),
@@ -276,7 +277,7 @@ OP_FAMILY_SET: dict[str, dict] = {
                      "pr-nvidia-cccl-228", "pr-nvidia-cccl-289", "pr-nvidia-cccl-295", "pr-nvidia-cccl-302",
                      "pr-nvidia-cccl-306", "pr-nvidia-cccl-325", "pr-nvidia-cccl-3617", "pr-nvidia-cccl-5283",
                      "pr-nvidia-cccl-6639", "pr-nvidia-cccl-10519", "ssm-selective-scan-kernels", "pr-tile-ai-tilelang-2664",
-                     "pr-fla-org-flash-linear-attention-1069"],
+                     "pr-fla-org-flash-linear-attention-1069", "pr-cupy-cupy-4366"],
         "queries": [("cumulative sum scan", {}),
                     ("cumsum exclusive reverse", {}),
                     ("cumprod along dim", {}),
@@ -287,7 +288,8 @@ OP_FAMILY_SET: dict[str, dict] = {
     "argreduce": {
         "relevant": ["argmax-value-index-reduction", "playbook-reductions", "warp-shuffle-reductions",
                      "coalesce-global-access", "small-grid-more-parallelism", "vectorized-access",
-                     "pooling-windowed-reduction", "bytes-in-flight-ilp"],
+                     "pooling-windowed-reduction", "bytes-in-flight-ilp", "pr-pytorch-pytorch-26181",
+                     "pr-pytorch-pytorch-42004", "pr-nvidia-cccl-2647", "pr-nvidia-cccl-10731"],
         "queries": [("argmax over a dimension", {}),
                     ("argmin over dim 1", {}),
                     ("argmax ties first index", {}),
