@@ -121,7 +121,7 @@ def hypothesis_and_gate(out: Path, k: int, v: dict) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("plan")
     ap.add_argument("--out", required=True)
     ap.add_argument("--key", help="the record key to sign with (KERNEL_LOOP_RECORD_KEY)")

@@ -470,3 +470,34 @@ def test_the_demos_closing_hint_runs_as_the_demo_was_run():
     assert "kernel-loop demo" not in demo.other_examples_hint(["softmax-triton"], how="/venv/python /x/kloop.py")
     assert demo.other_examples_hint(["softmax-triton"], how="/venv/python /x/kloop.py") == \
         "other examples: softmax-triton (/venv/python /x/kloop.py demo --example softmax-triton)"
+
+
+def _command_lines(parser, path=()):
+    """(argv prefix, parser) of the CLI's parser and of every subcommand's, nested ones (kbs query) included."""
+    import argparse
+
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _command_lines(sub, (*path, name))
+
+
+def test_no_parser_takes_an_abbreviated_option(tmp_path):
+    """`--tri 5` is refused, not read as --trials: each parser refuses `--hel` (an abbreviated --help shows the
+    help and exits 0), and so do the scripts' own parsers."""
+    from kernel_loop import cli
+
+    lines = list(_command_lines(cli.build_parser()))
+    assert {p[0] for p, _ in lines if p} == set(cli.COMMANDS) and ("kbs", "query") in {p for p, _ in lines}
+    for path, parser in lines:
+        assert parser.allow_abbrev is False, parser.prog
+        with pytest.raises(SystemExit) as exc:
+            klcli.main(*path, "--hel")
+        assert exc.value.code == 2, path
+    proc = _cli("benchmark", tmp_path, "--tri", "5")
+    assert proc.returncode == 2 and "unrecognized arguments: --tri 5" in proc.stderr, proc.stderr
+    for script in ("scripts/kbs_check_shas.py", "examples/drive_loop.py"):
+        proc = subprocess.run([sys.executable, str(HELPERS.parent / script), "--hel"], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 2 and "usage:" not in proc.stdout, (script, proc.stdout)  # no help shown
