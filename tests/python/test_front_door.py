@@ -385,6 +385,30 @@ def test_make_clean_removes_what_pip_install_leaves_in_the_checkout():
     assert "build" in proc.stdout.split() and "helpers/*.egg-info" in proc.stdout.split()
 
 
+def test_pip_install_leaves_the_checkout_as_it_was(tmp_path):
+    """`pip install .` in a checkout builds out of it: no build/ or *.egg-info left behind (the build backend
+    pyproject.toml names, without build isolation: no download)."""
+    tomllib = pytest.importorskip("tomllib")
+    repo = HELPERS.parent
+    backend = tomllib.loads((repo / "pyproject.toml").read_text())["build-system"]["build-backend"]
+    pytest.importorskip(backend.split(".")[0])
+    checkout = tmp_path / "checkout"
+    listed = subprocess.run(["git", "-C", str(repo), "ls-files", "-z"], capture_output=True, check=True).stdout
+    for rel in filter(None, listed.decode().split("\0")):
+        if (repo / rel).is_file():
+            (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(repo / rel, checkout / rel, follow_symlinks=False)
+    before = sorted(p.relative_to(checkout) for p in checkout.rglob("*"))
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                           "--target", str(tmp_path / "target"), "."], cwd=checkout, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    left = sorted(set(p.relative_to(checkout) for p in checkout.rglob("*")) - set(before))
+    assert left == [], left
+    installed = tmp_path / "target" / "kernel_loop"
+    assert (installed / "cli.py").is_file() and (installed / "data" / "check_iteration_gate.sh").is_file()
+
+
 def test_init_names_the_next_command_the_way_it_was_run_with_the_path_quoted(tmp_path):
     out = tmp_path / "my run"
     proc = _cli("init", out, "--kernel", "vadd", "--ref", klcli.KERNELS / "ref_vadd.py", "--impl", "triton",
