@@ -121,7 +121,7 @@ def hypothesis_and_gate(out: Path, k: int, v: dict) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("plan")
     ap.add_argument("--out", required=True)
     ap.add_argument("--key", help="the record key to sign with (KERNEL_LOOP_RECORD_KEY)")
@@ -151,6 +151,8 @@ def main() -> int:
         if at_planned_end:
             kl("gate", str(out / f"v{k}"), "--final")  # the run as first planned is finished
             kl("extend", str(out), "--iterations", str(n))
+            # extend left a TODO for v(K+1)'s change where vK's final decision was: the plan's text names it
+            fill_evidence(out / f"v{k}" / "kbs_evidence.md", {"Decision Link": v["evidence"]["Decision Link"]})
             hypothesis_and_gate(out, k, v)  # after an extension vK is an ordinary version
     kl("gate", str(out / f"v{n}"), "--final")
     if not a.skip_benchmark:

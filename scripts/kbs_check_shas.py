@@ -128,7 +128,7 @@ def check_note(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--corpus", required=True, type=Path, help="pr-note corpus file")
     ap.add_argument("--mirrors", required=True, type=Path, help="folder of owner+name git mirrors")
     ap.add_argument(

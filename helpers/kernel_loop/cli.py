@@ -23,7 +23,15 @@ import sys
 from typing import Any
 
 from . import __version__
-from .common import EXIT_USAGE, PROG, KernelLoopError, invocation, missing_module_message, os_error_message
+from .common import (
+    EXIT_USAGE,
+    PROG,
+    KernelLoopError,
+    Parser,
+    invocation,
+    missing_module_message,
+    os_error_message,
+)
 
 # Loop steps, in loop order: each is a module of kernel_loop.steps with register(subparsers).
 STEPS: tuple[str, ...] = ("init", "env", "correctness", "profile", "kbs", "hypothesis", "gate", "next_version",
@@ -36,7 +44,7 @@ EXIT_SIGPIPE = 128 + signal.SIGPIPE
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=PROG,
         description="Measured, one-change-at-a-time GPU kernel optimization loop.",
         epilog="Exit codes: 0 success, 1 the measured result failed, 2 bad usage or environment.",

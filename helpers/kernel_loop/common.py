@@ -7,6 +7,7 @@ into one ``kernel-loop: error: ...`` line on stderr, never a traceback.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -25,6 +26,15 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 PROG = "kernel-loop"
+
+
+class Parser(argparse.ArgumentParser):
+    """Every parser of the CLI (``add_subparsers`` makes its subcommands' of the same class): an option is
+    taken only spelled out in full, so ``--tri 5`` is refused instead of being read as ``--trials 5``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
 
 class KernelLoopError(Exception):

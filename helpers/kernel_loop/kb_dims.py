@@ -429,7 +429,34 @@ def input_bytes(tree: ast.Module, dims: dict[str, int]) -> int:
     if fn is None:
         return 0
     consts = evaluate(tree, dims, set(size_constants(tree)))
-    env = {k: b.value for k, b in consts.items()}
+    return _factory_bytes(fn, {k: b.value for k, b in consts.items()})
+
+
+def setup_bytes(tree: ast.Module, dims: dict[str, int]) -> int:
+    """A lower bound of the bytes of the tensors a ref.py ``setup(**dims)`` makes at ``dims`` (its inputs and
+    the outputs it allocates): the torch factory calls (torch.randn(N), torch.empty(M, N, dtype=...), ...)
+    whose sizes are pure expressions of setup's parameters (the dims, else their defaults) and the file's
+    constants, each counted once; a name assigned inside setup() and any other call count nothing."""
+    fn = _module_function(tree, "setup")
+    if fn is None:
+        return 0
+    env = {k: b.value for k, b in evaluate(tree).items() if k not in _local_names(fn)}
+    a = fn.args
+    positional = a.posonlyargs + a.args
+    defaults = [*([None] * (len(positional) - len(a.defaults))), *a.defaults, *a.kw_defaults]
+    for arg, default in zip(positional + a.kwonlyargs, defaults, strict=True):
+        if arg.arg in dims:
+            env[arg.arg] = dims[arg.arg]
+        elif default is not None:
+            try:
+                env[arg.arg] = value_of(default, env)
+            except Exception:  # a default that is not a pure expression: the name stays unknown
+                pass
+    return _factory_bytes(fn, env)
+
+
+def _factory_bytes(fn: ast.FunctionDef | ast.AsyncFunctionDef, env: dict[str, Any]) -> int:
+    """The bytes of the torch factory calls in ``fn`` whose sizes are pure expressions of ``env``."""
     total = 0
     for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
         f = call.func

@@ -88,15 +88,15 @@ def test_demo_without_examples_says_it_needs_the_repository(tmp_path, capsys, mo
 
 # --- where the examples are, and what a demo leaves behind --------------------------------------------
 def test_every_example_ships_with_a_pip_install():
-    """pyproject.toml's data-files carry each examples/<name>/ archive, key file and report."""
+    """pyproject.toml's shared data carry each examples/<name>/ archive, key file and report."""
     tomllib = pytest.importorskip("tomllib")
-    data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
+    data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"][
+        "shared-data"]
     for archive in sorted((REPO / "examples").glob("*/run.tar.gz")):
         name = archive.parent.name
-        shipped = data.get(f"share/kernel-loop/examples/{name}") or []
-        assert {f"examples/{name}/{f}" for f in ("run.tar.gz", "loop.json", "final_report.md")} <= set(shipped), name
-    for files in data.values():
-        assert all((REPO / f).is_file() for f in files)
+        for f in ("run.tar.gz", "loop.json", "final_report.md"):
+            assert data.get(f"examples/{name}/{f}") == f"share/kernel-loop/examples/{name}/{f}", (name, f)
+    assert all((REPO / f).is_file() for f in data)
 
 
 def test_an_installed_package_finds_its_examples_and_runs_itself(tmp_path, monkeypatch):

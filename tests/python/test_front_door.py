@@ -385,6 +385,30 @@ def test_make_clean_removes_what_pip_install_leaves_in_the_checkout():
     assert "build" in proc.stdout.split() and "helpers/*.egg-info" in proc.stdout.split()
 
 
+def test_pip_install_leaves_the_checkout_as_it_was(tmp_path):
+    """`pip install .` in a checkout builds out of it: no build/ or *.egg-info left behind (the build backend
+    pyproject.toml names, without build isolation: no download)."""
+    tomllib = pytest.importorskip("tomllib")
+    repo = HELPERS.parent
+    backend = tomllib.loads((repo / "pyproject.toml").read_text())["build-system"]["build-backend"]
+    pytest.importorskip(backend.split(".")[0])
+    checkout = tmp_path / "checkout"
+    listed = subprocess.run(["git", "-C", str(repo), "ls-files", "-z"], capture_output=True, check=True).stdout
+    for rel in filter(None, listed.decode().split("\0")):
+        if (repo / rel).is_file():
+            (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(repo / rel, checkout / rel, follow_symlinks=False)
+    before = sorted(p.relative_to(checkout) for p in checkout.rglob("*"))
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                           "--target", str(tmp_path / "target"), "."], cwd=checkout, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    left = sorted(set(p.relative_to(checkout) for p in checkout.rglob("*")) - set(before))
+    assert left == [], left
+    installed = tmp_path / "target" / "kernel_loop"
+    assert (installed / "cli.py").is_file() and (installed / "data" / "check_iteration_gate.sh").is_file()
+
+
 def test_init_names_the_next_command_the_way_it_was_run_with_the_path_quoted(tmp_path):
     out = tmp_path / "my run"
     proc = _cli("init", out, "--kernel", "vadd", "--ref", klcli.KERNELS / "ref_vadd.py", "--impl", "triton",
@@ -470,3 +494,34 @@ def test_the_demos_closing_hint_runs_as_the_demo_was_run():
     assert "kernel-loop demo" not in demo.other_examples_hint(["softmax-triton"], how="/venv/python /x/kloop.py")
     assert demo.other_examples_hint(["softmax-triton"], how="/venv/python /x/kloop.py") == \
         "other examples: softmax-triton (/venv/python /x/kloop.py demo --example softmax-triton)"
+
+
+def _command_lines(parser, path=()):
+    """(argv prefix, parser) of the CLI's parser and of every subcommand's, nested ones (kbs query) included."""
+    import argparse
+
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _command_lines(sub, (*path, name))
+
+
+def test_no_parser_takes_an_abbreviated_option(tmp_path):
+    """`--tri 5` is refused, not read as --trials: each parser refuses `--hel` (an abbreviated --help shows the
+    help and exits 0), and so do the scripts' own parsers."""
+    from kernel_loop import cli
+
+    lines = list(_command_lines(cli.build_parser()))
+    assert {p[0] for p, _ in lines if p} == set(cli.COMMANDS) and ("kbs", "query") in {p for p, _ in lines}
+    for path, parser in lines:
+        assert parser.allow_abbrev is False, parser.prog
+        with pytest.raises(SystemExit) as exc:
+            klcli.main(*path, "--hel")
+        assert exc.value.code == 2, path
+    proc = _cli("benchmark", tmp_path, "--tri", "5")
+    assert proc.returncode == 2 and "unrecognized arguments: --tri 5" in proc.stderr, proc.stderr
+    for script in ("scripts/kbs_check_shas.py", "examples/drive_loop.py"):
+        proc = subprocess.run([sys.executable, str(HELPERS.parent / script), "--hel"], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 2 and "usage:" not in proc.stdout, (script, proc.stdout)  # no help shown

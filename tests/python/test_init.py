@@ -496,3 +496,24 @@ def test_inputs_beyond_the_gpus_memory_are_refused(tmp_path, capsys, monkeypatch
                     klcli.KERNELS / "kb_new.py", "--dims", "batch_size=1024")  # 32 MiB
     assert rc == 0, capsys.readouterr().err
     assert "Small GPU" in (tmp_path / "run" / "env_check.md").read_text()
+
+
+@pytest.mark.parametrize("kind", ["setup", "kernelbench"])
+def test_a_cpu_init_with_large_inputs_warns_and_names_the_size(tmp_path, capsys, kind):
+    if kind == "setup":  # ref_vadd's setup(N) makes x, y and out: 3 * 4 bytes * 2^25 = 384 MiB
+        args = ["--ref", klcli.KERNELS / "ref_vadd.py", "--baseline", klcli.KERNELS / "py_vadd.py",
+                "--dims", f"N={2**25}"]
+        size, what, small = "384 MiB", "the tensors setup() makes", ["--dims", "N=4096"]
+    else:  # randn(65536, 8192): 2 GiB of float32
+        args = ["--ref", _kb_ref(tmp_path, batch_size="65536", in_features="8192"), "--baseline",
+                klcli.KERNELS / "kb_new.py"]
+        size, what, small = "2 GiB", "the inputs get_inputs() makes", ["--dims", "batch_size=16,in_features=64"]
+    rc = klcli.main("init", tmp_path / "run", "--kernel", "k", "--impl", "triton", "--device", "cpu", *args)
+    err = capsys.readouterr().err
+    warning = [line for line in err.splitlines() if "warning:" in line]
+    assert rc == 0 and (tmp_path / "run" / "run.json").is_file(), err
+    assert len(warning) == 1 and f"{what} take at least {size}" in warning[0], err
+    assert "--device cpu" in warning[0] and "smaller --dims" in warning[0], warning
+    rc = klcli.main("init", tmp_path / "small", "--kernel", "k", "--impl", "triton", "--device", "cpu",
+                    *args, *small)
+    assert rc == 0 and "warning:" not in capsys.readouterr().err

@@ -297,3 +297,15 @@ def test_a_many_kernel_call_is_drafted_from_its_own_kernels_and_names_library_ke
     assert "- `register-spills` (on `attn_fwd`, own, 44.4%): measured" in facts
     assert "(on `vectorized_layer_norm_kernel`" not in facts and "`wgmma-unused`" not in facts
     assert "Key metrics (of the focus kernel `attn_fwd`; duration and DRAM bytes are the whole call's sums):" in facts
+
+
+def test_extend_rewords_an_unfilled_final_decision_and_the_draft_stays_one():
+    """vN extended before its Decision Link was filled: the final draft's TODO ("no next change") becomes the
+    ordinary one for v(N+1), nothing is kept, and ``kbs evidence`` may still redraft it without --force."""
+    from kernel_loop.kbs.evidence import final_decision_todo, is_untouched_draft, mark_draft, reopen_decision
+
+    draft = mark_draft(f"# KBS Evidence - v3\n\n## Rejected / Limits\n\nx\n\n## Decision Link\n\n{final_decision_todo(3)}\n")
+    text, kept = reopen_decision(draft, 3)
+    assert not kept and is_untouched_draft(text) and "no next change" not in text
+    assert text.endswith(f"## Decision Link\n\n{TODO}: state the single change this evidence supports for v4 and how "
+                         "hypothesis.txt will test it.\n"), text

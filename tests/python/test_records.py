@@ -14,7 +14,7 @@ import runfixture as rf
 from kernel_loop import plan, records
 from kernel_loop.common import UsageError
 from kernel_loop.rundir import RunDir
-from kernel_loop.steps import extend
+from kernel_loop.steps import extend, hypothesis
 
 
 def _run(tmp_path):
@@ -112,6 +112,10 @@ def test_extend_records_the_extension_and_the_loop_goes_on(tmp_path):
     assert rf.gate(root / "v1", "--final").returncode == 1
     proc = rf.gate(root / "v1")
     assert proc.returncode == 1 and "hypothesis.txt is missing or empty" in proc.stdout
+    evidence = root / "v1" / "kbs_evidence.md"  # its Decision Link was v1's final decision: now v2's change
+    assert "TODO(kernel-loop): v1 was the final version" in evidence.read_text()
+    evidence.write_text(evidence.read_text().split("## Decision Link\n")[0]
+                        + "## Decision Link\nDRAM near its peak -> v2 reads each row once.\n")
     rf.write_hypothesis(root, 1)
     proc = rf.gate(root / "v1")
     assert proc.returncode == 0, proc.stdout
@@ -125,6 +129,34 @@ def test_extend_records_the_extension_and_the_loop_goes_on(tmp_path):
     with pytest.raises(UsageError, match="the run is not at its final version"):
         (root / "current_iteration.txt").write_text("v1\n")
         _extend(root, 3)
+
+
+def test_extend_keeps_the_final_decision_out_of_the_next_hypothesis(tmp_path, capsys):
+    """vN's Decision Link was written for a version with no next change: after extend it is kept in
+    before-extend-vN/ and becomes a TODO, so hypothesis does not quote "no further change" as vN's next change."""
+    root = rf.build_with_gate(tmp_path / "run", iterations=1)
+    evidence = root / "v1" / "kbs_evidence.md"
+    head, _, _ = evidence.read_text().partition("## Decision Link\n")
+    final = head + "## Decision Link\nFinal version: DRAM near its peak -> no further single change this run.\n"
+    evidence.write_text(final)
+    assert _extend(root, 2) == 0
+    err = capsys.readouterr().err
+    assert (root / "before-extend-v1" / "kbs_evidence.md").read_text() == final
+    now = evidence.read_text()
+    assert now.startswith(head) and "no further single change" not in now, now
+    assert "TODO(kernel-loop): v1 was the final version when this Decision Link was written" in now
+    assert "before-extend-v1/kbs_evidence.md" in now and "v1/kbs_evidence.md" in err, err
+    argv = ["hypothesis", str(root), "--change", "Load each row once into registers and reuse it for the sum",
+            "--rationale", "DRAM is near its peak, so fewer bytes are the lever left",
+            "--risk", "Register pressure may spill at the largest rows",
+            "--decision-rule", "Keep if duration drops by 5% or more, else revert", "--predict", "duration: -10%"]
+    assert rf.cli(hypothesis, argv) == 0
+    text = (root / "v1" / "hypothesis.txt").read_text()
+    assert "no further single change" not in text
+    assert "TODO(kernel-loop): fill ## Decision Link in kbs_evidence.md, then re-run hypothesis" in text
+    evidence.write_text(head + "## Decision Link\nDRAM near its peak -> kbs:online-softmax -> v2 reads each row once.\n")
+    assert rf.cli(hypothesis, argv) == 0
+    assert "v2 reads each row once" in (root / "v1" / "hypothesis.txt").read_text()
 
 
 def test_extend_refuses_a_run_whose_gates_are_not_on_record(tmp_path):

@@ -273,6 +273,38 @@ def final_decision_todo(k: int) -> str:
             "why the run ends here; next come the final gate (--final), benchmark and report.")
 
 
+def extended_decision_todo(k: int, kept: bool) -> str:
+    """The ``## Decision Link`` of vK once ``extend`` made it an ordinary version (``kept``: the final decision
+    written there is in before-extend-vK/)."""
+    if not kept:
+        return (f"{TODO}: state the single change this evidence supports for v{k + 1} and how hypothesis.txt will "
+                "test it.")
+    return (f"{TODO}: v{k} was the final version when this Decision Link was written (it is kept in "
+            f"before-extend-v{k}/kbs_evidence.md); the run was extended, so state the single change this evidence "
+            f"supports for v{k + 1} and how hypothesis.txt will test it.")
+
+
+def reopen_decision(text: str, k: int) -> tuple[str, bool]:
+    """vK's kbs_evidence.md after ``extend``: its ``## Decision Link`` body, written for a final version (the
+    agent's decision that no change follows, or the final draft's TODO), replaced by a TODO for v(K+1)'s
+    change, so that ``hypothesis`` does not quote the final decision as the next change.  Returns the text and
+    whether the old body was a decision to keep; an untouched draft stays one (marked again)."""
+    lines = text.split("\n")
+    start = next((i for i, line in enumerate(lines) if line.strip().lower() == "## decision link"), None)
+    if start is None:
+        return text, False
+    end = next((j for j in range(start + 1, len(lines)) if re.match(r"^#{1,2}\s", lines[j])), len(lines))
+    decided = "\n".join(lines[start + 1:end]).strip()
+    kept = bool(decided) and TODO not in decided
+    draft = is_untouched_draft(text)
+    blank = next((j for j in range(start + 1, end) if lines[j].strip()), end) - start - 1  # kept as they were
+    lines[start + 1:end] = [*[""] * blank, extended_decision_todo(k, kept), ""]
+    new = "\n".join(lines)
+    if draft:
+        new = mark_draft(_DRAFT_RE.sub("", new, count=1))
+    return new, kept
+
+
 def _reword_todos(text: str, k: int, *, final: bool) -> str:
     """The template's TODO lines under ``## Selected Evidence`` and (on the final version) ``## Decision
     Link`` replaced by the wording above; every other line as rendered."""

@@ -5,7 +5,10 @@ vN; every transition gate before it passed).  The extension is a signed ``extend
 records.log (``from`` N, ``iterations`` M), not an edit of run.json: every run.json value stays as
 init wrote it, and the gate, the report and ``status`` read the new final version from the record.
 The final outputs of the run as it was (benchmark.json/.md, final_report.md/.png, finish.json) move
-to ``<out>/before-extend-vN/``, so nothing is lost.  vN then needs its hypothesis like any other
+to ``<out>/before-extend-vN/``, so nothing is lost.  vN's kbs_evidence.md keeps everything but its
+``## Decision Link``, which was written for a version with no next change: a copy of the file goes to
+``before-extend-vN/`` and the section becomes a TODO asking for v(N+1)'s change (``hypothesis`` would
+otherwise quote the final decision as the next change).  vN then needs its hypothesis like any other
 version, its transition gate advances the state to v(N+1), and the loop goes on.
 """
 
@@ -15,7 +18,9 @@ import argparse
 import shutil
 
 from .. import plan, records, sidecars
-from ..common import UsageError, command, progress
+from ..common import UsageError, atomic_write_text, command, progress
+from ..kbs.evidence import reopen_decision
+from ..prose import TODO
 from ..rundir import RunDir
 
 MOVED = (sidecars.BENCHMARK_JSON, sidecars.BENCHMARK_MD, sidecars.FINAL_REPORT_MD, sidecars.FINAL_REPORT_PNG,
@@ -57,21 +62,32 @@ def run(args: argparse.Namespace) -> int:
                          "transition gate, so it cannot be extended")
     keep = rd.root / f"before-extend-v{n}"
     present = [name for name in MOVED if (rd.root / name).exists()]
-    if present and keep.exists():
+    evidence = rd.vdir(n) / sidecars.KBS_EVIDENCE
+    reopened, decided = reopen_decision(evidence.read_text(encoding="utf-8"), n) if evidence.is_file() else (None, False)
+    if (present or decided) and keep.exists():
         raise UsageError(f"{keep} already exists; refusing to overwrite it")
-    if present:
+    if present or decided:
         keep.mkdir()
         for name in present:
             shutil.move(str(rd.root / name), str(keep / name))
+    if decided:
+        shutil.copyfile(evidence, keep / sidecars.KBS_EVIDENCE)
+    if reopened is not None and reopened != evidence.read_text(encoding="utf-8"):
+        atomic_write_text(evidence, reopened)
     records.append(rd.root, "extend", f"v{n}", iterations=str(m), **{"from": str(n)},
                    note=f"final version v{n} -> v{m} (asked by the user)")
     print(f"extended {rd.root}: final version v{n} -> v{m}")
     if present:
         progress(f"moved {', '.join(present)} to {keep.name}/ (the run's results as it was at v{n})")
+    if decided:
+        progress(f"v{n}/{sidecars.KBS_EVIDENCE}'s Decision Link was written for the final version (a copy is in "
+                 f"{keep.name}/): it is now a {TODO} asking for v{n + 1}'s change")
     if not (rd.vdir(n).is_dir() and any(rd.vdir(n).iterdir())):
         progress(f"v{n} does not exist yet: next: {command('next', rd.root)} creates it; measure it as any version "
                  f"(correctness, profile, kbs evidence), then its hypothesis and gate; the run now ends at v{m}")
     else:
-        progress(f"next: write v{n}/hypothesis.txt ({command('hypothesis', rd.root)} ...), gate v{n}, then "
+        fill = f"state v{n + 1}'s change under ## Decision Link in v{n}/{sidecars.KBS_EVIDENCE}, " \
+            if reopened is not None else ""
+        progress(f"next: {fill}write v{n}/hypothesis.txt ({command('hypothesis', rd.root)} ...), gate v{n}, then "
                  f"{command('next', rd.root)}; the run now ends at v{m}")
     return 0

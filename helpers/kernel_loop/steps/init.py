@@ -24,6 +24,7 @@ from ..common import (
     progress,
     read_json,
     sha256_file,
+    warn,
     write_json,
 )
 from ..config import (
@@ -55,6 +56,8 @@ from ..vocab import IMPL_SUFFIXES, IMPLS, KERNEL_TYPES
 # Name fragments -> kernel type, checked in order (first match wins).
 # Keys that do not define the configuration (compared when re-running init).
 _VOLATILE = ("created",)
+# --device cpu: tensors the problem draws beyond this make each correctness trial take minutes (warned at init)
+CPU_WARN_BYTES = 256 * 2**20
 
 
 def guess_kernel_type(name: str) -> str:
@@ -93,7 +96,8 @@ def inspect_ref(path: Path) -> dict[str, Any]:
             raise UsageError(f"--ref {path}: {k} must be a number, got {v!r}")
     kernelbench = kernelbench and "reference" not in names
     info = {"kernelbench": kernelbench, "has_setup": "setup" in names,
-            "atol": tol["atol"], "rtol": tol["rtol"], "rel_l2": tol["rel_l2"], "setup_params": setup_params}
+            "atol": tol["atol"], "rtol": tol["rtol"], "rel_l2": tol["rel_l2"], "setup_params": setup_params,
+            "tree": tree}
     if kernelbench and "setup" not in names:
         info["kb_tree"] = tree  # its module constants are the dims (kb_dims)
         kb_dims.flatten_dims(kb_dims.size_constants(tree))  # a tuple element named like a constant: refused now
@@ -180,6 +184,25 @@ def check_inputs_fit(ref_info: dict[str, Any], shapes: list[dict[str, int]], gpu
                              f"{need / 2**30:.3g} GiB, and {gpu.get('name') or 'the GPU'} has {mem_gib:.3g} GiB: "
                              "give smaller --dims (a KernelBench constant is changed by name, e.g. "
                              f"--dims {next(iter(shape))}=...)")
+
+
+def _size_text(n: int) -> str:
+    return f"{n / 2**30:.3g} GiB" if n >= 2**30 else f"{n / 2**20:.3g} MiB"
+
+
+def warn_large_cpu_inputs(ref_info: dict[str, Any], dims: dict[str, int], extra: list[dict[str, int]]) -> None:
+    """For the cpu test mode, one warning line when the tensors the problem draws at its largest shape
+    (``kb_dims``' lower bound: get_inputs()'s for a KernelBench ref, else setup()'s) exceed CPU_WARN_BYTES:
+    correctness then computes for minutes on the CPU with nothing else said.  Never refuses."""
+    kb = _is_kb(ref_info)
+    count = kb_dims.input_bytes if kb else kb_dims.setup_bytes
+    need, shape = max(((count(ref_info["tree"], s), s) for s in [dims, *extra]), key=lambda t: t[0])
+    if need > CPU_WARN_BYTES:
+        flag = "--dims" if shape is dims else "--extra-shapes"
+        warn(f"at dims {format_dims(shape)} the {'inputs get_inputs()' if kb else 'tensors setup()'} makes take "
+             f"at least {_size_text(need)}: the cpu test mode (--device cpu) computes every correctness call on "
+             f"the CPU, which at this size can take minutes; give smaller {flag} for the cpu mode (under "
+             f"{_size_text(CPU_WARN_BYTES)}), e.g. {flag} {next(iter(shape))}=...")
 
 
 def resolve_run_tolerance(cli_atol, cli_rtol, ref_atol, ref_rtol, cli_rel_l2=None, ref_rel_l2=None) -> dict[str, Any]:
@@ -412,6 +435,8 @@ def run_init(args: argparse.Namespace) -> int:
     progress(f"records.log is signed with the record key at {records.key_path()} (key id "
              f"{records.key_id(records.load_key(rd.root))}); every later step must find the same key there")
     progress(f"run.json written ({cfg['impl']}, dims {', '.join(f'{k}={v}' for k, v in cfg['dims'].items())})")
+    if args.device == "cpu":
+        warn_large_cpu_inputs(ref_info, cfg["dims"], cfg["extra_shapes"])
     print(f"initialised {rd.root}: v0 = {v0_kernel.relative_to(rd.root)}; next: {command('correctness', args.out)}")
     return 0
 

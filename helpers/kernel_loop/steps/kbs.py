@@ -13,14 +13,13 @@ requires, kernel and bottleneck, a third precedent query of PR notes, and the vK
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import json
 import os
 from typing import Any
 
 from .. import vocab
-from ..common import UsageError, progress
+from ..common import Parser, UsageError, progress
 from ..kbs import corpus, index, schema, search
 from ..kbs import family as kfamily
 from ..kbs.corpus import ENV_PATH
@@ -214,7 +213,7 @@ def register(subparsers) -> None:
     p.add_argument("--corpus", action="append", metavar="DIR",
                    help="another folder of pages with the same schema (repeatable)")
     sub = p.add_subparsers(dest="kbs_command", metavar="<kbs command>", required=True)
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument("--corpus", dest="corpus_sub", action="append", metavar="DIR",
                         help="another folder of pages (repeatable; same as the group option)")
 
