@@ -53,7 +53,6 @@ def run_judge_here(mode: str, spec: dict, timeout: float, *, env: dict | None = 
     ``session.run_judge`` makes; the workers that run the kernel are real processes, started by the judge
     as always.  Tests of the boundary itself (a hang, the process tree, the CLI as a command) keep the
     real child."""
-    import json
     import time
 
     from kernel_loop.common import write_json
@@ -63,7 +62,8 @@ def run_judge_here(mode: str, spec: dict, timeout: float, *, env: dict | None = 
     with private_dir("kl-step-") as tmp:
         result_path = Path(tmp) / "result.json"
         spec_path = Path(tmp) / "spec.json"
-        write_json(spec_path, dict(spec, mode=mode, result_path=str(result_path), timeout_s=timeout))
+        sealed, seal = session.sealed_spec(spec, mode, result_path, timeout)
+        write_json(spec_path, sealed)
         saved, judges = dict(os.environ), session.judge_env(env)
         os.environ.clear()
         os.environ.update(judges)
@@ -73,8 +73,8 @@ def run_judge_here(mode: str, spec: dict, timeout: float, *, env: dict | None = 
         finally:
             os.environ.clear()
             os.environ.update(saved)
-        result = json.loads(result_path.read_text(encoding="utf-8")) if result_path.is_file() else None
-        return session.Outcome(result, rc, False, time.monotonic() - t0, "")
+        result, forged = session.read_result(result_path, rc, seal)
+        return session.Outcome(result, rc, False, time.monotonic() - t0, "", forged)
 
 
 def judge_in_this_process(monkeypatch) -> list[str]:

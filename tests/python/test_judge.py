@@ -901,6 +901,18 @@ def test_the_checks_a_kernel_has_seen_never_lower_the_chance_of_the_next():
     assert len(after_many) > 300 and sum(after_many) / len(after_many) > calls.CHECK_P * 0.6, len(after_many)
 
 
+def test_a_result_file_the_kernel_forges_is_discarded(tmp_path, no_static_check):
+    """Found by a red team: the worker may write under /dev, where the step's folder and the judge's buffers live; a
+    kernel wrote a result of its own (every check passed) where the CLI reads the judge's, then truncated the buffers
+    so that the judge died of SIGBUS before writing its own, and the CLI signed the forgery.  The CLI now takes a
+    result only with the seal the judge alone was given, from a judge that ended with status 0."""
+    out = _init(tmp_path, "ref_vadd.py", (klcli.KERNELS / "cheat_vadd_forges_the_result.py").read_text(), "N=1000")
+    rc, data = _correctness(out)
+    assert rc != 0 and (data or {}).get("result") != "PASS", data
+    assert "result=PASS" not in (out / "records.log").read_text()
+    assert "not written by the judge" in (data or {}).get("error", ""), data
+
+
 def test_the_judge_removes_its_settings_file_before_any_worker_starts(tmp_path):
     """Found by a red team: a kernel read the judge's command line, then its spec file (the step, the seed, the
     timed loop's length).  The judge reads the file once and removes it before it starts a worker."""

@@ -477,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     Path(argv[0]).unlink(missing_ok=True)  # read once, before any worker starts: no kernel reads the step's settings
+    seal = spec.pop("seal", None)  # written into the result alone (session.read_result): no worker is told it
     proctree.become_subreaper()
     judge = None
     started = None
@@ -503,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
         elif started is not None:
             started.close()
         proctree.end_descendants()
-    write_json(Path(spec["result_path"]), result)
+    write_json(Path(spec["result_path"]), {**result, "seal": seal})
     return 0
 
 

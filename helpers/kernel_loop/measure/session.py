@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -38,10 +39,13 @@ class Outcome:
     timed_out: bool
     seconds: float
     output_tail: str = ""
+    forged: str | None = None  # why a result file that was there is not the judge's (read_result)
 
     def failure(self) -> str | None:
         """Why the judge gave no usable result; None when it finished and wrote one."""
         tail = f"\n--- last output ---\n{self.output_tail}" if self.output_tail.strip() else ""
+        if self.forged:
+            return self.forged + tail
         if self.timed_out:
             return (f"timed out after {self.seconds:.0f} s (the kernel hangs or is far too slow); every process "
                     f"of the step was ended{tail}")
@@ -83,6 +87,36 @@ def judge_env(extra: dict | None = None) -> dict:
     return env
 
 
+def sealed_spec(spec: dict[str, Any], mode: str, result_path: Path, timeout: float,
+                scratch: str | None = None) -> tuple[dict[str, Any], str]:
+    """The judge's spec for ``mode`` and the seal in it: a secret the judge writes into its result.  The spec file is
+    the only place it travels, and the judge removes that file before any worker starts (and the sandbox keeps a
+    worker out of the judge's and the CLI's memory), so a result file a kernel wrote cannot carry it."""
+    seal = secrets.token_hex(16)
+    extra = {"scratch": scratch} if scratch else {}
+    return dict(spec, mode=mode, result_path=str(result_path), timeout_s=timeout, seal=seal, **extra), seal
+
+
+def read_result(path: Path, returncode: int | None, seal: str) -> tuple[dict | None, str | None]:
+    """The judge's result and None, or None and why the file there is not the judge's.  The judge writes its result
+    last and exits with status 0; a result without the spec's seal, or a judge that ended otherwise, means that
+    something else wrote the file (a kernel's process that found the step's folder, then made the judge crash)."""
+    if not path.is_file():
+        return None, None
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        return None, None
+    if not isinstance(result, dict) or result.pop("seal", None) != seal:
+        return None, ("the step's result file was not written by the judge (it lacks the seal the judge alone was "
+                      "given): another process of the step wrote it, most likely the kernel's; it is discarded")
+    if returncode != 0:
+        return None, (f"the judge wrote its result but then ended with status {returncode}"
+                      + (f" ({proctree.signal_name(returncode)})" if proctree.signal_name(returncode) else "")
+                      + ": its result is discarded")
+    return result, None
+
+
 def run_judge(mode: str, spec: dict[str, Any], timeout: float, *, env: dict | None = None,
               tail_lines: int = 200) -> Outcome:
     """Run the judge in ``mode`` to its end; never raises for a crash or a hang (the outcome says)."""
@@ -90,7 +124,8 @@ def run_judge(mode: str, spec: dict[str, Any], timeout: float, *, env: dict | No
     with private_dir("kl-step-") as tmp:
         result_path = Path(tmp) / "result.json"
         spec_path = Path(tmp) / "spec.json"
-        write_json(spec_path, dict(spec, mode=mode, result_path=str(result_path), timeout_s=timeout, scratch=tmp))
+        sealed, seal = sealed_spec(spec, mode, result_path, timeout, tmp)
+        write_json(spec_path, sealed)
         cmd = [sys.executable, "-m", "kernel_loop.measure.judge", str(spec_path)]
         tail: deque[str] = deque(maxlen=tail_lines)
         t0 = time.monotonic()
@@ -122,13 +157,8 @@ def run_judge(mode: str, spec: dict[str, Any], timeout: float, *, env: dict | No
                 _end(proc)
             proctree.end_descendants()  # whatever a kernel started, wherever it went
         reader.join(timeout=5)
-        result = None
-        if not timed_out and result_path.is_file():
-            try:
-                result = json.loads(result_path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError:
-                result = None
-        return Outcome(result, proc.returncode, timed_out, time.monotonic() - t0, "\n".join(tail))
+        result, forged = (None, None) if timed_out else read_result(result_path, proc.returncode, seal)
+        return Outcome(result, proc.returncode, timed_out, time.monotonic() - t0, "\n".join(tail), forged)
 
 
 def _end(proc: subprocess.Popen) -> None:
