@@ -913,6 +913,26 @@ def test_a_result_file_the_kernel_forges_is_discarded(tmp_path, no_static_check)
     assert "not written by the judge" in (data or {}).get("error", ""), data
 
 
+SIDE_IMPORT = '''"""Imports its softmax from a module beside the folder the step was started in (found by a red team: code
+that is neither hashed into the records nor checked, and can be swapped after the PASS)."""
+from kl_side_softmax import softmax
+
+
+def run_kernel(x):
+    return softmax(x)
+'''
+
+
+def test_a_kernel_imports_nothing_from_the_folder_the_step_was_started_in(tmp_path, monkeypatch, judged_here):
+    here = tmp_path / "cwd"
+    here.mkdir()
+    (here / "kl_side_softmax.py").write_text("import torch\n\n\ndef softmax(x):\n    return torch.softmax(x, -1)\n")
+    out = _init(tmp_path, "ref_softmax.py", SIDE_IMPORT, "M=4,N=16")
+    monkeypatch.chdir(here)
+    rc, data = _correctness(out)
+    assert rc != 0 and "kl_side_softmax" in (data or {}).get("error", ""), data
+
+
 def test_the_judge_removes_its_settings_file_before_any_worker_starts(tmp_path):
     """Found by a red team: a kernel read the judge's command line, then its spec file (the step, the seed, the
     timed loop's length).  The judge reads the file once and removes it before it starts a worker."""

@@ -492,8 +492,19 @@ def state_mismatch(cls_name: str, ours: dict[str, list], theirs: dict[str, list]
             f"one set of weights): {cls_name} {what}")
 
 
+def no_working_folder_on_path() -> None:
+    """``python -m`` puts the folder the step was started in first on sys.path: a kernel could import code from
+    there that is neither hashed into the records nor checked, and changed after its PASS (found by a red team).
+    That entry goes, unless an absolute PYTHONPATH entry names the same folder."""
+    here = os.path.realpath(os.getcwd())
+    named = {os.path.realpath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(p)}
+    sys.path[:] = [p for p in sys.path if p and (os.path.realpath(p) != here or here in named)]
+
+
 def main() -> int:
     from .. import timing
+
+    no_working_folder_on_path()
 
     try:
         timing.bind()  # before any user code: a kernel that rebinds the clock later changes nothing bound here
