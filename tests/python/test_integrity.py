@@ -663,6 +663,16 @@ def test_a_result_in_memory_torch_did_not_allocate_fails(tmp_path, worker_here, 
         assert "lives in memory torch did not allocate" in data["error"], data["error"]
 
 
+@pytest.mark.parametrize("kernel, passes", [("cheat_prelu_max.py", False), ("honest_prelu.py", True)])
+def test_an_input_of_one_element_is_moved_to_other_ranges_too(tmp_path, worker_here, kernel, passes):
+    """Found by a red team: an input of at most 16 distinct values counted as discrete (a mask, labels) and kept its
+    range, so a one-element slope did too.  An input whose few values are all distinct fractions is moved now."""
+    rc, data, md = _correctness(tmp_path, "ref_prelu_slope.py", kernel, "M=8,N=64")
+    assert (rc == 0) is passes, data["error"]
+    if not passes:
+        assert any(c.startswith("range:") for c in _failed(data)[0]), data["error"]
+
+
 def test_the_ends_of_every_input_range_are_tried(tmp_path, worker_here):
     """Found by a red team: one factor drawn per range could miss a kernel wrong only near the range's end.  Each
     range is now tried at both ends as well as at a random point."""

@@ -240,12 +240,19 @@ def move(ds: DataSet, vary: str) -> None:
 
 def continuous(t) -> bool:
     """Whether an input takes continuous values: a float tensor with more than DISCRETE_VALUES distinct values
-    among its first 65536 (a mask or +-1 labels does not; those keep their values, and have no gradient)."""
+    among its first 65536, or one of fewer elements whose values are all distinct and not all whole numbers (a
+    slope, a scale, a per-channel vector: found by a red team, a PReLU right only for slopes up to 1 passed while
+    every input of at most 16 elements kept its range).  A mask or +-1 labels (values that repeat) and whole
+    numbers keep their values, and have no gradient."""
     import torch
 
     if not is_tensor(t) or not t.dtype.is_floating_point or t.numel() == 0:
         return False
-    return torch.unique(t.detach().reshape(-1)[:65536].double()).numel() > DISCRETE_VALUES
+    head = t.detach().reshape(-1)[:65536].double()
+    values = torch.unique(head)
+    if values.numel() > DISCRETE_VALUES:
+        return True
+    return values.numel() == head.numel() and not bool(torch.all(values == values.round()))
 
 
 def range_ok(prob: Problem, base: DataSet, varied: DataSet, tolerance: Any) -> str | None:
