@@ -673,6 +673,19 @@ def test_an_input_of_one_element_is_moved_to_other_ranges_too(tmp_path, worker_h
         assert any(c.startswith("range:") for c in _failed(data)[0]), data["error"]
 
 
+@pytest.mark.parametrize("kernel, why", [("cheat_softmax_flushes_denormals.py", "torch.set_flush_denormal (False -> True)"),
+                                         ("cheat_softmax_tf32_at_import.py", "kernel.py's import changed"),
+                                         ("honest_softmax_scoped_setting.py", None)])
+def test_a_kernel_that_changes_its_callers_process_settings_fails(tmp_path, no_static_check, kernel, why):
+    """Found by a red team: right outputs from a kernel that turned on flush-to-zero (or TF32, a default dtype ...)
+    for its caller's whole process.  The worker compares torch's process-wide settings after the import and after
+    every call with what they were before any kernel code ran.  (A real worker process: the kernel changes it.)"""
+    rc, data, md = _correctness(tmp_path, "ref_softmax.py", kernel, "M=8,N=64")
+    assert (rc == 0) is (why is None), data["error"]
+    if why:
+        assert why in data["error"] and "restore it" in data["error"], data["error"]
+
+
 def test_the_ends_of_every_input_range_are_tried(tmp_path, worker_here):
     """Found by a red team: one factor drawn per range could miss a kernel wrong only near the range's end.  Each
     range is now tried at both ends as well as at a random point."""

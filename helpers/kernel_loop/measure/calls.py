@@ -354,10 +354,8 @@ class Session:
         return out
 
     def loop(self, kid: str, warmup: int, trials: int, *, label: str) -> dict[str, Any]:
-        """``warmup`` then ``trials`` calls; verified: the first, the last and timed calls drawn each on its own
-        (``drawn_checks``), chosen at random beforehand.  Returns the trial samples, the host dispatch and the
-        first failure.  The judge does the same work before every call (``Feed``), so the wait before a call does
-        not tell a verified one."""
+        """``warmup`` then ``trials`` calls, verified: the first, the last and each other timed call on a draw of its
+        own (``drawn_checks``); the same work before every call (``Feed``).  The samples, host dispatch, failure."""
         rng = self.judge.rng
         total = warmup + trials
         checked = {0, total - 1} | drawn_checks(rng, range(warmup, total - 1))
@@ -385,11 +383,9 @@ class Session:
 
 
 def drawn_checks(rng: Any, calls: range, minimum: int = MIN_CHECKS) -> set[int]:
-    """The calls of ``calls`` to verify: each with probability CHECK_P, independently of the others, and more drawn
-    at random when that makes fewer than ``minimum``.  The checks a kernel has seen so far (it can count the longer
-    waits after them: the verification runs after the call) then never lower the chance that the next call is
-    checked; with a number of checks drawn first and placed after, a kernel that had seen the largest number knew
-    that no call but the last would be (found by a red team)."""
+    """The calls of ``calls`` to verify: each with probability CHECK_P on its own, more at random up to ``minimum``.
+    The checks a kernel has seen (it can time the longer waits after them) never lower the next call's chance; with
+    their number drawn first, a kernel that had seen the largest knew no call but the last was (a red team's find)."""
     chosen = {i for i in calls if rng.random() < CHECK_P}
     if len(chosen) < minimum:
         rest = [i for i in calls if i not in chosen]
@@ -398,12 +394,10 @@ def drawn_checks(rng: Any, calls: range, minimum: int = MIN_CHECKS) -> set[int]:
 
 
 class Feed:
-    """The data of a timed loop's calls.  With fresh inputs per call, the verified calls' data (inputs and
-    reference) is drawn before the loop, and each of those calls still makes the draw an unverified call makes:
-    the wait before a call is the same whether it is verified or not (a red team's kernel measured it, and cut
-    corners on the short waits).  Unless that data is larger than PREPARED_BYTES, then drawn in turn
-    (``prepared`` says which), and an unverified call's draw is followed by a pause as long as a verified call's
-    draw and reference took (one of those times, drawn at random), so that the wait is alike there too.
+    """The data of a timed loop's calls.  With fresh inputs per call, the verified calls' data (with reference) is
+    drawn before the loop and each of those calls still makes an unverified call's draw, so the wait before a call
+    is the same (a red team's kernel timed it and cut corners on the short waits).  Data over PREPARED_BYTES is
+    drawn in turn (``prepared``), an unverified draw then followed by a pause as long as a verified draw took.
     ``moved(i)``: whether verified call ``i`` may draw moved inputs (Session.pick)."""
 
     def __init__(self, sess: Any, checked: set[int], moved: Any):

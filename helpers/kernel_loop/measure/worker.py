@@ -21,7 +21,7 @@ serves one request at a time:
 - ``state``: fingerprints of what this process holds (parameters, inputs), for the judge's diagnosis;
 - ``bye``.
 
-This module imports support code (loader, build, timing, tensors) and ``protocol``; never the judge.
+This module imports support code (loader, build, timing, tensors), ``protocol`` and ``guards``; never the judge.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from typing import Any
 
 from ..common import UsageError
 from . import protocol, sandbox
+from .guards import changed_settings, no_working_folder_on_path, process_settings, state_mismatch
 
 NVTX_RANGE = "kl_measure"
 
@@ -84,6 +85,7 @@ class Worker:
         self.plain: tuple = ()
         self.modes: tuple = ()  # the two mode stacks' lengths, read before any kernel code ran
         self.no_function_mode: Any = None  # torch._C.DisableTorchFunction, read before any kernel code ran
+        self.settings: dict[str, Any] = {}  # process_settings(), read before any kernel code ran
 
     # --- the loop -----------------------------------------------------------------------------
     def serve(self) -> None:
@@ -122,6 +124,7 @@ class Worker:
         self.plain = plain_types(torch)  # before any of the kernel's code runs: what a call may return
         self.modes = (torch._C._len_torch_function_stack, torch._C._len_torch_dispatch_stack)
         self.no_function_mode = torch._C.DisableTorchFunction
+        self.settings = process_settings(torch)
         # before any of the kernel's code runs, for good: no record key, no run directory but the files given
         isolated, how = sandbox.apply(msg.get("sandbox"))
         return {"pid": os.getpid(), "torch": torch.__version__, "isolated": isolated, "isolation": how}
@@ -142,6 +145,8 @@ class Worker:
             prefix = "ref" if kind.startswith("ref") else "kernel"
             module = loader.import_file(path, prefix)
             self._no_mode(f"{path.name} left active at import")
+            if prefix == "kernel":
+                self._same_settings(f"{path.name}'s import")
             self.kernels[msg["id"]] = Kernel(kind, module=module)
             return {}
         if kind == "cu":
@@ -301,6 +306,11 @@ class Worker:
                                "would run inside the harness's own torch calls, after the timed call; leave every "
                                "mode before returning")
 
+    def _same_settings(self, when: str) -> None:
+        why = changed_settings(self.settings, self.torch, when)
+        if why:
+            raise KernelDefect(why)
+
     def _stage_out(self, k: Kernel, value: Any, views: dict | None = None) -> tuple[dict, dict]:
         """The hand-over (protocol.hand_over), once the value is known to be plain data."""
         from ..tensors import not_plain
@@ -396,6 +406,8 @@ class Worker:
                 t.requires_grad_(False)
             raise
         self._no_mode("the call left active")
+        if k.kind in ("py", "kb"):
+            self._same_settings("the call")
         with torch.no_grad(), self.no_function_mode():
             self._unstride(k, views)
             returned, held = self._stage_out(k, value, views)
@@ -474,31 +486,6 @@ class Worker:
         if k is not None and k.model is not None:
             out["parameters"] = {n: list(fingerprint(t, portable=True)[2:]) for n, t in k.model.state_dict().items()}
         return out
-
-
-def state_mismatch(cls_name: str, ours: dict[str, list], theirs: dict[str, list]) -> str:
-    """The refusal for a ModelNew whose parameters and buffers are not Model's, naming the first difference."""
-    missing = [n for n in theirs if n not in ours]
-    extra = [n for n in ours if n not in theirs]
-    shaped = [n for n in theirs if n in ours and ours[n] != theirs[n]]
-    if missing:
-        what = f"lacks Model's '{missing[0]}' {theirs[missing[0]]}"
-    elif extra:
-        what = f"has '{extra[0]}' {ours[extra[0]]}, which Model does not"
-    else:
-        n = shaped[0]
-        what = f"has '{n}' of shape {ours[n]} where Model's is {theirs[n]}"
-    return (f"{cls_name}'s parameters and buffers must be Model's (same names and shapes, so both get the run's "
-            f"one set of weights): {cls_name} {what}")
-
-
-def no_working_folder_on_path() -> None:
-    """``python -m`` puts the folder the step was started in first on sys.path: a kernel could import code from
-    there that is neither hashed into the records nor checked, and changed after its PASS (found by a red team).
-    That entry goes, unless an absolute PYTHONPATH entry names the same folder."""
-    here = os.path.realpath(os.getcwd())
-    named = {os.path.realpath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(p)}
-    sys.path[:] = [p for p in sys.path if p and (os.path.realpath(p) != here or here in named)]
 
 
 def main() -> int:

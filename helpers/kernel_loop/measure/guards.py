@@ -1,0 +1,75 @@
+"""What the worker holds a kernel to besides its outputs, checked in the worker's process: torch's process-wide
+settings as they were before any kernel code ran (``process_settings``), nothing imported from the folder the step
+was started in (``no_working_folder_on_path``), and a ModelNew with Model's parameters (``state_mismatch``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+
+def state_mismatch(cls_name: str, ours: dict[str, list], theirs: dict[str, list]) -> str:
+    """The refusal for a ModelNew whose parameters and buffers are not Model's, naming the first difference."""
+    missing = [n for n in theirs if n not in ours]
+    extra = [n for n in ours if n not in theirs]
+    shaped = [n for n in theirs if n in ours and ours[n] != theirs[n]]
+    if missing:
+        what = f"lacks Model's '{missing[0]}' {theirs[missing[0]]}"
+    elif extra:
+        what = f"has '{extra[0]}' {ours[extra[0]]}, which Model does not"
+    else:
+        n = shaped[0]
+        what = f"has '{n}' of shape {ours[n]} where Model's is {theirs[n]}"
+    return (f"{cls_name}'s parameters and buffers must be Model's (same names and shapes, so both get the run's "
+            f"one set of weights): {cls_name} {what}")
+
+
+def process_settings(torch: Any) -> dict[str, Any]:
+    """torch's process-wide settings that change what a caller's own computations give: the default dtype and
+    device, float32 matmul precision, TF32 and reduced-precision reductions, cuDNN's choices, deterministic
+    algorithms, the number of CPU threads, and whether the CPU flushes denormals to zero (no getter: a product
+    that underflows tells)."""
+    cuda, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    out: dict[str, Any] = {
+        "torch.get_default_dtype()": str(torch.get_default_dtype()),
+        "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision(),
+        "torch.backends.cuda.matmul.allow_tf32": bool(cuda.allow_tf32),
+        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction":
+            bool(cuda.allow_fp16_reduced_precision_reduction),
+        "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction":
+            bool(cuda.allow_bf16_reduced_precision_reduction),
+        "torch.backends.cudnn.allow_tf32": bool(cudnn.allow_tf32),
+        "torch.backends.cudnn.enabled": bool(cudnn.enabled),
+        "torch.backends.cudnn.deterministic": bool(cudnn.deterministic),
+        "torch.are_deterministic_algorithms_enabled()": bool(torch.are_deterministic_algorithms_enabled()),
+        "torch.get_num_threads()": int(torch.get_num_threads()),
+        "torch.set_flush_denormal": bool((torch.tensor([1e-30], dtype=torch.float32) * 1e-10).item() == 0.0),
+    }
+    if hasattr(torch, "get_default_device"):
+        out["torch.get_default_device()"] = str(torch.get_default_device())
+    return out
+
+
+def changed_settings(before: dict[str, Any], torch: Any, when: str) -> str | None:
+    """Why a kernel must be refused for changing a process-wide setting (process_settings) since ``before``, or None:
+    a caller's process keeps its own, and every later computation of the caller's would run under the kernel's
+    (found by a red team: flush-to-zero of denormals turned on by a first call, with right outputs)."""
+    now = process_settings(torch)
+    changed = [(n, v, now.get(n)) for n, v in before.items() if now.get(n) != v]
+    if not changed:
+        return None
+    name, was, got = changed[0]
+    return (f"{when} changed the process-wide setting {name} ({was} -> {got})"
+            + (f" and {len(changed) - 1} more" if len(changed) > 1 else "")
+            + ": a caller's process keeps its own settings; set it around your own work and restore it before "
+            "returning")
+
+
+def no_working_folder_on_path() -> None:
+    """``python -m`` puts the folder the step was started in first on sys.path: a kernel could import code from
+    there that is neither hashed into the records nor checked, and changed after its PASS (found by a red team).
+    That entry goes, unless an absolute PYTHONPATH entry names the same folder."""
+    here = os.path.realpath(os.getcwd())
+    named = {os.path.realpath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(p)}
+    sys.path[:] = [p for p in sys.path if p and (os.path.realpath(p) != here or here in named)]
