@@ -455,6 +455,19 @@ def _kb(tmp_path, ref, kernel, dims):
     return rc, json.loads((out / "v0" / "correctness.json").read_text()), (out / "v0" / "correctness.md").read_text()
 
 
+@pytest.mark.parametrize("ref, kernel, dims, passes", [
+    ("kb_ref_linear_relu.py", "kb_cheat_weights_from_init.py", "batch_size=32,features=64", False),
+    ("kb_ref_layernorm.py", "kb_cheat_layernorm_no_affine.py", "batch_size=16,features=64", False),
+    ("kb_ref_layernorm.py", "kb_new_layernorm.py", "batch_size=16,features=64", True),
+    ("kb_ref_linear_relu.py", "kb_new_linear_cached_weight_t.py", "batch_size=32,features=64", True)])
+def test_a_modelnew_gets_trained_weights_not_its_initial_ones(tmp_path, worker_here, ref, kernel, dims, passes):
+    """Found by a red team: the weights were always the ones Model is built with, so a ModelNew that kept a copy made
+    in __init__ and a LayerNorm without its affine transform (weight 1, bias 0 at init) passed.  Model's learnable
+    parameters are now moved from their initial values; a layout cached on the first call still passes."""
+    rc, data, md = _kb(tmp_path, ref, kernel, dims)
+    assert (rc == 0) is passes, data["error"]
+
+
 def test_a_modelnew_right_only_in_eval_without_autograd_fails(tmp_path, worker_here):
     rc, data, md = _kb(tmp_path, "kb_ref_softmax.py", "kb_cheat_eval_only.py", "batch_size=8,dim=512")
     assert rc == 1, md

@@ -7,7 +7,8 @@ Runs in the judge only (it imports ref.py, never the kernel file; a ``.cu`` kern
   [names]}`` (a plain dict is taken as the inputs); ``.py`` kernels get ``run_kernel(**inputs)``, ``.cu``
   kernels ``solve(...)`` with pointers matched by name (no setup(): flat buffers of ``--ptr-size``);
 - KernelBench: ``Model``, ``get_inputs()``, ``get_init_inputs()``; the kernel defines ``ModelNew``.
-  The weights are one set per run: ``Model`` is built once from the **run's seed** (never a trial's), and
+  The weights are one set per run: ``Model`` is built once from the **run's seed** (never a trial's), its
+  learnable parameters then moved away from their initial values as training moves them (``as_trained``), and
   every process that builds ``Model`` or ``ModelNew`` gets exactly its parameters and buffers.  Trial seeds
   vary the inputs only.
 
@@ -135,6 +136,7 @@ class Problem:
         with torch.device(self.device):  # parameters are created where they are used, from the run's seed
             torch.manual_seed(self.cfg.seed)
             self.model = self.ref.Model(*self.init).to(self.device).eval()
+        as_trained(self.model, self.cfg.seed)
 
     def state(self) -> dict[str, Any]:
         """Model's parameters and buffers: the run's one set of weights."""
@@ -353,6 +355,24 @@ def _torch():
     import torch
 
     return torch
+
+
+def as_trained(model: Any, seed: int) -> None:
+    """Move every learnable float parameter of ``model`` away from its initial value, as training does: noise of
+    half the parameter's own spread (a quarter of its magnitude, at least 0.25, where it is constant, as
+    LayerNorm's weight 1 and bias 0 are).  Found by a red team: the only weights ever checked were the ones
+    Model is built with, so a ModelNew that copied its weights in __init__ (ignoring what a user loads), or a fused
+    LayerNorm without its affine transform, passed.  Frozen parameters (requires_grad False) and buffers stay."""
+    torch = _torch()
+    gen = torch.Generator().manual_seed(seed ^ 0x7EA1ED)
+    with torch.no_grad():
+        for _, p in sorted(model.named_parameters()):
+            if not p.requires_grad or not p.dtype.is_floating_point or p.numel() == 0:
+                continue
+            flat = p.detach().reshape(-1).double()
+            spread = float(flat.std()) / 2 if p.numel() > 1 else 0.0
+            scale = spread if spread > 0 else 0.25 * max(abs(float(flat.mean())), 1.0)
+            p.add_(torch.randn(tuple(p.shape), generator=gen).mul_(scale).to(device=p.device, dtype=p.dtype))
 
 
 def _check_not_zero(inputs: dict, outputs: set, seed: int) -> None:
