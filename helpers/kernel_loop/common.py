@@ -95,7 +95,7 @@ def command(*words: Any) -> str:
 def judge_tmpdir() -> Iterator[dict[str, str]]:
     """TMPDIR (and TEMP, TMP) for one judge and whatever it starts: a folder of the step's own, removed when the
     step ends however it ends (a judge stopped by Ctrl-C or a timeout cannot remove its own folders)."""
-    folder = tempfile.mkdtemp(prefix="kl-")
+    folder = tempfile.mkdtemp()  # no mark of the harness in the name: the workers' TMPDIR is inside
     try:
         yield {"TMPDIR": folder, "TEMP": folder, "TMP": folder}
     finally:

@@ -62,8 +62,11 @@ def strided_view(t, kind: str = "step"):
     """``t``'s values in a view that is not contiguous, as a user's slice is: ``step``, every other element along
     its last dim of more than one element (a slice with a step); ``pad``, rows of a wider tensor (a column slice
     ``big[:, :n]``: the last dim stays unit-stride, the rows are further apart).  The elements between are
-    poisoned.  ``t`` itself when no dim has two elements (``pad``: when it has no two such dims)."""
+    poisoned.  ``t`` itself when no dim has two elements (``pad``: when it has no two such dims).  ``moved``: a
+    contiguous copy in memory of its own, at another address (a user's next tensor)."""
     torch = _torch()
+    if kind == "moved":
+        return t.clone(memory_format=torch.contiguous_format)
     dims = [d for d in range(t.dim()) if t.shape[d] > 1]
     if not dims or (kind == "pad" and len(dims) < 2):
         return t

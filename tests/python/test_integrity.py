@@ -699,6 +699,14 @@ def test_a_kernel_that_changes_its_callers_process_settings_fails(tmp_path, no_s
         assert why in data["error"] and "restore it" in data["error"], data["error"]
 
 
+def test_a_kernel_right_only_at_the_first_address_it_saw_fails(tmp_path, worker_here):
+    """Found by a red team: every call of a shape got its inputs in one staged buffer (same address, new values), so
+    a kernel keyed on the first address passed.  One call hands the inputs in memory of their own."""
+    rc, data, md = _correctness(tmp_path, "ref_softmax.py", "cheat_softmax_first_address.py", "M=8,N=64")
+    assert rc == 1 and "layout:moved" in _failed(data)[0], data["error"]
+    assert "at another address" in data["error"]
+
+
 def test_the_ends_of_every_input_range_are_tried(tmp_path, worker_here):
     """Found by a red team: one factor drawn per range could miss a kernel wrong only near the range's end.  Each
     range is now tried at both ends as well as at a random point."""

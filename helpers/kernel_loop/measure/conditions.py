@@ -12,7 +12,8 @@ the correctness calls of each shape vary, in an order drawn at random (``conditi
   compared with Model's; every call with autograd on is followed by backward() (normal or expanded output
   gradients, tensors.upstream), and the gradients of the
   parameters and inputs compared with Model's (``backward_expected``);
-- a KernelBench model's inputs handed as strided views (``layout:strided``): right, or a refusal (it raises);
+- a KernelBench model's inputs handed as strided views (``layout:strided``): right, or a refusal (it raises); every
+  kernel's inputs handed in memory of their own, at another address (``layout:moved``): right;
 - the inputs' range: scaled up (x20 to x500), down (x0.002 to x0.05) and shifted (2 to 8 RMS), each range at
   both ends and at a factor taken from the draw's seed, and across zero: signs flipped (x-0.5 to x-2) and shifted
   down (2 to 500 RMS, at both ends too) (``VARIANTS``), where the reference stays finite
@@ -72,6 +73,7 @@ CONDITION_WORDS = {
                       "slice with a step is",
     "layout:padded": "every input handed as rows of a wider tensor (a column slice, big[:, :n]: unit stride along "
                      "the last dim, rows further apart)",
+    "layout:moved": "every input handed in memory of its own, at another address (as a user's next tensor is)",
 }
 
 
@@ -92,7 +94,7 @@ class Condition:
     expected: dict[str, Any] | None = None
     keep: bool = False
     inference: bool = False
-    strided: str | None = None  # "step" or "pad" (tensors.strided_view)
+    strided: str | None = None  # "step", "pad" or "moved" (tensors.strided_view)
     stats: dict[str, Any] | None = None
     buffers: dict[str, Any] | None = None
     backward: Backward | None = None
@@ -128,6 +130,8 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
         wanted += ["mode:train+grad", "mode:train", "mode:grad", "mode:inference"]
     if any(first.args[n].dtype.is_floating_point for n in first.input_names()):
         wanted += [f"range:{k}{end}" for k in VARIANTS for end in (("", ":lo", ":hi") if k in ENDS else ("",))]
+    if any(is_tensor(first.args[n]) for n in first.input_names()):
+        wanted += ["layout:moved"]  # found by a red team: a kernel right only at the address of the first input it saw
     if prob.model is not None and any(max(first.args[n].shape, default=0) > 1 for n in first.input_names()):
         wanted += ["layout:strided"]  # a module takes what its caller has; a run_kernel's inputs are setup()'s
         if any(sum(s > 1 for s in first.args[n].shape) > 1 for n in first.input_names() if is_tensor(first.args[n])):
@@ -188,7 +192,7 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         if cond.grad and prob.seen.get("backward") is not False:  # every call with autograd on: the gradients a user gets
             cond.backward = backward_expected(prob, ds, cond, seed, notes)
     elif aspect == "layout":
-        kind = "pad" if value == "padded" else "step"
+        kind = {"padded": "pad", "moved": "moved"}.get(value, "step")
         varied = dataclasses.replace(ds, args={n: strided_view(v, kind) if n in ds.input_names() else v
                                                 for n, v in ds.args.items()}, ref_props={})
         prob.reference(varied)

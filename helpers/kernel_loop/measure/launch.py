@@ -211,7 +211,7 @@ def start(folder: Path, name: str, spec: dict[str, Any], *, deadline: float, pre
         extra.setdefault("TRITON_INTERPRET", "1")
     own = None
     if tmpdir:  # its own temporary folder, made before its sandbox's rules (see sandbox.py)
-        own = tempfile.mkdtemp(prefix="w-", dir=tmpdir)  # a name that says nothing of its role
+        own = tempfile.mkdtemp(dir=tmpdir)  # a name that says nothing of its role
         extra.update(TMPDIR=own, TEMP=own, TMP=own)
         if own_caches:
             for var in BASELINE_CACHES:
@@ -229,7 +229,7 @@ class Started:
         self.tmp = protocol.private_dir("kl-judge-", spec.get("scratch"))
         self.folder = Path(self.tmp.name)
         # the workers' temporary files land here, and go when the judge ends (whatever a kernel left)
-        self.worker_tmp = tempfile.mkdtemp(prefix="kl-worker-tmp-")
+        self.worker_tmp = tempfile.mkdtemp()  # a kernel reads its TMPDIR: the names say nothing of the harness
         self.workers: dict[str, WorkerProc] = {}
         mode = spec["mode"]
         if mode == "profile":

@@ -373,7 +373,7 @@ class Worker:
                     state[n].copy_(k.state_bufs[n])
         views: dict[str, Any] = {}
         for box, key, buf in k.inputs if msg.get("strided") else ():
-            view = strided_view(box[key], msg["strided"] if msg["strided"] in ("step", "pad") else "step")
+            view = strided_view(box[key], msg["strided"] if msg["strided"] in ("step", "pad", "moved") else "step")
             if view is not box[key]:
                 box[key], views[buf] = view, view
         leaves = [(buf, box[key]) for box, key, buf in k.inputs
