@@ -141,6 +141,10 @@ def _work_dtype(dtype):
     return torch.float32
 
 
+def _integer(dtype) -> bool:
+    return not dtype.is_floating_point and not dtype.is_complex
+
+
 def _all_close(chunk, numel: int, atol: float, rtol: float, tiny: float, wd, dev) -> tuple | None:
     """The comparison of an output that passes, in about a third of the exact pass's memory traffic: when
     every element is finite and within the tolerance, (max_abs, max_rel, sum of squared errors, sum of
@@ -235,10 +239,25 @@ def compare(got, exp, atol: float, rtol: float, l2_limit: float | None = None) -
         mismatches, nonfinite, seen, max_abs, max_rel, sq_diff, sq_ref = _exact_counts(chunk, ef.numel(), atol, rtol,
                                                                                         tiny, dev)
     first = None
+    exact = _integer(exp.dtype) and _integer(got.dtype)
+    if exact:  # integers compared as integers: float64 holds them exactly only up to 2**53 (a red team's find)
+        bad = torch.zeros((), dtype=torch.int64, device=dev)
+        worst = torch.zeros((), dtype=torch.int64, device=dev)
+        for s in range(0, ef.numel(), CHUNK):
+            d = (gf[s:s + CHUNK].to(device=dev, dtype=torch.int64) - ef[s:s + CHUNK].to(torch.int64)).abs_()
+            bad += (d != 0).sum()
+            worst = torch.maximum(worst, d.max() if d.numel() else worst)
+        int_bad, int_worst = (int(x) for x in torch.stack([bad, worst]).cpu())
+        if int_bad:
+            mismatches, max_abs = max(mismatches, int_bad), max(max_abs or 0.0, float(int_worst))
     if mismatches:  # a failing output: the first bad element, chunk by chunk
         for s in range(0, ef.numel(), CHUNK):
-            g, e = chunk(s)
-            idx = torch.nonzero(~torch.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True))
+            if exact:
+                g, e = gf[s:s + CHUNK].to(device=dev, dtype=torch.int64), ef[s:s + CHUNK].to(torch.int64)
+                idx = torch.nonzero(g != e)
+            else:
+                g, e = chunk(s)
+                idx = torch.nonzero(~torch.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True))
             if idx.numel():
                 i = int(idx[0])
                 first = (s + i, g[i], e[i])
@@ -253,7 +272,8 @@ def compare(got, exp, atol: float, rtol: float, l2_limit: float | None = None) -
     if first is not None:
         flat, gv, ev = first
         idx = list(torch.unravel_index(torch.tensor(flat), tuple(exp.shape))) if exp.dim() else []
-        first_bad = {"index": [int(i) for i in idx], "got": json_number(gv), "expected": json_number(ev)}
+        first_bad = {"index": [int(i) for i in idx], "got": int(gv) if exact else json_number(gv),
+                     "expected": int(ev) if exact else json_number(ev)}
     info.update(max_abs_err=json_number(max_abs), max_rel_err=json_number(max_rel), rel_l2_err=json_number(rel_l2),
                 mismatches=mismatches, first_bad=first_bad, nonfinite_unexpected=nonfinite,
                 passed=mismatches == 0 and nonfinite == 0)

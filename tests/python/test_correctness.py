@@ -166,6 +166,20 @@ def test_the_poison_screen_counts_what_its_shortcut_cannot_rule_out():
             assert count_poison(torch, t, 1) == int((t == sentinel).sum()), (dtype, left)
 
 
+def test_integer_outputs_are_compared_as_integers():
+    """Found by a red team: int64 outputs were compared in float64, which holds them exactly only up to 2**53, so a
+    kernel that passed its results through float64 (the low 9 bits of every element lost) passed with error 0."""
+
+    exact = torch.arange(2**60, 2**60 + 4096, dtype=torch.int64)
+    lossy = exact.double().to(torch.int64)
+    r = C.compare(lossy, exact, 0.0, 0.0)
+    assert not r["passed"] and r["mismatches"] == int((lossy != exact).sum()) and r["max_abs_err"] > 0
+    assert r["first_bad"]["got"] != r["first_bad"]["expected"]  # exact integers, not their float64 roundings
+    assert C.compare(exact.clone(), exact, 0.0, 0.0)["passed"]
+    flags = torch.tensor([True, False, True])
+    assert C.compare(flags.clone(), flags, 0.0, 0.0)["passed"] and C.compare(~flags, flags, 0.0, 0.0)["mismatches"] == 3
+
+
 def test_compare_outputs_reports_missing_and_constant():
     exp = {"y": torch.full((4,), 2.0), "z": torch.arange(4.0)}
     rows, warnings = C.compare_outputs({"y": torch.full((4,), 2.0)}, exp, None, None)
