@@ -707,6 +707,13 @@ def test_a_kernel_right_only_at_the_first_address_it_saw_fails(tmp_path, worker_
     assert "at another address" in data["error"]
 
 
+def test_a_kernel_that_keeps_writing_its_first_output_buffer_fails(tmp_path, worker_here):
+    """Found by a red team: the outputs a kernel is handed were always the same buffer, so one that wrote every result
+    into the buffer of its first call passed.  The call that moves the inputs moves the handed outputs too."""
+    rc, data, md = _correctness(tmp_path, "ref_vadd.py", "cheat_vadd_first_output_buffer.py", "N=1000")
+    assert rc == 1 and "layout:moved" in _failed(data)[0], data["error"]
+
+
 def test_the_ends_of_every_input_range_are_tried(tmp_path, worker_here):
     """Found by a red team: one factor drawn per range could miss a kernel wrong only near the range's end.  Each
     range is now tried at both ends as well as at a random point."""

@@ -73,7 +73,8 @@ CONDITION_WORDS = {
                       "slice with a step is",
     "layout:padded": "every input handed as rows of a wider tensor (a column slice, big[:, :n]: unit stride along "
                      "the last dim, rows further apart)",
-    "layout:moved": "every input handed in memory of its own, at another address (as a user's next tensor is)",
+    "layout:moved": "every input (and every output it is handed) in memory of its own, at another address (as a "
+                    "user's next tensors are)",
 }
 
 

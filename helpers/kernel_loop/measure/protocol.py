@@ -269,7 +269,7 @@ def hand_over(w: Any, k: Any, value: Any, views: dict | None = None) -> tuple[di
                                 and o.numel() and v.numel() and span(o)[0] < hi and lo < span(o)[1]), None)
         if name in handed and buf in w.local:  # handed to the kernel: the buffer is what a caller reads
             meta["stored"] = True
-            meta["elsewhere"] = span(v) != span(w.local[buf])
+            meta["elsewhere"] = span(v) not in (span(w.local[buf]), *((span(views[buf]),) if buf in (views or {}) else ()))
         elif buf is None or buf not in w.shared:
             meta["stored"] = False
         else:

@@ -65,6 +65,7 @@ class Kernel:
         self.kept_bufs: dict[str, str] = {}  # returned output name -> the judge buffer its kept copy goes to
         self.out_names: list[str] = []
         self.model = None
+        self.handed: list = []    # (box, key, judge buffer) of the outputs a run_kernel is handed
         self.buffers: dict[str, Any] = {}   # the model's buffers as loaded (restored after a call in training mode)
         self.kept: list[dict[str, Any]] = []  # what each call asked to keep returned, as a caller holding it would
         self.inputs: list[tuple[Any, Any, str]] = []  # (where the call reads it, its key there, judge buffer) per input
@@ -225,6 +226,7 @@ class Worker:
             k.fn = run
             handed = set(call.get("out_names") or [])
             k.inputs = [(pool, a, b) for a, b in (call.get("tensors") or {}).items() if a not in handed]
+            k.handed = [(pool, a, b) for a, b in (call.get("tensors") or {}).items() if a in handed]
             return {}
         if k.kind in ("kb", "ref-kb"):
             cls_name = "Model" if k.kind == "ref-kb" else "ModelNew"
@@ -372,7 +374,8 @@ class Worker:
                 for n in msg["stats"]:
                     state[n].copy_(k.state_bufs[n])
         views: dict[str, Any] = {}
-        for box, key, buf in k.inputs if msg.get("strided") else ():
+        moved = msg.get("strided") == "moved"  # the outputs it is handed move too: a user's next buffers are elsewhere
+        for box, key, buf in (k.inputs + (k.handed if moved else [])) if msg.get("strided") else ():
             view = strided_view(box[key], msg["strided"] if msg["strided"] in ("step", "pad", "moved") else "step")
             if view is not box[key]:
                 box[key], views[buf] = view, view
@@ -435,8 +438,9 @@ class Worker:
                 "build": k.build, "inventory": hint.result() if hint is not None else None}
 
     def _unstride(self, k: Kernel, views: dict[str, Any]) -> None:
-        """The inputs' own buffers back where the call reads them, with what the call left in the strided views."""
-        for box, key, buf in k.inputs:
+        """The inputs' (and handed outputs') own buffers back where the call reads them, with what the call left in the
+        views it was handed instead."""
+        for box, key, buf in k.inputs + k.handed:
             if buf in views:
                 self.local[buf].copy_(views[buf])
                 box[key] = self.local[buf]
