@@ -507,7 +507,7 @@ begin_version() {
   fi
 }
 
-# 1. measured and written files (files.bats)
+# 1. measured and written files (correctness.bats)
 check_1_files() {
   local f missing=()
   for f in correctness.md ncu_summary.md ncu_details.md kbs_evidence.md; do

@@ -303,7 +303,8 @@ download_missing() {
 
 tree_bytes() {  # the working tree a device call carries: tracked + untracked, not ignored
   if git -C "$ROOT" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-    (cd -- "$ROOT" && git ls-files -co --exclude-standard -z | xargs -0 -r stat -c %s -- 2>/dev/null) \
+    # a tracked file deleted but not yet committed is not carried: stat skips it (and xargs's 123 is no error here)
+    (cd -- "$ROOT" && { git ls-files -co --exclude-standard -z | xargs -0 -r stat -c %s -- 2>/dev/null || true; }) \
       | awk '{ s += $1 } END { print s + 0 }'
   else
     echo 0

@@ -27,10 +27,10 @@ sabotage() {
   ! cmp -s "$GATE" "$SABOTAGED"
 }
 
-@test "a gate that never counts failures is caught by files.bats" {
+@test "a gate that never counts failures is caught by correctness.bats" {
   # shellcheck disable=SC2016  # sed program, not shell
   sabotage 's/FAILS=\$((FAILS + 1)); //'
-  GATE_UNDER_TEST=$SABOTAGED run -1 "$BATS_BIN" --tap "$BATS_TEST_DIRNAME/files.bats"
+  GATE_UNDER_TEST=$SABOTAGED run -1 "$BATS_BIN" --tap "$BATS_TEST_DIRNAME/correctness.bats"
   assert_line --regexp '^not ok '
 }
 

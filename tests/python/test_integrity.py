@@ -714,6 +714,14 @@ def test_a_kernel_that_keeps_writing_its_first_output_buffer_fails(tmp_path, wor
     assert rc == 1 and "layout:moved" in _failed(data)[0], data["error"]
 
 
+def test_a_scalar_drawn_per_seed_reaches_the_kernel(tmp_path, worker_here):
+    """Found by a red team: a run_kernel's scalar arguments were bound once, from the first data set, so when setup()
+    drew a scalar per seed the reference got each draw's value and the kernel the first one: an honest kernel failed
+    14 of 15 calls.  The worker now gets each data set's scalars with the call."""
+    rc, data, md = _correctness(tmp_path, "ref_scale_drawn.py", "honest_scale.py", "M=8,N=64")
+    assert rc == 0, data["error"]
+
+
 def test_the_ends_of_every_input_range_are_tried(tmp_path, worker_here):
     """Found by a red team: one factor drawn per range could miss a kernel wrong only near the range's end.  Each
     range is now tried at both ends as well as at a random point."""

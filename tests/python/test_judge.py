@@ -824,9 +824,9 @@ def test_the_timed_calls_are_verified_on_moved_inputs_too(tmp_path, monkeypatch,
     """Found by a red team (2026-12-04): correctness checks moved inputs, the timed loops only the problem's own, so a
     kernel that counts its calls (or watches its results' lifetimes) passed both while wrong on moved inputs in every
     call after correctness.  Two in three verified timed calls now draw moved inputs where correctness could check them."""
-    from kernel_loop.measure import calls
+    from kernel_loop.measure import timed
 
-    monkeypatch.setattr(calls, "MIN_CHECKS", 20)  # no late check on moved inputs: 3 runs in 10000 (simulated)
+    monkeypatch.setattr(timed, "MIN_CHECKS", 20)  # no late check on moved inputs: 3 runs in 10000 (simulated)
     out = _init(tmp_path, "ref_softmax.py", COUNTS_ITS_CALLS, "M=8,N=64")
     rc, data = _correctness(out)
     assert rc == 0, data["error"]  # right in every correctness call
@@ -845,7 +845,7 @@ def test_with_data_too_large_to_prepare_an_unverified_call_waits_like_a_verified
     import time
     import types
 
-    from kernel_loop.measure.calls import Feed
+    from kernel_loop.measure.timed import Feed
 
     class Fake:
         judge = types.SimpleNamespace(rng=random.Random(5))
@@ -876,7 +876,7 @@ def test_the_checks_a_kernel_has_seen_never_lower_the_chance_of_the_next():
     import random
     import types
 
-    from kernel_loop.measure import calls
+    from kernel_loop.measure import timed
 
     class Fake:
         judge = types.SimpleNamespace(rng=random.Random(11))
@@ -894,13 +894,13 @@ def test_the_checks_a_kernel_has_seen_never_lower_the_chance_of_the_next():
     after_many = []  # for each loop, whether the call after the 7th check (first call included) was checked
     for _ in range(3000):
         seen: list[bool] = []
-        calls.Session.loop(Fake(), "k", warmup, trials, label="t")
+        timed.timed_loop(Fake(), "k", warmup, trials, label="t")
         at = [i for i, c in enumerate(seen) if c]
         if len(at) > 7 and at[6] + 1 < warmup + trials - 1:
             after_many.append(seen[at[6] + 1])
     # drawn the old way, a kernel that had seen 7 checks (the first, then at most ceil(50 / 10) = 5 more) knew
     # the next call before the last was not checked (0 of them); now about CHECK_P of them are
-    assert len(after_many) > 300 and sum(after_many) / len(after_many) > calls.CHECK_P * 0.6, len(after_many)
+    assert len(after_many) > 300 and sum(after_many) / len(after_many) > timed.CHECK_P * 0.6, len(after_many)
 
 
 def test_a_result_file_the_kernel_forges_is_discarded(tmp_path, no_static_check):
@@ -956,7 +956,7 @@ def test_a_verified_timed_call_waits_as_long_as_any_other(tmp_path):
     import random
     import types
 
-    from kernel_loop.measure.calls import Session
+    from kernel_loop.measure import timed
 
     events: list[tuple[str, bool]] = []
 
@@ -975,7 +975,7 @@ def test_a_verified_timed_call_waits_as_long_as_any_other(tmp_path):
             assert ds.checked == checked  # a verified call gets data with its reference
             return {"failure": None, "rows": [], "reply": {"us": 1.0, "host_us": 1.0, "delay_us": 0.0}}
 
-    out = Session.loop(Fake(), "k", 5, 100, label="t")
+    out = timed.timed_loop(Fake(), "k", 5, 100, label="t")
     assert out["failure"] is None and out["prepared"] and out["verified"] >= 6
     start = events.index(("draw", False))
     assert events[:start] == [("draw", True)] * out["verified"]  # drawn, with their references, before the loop

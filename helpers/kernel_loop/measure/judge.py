@@ -42,10 +42,11 @@ from ..compare import applied_tolerances
 from ..config import RunConfig
 from ..tensors import is_tensor
 from . import protocol
-from .calls import Session, ab_loop, after_the_calls, bad_row, harness_hint, kept_fingerprints, timing_block
+from .calls import Session, after_the_calls, bad_row, harness_hint, kept_fingerprints
 from .conditions import CONDITION_WORDS, condition, condition_plan
 from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
 from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
+from .timed import ab_loop, timed_loop, timing_block
 from .under_ncu import census_first, ncu_run
 
 PROGRESS_S = float(os.environ.get("KERNEL_LOOP_PROGRESS_S") or 15.0)  # a progress line when a shape's calls take longer
@@ -296,7 +297,7 @@ def profile(judge: Judge) -> dict[str, Any]:
     gpu_check = judge.check_gpu_is_ours("the timing")
     index = judge.torch.device(judge.device).index or 0
     before = gpustate.snapshot(index, judge._uuid())
-    loop = sess.loop("k", cfg.warmup, cfg.trials, label="the timing run")
+    loop = timed_loop(sess, "k", cfg.warmup, cfg.trials, label="the timing run")
     after = gpustate.snapshot(index, judge._uuid())
     if loop["failure"]:
         raise MeasuredFailure(harness_hint(sess, loop))
@@ -365,7 +366,7 @@ def benchmark(judge: Judge) -> dict[str, Any]:
             item.update(available=False, why=r["failure"])
             continue
         progress(f"timing {name}: {warmup} warmup + {trials} trials (every call poisoned, some verified){_at()}")
-        loop = sess.loop(name, warmup, trials, label=f"{name}'s timed calls")
+        loop = timed_loop(sess, name, warmup, trials, label=f"{name}'s timed calls")
         if loop["failure"]:
             item.update(correct_after=False, error=item["error"] or loop["failure"])
             continue
@@ -444,7 +445,7 @@ def baselines(judge: Judge, prob: Problem, first: DataSet) -> dict[str, Any]:
                 item.update(available=False, why=r["failure"])
                 continue
             progress(f"timing {b}: {warmup} warmup + {trials} trials{_at()}")
-            loop = sess.loop(b, warmup, trials, label=f"{b}'s timed calls")
+            loop = timed_loop(sess, b, warmup, trials, label=f"{b}'s timed calls")
             item["correct_after"] = loop["failure"] is None
             if loop["failure"]:
                 item["error"] = item["error"] or loop["failure"]

@@ -66,6 +66,7 @@ class Kernel:
         self.out_names: list[str] = []
         self.model = None
         self.handed: list = []    # (box, key, judge buffer) of the outputs a run_kernel is handed
+        self.pool: dict[str, Any] = {}  # a run_kernel's arguments by name (its scalars change with the data set)
         self.buffers: dict[str, Any] = {}   # the model's buffers as loaded (restored after a call in training mode)
         self.kept: list[dict[str, Any]] = []  # what each call asked to keep returned, as a caller holding it would
         self.inputs: list[tuple[Any, Any, str]] = []  # (where the call reads it, its key there, judge buffer) per input
@@ -223,7 +224,7 @@ class Worker:
                 with torch.set_grad_enabled(grad):
                     return loader.call_with(fn, pool, **extra)
 
-            k.fn = run
+            k.fn, k.pool = run, pool
             handed = set(call.get("out_names") or [])
             k.inputs = [(pool, a, b) for a, b in (call.get("tensors") or {}).items() if a not in handed]
             k.handed = [(pool, a, b) for a, b in (call.get("tensors") or {}).items() if a in handed]
@@ -344,14 +345,12 @@ class Worker:
         return {"kept": out}
 
     def op_call(self, msg: dict) -> dict:
-        """One call.  ``train``/``grad``: the module's mode and autograd during the call (a KernelBench model;
-        eval() without autograd unless said); ``keep``: hold the returned tensors for the rest of the session (a
-        caller keeps results: ``op_kept`` hands them back); ``nvtx``: the call, the hand-over of its results
-        and the synchronize after them in one process-wide NVTX range (ncu measures every kernel launched in
-        it, from any thread).  Correctness only: ``strided``, every input handed as a strided view (the values
-        the kernel left in it come back to its buffer); ``stats``, running statistics loaded from the
-        parameters' buffers before a training-mode call, and every buffer of the model written there after it;
-        ``backward``, the float inputs require grad, for an ``op_backward`` after the call.  Profile only:
+        """One call.  ``train``/``grad``: a KernelBench model's mode and autograd (eval() without autograd unless
+        said); ``keep``: hold the returned tensors (``op_kept`` hands them back); ``nvtx``: the call, the hand-over
+        and the synchronize after it in one process-wide NVTX range; ``scalars``: the data set's own non-tensor
+        arguments.  Correctness only: ``strided``, the inputs handed as views (what the kernel left in them comes
+        back to their buffers); ``stats``, running statistics loaded before a training-mode call, the buffers
+        written back after it; ``backward``, the float inputs require grad for an ``op_backward``.  Profile only:
         ``inventory``, the kernels the call launched as torch's profiler sees them (a hint)."""
         from ..tensors import normalize_outputs, strided_view
         from ..timing import CallTimer, LaunchCount
@@ -368,6 +367,7 @@ class Worker:
         if k.model is not None and k.model.training != train:
             k.model.train(train)
         self._stage_in()
+        k.pool.update({n: protocol.decode_value(v) for n, v in (msg.get("scalars") or {}).items()})
         if msg.get("stats") and k.model is not None:  # the running statistics the call starts from
             state = k.model.state_dict()
             with torch.no_grad():
