@@ -468,6 +468,24 @@ def test_a_modelnew_gets_trained_weights_not_its_initial_ones(tmp_path, worker_h
     assert (rc == 0) is passes, data["error"]
 
 
+def test_a_plain_number_among_get_inputs_reaches_modelnew(tmp_path, worker_here):
+    """Found by a CPU sweep of KernelBench (level 1, 5_Matrix_scalar_multiplication): get_inputs() returning a plain
+    float made the judge fail (KeyError) before the first call, whatever the kernel."""
+    rc, data, md = _kb(tmp_path, "kb_ref_scalar_mul.py", "kb_new_scalar_mul.py", "M=64,N=32")
+    assert rc == 0, data["error"]
+
+
+def test_batchnorm_gradients_are_compared(tmp_path, worker_here):
+    """Found by a CPU sweep of KernelBench: the worker put the running statistics back right after the forward pass,
+    before the backward, which broke BatchNorm's (it saved them), so its gradients were never compared in any of
+    the 12 BatchNorm problems ("backward() raised").  They go back after the backward now."""
+    rc, data, md = _kb(tmp_path, "kb_ref_batchnorm.py", "kb_new_batchnorm_module.py", "batch_size=32,features=16")
+    assert rc == 0, data["error"]
+    assert "backward() raised" not in md
+    names = {o["name"] for s in data["shapes"] for t in s["trials"] for o in t["outputs"]}
+    assert {"gradient of parameter 'bn.weight'", "gradient of input 'arg0'"} <= names, names
+
+
 def test_a_modelnew_right_only_in_eval_without_autograd_fails(tmp_path, worker_here):
     rc, data, md = _kb(tmp_path, "kb_ref_softmax.py", "kb_cheat_eval_only.py", "batch_size=8,dim=512")
     assert rc == 1, md

@@ -1,4 +1,5 @@
-"""What the worker holds a kernel to besides its outputs, checked in the worker's process: torch's process-wide
+"""What the worker holds a kernel to besides its outputs, checked in the worker's process (a refusal is a
+``KernelDefect``, said in one line by ``error_text``): no torch mode left active (``left_modes``), torch's process-wide
 settings as they were before any kernel code ran (``process_settings``), nothing imported from the folder the step
 was started in (``no_working_folder_on_path``), and a ModelNew with Model's parameters (``state_mismatch``)."""
 
@@ -6,7 +7,23 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from typing import Any
+
+
+class KernelDefect(Exception):
+    """The kernel file cannot be called as its format says (a failed correctness, said in one line)."""
+
+
+def error_text(exc: BaseException) -> str:
+    """An exception as a message: expected errors plainly, others with the innermost frames."""
+    from ..build import BuildError
+    from ..common import KernelLoopError
+
+    if isinstance(exc, (KernelLoopError, BuildError, KernelDefect)):
+        return str(exc)
+    frames = traceback.format_tb(exc.__traceback__)[-3:]
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:600]}\n" + "".join(frames).rstrip()
 
 
 def state_mismatch(cls_name: str, ours: dict[str, list], theirs: dict[str, list]) -> str:
@@ -49,6 +66,17 @@ def process_settings(torch: Any) -> dict[str, Any]:
     if hasattr(torch, "get_default_device"):
         out["torch.get_default_device()"] = str(torch.get_default_device())
     return out
+
+
+def left_modes(modes: tuple, when: str) -> str | None:
+    """Why a kernel must be refused for a torch function or dispatch mode it left active (``modes``: the lengths of
+    the two mode stacks, read before any kernel code ran), or None: the mode would run inside every torch call of the
+    process after the kernel's, the hand-over of its results among them."""
+    active = [n for n, f in zip(("function", "dispatch"), modes, strict=False) if f()]
+    if not active:
+        return None
+    return (f"{when} a torch {' and '.join(active)} mode (TorchFunctionMode, TorchDispatchMode): it would run inside "
+            "the harness's own torch calls, after the timed call; leave every mode before returning")
 
 
 def changed_settings(before: dict[str, Any], torch: Any, when: str) -> str | None:

@@ -289,7 +289,8 @@ class Problem:
         outputs = {n: buffers[n] for n in ds.expected}
         kept = {n: buffers[f"kept:{n}"] for n in ds.expected if f"kept:{n}" in buffers}
         if kind in ("kb", "ref-kb"):
-            return {"init": encode_value(self.init), "seed": self.cfg.seed, "args": [buffers[n] for n in ds.args],
+            args = [buffers[n] if is_tensor(v) else {"value": encode_value(v)} for n, v in ds.args.items()]
+            return {"init": encode_value(self.init), "seed": self.cfg.seed, "args": args,
                     "state": {n: buffers[f"param:{n}"] for n in self.state()}, "outputs": outputs, "kept": kept,
                     "out_names": [], "compile": compile}
         if kind == "cu":

@@ -29,30 +29,13 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
 from ..common import UsageError
-from . import protocol, sandbox
-from .guards import changed_settings, no_working_folder_on_path, process_settings, state_mismatch
+from . import guards, protocol, sandbox
 
 NVTX_RANGE = "kl_measure"
-
-
-class KernelDefect(Exception):
-    """The kernel file cannot be called as its format says (a failed correctness, said in one line)."""
-
-
-def error_text(exc: BaseException) -> str:
-    """An exception as a message: expected errors plainly, others with the innermost frames."""
-    from ..build import BuildError
-    from ..common import KernelLoopError
-
-    if isinstance(exc, (KernelLoopError, BuildError, KernelDefect)):
-        return str(exc)
-    frames = traceback.format_tb(exc.__traceback__)[-3:]
-    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:600]}\n" + "".join(frames).rstrip()
 
 
 class Kernel:
@@ -66,7 +49,8 @@ class Kernel:
         self.out_names: list[str] = []
         self.model = None
         self.handed: list = []    # (box, key, judge buffer) of the outputs a run_kernel is handed
-        self.pool: dict[str, Any] = {}  # a run_kernel's arguments by name (its scalars change with the data set)
+        self.slots: dict[str, tuple] = {}  # a scalar argument's name -> (where the call reads it, its key there)
+        self.restore = False  # the model's buffers go back as loaded at the end of the call's backward
         self.buffers: dict[str, Any] = {}   # the model's buffers as loaded (restored after a call in training mode)
         self.kept: list[dict[str, Any]] = []  # what each call asked to keep returned, as a caller holding it would
         self.inputs: list[tuple[Any, Any, str]] = []  # (where the call reads it, its key there, judge buffer) per input
@@ -87,7 +71,7 @@ class Worker:
         self.plain: tuple = ()
         self.modes: tuple = ()  # the two mode stacks' lengths, read before any kernel code ran
         self.no_function_mode: Any = None  # torch._C.DisableTorchFunction, read before any kernel code ran
-        self.settings: dict[str, Any] = {}  # process_settings(), read before any kernel code ran
+        self.settings: dict[str, Any] = {}  # guards.process_settings(), read before any kernel code ran
 
     # --- the loop -----------------------------------------------------------------------------
     def serve(self) -> None:
@@ -102,7 +86,7 @@ class Worker:
             except UsageError as exc:
                 reply = {"ok": False, "error": str(exc), "usage": True}
             except Exception as exc:  # the kernel's failure is the reply
-                reply = {"ok": False, "error": error_text(exc)}
+                reply = {"ok": False, "error": guards.error_text(exc)}
             self.chan.send(reply)
             if op == "bye":
                 return
@@ -126,7 +110,7 @@ class Worker:
         self.plain = plain_types(torch)  # before any of the kernel's code runs: what a call may return
         self.modes = (torch._C._len_torch_function_stack, torch._C._len_torch_dispatch_stack)
         self.no_function_mode = torch._C.DisableTorchFunction
-        self.settings = process_settings(torch)
+        self.settings = guards.process_settings(torch)
         # before any of the kernel's code runs, for good: no record key, no run directory but the files given
         isolated, how = sandbox.apply(msg.get("sandbox"))
         return {"pid": os.getpid(), "torch": torch.__version__, "isolated": isolated, "isolation": how}
@@ -224,7 +208,7 @@ class Worker:
                 with torch.set_grad_enabled(grad):
                     return loader.call_with(fn, pool, **extra)
 
-            k.fn, k.pool = run, pool
+            k.fn, k.slots = run, {n: (pool, n) for n in call.get("scalars") or {}}
             handed = set(call.get("out_names") or [])
             k.inputs = [(pool, a, b) for a, b in (call.get("tensors") or {}).items() if a not in handed]
             k.handed = [(pool, a, b) for a, b in (call.get("tensors") or {}).items() if a in handed]
@@ -241,8 +225,8 @@ class Worker:
                 try:
                     model = cls(*init)
                 except TypeError as exc:
-                    raise KernelDefect(f"{cls_name}({', '.join(map(repr, init))}) failed ({exc}): {cls_name} must "
-                                       "take the same constructor arguments as Model") from None
+                    raise guards.KernelDefect(f"{cls_name}({', '.join(map(repr, init))}) failed ({exc}): {cls_name} "
+                                              "must take the same constructor arguments as Model") from None
                 model = model.to(self.device).eval()  # the judge sets the mode of each call (op_call)
             state = {n: self.local[b] for n, b in (call.get("state") or {}).items()}
             k.state_bufs = {n: self.shared[b] for n, b in (call.get("state") or {}).items()}
@@ -250,13 +234,15 @@ class Worker:
             theirs = {n: list(t.shape) for n, t in state.items()}
             ours = {n: list(t.shape) for n, t in mine.items()}
             if ours != theirs:
-                raise UsageError(state_mismatch(cls_name, ours, theirs))
+                raise UsageError(guards.state_mismatch(cls_name, ours, theirs))
             if state:
                 model.load_state_dict(state)
             buffer_names = {n for n, _ in model.named_buffers()}
             k.buffers = {n: t.detach().clone() for n, t in model.state_dict().items() if n in buffer_names}
-            args = [self.local[b] for b in call.get("args") or []]
-            k.inputs = [(args, i, b) for i, b in enumerate(call.get("args") or [])]
+            plan = call.get("args") or []  # a judge buffer's name, or {"value": ...} for a get_inputs() scalar
+            args = [self.local[b] if isinstance(b, str) else protocol.decode_value(b["value"]) for b in plan]
+            k.inputs = [(args, i, b) for i, b in enumerate(plan) if isinstance(b, str)]
+            k.slots = {f"arg{i}": (args, i) for i, b in enumerate(plan) if not isinstance(b, str)}
             k.model = model
             target = torch.compile(model) if call.get("compile") else model
 
@@ -301,18 +287,14 @@ class Worker:
                 lo.copy_(sh)
 
     def _no_mode(self, when: str) -> None:
-        """Refuse a torch function or dispatch mode the kernel left active: it would run inside every torch call
-        of this process after the kernel's, the hand-over of its results among them."""
-        active = [n for n, f in zip(("function", "dispatch"), self.modes, strict=False) if f()]
-        if active:
-            raise KernelDefect(f"{when} a torch {' and '.join(active)} mode (TorchFunctionMode, TorchDispatchMode): it "
-                               "would run inside the harness's own torch calls, after the timed call; leave every "
-                               "mode before returning")
+        why = guards.left_modes(self.modes, when)
+        if why:
+            raise guards.KernelDefect(why)
 
     def _same_settings(self, when: str) -> None:
-        why = changed_settings(self.settings, self.torch, when)
+        why = guards.changed_settings(self.settings, self.torch, when)
         if why:
-            raise KernelDefect(why)
+            raise guards.KernelDefect(why)
 
     def _stage_out(self, k: Kernel, value: Any, views: dict | None = None) -> tuple[dict, dict]:
         """The hand-over (protocol.hand_over), once the value is known to be plain data."""
@@ -320,9 +302,9 @@ class Worker:
 
         odd = not_plain(value, self.plain)  # before anything touches it: a lazy object would compute here
         if odd:
-            raise KernelDefect(f"the call returned {odd}: a kernel returns plain torch.Tensor objects (or a tuple, "
-                               "list or dict of them); a subclass or a wrapper can compute when first read, outside "
-                               "the timed call")
+            raise guards.KernelDefect(f"the call returned {odd}: a kernel returns plain torch.Tensor objects (or a "
+                                      "tuple, list or dict of them); a subclass or a wrapper can compute when first read, "
+                                      "outside the timed call")
         return protocol.hand_over(self, k, value, views)
 
     def op_kept(self, msg: dict) -> dict:
@@ -367,7 +349,9 @@ class Worker:
         if k.model is not None and k.model.training != train:
             k.model.train(train)
         self._stage_in()
-        k.pool.update({n: protocol.decode_value(v) for n, v in (msg.get("scalars") or {}).items()})
+        for n, v in (msg.get("scalars") or {}).items():  # this data set's own (setup() may draw a scalar per seed)
+            box, key = k.slots[n]
+            box[key] = protocol.decode_value(v)
         if msg.get("stats") and k.model is not None:  # the running statistics the call starts from
             state = k.model.state_dict()
             with torch.no_grad():
@@ -429,10 +413,11 @@ class Worker:
                 torch.cuda.nvtx.range_end(r)
             if (train or msg.get("stats")) and k.buffers:  # statistics loaded or updated: the next call starts from the judge's
                 state = k.model.state_dict()
-                for n, t in k.buffers.items():
-                    if msg.get("stats") is not None:  # the judge compares them with Model's after the same call
-                        k.state_bufs[n].copy_(state[n])
-                    state[n].copy_(t)
+                for n in k.buffers if msg.get("stats") is not None else ():  # compared with Model's after the same call
+                    k.state_bufs[n].copy_(state[n])
+                k.restore = True  # after the backward, if one comes: BatchNorm's backward reads the statistics it saved
+                if k.pending is None:
+                    self._end_backward(k)
         peak = int(torch.cuda.max_memory_allocated(self.device)) if cuda else None
         return {"us": us, "host_us": host, "delay_us": delay, "returned": returned, "peak_mem_bytes": peak,
                 "build": k.build, "inventory": hint.result() if hint is not None else None}
@@ -446,7 +431,14 @@ class Worker:
                 box[key] = self.local[buf]
 
     def _end_backward(self, k: Kernel) -> None:
-        """Forget a call's graph and let its inputs stop requiring grad (they are the worker's staged buffers)."""
+        """Forget a call's graph, its inputs stop requiring grad, the model's buffers go back as loaded (found by a CPU
+        sweep: put back before the backward, they broke BatchNorm's, whose gradients were never compared)."""
+        if k.restore:
+            state = k.model.state_dict()
+            with self.torch.no_grad():
+                for n, t in k.buffers.items():
+                    state[n].copy_(t)
+            k.restore = False
         if k.pending is not None:
             for t in k.pending[1].values():
                 t.requires_grad_(False)
@@ -488,6 +480,7 @@ class Worker:
         out: dict[str, Any] = {"inputs": {n: list(fingerprint(t, portable=True)[2:]) for n, t in self.local.items()}}
         k = self.kernels.get(msg.get("k"))
         if k is not None and k.model is not None:
+            self._end_backward(k)  # a backward the judge did not ask for: the buffers go back as loaded first
             out["parameters"] = {n: list(fingerprint(t, portable=True)[2:]) for n, t in k.model.state_dict().items()}
         return out
 
@@ -495,7 +488,7 @@ class Worker:
 def main() -> int:
     from .. import timing
 
-    no_working_folder_on_path()
+    guards.no_working_folder_on_path()
 
     try:
         timing.bind()  # before any user code: a kernel that rebinds the clock later changes nothing bound here
