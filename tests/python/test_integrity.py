@@ -486,6 +486,13 @@ def test_batchnorm_gradients_are_compared(tmp_path, worker_here):
     assert {"gradient of parameter 'bn.weight'", "gradient of input 'arg0'"} <= names, names
 
 
+def test_modelnew_is_not_built_under_the_runs_own_seed(tmp_path, worker_here):
+    """Found by a red team: ModelNew was built under the run's seed (torch.initial_seed() in __init__ told it), from
+    which every correctness trial's inputs are drawn.  It is built under a seed derived from it by a one-way hash."""
+    rc, data, md = _kb(tmp_path, "kb_ref_linear_relu.py", "kb_probe_run_seed.py", "batch_size=32,features=64")
+    assert rc == 0, data["error"]
+
+
 def test_a_modelnew_right_only_in_eval_without_autograd_fails(tmp_path, worker_here):
     rc, data, md = _kb(tmp_path, "kb_ref_softmax.py", "kb_cheat_eval_only.py", "batch_size=8,dim=512")
     assert rc == 1, md

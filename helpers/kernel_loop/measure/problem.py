@@ -128,15 +128,24 @@ class Problem:
         kb_dims.apply_dims(self.ref, self.dims, Path(self.ref.__file__).read_text(encoding="utf-8"))
         self.ref._kl_applied_dims = dict(self.dims)
 
+    @property
+    def model_seed(self) -> int:
+        """The seed Model and ModelNew are built from: fixed by the run's seed, which it does not reveal (a one-way
+        hash).  ModelNew's __init__ can read torch.initial_seed(); with the run's seed itself it could draw every
+        correctness trial's inputs in advance (they come from the run's seed; a red team's find)."""
+        import hashlib
+
+        return int.from_bytes(hashlib.sha256(f"kernel-loop model {self.cfg.seed}".encode()).digest()[:7], "little")
+
     def _build_model(self) -> None:
         torch = _torch()
         self._apply_dims()
-        torch.manual_seed(self.cfg.seed)
+        torch.manual_seed(self.model_seed)
         self.init = list(self.ref.get_init_inputs()) if hasattr(self.ref, "get_init_inputs") else []
         with torch.device(self.device):  # parameters are created where they are used, from the run's seed
-            torch.manual_seed(self.cfg.seed)
+            torch.manual_seed(self.model_seed)
             self.model = self.ref.Model(*self.init).to(self.device).eval()
-        as_trained(self.model, self.cfg.seed)
+        as_trained(self.model, self.model_seed)
 
     def state(self) -> dict[str, Any]:
         """Model's parameters and buffers: the run's one set of weights."""
@@ -290,7 +299,7 @@ class Problem:
         kept = {n: buffers[f"kept:{n}"] for n in ds.expected if f"kept:{n}" in buffers}
         if kind in ("kb", "ref-kb"):
             args = [buffers[n] if is_tensor(v) else {"value": encode_value(v)} for n, v in ds.args.items()]
-            return {"init": encode_value(self.init), "seed": self.cfg.seed, "args": args,
+            return {"init": encode_value(self.init), "seed": self.model_seed, "args": args,
                     "state": {n: buffers[f"param:{n}"] for n in self.state()}, "outputs": outputs, "kept": kept,
                     "out_names": [], "compile": compile}
         if kind == "cu":
