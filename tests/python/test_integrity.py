@@ -493,6 +493,16 @@ def test_modelnew_is_not_built_under_the_runs_own_seed(tmp_path, worker_here):
     assert rc == 0, data["error"]
 
 
+def test_a_modelnew_whose_weights_change_between_calls_must_follow_them(tmp_path, worker_here):
+    """Found by a red team: the weights never changed between calls, so a ModelNew that copied them on its first call
+    (keeping autograd on the live ones) passed, while a user's training step changed nothing it computed.  One call
+    comes after an in-place change of the parameters, as an optimizer step makes it; a layout cached until the
+    parameter's _version moves on still passes (test_a_modelnew_gets_trained_weights_not_its_initial_ones)."""
+    rc, data, md = _kb(tmp_path, "kb_ref_linear_relu.py", "kb_cheat_weights_cached_for_good.py", "batch_size=32,features=64")
+    assert rc == 1 and "weights:updated" in _failed(data)[0], data["error"]
+    assert "changed in place before the call" in data["error"]
+
+
 def test_a_modelnew_right_only_in_eval_without_autograd_fails(tmp_path, worker_here):
     rc, data, md = _kb(tmp_path, "kb_ref_softmax.py", "kb_cheat_eval_only.py", "batch_size=8,dim=512")
     assert rc == 1, md

@@ -330,6 +330,8 @@ class Session:
             msg["scalars"] = {n: protocol.encode_value(v) for n, v in self.scalars.items()}
         if cond.strided:
             msg["strided"] = cond.strided
+        if cond.nudge:
+            msg["nudge"] = cond.nudge
         if cond.stats is not None:  # the running statistics the call starts from, through the parameters' buffers
             for n, t in cond.stats.items():
                 sh.bufs[sh.names[f"param:{n}"]].copy_(t)

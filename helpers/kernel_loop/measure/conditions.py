@@ -35,7 +35,7 @@ import math
 from typing import Any
 
 from ..compare import applied_tolerances, compare
-from ..tensors import is_tensor, normalize_outputs, random_like, strided_view, upstream
+from ..tensors import is_tensor, normalize_outputs, nudge, nudge_scales, random_like, strided_view, upstream
 from .launch import KernelFailed
 from .problem import DataSet, Problem
 
@@ -75,6 +75,8 @@ CONDITION_WORDS = {
                      "the last dim, rows further apart)",
     "layout:moved": "every input (and every output it is handed) in memory of its own, at another address (as a "
                     "user's next tensors are)",
+    "weights:updated": "the model's parameters changed in place before the call (as an optimizer step or "
+                       "load_state_dict changes them), and put back after it",
 }
 
 
@@ -96,6 +98,7 @@ class Condition:
     keep: bool = False
     inference: bool = False
     strided: str | None = None  # "step", "pad" or "moved" (tensors.strided_view)
+    nudge: dict[str, Any] | None = None  # {"seed", "scales"}: the parameters changed in place first (tensors.nudge)
     stats: dict[str, Any] | None = None
     buffers: dict[str, Any] | None = None
     backward: Backward | None = None
@@ -129,6 +132,8 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
         wanted += ["pre:random"]
     if prob.model is not None:
         wanted += ["mode:train+grad", "mode:train", "mode:grad", "mode:inference"]
+        if nudge_scales(prob.model):  # a red team's ModelNew copied its weights on its first call and kept the copy
+            wanted += ["weights:updated"]
     if any(first.args[n].dtype.is_floating_point for n in first.input_names()):
         wanted += [f"range:{k}{end}" for k in VARIANTS for end in (("", ":lo", ":hi") if k in ENDS else ("",))]
     if any(is_tensor(first.args[n]) for n in first.input_names()):
@@ -192,6 +197,11 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         cond.inference = value == "inference"
         if cond.grad and prob.seen.get("backward") is not False:  # every call with autograd on: the gradients a user gets
             cond.backward = backward_expected(prob, ds, cond, seed, notes)
+    elif aspect == "weights":
+        scales = nudge_scales(prob.model)
+        m = model_copy(prob, False, None)
+        nudge(m, seed, scales)
+        cond.expected, cond.nudge = prob.run_reference(ds.args, ds, m), {"seed": seed, "scales": scales}
     elif aspect == "layout":
         kind = {"padded": "pad", "moved": "moved"}.get(value, "step")
         varied = dataclasses.replace(ds, args={n: strided_view(v, kind) if n in ds.input_names() else v

@@ -334,7 +334,7 @@ class Worker:
         back to their buffers); ``stats``, running statistics loaded before a training-mode call, the buffers
         written back after it; ``backward``, the float inputs require grad for an ``op_backward``.  Profile only:
         ``inventory``, the kernels the call launched as torch's profiler sees them (a hint)."""
-        from ..tensors import normalize_outputs, strided_view
+        from ..tensors import normalize_outputs, nudge, put_back, strided_view
         from ..timing import CallTimer, LaunchCount
 
         torch = self.torch
@@ -349,6 +349,7 @@ class Worker:
         if k.model is not None and k.model.training != train:
             k.model.train(train)
         self._stage_in()
+        saved = nudge(k.model, int(msg["nudge"]["seed"]), msg["nudge"]["scales"]) if msg.get("nudge") else {}
         for n, v in (msg.get("scalars") or {}).items():  # this data set's own (setup() may draw a scalar per seed)
             box, key = k.slots[n]
             box[key] = protocol.decode_value(v)
@@ -404,6 +405,7 @@ class Worker:
                 k.pending = (outs, dict(leaves))
             del value
             views.clear()
+            put_back(k.model, saved)
             if msg.get("keep"):
                 k.kept.append(held)
             del held
