@@ -757,6 +757,15 @@ def test_a_scalar_drawn_per_seed_reaches_the_kernel(tmp_path, worker_here):
     assert rc == 0, data["error"]
 
 
+def test_a_kernel_that_resets_torchs_random_numbers_fails(tmp_path):
+    """Found by a red team: right outputs from a kernel that called torch.manual_seed(0), so its caller's random numbers
+    repeated after every call.  Where the reference draws no random number, the call must leave torch's generators
+    as they were (a KernelBench model in training mode with dropout draws, and is exempt there).
+    (A real worker process: the kernel changes its generators.)"""
+    rc, data, md = _correctness(tmp_path, "ref_softmax.py", "cheat_softmax_reseeds.py", "M=8,N=64")
+    assert rc == 1 and "random number generator state" in data["error"], data["error"]
+
+
 def test_the_ends_of_every_input_range_are_tried(tmp_path, worker_here):
     """Found by a red team: one factor drawn per range could miss a kernel wrong only near the range's end.  Each
     range is now tried at both ends as well as at a random point."""

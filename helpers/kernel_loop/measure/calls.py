@@ -332,6 +332,8 @@ class Session:
             msg["strided"] = cond.strided
         if cond.nudge:
             msg["nudge"] = cond.nudge
+        if not (cond.train or self.problem.seen.get("draws")):  # the kernel leaves torch's random numbers alone too
+            msg["rng"] = True
         if cond.stats is not None:  # the running statistics the call starts from, through the parameters' buffers
             for n, t in cond.stats.items():
                 sh.bufs[sh.names[f"param:{n}"]].copy_(t)

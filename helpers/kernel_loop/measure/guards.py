@@ -1,6 +1,7 @@
 """What the worker holds a kernel to besides its outputs, checked in the worker's process (a refusal is a
 ``KernelDefect``, said in one line by ``error_text``): no torch mode left active (``left_modes``), torch's process-wide
-settings as they were before any kernel code ran (``process_settings``), nothing imported from the folder the step
+settings as they were before any kernel code ran (``process_settings``), its random number generators where the
+reference leaves them (``rng_state``), nothing imported from the folder the step
 was started in (``no_working_folder_on_path``), and a ModelNew with Model's parameters (``state_mismatch``)."""
 
 from __future__ import annotations
@@ -77,6 +78,16 @@ def left_modes(modes: tuple, when: str) -> str | None:
         return None
     return (f"{when} a torch {' and '.join(active)} mode (TorchFunctionMode, TorchDispatchMode): it would run inside "
             "the harness's own torch calls, after the timed call; leave every mode before returning")
+
+
+def rng_state(torch: Any, device: str) -> bytes:
+    """torch's random number generators' states, the CPU's and the device's, as bytes."""
+    state = torch.random.get_rng_state().numpy().tobytes()
+    return state + (torch.cuda.get_rng_state(device).numpy().tobytes() if device.startswith("cuda") else b"")
+
+
+RNG_CHANGED = ("the call changed torch's random number generator state (torch.manual_seed, or a random draw the "
+               "reference does not make): the random numbers its caller draws next would change")
 
 
 def changed_settings(before: dict[str, Any], torch: Any, when: str) -> str | None:

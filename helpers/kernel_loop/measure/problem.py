@@ -269,7 +269,10 @@ class Problem:
     def reference(self, ds: DataSet) -> None:
         torch = _torch()
         ds.fingerprints = {n: fingerprint(ds.args[n]) for n in ds.input_names()}
+        before = torch.random.get_rng_state()
         out = self.run_reference(ds.args, ds)
+        if not torch.equal(before, torch.random.get_rng_state()):  # a reference that draws: the kernel may too
+            self.seen["draws"] = True
         held = {storage_ptr(v): n for n, v in ds.args.items() if is_tensor(v)}
         for name, v in out.items():
             if not is_tensor(v):

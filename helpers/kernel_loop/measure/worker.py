@@ -386,6 +386,7 @@ class Worker:
 
         hint = LaunchCount(self.device) if msg.get("inventory") and cuda else None  # the call alone; not a sample
         call = hint.around(call) if hint is not None else call
+        rng = guards.rng_state(torch, self.device) if msg.get("rng") else None
         try:
             value, us, host, delay = self.timer.time(call, msg["k"], nvtx=nvtx if msg.get("nvtx") else None)
         except BaseException:
@@ -394,6 +395,8 @@ class Worker:
                 t.requires_grad_(False)
             raise
         self._no_mode("the call left active")
+        if rng is not None and guards.rng_state(torch, self.device) != rng:
+            raise guards.KernelDefect(guards.RNG_CHANGED)
         if k.kind in ("py", "kb"):
             self._same_settings("the call")
         with torch.no_grad(), self.no_function_mode():
