@@ -255,6 +255,7 @@ class Session:
         self.variant = 1  # the first call gets variant 0 (NaN), then they alternate
         self.calls = 0
         self.scalars = scalars_of(first)  # the non-tensor arguments the worker holds (bound from ``first``)
+        self.baselines = baseline is not None  # ref.py's own code (eager, torch.compile): not held to a kernel's rules
         self.builds: dict[str, Any] = {}
         calls = {}
         for kid, (_path, kind) in kernels.items():
@@ -332,7 +333,7 @@ class Session:
             msg["strided"] = cond.strided
         if cond.nudge:
             msg["nudge"] = cond.nudge
-        if not (cond.train or self.problem.seen.get("draws")):  # the kernel leaves torch's random numbers alone too
+        if not (cond.train or self.baselines or self.problem.seen.get("draws")):  # the kernel leaves them alone too
             msg["rng"] = True
         if cond.stats is not None:  # the running statistics the call starts from, through the parameters' buffers
             for n, t in cond.stats.items():
