@@ -763,7 +763,30 @@ def test_a_kernel_that_resets_torchs_random_numbers_fails(tmp_path):
     as they were (a KernelBench model in training mode with dropout draws, and is exempt there).
     (A real worker process: the kernel changes its generators.)"""
     rc, data, md = _correctness(tmp_path, "ref_softmax.py", "cheat_softmax_reseeds.py", "M=8,N=64")
-    assert rc == 1 and "random number generator state" in data["error"], data["error"]
+    assert rc == 1 and "random number generator's state" in data["error"], data["error"]
+
+
+@pytest.mark.parametrize("kernel, why", [
+    ("cheat_softmax_autocast_left_on.py", "torch.is_autocast_enabled('cpu') (False -> True)"),
+    ("cheat_softmax_grad_off.py", "turned autograd off"),
+    ("cheat_softmax_python_reseeds.py", "random number generator's state"),
+    ("cheat_softmax_overrides_copy.py", "the dispatcher's aten::copy_"),
+    ("cheat_softmax_session_leader.py", "elements outside tolerance")])
+def test_red_team_5_changes_to_the_callers_process_fail(tmp_path, no_static_check, kernel, why):
+    """Found by a fifth red team, right outputs each: autocast left on, autograd turned off under the worker's own
+    context, Python's random module reseeded, and an aten::copy_ of the kernel's own that computed the answer in the
+    worker's hand-over (a wrong output in a user's hands); and a kernel right only as a session leader, as the worker
+    was.  (A real worker process: the kernel changes it, or reads it.)"""
+    rc, data, md = _correctness(tmp_path, "ref_softmax.py", kernel, "M=8,N=64")
+    assert rc == 1 and why in data["error"], data["error"]
+
+
+def test_a_memo_keyed_on_address_and_version_fails(tmp_path, worker_here):
+    """Found by a fifth red team: every staged input got a new version, so a memo keyed on address and version never hit
+    in the judge.  The worker now stages new values through .data (same address, same version), as a user's buffer
+    refilled through NumPy is."""
+    rc, data, md = _correctness(tmp_path, "ref_softmax.py", "cheat_softmax_memo_address_version.py", "M=8,N=64")
+    assert rc == 1, data["error"]
 
 
 def test_the_ends_of_every_input_range_are_tried(tmp_path, worker_here):

@@ -66,7 +66,23 @@ def process_settings(torch: Any) -> dict[str, Any]:
     }
     if hasattr(torch, "get_default_device"):
         out["torch.get_default_device()"] = str(torch.get_default_device())
+    for dev in ("cpu", "cuda"):  # autocast left on: the caller's own matmuls come back in bfloat16 (a red team's find)
+        out[f"torch.is_autocast_enabled({dev!r})"] = bool(torch.is_autocast_enabled(dev))
+        out[f"torch.get_autocast_dtype({dev!r})"] = str(torch.get_autocast_dtype(dev))
+    out["torch.is_grad_enabled()"] = bool(torch.is_grad_enabled())
+    out["torch.backends.cudnn.benchmark"] = bool(cudnn.benchmark)
+    out["torch.is_deterministic_algorithms_warn_only_enabled()"] = bool(torch.is_deterministic_algorithms_warn_only_enabled())
+    if hasattr(cuda, "allow_fp16_accumulation"):
+        out["torch.backends.cuda.matmul.allow_fp16_accumulation"] = bool(cuda.allow_fp16_accumulation)
+    # the operators the worker hands results over with: a kernel that registers its own (torch.library, C++'s
+    # TORCH_LIBRARY_IMPL) changes them for its caller too, and could compute there, outside the timed call
+    for op in HANDOVER_OPS:
+        out[f"the dispatcher's {op}"] = torch._C._dispatch_dump(op)
     return out
+
+
+HANDOVER_OPS = ("aten::copy_", "aten::_copy_from", "aten::_to_copy", "aten::clone", "aten::detach", "aten::view",
+                "aten::as_strided", "aten::empty_strided", "aten::empty.memory_format")
 
 
 def left_modes(modes: tuple, when: str) -> str | None:
@@ -80,14 +96,30 @@ def left_modes(modes: tuple, when: str) -> str | None:
             "the harness's own torch calls, after the timed call; leave every mode before returning")
 
 
+def same_grad_mode(value: Any, grad: bool, torch: Any) -> Any:
+    """``value``, when the call left autograd's mode as it found it (``grad``); else a refusal: a kernel that turns
+    autograd off leaves its caller's backward() without a graph (the worker's own ``with`` would hide it)."""
+    if torch.is_grad_enabled() != grad:
+        raise KernelDefect(f"the call turned autograd {'off' if grad else 'on'} (torch.set_grad_enabled) and left it "
+                           "so: its caller's next computations would run without (or with) a graph; use "
+                           "torch.no_grad() as a context around your own work")
+    return value
+
+
 def rng_state(torch: Any, device: str) -> bytes:
-    """torch's random number generators' states, the CPU's and the device's, as bytes."""
+    """The random number generators' states, torch's (the CPU's and the device's), Python's and NumPy's, as bytes."""
+    import pickle
+    import random
+
     state = torch.random.get_rng_state().numpy().tobytes()
-    return state + (torch.cuda.get_rng_state(device).numpy().tobytes() if device.startswith("cuda") else b"")
+    state += torch.cuda.get_rng_state(device).numpy().tobytes() if device.startswith("cuda") else b""
+    state += pickle.dumps(random.getstate())
+    np = sys.modules.get("numpy")
+    return state + (pickle.dumps(np.random.get_state()) if np is not None else b"")
 
 
-RNG_CHANGED = ("the call changed torch's random number generator state (torch.manual_seed, or a random draw the "
-               "reference does not make): the random numbers its caller draws next would change")
+RNG_CHANGED = ("the call changed a random number generator's state (torch's, Python's random or NumPy's: a seed, or a "
+               "random draw the reference does not make): the random numbers its caller draws next would change")
 
 
 def changed_settings(before: dict[str, Any], torch: Any, when: str) -> str | None:

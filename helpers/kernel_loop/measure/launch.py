@@ -55,6 +55,11 @@ def worker_env(extra: dict | None = None) -> dict:
     return env
 
 
+# a process group of its own (the judge ends it whole), not a session: a session leader is a mark of the harness, since
+# a process a user starts from a shell leads its group but not its session (a red team's kernel read os.getsid)
+OWN_GROUP: dict = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
+
+
 class WorkerProc:
     """A started worker: its process (in its own group), its channel, the tail of its output."""
 
@@ -74,8 +79,8 @@ class WorkerProc:
         try:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=worker_env({protocol.SOCKET_ENV: str(
-                                             self.sock_path), **(env or {})}), start_new_session=True, text=True,
-                                         errors="replace")
+                                             self.sock_path), **(env or {})}), text=True, errors="replace",
+                                         **OWN_GROUP)
         except OSError as exc:
             raise UsageError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
         self.reader = threading.Thread(target=self._pump, daemon=True)

@@ -204,9 +204,9 @@ class Worker:
             if call.get("compile"):
                 fn = torch.compile(fn)
 
-            def run(grad=False, fn=fn, pool=pool, extra=extra):
-                with torch.set_grad_enabled(grad):
-                    return loader.call_with(fn, pool, **extra)
+            def run(grad=False, fn=fn, pool=pool, extra=extra, user=k.kind == "py"):  # a user's process has autograd on
+                with torch.set_grad_enabled(grad or user):
+                    return guards.same_grad_mode(loader.call_with(fn, pool, **extra), grad or user, torch)
 
             k.fn, k.slots = run, {n: (pool, n) for n in call.get("scalars") or {}}
             handed = set(call.get("out_names") or [])
@@ -248,7 +248,7 @@ class Worker:
 
             def forward(grad=False, target=target, args=args):
                 with torch.set_grad_enabled(grad):
-                    return target(*args)
+                    return guards.same_grad_mode(target(*args), grad, torch)
 
             k.fn = forward
             return {}
@@ -281,10 +281,10 @@ class Worker:
 
     # --- one call -----------------------------------------------------------------------------
     def _stage_in(self) -> None:
-        for name, sh in self.shared.items():
-            lo = self.local[name]
-            if lo is not sh:
-                lo.copy_(sh)
+        for name, sh in self.shared.items():  # through .data: new values at the same address and the same _version,
+            lo = self.local[name]              # as a user's buffer refilled through NumPy or .data is (a red team's
+            if lo is not sh:                   # memo keyed on address and version hit nothing otherwise)
+                lo.data.copy_(sh)
 
     def _no_mode(self, when: str) -> None:
         why = guards.left_modes(self.modes, when)
