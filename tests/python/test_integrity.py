@@ -503,6 +503,15 @@ def test_a_modelnew_whose_weights_change_between_calls_must_follow_them(tmp_path
     assert "changed in place before the call" in data["error"]
 
 
+def test_a_more_exact_modelnew_passes_the_gradient_comparison(tmp_path, worker_here):
+    """Found by a CPU sweep (a ModelNew computing in float64, on all of KernelBench levels 1 and 2: 8 of 200 rejected
+    on their gradients): a gradient that is exactly zero, or cancels, carries Model's float32 rounding noise beyond
+    the elementwise tolerance.  A gradient that fails against Model's float32 one is held to Model's float64 one
+    with twice Model's own float32 error as slack."""
+    rc, data, md = _kb(tmp_path, "kb_ref_linear_bn_scaled.py", "kb_new_linear_bn_float64.py", "batch_size=512,features=256")
+    assert rc == 0, data["error"]  # (without the float64 gradients: "the gradient of parameter 'fc.weight' ... differs")
+
+
 def test_a_modelnew_right_only_in_eval_without_autograd_fails(tmp_path, worker_here):
     rc, data, md = _kb(tmp_path, "kb_ref_softmax.py", "kb_cheat_eval_only.py", "batch_size=8,dim=512")
     assert rc == 1, md

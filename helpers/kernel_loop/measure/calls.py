@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from ..common import MeasuredFailure, UsageError
-from ..compare import changed_input_row, compare_outputs, first_failure
+from ..compare import applied_tolerances, changed_input_row, compare, compare_outputs, first_failure
 from ..tensors import FLOAT_SENTINEL, fingerprint, is_tensor, poison_tensor, random_like
 from . import protocol
-from .conditions import VARIANTS, Condition, forget, gradient_rows, range_ok
+from .conditions import VARIANTS, Condition, forget, range_ok
 from .launch import KernelFailed, WorkerProc
 from .problem import DataSet, Problem
 
@@ -198,6 +198,68 @@ def buffer_rows(sess: Session, buffers: dict[str, Any]) -> list[dict]:
             row["note"] = (f"ModelNew's {row['name']} after the call in training mode differs from Model's ("
                            + (row.get("note") or f"{row['mismatches']} of {row['numel']} elements outside tolerance")
                            + "): update it in training mode as Model does (running statistics)")
+    return rows
+
+
+def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, returned: dict[str, Any], notes: list[str]
+                  ) -> list[dict]:
+    """Rows for the gradients a user's backward() gets after this call, against Model's (``cond.backward``), with
+    a note where none is compared: Model's output carries none, the kernel's does not, or its backward raised."""
+    import torch
+
+    back = cond.backward
+    mode = "training mode" if cond.train else "eval()"
+    if not back.carries:
+        return []
+    if not any(m.get("grad") for m in returned.values()):
+        notes.append("gradients: not compared: ModelNew's output carries no gradient (a custom kernel without "
+                     "backward), where Model's does: a user cannot train through it")
+        return []
+    names = list(back.grads)
+    sh = sess.shared
+    targets = [[n, n.partition(" ")[0], n.partition(" ")[2][1:-1]] for n in names]
+    for t in targets:  # an input's gradient comes back in the input's own buffer (reloaded before every call)
+        if t[1] == "input":
+            t[2] = sh.names[t[2]]
+    try:
+        reply = sess.worker.request({"op": "backward", "k": kid, "seed": back.seed, "targets": targets})
+    except KernelFailed as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "an error"
+        notes.append(f"gradients: not compared: backward() raised ({first[:200]})")
+        return []
+    # elementwise only: gradients cancel (a bias that feeds a normalisation has an exact gradient of zero), where
+    # a normwise bound would compare rounding with rounding; a wrong gradient of any size that matters fails here
+    tols = applied_tolerances(back.grads, sess.judge.tolerance, sess.judge.ref)
+    rows = []
+    unused = set(reply.get("unused") or [])
+    detached = [n for n in names if n in unused and bool(back.grads[n].any())]
+    if detached:  # like an output without a gradient: a custom kernel's, or a cached layout (kernel_abi.md)
+        notes.append(f"gradients: {', '.join(detached[:4])}{' ...' if len(detached) > 4 else ''}: not compared: "
+                     "ModelNew's output does not reach it through autograd (a custom kernel, or a copy made from "
+                     "it and cached), where Model's does: a user's training would leave it as it is")
+    for (n, kind, key), (_, exp) in zip(targets, back.grads.items(), strict=True):
+        if n in detached:
+            continue
+        got = sh.bufs[sh.names[f"param:{key}"] if kind == "parameter" else key]
+        if kind == "input":  # where the input is exactly zero no gradient is owed (backward_expected)
+            got = torch.where(ds.args[n.partition(" ")[2][1:-1]] != 0, got, 0)
+        tol = dict(tols[n], rel_l2=None)
+        row = {"name": f"gradient of {n}", **compare(got, exp, tol["atol"], tol["rtol"]), "tolerance": tol}
+        exact = (back.exact or {}).get(n)
+        if not row["passed"] and exact is not None:  # held to float64, with twice Model's own float32 error as slack
+            slack = 2 * float((exp.double() - exact).abs().max())
+            wide = dict(tol, atol=tol["atol"] + slack, source=f"{tol['source']}; + 2x Model's float32 error ({slack:.3g})")
+            row = {"name": f"gradient of {n}", **compare(got, exact, wide["atol"], wide["rtol"]), "tolerance": wide}
+        if not row["passed"]:
+            row["note"] = (f"the {row['name']} after backward() in {mode} differs from Model's ("
+                           + (row.get("note") or f"{row['mismatches']} of {row['numel']} elements outside "
+                              "tolerance") + "): a custom backward must give Model's gradients, or its result "
+                           "carry none")
+        rows.append(row)
+    notes.append(f"gradients: the gradients of the inputs and parameters after backward() in {mode} with "
+                 f"autograd on were compared with Model's ({len(names)} tensors"
+                 + (f", {len(reply.get('unused') or [])} of them unused by ModelNew" if reply.get("unused") else "")
+                 + ")")
     return rows
 
 

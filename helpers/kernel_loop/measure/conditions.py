@@ -34,9 +34,8 @@ import dataclasses
 import math
 from typing import Any
 
-from ..compare import applied_tolerances, compare
+from ..compare import applied_tolerances
 from ..tensors import is_tensor, normalize_outputs, nudge, nudge_scales, random_like, strided_view, upstream
-from .launch import KernelFailed
 from .problem import DataSet, Problem
 
 # the input ranges correctness also checks: name -> (what is drawn, its low and high end, drawn log-uniformly)
@@ -108,11 +107,12 @@ class Condition:
 class Backward:
     """The gradients a user's backward() gives on a call with autograd on: ``seed`` draws the gradient of each output
     (``upstream``), ``grads`` are Model's, by name ("input 'arg0'", "parameter 'fc.weight'"); ``carries``, whether
-    Model's output carries a gradient at all."""
+    Model's output carries a gradient at all; ``exact``, Model's in float64 (None where they could not be made)."""
 
     seed: int
     grads: dict[str, Any]
     carries: bool
+    exact: dict[str, Any] | None = None
 
 
 def forget(prob: Problem) -> None:
@@ -334,7 +334,6 @@ def _error(got: dict, exact: dict, tolerance: Any, ref: Any) -> dict[str, Any]:
     (0 where there is none); or {"why": ...} when the float64 answer is not finite where the reference is."""
     import torch
 
-    from ..compare import applied_tolerances
 
     tols = applied_tolerances(got, tolerance, ref)
     ratio = l2 = 0.0
@@ -431,10 +430,11 @@ def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, no
     import torch
 
     prob.seen["backward"] = True  # False after a backward that cannot run: not tried again
-    try:
-        m = model_copy(prob, cond.train, cond.stats)
+
+    def grads_of(m, wide: bool) -> dict[str, Any] | None:
         torch.manual_seed(prob.cfg.seed + 1)
-        args = [ds.args[n].detach().clone().requires_grad_(continuous(ds.args[n]))
+        args = [(ds.args[n].detach().double() if wide and ds.args[n].dtype.is_floating_point else
+                 ds.args[n].detach().clone()).requires_grad_(continuous(ds.args[n]))
                 if is_tensor(ds.args[n]) else ds.args[n] for n in ds.args]
         with torch.enable_grad():
             out = [t for t in normalize_outputs(m(*args), []).values() if is_tensor(t)]
@@ -443,7 +443,7 @@ def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, no
                       **{f"input '{n}'": a for n, a in zip(ds.args, args, strict=True)
                          if is_tensor(a) and a.requires_grad}}
             if not carries or not leaves:
-                return Backward(seed, {}, False)
+                return None
             got = torch.autograd.grad(carries, list(leaves.values()), [upstream(seed, i, t) for i, t in
                                       enumerate(out) if t.requires_grad], allow_unused=True)
         grads = {n: (g if g is not None else torch.zeros_like(p)).detach()
@@ -451,67 +451,21 @@ def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, no
         for n in ds.args:  # an input's exact zeros may be structure (a triangle, a mask): no gradient is owed there
             if f"input '{n}'" in grads:
                 grads[f"input '{n}'"] = torch.where(ds.args[n] != 0, grads[f"input '{n}'"], 0)
-        return Backward(seed, grads, True)
+        return grads
+
+    try:
+        grads = grads_of(model_copy(prob, cond.train, cond.stats), False)
+        if grads is None:
+            return Backward(seed, {}, False)
+        try:  # Model's own gradients in float64: how far its float32 ones are from exact (rounding, cancellation)
+            exact = grads_of(model_copy(prob, cond.train, cond.stats).double(), True)
+        except Exception:  # memory, an op without float64: compared with the float32 gradients alone
+            exact = None
+            _free()
+        return Backward(seed, grads, True, exact)
     except Exception as exc:
         text = " ".join(str(exc).split())[:160]
         notes.append(f"gradients: not checked: Model's backward() could not run ({type(exc).__name__}: {text})")
         prob.seen["backward"] = False
         _free()
         return None
-
-
-def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, returned: dict[str, Any], notes: list[str]
-                  ) -> list[dict]:
-    """Rows for the gradients a user's backward() gets after this call, against Model's (``cond.backward``), with
-    a note where none is compared: Model's output carries none, the kernel's does not, or its backward raised."""
-    import torch
-
-    back = cond.backward
-    mode = "training mode" if cond.train else "eval()"
-    if not back.carries:
-        return []
-    if not any(m.get("grad") for m in returned.values()):
-        notes.append("gradients: not compared: ModelNew's output carries no gradient (a custom kernel without "
-                     "backward), where Model's does: a user cannot train through it")
-        return []
-    names = list(back.grads)
-    sh = sess.shared
-    targets = [[n, n.partition(" ")[0], n.partition(" ")[2][1:-1]] for n in names]
-    for t in targets:  # an input's gradient comes back in the input's own buffer (reloaded before every call)
-        if t[1] == "input":
-            t[2] = sh.names[t[2]]
-    try:
-        reply = sess.worker.request({"op": "backward", "k": kid, "seed": back.seed, "targets": targets})
-    except KernelFailed as exc:
-        first = str(exc).splitlines()[0] if str(exc) else "an error"
-        notes.append(f"gradients: not compared: backward() raised ({first[:200]})")
-        return []
-    # elementwise only: gradients cancel (a bias that feeds a normalisation has an exact gradient of zero), where
-    # a normwise bound would compare rounding with rounding; a wrong gradient of any size that matters fails here
-    tols = applied_tolerances(back.grads, sess.judge.tolerance, sess.judge.ref)
-    rows = []
-    unused = set(reply.get("unused") or [])
-    detached = [n for n in names if n in unused and bool(back.grads[n].any())]
-    if detached:  # like an output without a gradient: a custom kernel's, or a cached layout (kernel_abi.md)
-        notes.append(f"gradients: {', '.join(detached[:4])}{' ...' if len(detached) > 4 else ''}: not compared: "
-                     "ModelNew's output does not reach it through autograd (a custom kernel, or a copy made from "
-                     "it and cached), where Model's does: a user's training would leave it as it is")
-    for (n, kind, key), (_, exp) in zip(targets, back.grads.items(), strict=True):
-        if n in detached:
-            continue
-        got = sh.bufs[sh.names[f"param:{key}"] if kind == "parameter" else key]
-        if kind == "input":  # where the input is exactly zero no gradient is owed (backward_expected)
-            got = torch.where(ds.args[n.partition(" ")[2][1:-1]] != 0, got, 0)
-        tol = dict(tols[n], rel_l2=None)
-        row = {"name": f"gradient of {n}", **compare(got, exp, tol["atol"], tol["rtol"]), "tolerance": tol}
-        if not row["passed"]:
-            row["note"] = (f"the {row['name']} after backward() in {mode} differs from Model's ("
-                           + (row.get("note") or f"{row['mismatches']} of {row['numel']} elements outside "
-                              "tolerance") + "): a custom backward must give Model's gradients, or its result "
-                           "carry none")
-        rows.append(row)
-    notes.append(f"gradients: the gradients of the inputs and parameters after backward() in {mode} with "
-                 f"autograd on were compared with Model's ({len(names)} tensors"
-                 + (f", {len(reply.get('unused') or [])} of them unused by ModelNew" if reply.get("unused") else "")
-                 + ")")
-    return rows
