@@ -312,6 +312,18 @@ def _constant(exp) -> bool:
     return exp.numel() > 1 and not any(bool((c != first).any()) for c in _chunks(exp))
 
 
+def _constant_but_rounding(exp) -> bool:
+    """Whether a reference output is one value, up to its own rounding (8 units in the last place of its largest
+    magnitude): a float32 model whose exact output is a constant leaves noise of about 1e-7 relative in it (found by
+    a CPU sweep: a ModelNew exact in float64 returned the constant and was called degenerate)."""
+    import torch
+
+    if not exp.dtype.is_floating_point or exp.numel() <= 1:
+        return _constant(exp)
+    lo, hi = (float(x) for x in torch.stack([exp.detach().amin().double(), exp.detach().amax().double()]).cpu())
+    return math.isfinite(lo) and math.isfinite(hi) and hi - lo <= 8 * torch.finfo(exp.dtype).eps * max(abs(lo), abs(hi))
+
+
 PRESET_REL_L2_LIMIT = 1e-2  # under any preset: an output this far off as a whole is wrong, whatever atol allows
 
 
@@ -319,7 +331,7 @@ def _degenerate(got, exp, row: dict[str, Any], preset: bool) -> str | None:
     """Why an output that passed the elementwise test is still wrong: it is constant (all zeros among them)
     where the reference is not, under any tolerance; or, under a preset (which has no normwise bound of its
     own), its relative L2 error is above PRESET_REL_L2_LIMIT."""
-    if got.numel() > 1 and _constant(got) and not _constant(exp):
+    if got.numel() > 1 and _constant(got) and not _constant_but_rounding(exp):
         value = json_number(got.reshape(-1)[0])
         return (f"output '{row['name']}' is the constant {value} everywhere and the reference's is not: a "
                 "degenerate output fails under every tolerance and preset")
