@@ -23,7 +23,7 @@ from ..common import MeasuredFailure, UsageError
 from ..compare import applied_tolerances, changed_input_row, compare, compare_outputs, first_failure
 from ..tensors import FLOAT_SENTINEL, fingerprint, is_tensor, poison_tensor, random_like
 from . import protocol
-from .conditions import VARIANTS, Condition, forget, range_ok
+from .conditions import VARIANTS, Condition, exact_reference, forget, range_ok
 from .launch import KernelFailed, WorkerProc
 from .problem import DataSet, Problem
 
@@ -263,6 +263,26 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, returned: d
     return rows
 
 
+def as_exact_as_the_reference(prob: Problem, ds: DataSet, rows: list[dict], got: dict[str, Any]) -> None:
+    """An output that failed only the normwise bound passes when it is no further from the reference computed in
+    float64 than twice the reference's own distance from it (found by a CPU sweep: a ModelNew more exact than the
+    float32 reference was refused where the reference itself is that far from exact, e.g. a GroupNorm of one channel
+    per group).  Every element was already within atol and rtol of the reference."""
+    import torch
+
+    only_l2 = [r for r in rows if not r["passed"] and r.get("mismatches") == 0 and not r.get("nonfinite_unexpected")
+               and "relative L2 error" in (r.get("note") or "") and is_tensor(got.get(r["name"]))]
+    exact = exact_reference(prob, ds) if only_l2 else None
+    for r in only_l2 if exact else ():
+        x = exact[r["name"]].double()
+        scale = float(torch.linalg.vector_norm(x)) or 1.0
+        own = float(torch.linalg.vector_norm(ds.expected[r["name"]].double() - x)) / scale
+        mine = float(torch.linalg.vector_norm(got[r["name"]].double().to(x.device) - x)) / scale
+        if mine <= max(2 * own, r["tolerance"]["rel_l2"] or 0.0):
+            r.update(passed=True, note=f"relative L2 error {mine:.3g} against the reference in float64, within twice "
+                     f"the float32 reference's own ({own:.3g}): as exact as the reference, or more")
+
+
 def kept_fingerprints(shared: Shared, ds: DataSet, report: dict[str, Any]) -> dict[str, tuple]:
     """Fingerprints of the tensors a call returned, as the judge's buffers hold them right after it: what a
     caller that keeps them must still find after later calls."""
@@ -415,6 +435,8 @@ class Session:
         if checked:
             exp = ds if cond.expected is None else dataclasses.replace(ds, expected=cond.expected)
             rows, warns = verify(sh, exp, reply.get("returned") or {}, self.judge.tolerance, self.judge.ref)
+            if cond.expected is None:
+                as_exact_as_the_reference(self.problem, ds, rows, sh.got(ds, reply.get("returned") or {})[0])
             if cond.buffers:
                 rows += buffer_rows(self, cond.buffers)
             out.update(rows=rows, warnings=warns, notes=[])

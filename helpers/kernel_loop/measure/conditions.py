@@ -277,7 +277,7 @@ def range_ok(prob: Problem, base: DataSet, varied: DataSet, tolerance: Any) -> s
     the tolerance).  Where the reference itself holds up, an honest kernel does too."""
     seen = prob.seen
     if "base_error" not in seen:
-        exact = _exact(prob, base)
+        exact = exact_reference(prob, base)
         seen["base_error"] = {"why": "the reference cannot run in float64"} if exact is None else \
             _error(base.expected, exact, tolerance, prob.ref)
     base_err = seen["base_error"]
@@ -285,7 +285,7 @@ def range_ok(prob: Problem, base: DataSet, varied: DataSet, tolerance: Any) -> s
         return base_err["why"]
     if any(_nonfinite(v) > _nonfinite(base.expected[n]) for n, v in varied.expected.items()):
         return "the reference is not finite there"
-    exact = _exact(prob, varied)
+    exact = exact_reference(prob, varied)
     if exact is None:
         return "the reference cannot run in float64 there"
     err = _error(varied.expected, exact, tolerance, prob.ref)
@@ -298,7 +298,7 @@ def range_ok(prob: Problem, base: DataSet, varied: DataSet, tolerance: Any) -> s
     return None
 
 
-def _exact(prob: Problem, ds: DataSet) -> dict[str, Any] | None:
+def exact_reference(prob: Problem, ds: DataSet) -> dict[str, Any] | None:
     """The reference's outputs computed in float64 on ``ds``'s inputs, or None when it cannot run so."""
     import torch
 
