@@ -81,29 +81,31 @@ def strided_view(t, kind: str = "step"):
     return view
 
 
-def nudge_scales(model) -> dict[str, float]:
-    """Per learnable float parameter of ``model``, the size of the change ``nudge`` makes: a tenth of the parameter's
-    spread (of its magnitude, at least 1, where it is constant).  Computed once, by the judge, and sent."""
+def nudge_scales(model, spread: float = 0.1, constant: float = 0.1) -> dict[str, float]:
+    """Per learnable float parameter of ``model`` (frozen ones and buffers aside), the size of the change ``nudge``
+    makes: ``spread`` times the parameter's spread, or where it is constant ``constant`` times its magnitude (at
+    least 1).  For a condition, computed once by the judge and sent to the worker."""
     out = {}
     for name, p in sorted(model.named_parameters()):
         if p.requires_grad and p.dtype.is_floating_point and p.numel():
             flat = p.detach().reshape(-1).double()
-            spread = float(flat.std()) if p.numel() > 1 else 0.0
-            out[name] = 0.1 * (spread if spread > 0 else max(abs(float(flat.mean())), 1.0))
+            std = float(flat.std()) if p.numel() > 1 else 0.0
+            out[name] = spread * std if std > 0 else constant * max(abs(float(flat.mean())), 1.0)
     return out
 
 
-def nudge(model, seed: int, scales: dict[str, float]) -> dict[str, Any]:
+def nudge(model, seed: int, scales: dict[str, float], keep: bool = True) -> dict[str, Any]:
     """Change ``model``'s parameters in place, as an optimizer step does (their ``_version`` moves on): normal noise
     of ``scales``' size, drawn on the CPU from ``seed`` and each parameter's place in ``scales`` so that the judge
-    (for Model) and the worker (for ModelNew) make the same change.  Returns the parameters as they were."""
+    (for Model) and the worker (for ModelNew) make the same change.  Returns the parameters as they were (``keep``)."""
     torch = _torch()
     params, saved = dict(model.named_parameters()), {}
     with torch.no_grad():
         for i, (name, scale) in enumerate(sorted(scales.items())):
             p = params[name]
-            saved[name] = p.detach().clone()
-            gen = torch.Generator().manual_seed(seed * 7919 + i)
+            if keep:
+                saved[name] = p.detach().clone()
+            gen = torch.Generator().manual_seed((seed * 7919 + i) % (1 << 63))
             p.add_(torch.randn(tuple(p.shape), generator=gen).mul_(scale).to(device=p.device, dtype=p.dtype))
     return saved
 

@@ -34,6 +34,8 @@ from ..tensors import (
     foreign_memory,
     is_tensor,
     normalize_outputs,
+    nudge,
+    nudge_scales,
     poison_tensor,
     storage_ptr,
 )
@@ -371,21 +373,12 @@ def _torch():
 
 
 def as_trained(model: Any, seed: int) -> None:
-    """Move every learnable float parameter of ``model`` away from its initial value, as training does: noise of
-    half the parameter's own spread (a quarter of its magnitude, at least 0.25, where it is constant, as
+    """Move every learnable float parameter of ``model`` away from its initial value, as training does (tensors.nudge):
+    noise of half the parameter's own spread (a quarter of its magnitude, at least 0.25, where it is constant, as
     LayerNorm's weight 1 and bias 0 are).  Found by a red team: the only weights ever checked were the ones
     Model is built with, so a ModelNew that copied its weights in __init__ (ignoring what a user loads), or a fused
     LayerNorm without its affine transform, passed.  Frozen parameters (requires_grad False) and buffers stay."""
-    torch = _torch()
-    gen = torch.Generator().manual_seed(seed ^ 0x7EA1ED)
-    with torch.no_grad():
-        for _, p in sorted(model.named_parameters()):
-            if not p.requires_grad or not p.dtype.is_floating_point or p.numel() == 0:
-                continue
-            flat = p.detach().reshape(-1).double()
-            spread = float(flat.std()) / 2 if p.numel() > 1 else 0.0
-            scale = spread if spread > 0 else 0.25 * max(abs(float(flat.mean())), 1.0)
-            p.add_(torch.randn(tuple(p.shape), generator=gen).mul_(scale).to(device=p.device, dtype=p.dtype))
+    nudge(model, seed ^ 0x7EA1ED, nudge_scales(model, spread=0.5, constant=0.25), keep=False)
 
 
 def _check_not_zero(inputs: dict, outputs: set, seed: int) -> None:

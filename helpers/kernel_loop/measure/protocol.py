@@ -226,6 +226,14 @@ def local_like(torch, t, device: str):
     return out
 
 
+def _a_parameter(k: Any, v: Any) -> bool:
+    """Whether ``v`` lives in one of the kernel's model's parameters or buffers (loaded by the worker, however)."""
+    from ..tensors import storage_ptr
+
+    model = getattr(k, "model", None)
+    return model is not None and storage_ptr(v) in {storage_ptr(t) for t in model.state_dict().values()}
+
+
 def hand_over(w: Any, k: Any, value: Any, views: dict | None = None) -> tuple[dict, dict]:
     """The worker ``w``'s hand-over of a call of kernel ``k`` (its ``value`` known to be plain data), in the worker:
     results into the judge's buffers, in-place outputs and inputs as the call left them and every returned
@@ -234,10 +242,9 @@ def hand_over(w: Any, k: Any, value: Any, views: dict | None = None) -> tuple[di
     the returned tensors a caller would hold (those not in a buffer the kernel was handed).  ``views``: the
     strided views the call was handed instead of some inputs (judge buffer name -> view).  An output the kernel
     was handed is read from its buffer: a tensor returned under its name elsewhere is reported, not copied."""
-    from ..tensors import foreign_memory, normalize_outputs, storage_ptr
+    from ..tensors import foreign_memory, normalize_outputs
 
     torch = w.torch
-    owned = {storage_ptr(t) for t in k.model.state_dict().values()} if getattr(k, "model", None) is not None else set()
     for name, sh in w.shared.items():
         lo = w.local[name]
         if lo is not sh:
@@ -269,7 +276,8 @@ def hand_over(w: Any, k: Any, value: Any, views: dict | None = None) -> tuple[di
                                 and o.numel() and v.numel() and span(o)[0] < hi and lo < span(o)[1]), None)
         if name in handed and buf in w.local:  # handed to the kernel: the buffer is what a caller reads
             meta["stored"] = True
-            meta["elsewhere"] = span(v) not in (span(w.local[buf]), *((span(views[buf]),) if buf in (views or {}) else ()))
+            mine = [w.local[buf], *([views[buf]] if buf in (views or {}) else [])]  # its buffer, or the one it was handed
+            meta["elsewhere"] = span(v) not in [span(t) for t in mine]
         elif buf is None or buf not in w.shared:
             meta["stored"] = False
         else:
@@ -282,7 +290,7 @@ def hand_over(w: Any, k: Any, value: Any, views: dict | None = None) -> tuple[di
                 meta["stored"] = True
         in_its_buffer = name in handed and buf in w.local and not meta["elsewhere"]
         meta["foreign"] = bool(v.numel() and not meta["views"] and not in_its_buffer and foreign_memory(v)
-                               and storage_ptr(v) not in owned)
+                               and not _a_parameter(k, v))
         report[name] = meta
     held = {n: v for n, v in returned.items() if type(v) is torch.Tensor
             and not any(a <= span(v)[0] < b for _, (a, b) in spans)}
