@@ -278,7 +278,8 @@ def compare(got, exp, atol: float, rtol: float, l2_limit: float | None = None) -
                 mismatches=mismatches, first_bad=first_bad, nonfinite_unexpected=nonfinite,
                 passed=mismatches == 0 and nonfinite == 0)
     if l2_limit is not None and info["passed"] and rel_l2_value(info) > l2_limit:
-        info.update(passed=False, note=f"relative L2 error {rel_l2_value(info):.3g} is above the limit {l2_limit:.3g}: "
+        info.update(passed=False, normwise_only=True,
+                    note=f"relative L2 error {rel_l2_value(info):.3g} is above the limit {l2_limit:.3g}: "
                     "every element is within atol/rtol, but the output as a whole is wrong (values small next "
                     "to atol?)")
     return info
