@@ -76,6 +76,15 @@ def test_cuda_broken_fails(tmp_path, kernel):
 
 
 @needs_nvcc
+def test_a_cuda_kernels_float_scalar_drawn_per_seed_is_the_calls_own(tmp_path):
+    """setup() draws a float scale per seed: solve() gets each data set's scale, not the first one's (the worker
+    used to bind a .cu kernel's scalars once, and had no place for a later draw's)."""
+    rc, data, md = _run(tmp_path, "ref_scale_drawn_into.py", "cu_scale_drawn.cu", "cuda-cpp", "M=64,N=1000")
+    assert rc == 0, md
+    assert len({t["seed"] for s in data["shapes"] for t in s["trials"]}) >= 5
+
+
+@needs_nvcc
 def test_cuda_compile_error_fails(tmp_path):
     rc, data, md = _run(tmp_path, "ref_vadd.py", "cu_vadd_compile_error.cu", "cuda-cpp", "N=1000")
     assert rc == 1 and "nvcc failed" in data["error"] and "this_is_not_cuda" in data["error"]

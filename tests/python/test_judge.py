@@ -391,6 +391,26 @@ def test_judge_kernel_and_baseline_workers_share_one_set_of_weights(tmp_path, mo
     assert any("inputs', parameters' and outputs'" in n for n in roof["notes"]), roof["notes"]
 
 
+KB_DRAWS_IN_FORWARD = KB_SCALED.replace('"""KernelBench-style: a Linear', '"""KernelBench-style, drawing in forward as the LSTMs do: a Linear').replace(
+    "return self.fc(x) * self.scale", "h0 = torch.randn(x.shape[0], self.scale.shape[0], device=x.device)\n"
+    "        return self.fc(x) * self.scale + h0")
+
+
+@pytest.mark.parametrize("model_new, passes", [("ModelNew = Model", True),
+                                               ("class ModelNew(Model):\n    def forward(self, x):\n"
+                                                "        return self.fc(x) * self.scale\n", False)])
+def test_a_model_that_draws_in_forward_gets_the_references_numbers(tmp_path, judged_here, model_new, passes):
+    """Seen on the H200 (level 3 35_LSTM, ModelNew = Model): a model that draws its first hidden state with
+    torch.randn in forward was refused for changing the generators' state, because the judge looked for the
+    reference's draws in the CPU generator only, and the kernel's draws could not match the reference's anyway.
+    Each call now starts from the seed the reference started from (problem.call_seed), so the model as published
+    passes, and one that leaves the draw out still fails."""
+    ref = _write(tmp_path / "kb_draws.py", KB_DRAWS_IN_FORWARD)
+    out = _init(tmp_path, ref, KB_DRAWS_IN_FORWARD + "\n\n" + model_new + "\n")
+    rc, data = _correctness(out)
+    assert (rc == 0) is passes, data["error"]
+
+
 def test_the_weights_are_the_run_seeds_in_every_process_and_trial(tmp_path, monkeypatch, capsys):
     """Attack (or fault): the weights depend on the process's random history or on the trial's seed, so two
     processes (the judge and a worker, or two steps) hold other weights.  Defence: Problem builds the model

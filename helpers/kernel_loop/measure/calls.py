@@ -25,7 +25,7 @@ from ..tensors import FLOAT_SENTINEL, fingerprint, is_tensor, poison_tensor, ran
 from . import protocol
 from .conditions import VARIANTS, Condition, exact_reference, forget, range_ok
 from .launch import KernelFailed, WorkerProc
-from .problem import DataSet, Problem
+from .problem import DataSet, Problem, call_seed
 
 FRESH_DRAW_BUDGET_S = 20.0      # a fresh data set for every call while drawing them all costs no more
 
@@ -417,6 +417,8 @@ class Session:
             msg["nudge"] = cond.nudge
         if not (cond.train or self.baselines or self.problem.seen.get("draws")):  # the kernel leaves them alone too
             msg["rng"] = True
+        if self.problem.seen.get("draws"):  # the reference draws: the call starts from the reference's seed
+            msg["rng_seed"] = call_seed(ds.seed)
         if cond.stats is not None:  # the running statistics the call starts from, through the parameters' buffers
             for n, t in cond.stats.items():
                 sh.bufs[sh.names[f"param:{n}"]].copy_(t)

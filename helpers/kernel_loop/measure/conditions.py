@@ -36,7 +36,7 @@ from typing import Any
 
 from ..compare import applied_tolerances
 from ..tensors import is_tensor, normalize_outputs, nudge, nudge_scales, random_like, strided_view, upstream
-from .problem import DataSet, Problem
+from .problem import DataSet, Problem, call_seed
 
 # the input ranges correctness also checks: name -> (what is drawn, its low and high end, drawn log-uniformly)
 VARIANTS = {"up": ("scale", 20.0, 500.0), "down": ("scale", 0.002, 0.05), "shift": ("shift", 2.0, 8.0),
@@ -395,14 +395,11 @@ def train_expected(prob: Problem, ds: DataSet, tolerance: Any, cond: Condition
     """A KernelBench model's expected outputs in training mode on ``ds``: (outputs, None), and ``cond.buffers``
     set to Model's buffers after that call (from ``cond.stats``); (None, why) when training mode cannot be
     compared because Model's output there is random (dropout)."""
-    import torch
-
     from ..compare import compare_outputs
 
     def run(seed: int) -> tuple[dict[str, Any], Any]:
         m = model_copy(prob, True, cond.stats)
-        torch.manual_seed(seed)
-        return prob.run_reference(ds.args, ds, m), m
+        return prob.run_reference(ds.args, ds, m, seed), m
 
     first, model = run(prob.cfg.seed + 1)
     if "train" not in prob.seen:
@@ -432,7 +429,7 @@ def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, no
     prob.seen["backward"] = True  # False after a backward that cannot run: not tried again
 
     def grads_of(m, wide: bool) -> dict[str, Any] | None:
-        torch.manual_seed(prob.cfg.seed + 1)
+        torch.manual_seed(call_seed(ds.seed))  # the seed the worker's call starts from where Model draws
         args = [(ds.args[n].detach().double() if wide and ds.args[n].dtype.is_floating_point else
                  ds.args[n].detach().clone()).requires_grad_(continuous(ds.args[n]))
                 if is_tensor(ds.args[n]) else ds.args[n] for n in ds.args]

@@ -39,6 +39,7 @@ from ..tensors import (
     poison_tensor,
     storage_ptr,
 )
+from . import guards
 
 
 class BadReference(UsageError):
@@ -240,13 +241,16 @@ class Problem:
             raise UsageError("ref.py defines no reference(**kwargs) (nor a KernelBench Model/get_inputs)")
         return fn
 
-    def run_reference(self, args: dict[str, Any], ds: DataSet, model: Any = None) -> dict[str, Any]:
+    def run_reference(self, args: dict[str, Any], ds: DataSet, model: Any = None,
+                      seed: int | None = None) -> dict[str, Any]:
         """The reference's outputs by name on ``args`` (``ds``'s arguments, in another dtype or layout perhaps):
         ``model`` (Model by default) called on them in order under no_grad, or reference() with the write-only
         outputs poisoned and the accumulated ones on copies (``args`` keeps the starting values).  A reference()
         that returns nothing gives copies of its in-place outputs.  The one place the reference is called on a
-        data set (``reference``, and the conditions' float64 and strided runs)."""
+        data set (``reference``, and the conditions' float64 and strided runs); torch's generators start from
+        ``seed``, by default the data set's call_seed, from which the kernel's call starts where the reference draws."""
         torch = _torch()
+        torch.manual_seed(call_seed(ds.seed) if seed is None else seed)
         if self.model is not None:
             with torch.no_grad():
                 return normalize_outputs((model or self.model)(*(args[n] for n in ds.args)), [])
@@ -271,10 +275,11 @@ class Problem:
     def reference(self, ds: DataSet) -> None:
         torch = _torch()
         ds.fingerprints = {n: fingerprint(ds.args[n]) for n in ds.input_names()}
-        before = torch.random.get_rng_state()
+        torch.manual_seed(call_seed(ds.seed))  # as run_reference does: a reference that draws moves the state on
+        before = guards.rng_state(torch, self.device)
         out = self.run_reference(ds.args, ds)
-        if not torch.equal(before, torch.random.get_rng_state()):  # a reference that draws: the kernel may too
-            self.seen["draws"] = True
+        if guards.rng_state(torch, self.device) != before:  # a reference that draws (on the device too): the kernel
+            self.seen["draws"] = True                         # may, and starts its call from the same seed
         held = {storage_ptr(v): n for n, v in ds.args.items() if is_tensor(v)}
         for name, v in out.items():
             if not is_tensor(v):
@@ -325,7 +330,7 @@ class Problem:
                     if v is None:
                         raise UsageError(f"solve() scalar '{p.name}' ({p.ctype}) matches no dim (dims: "
                                          f"{', '.join(f'{k}={x}' for k, x in self.dims.items())}) and no setup() input")
-                    args.append({"ctype": p.ctype, "value": v})
+                    args.append({"ctype": p.ctype, "value": v, "name": p.name})
             return {"args": args, "outputs": outputs, "kept": kept, "out_names": list(ds.in_place)}
         scalars = {**self.dims, **{n: v for n, v in ds.args.items() if not is_tensor(v)}}
         if kind == "ref":
@@ -334,6 +339,12 @@ class Problem:
         return {"tensors": {n: buffers[n] for n, v in ds.args.items() if is_tensor(v)},
                 "scalars": {k: encode_value(v) for k, v in scalars.items()}, "outputs": outputs, "kept": kept,
                 "out_names": list(ds.in_place), "baseline": baseline, "compile": compile}
+
+
+def call_seed(seed: int) -> int:
+    """The seed torch's generators start a call from: the reference's, and the kernel's where the reference draws
+    (KernelBench's LSTMs and GRUs draw their first hidden state in forward), so both get the same numbers."""
+    return (seed * 1_000_003 + 12_345) % (1 << 62)
 
 
 def _var_kw(fn) -> bool:

@@ -275,7 +275,7 @@ class Worker:
                 if err:
                     raise RuntimeError(f"CUDA launch error {err}: {lib.kl_error_string(err).decode()}")
 
-            k.fn = solve
+            k.fn, k.slots = solve, {a["name"]: (args, i) for i, a in enumerate(call["args"]) if "name" in a}
             return {}
         raise protocol.ProtocolError(f"cannot bind a kernel of kind {k.kind!r}")
 
@@ -351,7 +351,7 @@ class Worker:
         self._stage_in()
         saved = nudge(k.model, int(msg["nudge"]["seed"]), msg["nudge"]["scales"]) if msg.get("nudge") else {}
         for n, v in (msg.get("scalars") or {}).items():  # this data set's own (setup() may draw a scalar per seed)
-            box, key = k.slots[n]
+            box, key = k.slots.get(n, ({}, n))  # one it does not take (a solve() without it) goes nowhere
             box[key] = protocol.decode_value(v)
         if msg.get("stats") and k.model is not None:  # the running statistics the call starts from
             state = k.model.state_dict()
@@ -386,6 +386,8 @@ class Worker:
 
         hint = LaunchCount(self.device) if msg.get("inventory") and cuda else None  # the call alone; not a sample
         call = hint.around(call) if hint is not None else call
+        if msg.get("rng_seed") is not None:  # a reference that draws did from this seed (problem.call_seed)
+            torch.manual_seed(int(msg["rng_seed"]))
         rng = guards.rng_state(torch, self.device) if msg.get("rng") else None
         try:
             value, us, host, delay = self.timer.time(call, msg["k"], nvtx=nvtx if msg.get("nvtx") else None)
