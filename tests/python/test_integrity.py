@@ -807,6 +807,18 @@ def test_a_kernel_more_exact_than_the_reference_passes_the_normwise_bound(tmp_pa
     assert "against the reference in float64" in md
 
 
+@pytest.mark.parametrize("kernel, passes", [("honest_shift_exact.py", True), ("cheat_shift_three_times_off.py", False)])
+def test_an_output_as_exact_as_an_inexact_reference_passes_elementwise_too(tmp_path, worker_here, kernel, passes):
+    """Seen on the H200 (KernelBench ConvTranspose2d, ModelNew = Model: 19 of 21 calls failed, cuDNN's TF32 rounding in
+    another algorithm): where the float32 reference is itself off elementwise, a kernel as exact as it, or more, failed
+    the elementwise bound.  It passes when within twice the reference's own error of the float64 answer, in units of
+    the tolerance; a kernel further off than that still fails."""
+    rc, data, md = _correctness(tmp_path, "ref_shift_loses_digits.py", kernel, "N=4096")
+    assert (rc == 0) is passes, data["error"]
+    if passes:
+        assert "as exact as the reference, or more" in md
+
+
 def test_the_ends_of_every_input_range_are_tried(tmp_path, worker_here):
     """Found by a red team: one factor drawn per range could miss a kernel wrong only near the range's end.  Each
     range is now tried at both ends as well as at a random point."""

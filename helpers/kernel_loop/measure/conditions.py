@@ -279,7 +279,7 @@ def range_ok(prob: Problem, base: DataSet, varied: DataSet, tolerance: Any) -> s
     if "base_error" not in seen:
         exact = exact_reference(prob, base)
         seen["base_error"] = {"why": "the reference cannot run in float64"} if exact is None else \
-            _error(base.expected, exact, tolerance, prob.ref)
+            error_units(base.expected, exact, tolerance, prob.ref)
     base_err = seen["base_error"]
     if "why" in base_err:
         return base_err["why"]
@@ -288,7 +288,7 @@ def range_ok(prob: Problem, base: DataSet, varied: DataSet, tolerance: Any) -> s
     exact = exact_reference(prob, varied)
     if exact is None:
         return "the reference cannot run in float64 there"
-    err = _error(varied.expected, exact, tolerance, prob.ref)
+    err = error_units(varied.expected, exact, tolerance, prob.ref)
     if "why" in err:
         return err["why"]
     for key in ("ratio", "l2"):
@@ -328,12 +328,11 @@ def _nonfinite(t) -> int:
     return int((~torch.isfinite(t)).sum()) if t.dtype.is_floating_point or t.dtype.is_complex else 0
 
 
-def _error(got: dict, exact: dict, tolerance: Any, ref: Any) -> dict[str, Any]:
-    """How far each output of the reference is from its float64 answer, the worst over the outputs: ``ratio``,
+def error_units(got: dict, exact: dict, tolerance: Any, ref: Any) -> dict[str, Any]:
+    """How far each output (the reference's, or a kernel's) is from its float64 answer, the worst over them: ``ratio``,
     the largest |got - exact| / (atol + rtol * |exact|); ``l2``, the relative L2 error over the normwise limit
     (0 where there is none); or {"why": ...} when the float64 answer is not finite where the reference is."""
     import torch
-
 
     tols = applied_tolerances(got, tolerance, ref)
     ratio = l2 = 0.0
