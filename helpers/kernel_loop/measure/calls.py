@@ -23,7 +23,7 @@ from ..common import MeasuredFailure, UsageError
 from ..compare import applied_tolerances, changed_input_row, compare, compare_outputs, first_failure
 from ..tensors import FLOAT_SENTINEL, fingerprint, is_tensor, poison_tensor, random_like
 from . import protocol
-from .conditions import VARIANTS, Condition, error_units, exact_reference, forget, range_ok
+from .conditions import VARIANTS, Condition, as_exact_as_the_reference, forget, range_ok
 from .launch import KernelFailed, WorkerProc
 from .problem import DataSet, Problem, call_seed
 
@@ -261,31 +261,6 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, returned: d
                  + (f", {len(reply.get('unused') or [])} of them unused by ModelNew" if reply.get("unused") else "")
                  + ")")
     return rows
-
-
-def as_exact_as_the_reference(prob: Problem, ds: DataSet, rows: list[dict], got: dict[str, Any], tolerance: Any,
-                              ref: Any) -> None:
-    """An output that failed its comparison with the float32 reference passes when it is no further from the
-    reference computed in float64 than twice the reference's own distance from it, in units of the tolerance, both
-    elementwise and normwise (conditions.error_units).  Found by a CPU sweep (a ModelNew more exact than a reference
-    far from exact: GroupNorm of one channel per group) and on the H200 (ConvTranspose2d, ModelNew = Model: 19 of 21
-    calls failed; cuDNN convolves float32 in TF32 by default, and another algorithm rounds elsewhere)."""
-    numeric = [r for r in rows if not r["passed"] and (r.get("normwise_only") or r.get("mismatches") and not r.get("note"))
-               and not r.get("nonfinite_unexpected") and is_tensor(got.get(r["name"]))]  # values off, nothing else
-    exact = exact_reference(prob, ds) if numeric else None
-    for r in numeric if exact else ():
-        n = r["name"]
-        if tuple(got[n].shape) != tuple(exact[n].shape):
-            continue
-        own = error_units({n: ds.expected[n]}, {n: exact[n]}, tolerance, ref)
-        mine = error_units({n: got[n]}, {n: exact[n]}, tolerance, ref)
-        if "why" in own or "why" in mine:
-            continue
-        if all(mine[k] <= max(1.0, 2.0 * own[k]) for k in ("ratio", "l2")):
-            r.update(passed=True, normwise_only=False,
-                     note=f"against the reference in float64: {mine['ratio']:.3g} of the tolerance elementwise, "
-                     f"{mine['l2']:.3g} normwise; the float32 reference's own {own['ratio']:.3g} and {own['l2']:.3g}: "
-                     "as exact as the reference, or more")
 
 
 def kept_fingerprints(shared: Shared, ds: DataSet, report: dict[str, Any]) -> dict[str, tuple]:

@@ -118,7 +118,7 @@ class Backward:
 def forget(prob: Problem) -> None:
     """Free what the conditions of a shape held (Model in float64) once its calls are made."""
     if prob.seen.pop("model64", None) is not None:
-        _free()
+        free_cached()
 
 
 def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]:
@@ -159,11 +159,14 @@ def condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want: 
                f"the reference cannot run there ({type(exc).__name__}: {text})")
         notes.append(f"{CONDITION_WORDS.get(want or 'plain', want)}: not checked: {why}")
         prob.seen.pop("model64", None)
-        _free()
+        free_cached()
         return Condition(keep=True), "plain", ds
 
 
-def _free() -> None:
+def free_cached() -> None:
+    """The judge's cached device memory given back (a caching allocator keeps what it freed): what the judge drew or
+    computed for one call (float64 references, moved inputs) must not leave the kernel's worker short of memory
+    (seen on the H200: ConvTranspose2d at KernelBench's size ran out with the judge holding 75 GiB)."""
     import torch
 
     if torch.cuda.is_available():
@@ -322,6 +325,34 @@ def exact_reference(prob: Problem, ds: DataSet) -> dict[str, Any] | None:
     return out
 
 
+def as_exact_as_the_reference(prob: Problem, ds: DataSet, rows: list[dict], got: dict[str, Any], tolerance: Any,
+                              ref: Any) -> None:
+    """An output that failed its comparison with the float32 reference passes when it is no further from the
+    reference computed in float64 than twice the reference's own distance from it, in units of the tolerance, both
+    elementwise and normwise (conditions.error_units).  Found by a CPU sweep (a ModelNew more exact than a reference
+    far from exact: GroupNorm of one channel per group) and on the H200 (ConvTranspose2d, ModelNew = Model: 19 of 21
+    calls failed; cuDNN convolves float32 in TF32 by default, and another algorithm rounds elsewhere)."""
+    numeric = [r for r in rows if not r["passed"] and (r.get("normwise_only") or r.get("mismatches") and not r.get("note"))
+               and not r.get("nonfinite_unexpected") and is_tensor(got.get(r["name"]))]  # values off, nothing else
+    exact = exact_reference(prob, ds) if numeric else None
+    for r in numeric if exact else ():
+        n = r["name"]
+        if tuple(got[n].shape) != tuple(exact[n].shape):
+            continue
+        own = error_units({n: ds.expected[n]}, {n: exact[n]}, tolerance, ref)
+        mine = error_units({n: got[n]}, {n: exact[n]}, tolerance, ref)
+        if "why" in own or "why" in mine:
+            continue
+        if all(mine[k] <= max(1.0, 2.0 * own[k]) for k in ("ratio", "l2")):
+            r.update(passed=True, normwise_only=False,
+                     note=f"against the reference in float64: {mine['ratio']:.3g} of the tolerance elementwise, "
+                     f"{mine['l2']:.3g} normwise; the float32 reference's own {own['ratio']:.3g} and {own['l2']:.3g}: "
+                     "as exact as the reference, or more")
+    if exact:  # the float64 outputs go, and the memory with them
+        exact = None
+        free_cached()
+
+
 def _nonfinite(t) -> int:
     import torch
 
@@ -457,11 +488,11 @@ def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, no
             exact = grads_of(model_copy(prob, cond.train, cond.stats).double(), True)
         except Exception:  # memory, an op without float64: compared with the float32 gradients alone
             exact = None
-            _free()
+            free_cached()
         return Backward(seed, grads, True, exact)
     except Exception as exc:
         text = " ".join(str(exc).split())[:160]
         notes.append(f"gradients: not checked: Model's backward() could not run ({type(exc).__name__}: {text})")
         prob.seen["backward"] = False
-        _free()
+        free_cached()
         return None

@@ -43,7 +43,7 @@ from ..config import RunConfig
 from ..tensors import is_tensor
 from . import protocol
 from .calls import Session, after_the_calls, bad_row, harness_hint, kept_fingerprints
-from .conditions import CONDITION_WORDS, condition, condition_plan
+from .conditions import CONDITION_WORDS, condition, condition_plan, free_cached
 from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
 from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
 from .timed import ab_loop, timed_loop, timing_block
@@ -249,6 +249,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                 first = ds
                 plan = condition_plan(judge.rng, ds, prob, int(spec["trials"]))
             cond, said, ds = condition(judge.tolerance, prob, first, ds, want, earlier, seed, notes)
+            free_cached()
             r = sess.call("k", ds, checked=True, cond=cond)
             if r.get("raised") and cond.strided in ("step", "pad"):  # a refusal of a strided view: noted, not counted
                 notes.append(f"{CONDITION_WORDS[said]}: the kernel refused non-contiguous inputs (it raised: "
