@@ -115,13 +115,15 @@ def test_skill_md_stays_short(repo):
 
 
 def test_a_remote_gpu_run_is_told_what_travels_and_what_needs_no_gpu(repo):
-    """Issue 44, 9 and 10: the key init made on the GPU machine comes back with the first archive; kbs evidence
-    runs where the run directory is, not on device time."""
+    """Issue 44, 9 and 10: the key init made on the GPU machine comes back in the archive, because the variable
+    points inside the folder that travels (an agent trial on 2026-12-05 asked who brings it back); kbs runs where
+    the run directory is, not on device time; a remote run plans one GPU session per version and one to benchmark."""
     _raw, body, _ = _split(repo)
     remote = body.split("**When the GPU is on another machine.**")[1].split("\n## ")[0]
     flat = " ".join(remote.split())
-    assert "first archive" in flat and "key" in flat
-    assert "`kbs evidence` needs no GPU" in flat
+    assert "KERNEL_LOOP_RECORD_KEY=<that folder>/keys/record.key" in flat and "comes back in the archive" in flat
+    assert "`kbs`, `hypothesis`, the gate" in flat and "need no GPU" in flat
+    assert "N+2 GPU sessions" in flat
     assert "correctness, profile and `kbs evidence` together" not in flat
 
 
