@@ -331,7 +331,7 @@ def as_exact_as_the_reference(prob: Problem, ds: DataSet, rows: list[dict], got:
     reference computed in float64 than twice the reference's own distance from it, in units of the tolerance, both
     elementwise and normwise (conditions.error_units).  Found by a CPU sweep (a ModelNew more exact than a reference
     far from exact: GroupNorm of one channel per group) and on the H200 (ConvTranspose2d, ModelNew = Model: 19 of 21
-    calls failed; cuDNN convolves float32 in TF32 by default, and another algorithm rounds elsewhere)."""
+    calls failed short of memory; cuDNN convolves float32 in TF32 by default, most likely in another algorithm there)."""
     numeric = [r for r in rows if not r["passed"] and (r.get("normwise_only") or r.get("mismatches") and not r.get("note"))
                and not r.get("nonfinite_unexpected") and is_tensor(got.get(r["name"]))]  # values off, nothing else
     exact = exact_reference(prob, ds) if numeric else None
