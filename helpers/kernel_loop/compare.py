@@ -328,7 +328,7 @@ def _constant_but_rounding(exp) -> bool:
 PRESET_REL_L2_LIMIT = 1e-2  # under any preset: an output this far off as a whole is wrong, whatever atol allows
 
 
-def _degenerate(got, exp, row: dict[str, Any], preset: bool) -> str | None:
+def degenerate(got, exp, row: dict[str, Any], preset: bool) -> str | None:
     """Why an output that passed the elementwise test is still wrong: it is constant (all zeros among them)
     where the reference is not, under any tolerance; or, under a preset (which has no normwise bound of its
     own), its relative L2 error is above PRESET_REL_L2_LIMIT."""
@@ -384,9 +384,9 @@ def compare_outputs(got: dict, expected: dict, run_tol: dict | None, ref: Any) -
                          "nonfinite_unexpected": 0})
             continue
         row = {"name": name, **compare(g, exp, tol["atol"], tol["rtol"], tol["rel_l2"]), "tolerance": tol}
-        degenerate = _degenerate(g, exp, row, bool(tol.get("preset"))) if row["passed"] else None
-        if degenerate:
-            row.update(passed=False, note=degenerate)
+        degenerate_why = degenerate(g, exp, row, bool(tol.get("preset"))) if row["passed"] else None
+        if degenerate_why:
+            row.update(passed=False, note=degenerate_why)
         if _all_poison(exp):
             row.update(passed=False, note=f"the reference output '{name}' holds only NaN/Inf or the poison sentinel "
                        "(did reference() write it?): comparing against it cannot fail")
@@ -417,3 +417,43 @@ def first_failure(rows: list[dict]) -> str | None:
         return None
     r = bad[0]
     return f"{r['name']}: " + (r.get("note") or f"{r['mismatches']} of {r['numel']} elements outside tolerance")
+
+
+LOCAL = 1024  # elements (flattened) over which the reference's own error sets a kernel's allowance
+
+
+def within_the_references_error(g, e, x, tol: dict[str, Any]) -> tuple[float, float]:
+    """For measure.conditions.as_exact_as_the_reference: the kernel's output ``g``'s worst element error against the float64 answer ``x``
+    over its allowance (the tolerance, or twice the float32 reference ``e``'s worst error among the LOCAL elements
+    around it, in units of the tolerance), and its relative L2 error over its allowance (the limit, or twice the
+    reference's own); inf where ``g`` is not finite and ``x`` is, or differs from the reference where ``x`` is not
+    finite.  Chunk by chunk, in float64."""
+    import torch
+
+    gf, ef, xf = (t.detach().reshape(-1) for t in (g, e, x))
+    worst, sq_g, sq_e, sq_x = 0.0, 0.0, 0.0, 0.0
+    step = LOCAL * 4096
+    for s in range(0, xf.numel(), step):
+        xs = xf[s:s + step].to(torch.float64)
+        gs, es = gf[s:s + step].to(device=xs.device, dtype=torch.float64), ef[s:s + step].to(device=xs.device,
+                                                                                             dtype=torch.float64)
+        fin = torch.isfinite(xs)
+        if bool((~torch.isfinite(gs) & fin).any()):
+            return math.inf, math.inf
+        gn, en = gs[~fin], es[~fin]  # where float64 is not finite either, the reference's NaN or Inf, as it is
+        if not bool(((torch.isnan(gn) & torch.isnan(en)) | (gn == en)).all()):
+            return math.inf, math.inf
+        bound = (tol["atol"] + tol["rtol"] * xs.abs()).clamp_min(1e-300)
+        mine = torch.where(fin, (gs - xs).abs() / bound, torch.zeros_like(xs))
+        own = torch.where(fin & torch.isfinite(es), (es - xs).abs() / bound, torch.zeros_like(xs))
+        pad = (-own.numel()) % LOCAL
+        near = torch.nn.functional.pad(own, (0, pad)).view(-1, LOCAL).amax(dim=1, keepdim=True)
+        allow = (2.0 * near).clamp_min(1.0).expand(-1, LOCAL).reshape(-1)[:own.numel()]
+        worst = max(worst, float((mine / allow).max()))
+        sq_g += float(((gs - xs)[fin] ** 2).sum())
+        sq_e += float(((es - xs)[fin] ** 2).sum())
+        sq_x += float((xs[fin] ** 2).sum())
+    if not tol.get("rel_l2") or sq_x == 0:
+        return worst, 0.0
+    allowed = max(tol["rel_l2"], 2.0 * math.sqrt(sq_e / sq_x))
+    return worst, math.sqrt(sq_g / sq_x) / allowed

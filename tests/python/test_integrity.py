@@ -819,6 +819,24 @@ def test_an_output_as_exact_as_an_inexact_reference_passes_elementwise_too(tmp_p
         assert "as exact as the reference, or more" in md
 
 
+@pytest.mark.parametrize("ref, kernel, dims, why", [
+    ("ref_inexact_two_outputs.py", "cheat_two_outputs_one_tensor_inexact_ref.py", "N=4096", "shares memory with the output"),
+    ("ref_inexact_row_sum_repeated.py", "cheat_row_sum_expanded_inexact_ref.py", "M=64,N=64", "expanded tensor"),
+    ("ref_inexact_then_exact.py", "cheat_sloppy_where_the_reference_is_exact.py", "N=4096", "outside tolerance"),
+    ("ref_inexact_then_exact.py", "honest_inexact_then_exact.py", "N=4096", None),
+    ("ref_inexact_two_outputs.py", "honest_two_outputs_inexact_ref.py", "N=4096", None)])
+def test_red_team_6_an_output_forgiven_for_an_inexact_reference_is_still_checked(tmp_path, worker_here, ref, kernel,
+                                                                                 dims, why):
+    """Found by a sixth red team against the as-exact-as-the-reference rule: an output it forgave skipped the checks
+    after the values (two outputs in one tensor; a stride-0 output that writes one value per row), and the allowance,
+    twice the reference's worst error anywhere, let a kernel be ten times the tolerance off where the reference is
+    exact.  The rule now runs before those checks, and the allowance is the reference's error near each element; honest
+    kernels more exact than the reference still pass."""
+    rc, data, md = _correctness(tmp_path, ref, kernel, dims)
+    assert (rc == 0) is (why is None), data["error"]
+    assert why is None or why in data["error"], data["error"]
+
+
 def test_the_ends_of_every_input_range_are_tried(tmp_path, worker_here):
     """Found by a red team: one factor drawn per range could miss a kernel wrong only near the range's end.  Each
     range is now tried at both ends as well as at a random point."""

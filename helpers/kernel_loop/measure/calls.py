@@ -146,14 +146,17 @@ def changed_input(name: str, t) -> dict[str, Any]:
     return changed_input_row(name, t)
 
 
-def verify(shared: Shared, ds: DataSet, report: dict[str, Any], tolerance: Any, ref: Any
+def verify(shared: Shared, ds: DataSet, report: dict[str, Any], tolerance: Any, ref: Any, prob: Problem | None = None
            ) -> tuple[list[dict], list[str]]:
     """Rows for every output and every input: the outputs against the reference, in the judge's
-    buffers; the inputs as drawn; no output expanded or a view of an input unless the reference's is."""
+    buffers (against its float64 answer too where ``prob`` is given: as_exact_as_the_reference); the inputs as
+    drawn; no output expanded or a view of an input unless the reference's is."""
     got, rows = shared.got(ds, report)
     bad = {r["name"] for r in rows}
     expected = {n: e for n, e in ds.expected.items() if n not in bad}
     more, warns = compare_outputs(got, expected, tolerance, ref) if expected else ([], [])
+    if prob is not None:
+        as_exact_as_the_reference(prob, ds, more, got, tolerance, ref)
     rows += more
     for row in rows:
         meta, props = report.get(row["name"]) or {}, ds.ref_props.get(row["name"]) or {}
@@ -416,10 +419,8 @@ class Session:
         why = screen(sh, self.first, self.variant, poisoned)
         if checked:
             exp = ds if cond.expected is None else dataclasses.replace(ds, expected=cond.expected)
-            rows, warns = verify(sh, exp, reply.get("returned") or {}, self.judge.tolerance, self.judge.ref)
-            if cond.expected is None:
-                as_exact_as_the_reference(self.problem, ds, rows, sh.got(ds, reply.get("returned") or {})[0],
-                                          self.judge.tolerance, self.judge.ref)
+            rows, warns = verify(sh, exp, reply.get("returned") or {}, self.judge.tolerance, self.judge.ref,
+                                 self.problem if cond.expected is None else None)
             if cond.buffers:
                 rows += buffer_rows(self, cond.buffers)
             out.update(rows=rows, warnings=warns, notes=[])

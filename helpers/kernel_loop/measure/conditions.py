@@ -327,27 +327,31 @@ def exact_reference(prob: Problem, ds: DataSet) -> dict[str, Any] | None:
 
 def as_exact_as_the_reference(prob: Problem, ds: DataSet, rows: list[dict], got: dict[str, Any], tolerance: Any,
                               ref: Any) -> None:
-    """An output that failed its comparison with the float32 reference passes when it is no further from the
-    reference computed in float64 than twice the reference's own distance from it, in units of the tolerance, both
-    elementwise and normwise (conditions.error_units).  Found by a CPU sweep (a ModelNew more exact than a reference
-    far from exact: GroupNorm of one channel per group) and on the H200 (ConvTranspose2d, ModelNew = Model: 19 of 21
-    calls failed short of memory; cuDNN convolves float32 in TF32 by default, most likely in another algorithm there)."""
+    """An output whose values failed the comparison with the float32 reference passes when it is as exact as the
+    reference, or more: against the reference computed in float64, each element within the tolerance or twice the
+    reference's own worst error among its compare.LOCAL neighbours (in units of the tolerance), and the relative L2 error
+    within the limit or twice the reference's own.  Found by a CPU sweep (a ModelNew more exact than a reference far
+    from exact: GroupNorm of one channel per group) and on the H200 (ConvTranspose2d, ModelNew = Model: 19 of 21 calls
+    failed short of memory; cuDNN convolves float32 in TF32 by default, most likely in another algorithm there).  The
+    allowance is local (a red team's kernel was sloppy where the reference is exact and passed on its worst error
+    elsewhere), and a forgiven output still goes through every check after the values (verify)."""
+    from ..compare import applied_tolerances, degenerate, within_the_references_error
+
     numeric = [r for r in rows if not r["passed"] and (r.get("normwise_only") or r.get("mismatches") and not r.get("note"))
                and not r.get("nonfinite_unexpected") and is_tensor(got.get(r["name"]))]  # values off, nothing else
     exact = exact_reference(prob, ds) if numeric else None
     for r in numeric if exact else ():
         n = r["name"]
-        if tuple(got[n].shape) != tuple(exact[n].shape):
+        g, e, x = got[n], ds.expected[n], exact[n]
+        if tuple(g.shape) != tuple(x.shape) or not (g.dtype.is_floating_point and x.dtype.is_floating_point):
             continue
-        own = error_units({n: ds.expected[n]}, {n: exact[n]}, tolerance, ref)
-        mine = error_units({n: got[n]}, {n: exact[n]}, tolerance, ref)
-        if "why" in own or "why" in mine:
-            continue
-        if all(mine[k] <= max(1.0, 2.0 * own[k]) for k in ("ratio", "l2")):
+        tol = applied_tolerances({n: e}, tolerance, ref)[n]
+        worst, l2 = within_the_references_error(g, e, x, tol)
+        if worst <= 1.0 and l2 <= 1.0 and not degenerate(g, e, r, bool(tol.get("preset"))):
             r.update(passed=True, normwise_only=False,
-                     note=f"against the reference in float64: {mine['ratio']:.3g} of the tolerance elementwise, "
-                     f"{mine['l2']:.3g} normwise; the float32 reference's own {own['ratio']:.3g} and {own['l2']:.3g}: "
-                     "as exact as the reference, or more")
+                     note=f"against the reference in float64: every element within the tolerance or twice the float32 "
+                     f"reference's own error near it (at most {worst:.3g} of that allowance), relative L2 within "
+                     f"{l2:.3g} of its allowance: as exact as the reference, or more")
     if exact:  # the float64 outputs go, and the memory with them
         exact = None
         free_cached()
