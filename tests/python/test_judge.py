@@ -396,19 +396,28 @@ KB_DRAWS_IN_FORWARD = KB_SCALED.replace('"""KernelBench-style: a Linear', '"""Ke
     "        return self.fc(x) * self.scale + h0")
 
 
+CLOBBERS = ("class ModelNew(Model):\n    def forward(self, x):\n        out = super().forward(x)\n"
+            "        import random\n        torch.manual_seed(0)\n        random.seed(0)\n        return out\n")
+
+
 @pytest.mark.parametrize("model_new, passes", [("ModelNew = Model", True),
                                                ("class ModelNew(Model):\n    def forward(self, x):\n"
-                                                "        return self.fc(x) * self.scale\n", False)])
+                                                "        return self.fc(x) * self.scale\n", False),
+                                               (CLOBBERS, False)])
 def test_a_model_that_draws_in_forward_gets_the_references_numbers(tmp_path, judged_here, model_new, passes):
     """Seen on the H200 (level 3 35_LSTM, ModelNew = Model): a model that draws its first hidden state with
     torch.randn in forward was refused for changing the generators' state, because the judge looked for the
     reference's draws in the CPU generator only, and the kernel's draws could not match the reference's anyway.
     Each call now starts from the seed the reference started from (problem.call_seed), so the model as published
-    passes, and one that leaves the draw out still fails."""
+    passes, and one that leaves the draw out still fails; so does one that draws as the reference does and then
+    reseeds its caller's generators (a sixth red team's): a call must leave torch's generators where the reference's
+    call left them, and Python's and NumPy's as they were."""
     ref = _write(tmp_path / "kb_draws.py", KB_DRAWS_IN_FORWARD)
     out = _init(tmp_path, ref, KB_DRAWS_IN_FORWARD + "\n\n" + model_new + "\n")
     rc, data = _correctness(out)
     assert (rc == 0) is passes, data["error"]
+    if model_new is CLOBBERS:
+        assert "other than the reference's call leaves them" in data["error"], data["error"]
 
 
 def test_the_weights_are_the_run_seeds_in_every_process_and_trial(tmp_path, monkeypatch, capsys):

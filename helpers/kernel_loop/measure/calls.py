@@ -400,8 +400,11 @@ class Session:
             msg["nudge"] = cond.nudge
         if not (cond.train or self.baselines or self.problem.seen.get("draws")):  # the kernel leaves them alone too
             msg["rng"] = True
-        if self.problem.seen.get("draws"):  # the reference draws: the call starts from the reference's seed
+        seen = self.problem.seen
+        if seen.get("draws"):  # the reference draws: the call starts from the reference's seed, and ends as it does
             msg["rng_seed"] = call_seed(ds.seed)
+            if not (cond.train or self.baselines or seen.get("draws_other")) and cond.expected is None and ds.rng_after:
+                msg["rng_after"] = ds.rng_after.hex()
         if cond.stats is not None:  # the running statistics the call starts from, through the parameters' buffers
             for n, t in cond.stats.items():
                 sh.bufs[sh.names[f"param:{n}"]].copy_(t)

@@ -106,20 +106,49 @@ def same_grad_mode(value: Any, grad: bool, torch: Any) -> Any:
     return value
 
 
-def rng_state(torch: Any, device: str) -> bytes:
-    """The random number generators' states, torch's (the CPU's and the device's), Python's and NumPy's, as bytes."""
+def torch_rng(torch: Any, device: str) -> bytes:
+    """torch's random number generators' states (the CPU's and the device's), as bytes."""
+    state = torch.random.get_rng_state().numpy().tobytes()
+    return state + (torch.cuda.get_rng_state(device).numpy().tobytes() if device.startswith("cuda") else b"")
+
+
+def other_rng() -> bytes:
+    """Python's and NumPy's random number generators' states, as bytes."""
     import pickle
     import random
 
-    state = torch.random.get_rng_state().numpy().tobytes()
-    state += torch.cuda.get_rng_state(device).numpy().tobytes() if device.startswith("cuda") else b""
-    state += pickle.dumps(random.getstate())
     np = sys.modules.get("numpy")
-    return state + (pickle.dumps(np.random.get_state()) if np is not None else b"")
+    return pickle.dumps(random.getstate()) + (pickle.dumps(np.random.get_state()) if np is not None else b"")
+
+
+def rng_state(torch: Any, device: str) -> bytes:
+    """The random number generators' states, torch's (the CPU's and the device's), Python's and NumPy's, as bytes."""
+    return torch_rng(torch, device) + other_rng()
 
 
 RNG_CHANGED = ("the call changed a random number generator's state (torch's, Python's random or NumPy's: a seed, or a "
                "random draw the reference does not make): the random numbers its caller draws next would change")
+RNG_NOT_THE_REFERENCES = ("the call left torch's random number generators other than the reference's call leaves them "
+                          "(a seed, or draws other than the reference's), or changed Python's random or NumPy's: the "
+                          "random numbers its caller draws next would change")
+
+
+def rng_before(torch: Any, device: str, msg: dict[str, Any]) -> bytes | None:
+    """What a call's generators are checked against after it (rng_after): every state, where the reference draws no
+    random number (``msg["rng"]``); Python's and NumPy's, where it draws from torch's only (``msg["rng_after"]``, the
+    torch states the reference's call ended with, from the same seed); or nothing (training mode, a baseline)."""
+    return rng_state(torch, device) if msg.get("rng") else other_rng() if msg.get("rng_after") else None
+
+
+def rng_after(torch: Any, device: str, msg: dict[str, Any], before: bytes | None) -> None:
+    """A refusal where the call left the generators otherwise than rng_before says they must be (found by a red team:
+    a kernel that drew as the reference does, then reseeded torch, Python's random and NumPy, passed)."""
+    if before is None:
+        return
+    if msg.get("rng") and rng_state(torch, device) != before:
+        raise KernelDefect(RNG_CHANGED)
+    if not msg.get("rng") and (other_rng() != before or torch_rng(torch, device).hex() != msg["rng_after"]):
+        raise KernelDefect(RNG_NOT_THE_REFERENCES)
 
 
 def changed_settings(before: dict[str, Any], torch: Any, when: str) -> str | None:

@@ -86,6 +86,7 @@ class DataSet:
     ref_props: dict[str, dict] = field(default_factory=dict)      # expanded / views of the reference's outputs
     accumulates: list[str] = field(default_factory=list)        # in-place outputs the call adds to (never poisoned)
     vary: str | None = None                                     # the input range this draw was moved to (VARIANTS)
+    rng_after: bytes | None = None                              # torch's generators after the reference's call
 
     def tensors(self) -> dict[str, Any]:
         return {n: v for n, v in self.args.items() if is_tensor(v)}
@@ -276,10 +277,13 @@ class Problem:
         torch = _torch()
         ds.fingerprints = {n: fingerprint(ds.args[n]) for n in ds.input_names()}
         torch.manual_seed(call_seed(ds.seed))  # as run_reference does: a reference that draws moves the state on
-        before = guards.rng_state(torch, self.device)
+        before, other = guards.torch_rng(torch, self.device), guards.other_rng()
         out = self.run_reference(ds.args, ds)
-        if guards.rng_state(torch, self.device) != before:  # a reference that draws (on the device too): the kernel
-            self.seen["draws"] = True                         # may, and starts its call from the same seed
+        ds.rng_after = guards.torch_rng(torch, self.device)  # where the kernel's call must leave torch's generators
+        if ds.rng_after != before or guards.other_rng() != other:  # a reference that draws (on the device too): the
+            self.seen["draws"] = True                               # kernel may, and starts from the same seed
+        if guards.other_rng() != other:  # Python's random or NumPy's: not compared after the kernel's call
+            self.seen["draws_other"] = True
         held = {storage_ptr(v): n for n, v in ds.args.items() if is_tensor(v)}
         for name, v in out.items():
             if not is_tensor(v):

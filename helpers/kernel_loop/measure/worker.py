@@ -388,7 +388,7 @@ class Worker:
         call = hint.around(call) if hint is not None else call
         if msg.get("rng_seed") is not None:  # a reference that draws did from this seed (problem.call_seed)
             torch.manual_seed(int(msg["rng_seed"]))
-        rng = guards.rng_state(torch, self.device) if msg.get("rng") else None
+        rng = guards.rng_before(torch, self.device, msg)
         try:
             value, us, host, delay = self.timer.time(call, msg["k"], nvtx=nvtx if msg.get("nvtx") else None)
         except BaseException:
@@ -397,8 +397,7 @@ class Worker:
                 t.requires_grad_(False)
             raise
         self._no_mode("the call left active")
-        if rng is not None and guards.rng_state(torch, self.device) != rng:
-            raise guards.KernelDefect(guards.RNG_CHANGED)
+        guards.rng_after(torch, self.device, msg, rng)
         if k.kind in ("py", "kb"):
             self._same_settings("the call")
         with torch.no_grad(), self.no_function_mode():
