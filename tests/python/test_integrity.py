@@ -837,6 +837,19 @@ def test_red_team_6_an_output_forgiven_for_an_inexact_reference_is_still_checked
     assert why is None or why in data["error"], data["error"]
 
 
+@pytest.mark.parametrize("kernel, passes", [("cheat_noise_then_reseeds_everything.py", False),
+                                            ("honest_noise_as_the_reference.py", True)])
+def test_red_team_7_a_reference_drawing_from_python_too_still_checks_torchs_generators(tmp_path, no_static_check,
+                                                                                       kernel, passes):
+    """Found by a seventh red team: a reference that also drew from Python's random turned the check of torch's
+    generators off, so a kernel that drew as the reference does and then reseeded torch, random and NumPy passed.
+    Only Python's and NumPy's are left unchecked there.  (A real worker process: the kernel changes its generators.)"""
+    rc, data, md = _correctness(tmp_path, "ref_noise_and_python_draw.py", kernel, "N=4096")
+    assert (rc == 0) is passes, data["error"]
+    if not passes:
+        assert "other than the reference's call leaves them" in data["error"], data["error"]
+
+
 def test_the_ends_of_every_input_range_are_tried(tmp_path, worker_here):
     """Found by a red team: one factor drawn per range could miss a kernel wrong only near the range's end.  Each
     range is now tried at both ends as well as at a random point."""

@@ -420,6 +420,17 @@ def test_a_model_that_draws_in_forward_gets_the_references_numbers(tmp_path, jud
         assert "other than the reference's call leaves them" in data["error"], data["error"]
 
 
+def test_a_modelnew_that_reseeds_only_in_training_mode_fails(tmp_path, judged_here):
+    """Found by a seventh red team: the generators were never checked on a call in training mode (where Model may
+    draw, for dropout), so a ModelNew that reseeded its caller's generators only when built (training mode) passed.
+    Where Model draws nothing in training mode, that call is checked as every other."""
+    reseeds = KB_SCALED + ("\n\nclass ModelNew(Model):\n    def forward(self, x):\n        out = super().forward(x)\n"
+                           "        if self.training:\n            torch.manual_seed(0)\n        return out\n")
+    out = _init(tmp_path, _write(tmp_path / "kb_scaled.py", KB_SCALED), reseeds)
+    rc, data = _correctness(out)
+    assert rc == 1 and "random number generator's state" in data["error"], data["error"]
+
+
 def test_the_weights_are_the_run_seeds_in_every_process_and_trial(tmp_path, monkeypatch, capsys):
     """Attack (or fault): the weights depend on the process's random history or on the trial's seed, so two
     processes (the judge and a worker, or two steps) hold other weights.  Defence: Problem builds the model

@@ -398,12 +398,15 @@ class Session:
             msg["strided"] = cond.strided
         if cond.nudge:
             msg["nudge"] = cond.nudge
-        if not (cond.train or self.baselines or self.problem.seen.get("draws")):  # the kernel leaves them alone too
-            msg["rng"] = True
-        seen = self.problem.seen
-        if seen.get("draws"):  # the reference draws: the call starts from the reference's seed, and ends as it does
+        seen = self.problem.seen  # what the reference's call draws: the kernel's must leave its caller's generators so
+        draws = seen.get("train_draws") if cond.train else seen.get("draws")
+        if seen.get("draws"):  # the call starts from the reference's seed
             msg["rng_seed"] = call_seed(ds.seed)
-            if not (cond.train or self.baselines or seen.get("draws_other")) and cond.expected is None and ds.rng_after:
+        if not (self.baselines or draws):
+            msg["rng"] = True  # every generator as it was
+        elif not self.baselines:
+            msg["rng_other"] = not seen.get("draws_other")  # Python's and NumPy's as they were, unless Model draws there
+            if not cond.train and cond.expected is None and ds.rng_after:  # torch's where the reference's call left them
                 msg["rng_after"] = ds.rng_after.hex()
         if cond.stats is not None:  # the running statistics the call starts from, through the parameters' buffers
             for n, t in cond.stats.items():

@@ -36,6 +36,7 @@ from typing import Any
 
 from ..compare import applied_tolerances
 from ..tensors import is_tensor, normalize_outputs, nudge, nudge_scales, random_like, strided_view, upstream
+from . import guards
 from .problem import DataSet, Problem, call_seed
 
 # the input ranges correctness also checks: name -> (what is drawn, its low and high end, drawn log-uniformly)
@@ -429,11 +430,17 @@ def train_expected(prob: Problem, ds: DataSet, tolerance: Any, cond: Condition
     """A KernelBench model's expected outputs in training mode on ``ds``: (outputs, None), and ``cond.buffers``
     set to Model's buffers after that call (from ``cond.stats``); (None, why) when training mode cannot be
     compared because Model's output there is random (dropout)."""
+    import torch
+
     from ..compare import compare_outputs
 
     def run(seed: int) -> tuple[dict[str, Any], Any]:
         m = model_copy(prob, True, cond.stats)
-        return prob.run_reference(ds.args, ds, m, seed), m
+        torch.manual_seed(seed)  # as run_reference does: whether Model in training mode draws (dropout)
+        before = guards.rng_state(torch, prob.device)
+        out = prob.run_reference(ds.args, ds, m, seed)
+        prob.seen["train_draws"] = prob.seen.get("train_draws") or guards.rng_state(torch, prob.device) != before
+        return out, m
 
     first, model = run(prob.cfg.seed + 1)
     if "train" not in prob.seen:

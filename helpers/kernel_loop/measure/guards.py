@@ -135,19 +135,22 @@ RNG_NOT_THE_REFERENCES = ("the call left torch's random number generators other 
 
 def rng_before(torch: Any, device: str, msg: dict[str, Any]) -> bytes | None:
     """What a call's generators are checked against after it (rng_after): every state, where the reference draws no
-    random number (``msg["rng"]``); Python's and NumPy's, where it draws from torch's only (``msg["rng_after"]``, the
-    torch states the reference's call ended with, from the same seed); or nothing (training mode, a baseline)."""
-    return rng_state(torch, device) if msg.get("rng") else other_rng() if msg.get("rng_after") else None
+    random number in the call's mode (``msg["rng"]``); else Python's and NumPy's (``msg["rng_other"]``, where the
+    reference leaves those alone), with torch's checked against the states the reference's call from the same seed
+    ended with (``msg["rng_after"]``); or nothing (a baseline)."""
+    return rng_state(torch, device) if msg.get("rng") else other_rng() if msg.get("rng_other") else None
 
 
 def rng_after(torch: Any, device: str, msg: dict[str, Any], before: bytes | None) -> None:
-    """A refusal where the call left the generators otherwise than rng_before says they must be (found by a red team:
-    a kernel that drew as the reference does, then reseeded torch, Python's random and NumPy, passed)."""
-    if before is None:
+    """A refusal where the call left the generators otherwise than rng_before says they must be (found by red teams:
+    kernels that drew as the reference does, then reseeded torch, Python's random and NumPy, passed; so did one that
+    reseeded only in training mode, and one whose reference also drew from Python's random)."""
+    if msg.get("rng"):
+        if rng_state(torch, device) != before:
+            raise KernelDefect(RNG_CHANGED)
         return
-    if msg.get("rng") and rng_state(torch, device) != before:
-        raise KernelDefect(RNG_CHANGED)
-    if not msg.get("rng") and (other_rng() != before or torch_rng(torch, device).hex() != msg["rng_after"]):
+    if (before is not None and other_rng() != before) or (
+            msg.get("rng_after") and torch_rng(torch, device).hex() != msg["rng_after"]):
         raise KernelDefect(RNG_NOT_THE_REFERENCES)
 
 
