@@ -423,11 +423,11 @@ LOCAL = 1024  # elements (flattened) over which the reference's own error sets a
 
 
 def within_the_references_error(g, e, x, tol: dict[str, Any]) -> tuple[float, float]:
-    """For measure.conditions.as_exact_as_the_reference: the kernel's output ``g``'s worst element error against the float64 answer ``x``
-    over its allowance (the tolerance, or twice the float32 reference ``e``'s worst error among the LOCAL elements
-    around it, in units of the tolerance), and its relative L2 error over its allowance (the limit, or twice the
-    reference's own); inf where ``g`` is not finite and ``x`` is, or differs from the reference where ``x`` is not
-    finite.  Chunk by chunk, in float64."""
+    """For measure.conditions.as_exact_as_the_reference: the kernel's output ``g``'s worst element error against the
+    float64 answer ``x`` over its allowance (the tolerance, or twice the float32 reference ``e``'s worst error among
+    the LOCAL elements around it, in units of the tolerance), and its relative L2 error over its allowance (the limit,
+    or twice the reference's own); inf where ``g`` is not finite and ``x`` is, or differs from the reference where
+    ``x`` is not finite.  Chunk by chunk, in float64."""
     import torch
 
     gf, ef, xf = (t.detach().reshape(-1) for t in (g, e, x))

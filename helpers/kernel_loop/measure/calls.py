@@ -156,7 +156,7 @@ def verify(shared: Shared, ds: DataSet, report: dict[str, Any], tolerance: Any, 
     expected = {n: e for n, e in ds.expected.items() if n not in bad}
     more, warns = compare_outputs(got, expected, tolerance, ref) if expected else ([], [])
     if prob is not None:
-        as_exact_as_the_reference(prob, ds, more, got, tolerance, ref)
+        as_exact_as_the_reference(prob, ds, more, got)
     rows += more
     for row in rows:
         meta, props = report.get(row["name"]) or {}, ds.ref_props.get(row["name"]) or {}

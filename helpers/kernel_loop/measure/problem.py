@@ -117,6 +117,8 @@ class Problem:
         self.model = None
         self.init: list[Any] = []
         self.seen: dict[str, Any] = {}     # what the correctness conditions learnt of this problem (conditions.py)
+        self.drew: tuple[bool, bool] = (False, False)  # the last run_reference's draws: torch's; Python's or NumPy's
+        self.rng_after: bytes | None = None  # torch's generators after the last run_reference
         self._prev_ptrs: set[int] = set()  # the storages the previous draw's reference returned
         if is_kernelbench(ref):
             self._build_model()
@@ -249,9 +251,19 @@ class Problem:
         outputs poisoned and the accumulated ones on copies (``args`` keeps the starting values).  A reference()
         that returns nothing gives copies of its in-place outputs.  The one place the reference is called on a
         data set (``reference``, and the conditions' float64 and strided runs); torch's generators start from
-        ``seed``, by default the data set's call_seed, from which the kernel's call starts where the reference draws."""
+        ``seed``, by default the data set's call_seed, from which the kernel's call starts where the reference draws.
+        ``drew`` says afterwards whether it drew from torch's generators and from Python's or NumPy's, and
+        ``rng_after`` where it left torch's."""
         torch = _torch()
         torch.manual_seed(call_seed(ds.seed) if seed is None else seed)
+        before, other = guards.torch_rng(torch, self.device), guards.other_rng()
+        out = self._call_reference(args, ds, model)
+        self.rng_after = guards.torch_rng(torch, self.device)
+        self.drew = (self.rng_after != before, guards.other_rng() != other)
+        return out
+
+    def _call_reference(self, args: dict[str, Any], ds: DataSet, model: Any) -> dict[str, Any]:
+        torch = _torch()
         if self.model is not None:
             with torch.no_grad():
                 return normalize_outputs((model or self.model)(*(args[n] for n in ds.args)), [])
@@ -276,13 +288,11 @@ class Problem:
     def reference(self, ds: DataSet) -> None:
         torch = _torch()
         ds.fingerprints = {n: fingerprint(ds.args[n]) for n in ds.input_names()}
-        torch.manual_seed(call_seed(ds.seed))  # as run_reference does: a reference that draws moves the state on
-        before, other = guards.torch_rng(torch, self.device), guards.other_rng()
         out = self.run_reference(ds.args, ds)
-        ds.rng_after = guards.torch_rng(torch, self.device)  # where the kernel's call must leave torch's generators
-        if ds.rng_after != before or guards.other_rng() != other:  # a reference that draws (on the device too): the
-            self.seen["draws"] = True                               # kernel may, and starts from the same seed
-        if guards.other_rng() != other:  # Python's random or NumPy's: not compared after the kernel's call
+        ds.rng_after = self.rng_after  # where the kernel's call must leave torch's generators
+        if any(self.drew):  # a reference that draws (on the device too): the kernel may, from the same seed
+            self.seen["draws"] = True
+        if self.drew[1]:  # Python's random or NumPy's: not compared after the kernel's call
             self.seen["draws_other"] = True
         held = {storage_ptr(v): n for n, v in ds.args.items() if is_tensor(v)}
         for name, v in out.items():
