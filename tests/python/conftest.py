@@ -249,3 +249,16 @@ def _main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(_main(sys.argv[1:]))
+
+
+@pytest.fixture
+def gpu_memory_alone():
+    """One test at a time among those that take much of the GPU's memory (a bundled example at KernelBench's size
+    needs up to 40 GiB): pytest-xdist's workers take this lock in turn, the small tests go on beside them."""
+    import fcntl
+    import tempfile
+
+    with open(Path(tempfile.gettempdir()) / "kernel-loop-tests-gpu-memory.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+

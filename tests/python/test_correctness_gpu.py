@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import time
 
 import klcli
@@ -187,11 +188,11 @@ def test_the_checker_judges_gpu_outputs_through_either_transport(tmp_path, monke
                         name="softmax")
     assert rc == 0, md
     for kernel, ref, dims, why in (("triton_vadd_input.py", "ref_vadd.py", "N=4096", "out"),
-                                   ("cheat_patch_comparator.py", "ref_softmax_rand.py", "M=16,N=256", "5 of 5 calls failed"),
+                                   ("cheat_patch_comparator.py", "ref_softmax_rand.py", "M=16,N=256", r"(\d+) of \1 calls failed"),
                                    ("cheat_vadd_zero_input.py", "ref_vadd.py", "N=4096", "changed its input")):
         rc, data, md = _run(tmp_path, ref, kernel, "triton", dims, name=kernel)
         assert rc == 1 and "| Result | FAIL |" in md, kernel
-        assert why in (data["error"] or ""), (kernel, data["error"])
+        assert re.search(why, data["error"] or ""), (kernel, data["error"])  # the comparator's: every call fails
 
 
 # --- the bundled examples under the judge as it is now ---------------------------------------------
@@ -202,7 +203,7 @@ def _examples():
 
 
 @pytest.mark.parametrize("example", _examples())
-def test_a_bundled_examples_best_version_still_passes(tmp_path, example):
+def test_a_bundled_examples_best_version_still_passes(tmp_path, gpu_memory_alone, example):
     """Every bundled example's best version (benchmark.json) and its v0, with the example's ref.py and run settings,
     through correctness as it is now (output pre-states, module modes, input ranges, held results): an honest
     kernel a run once signed must not be rejected by the judge's later checks."""

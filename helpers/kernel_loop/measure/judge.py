@@ -42,7 +42,7 @@ from ..compare import applied_tolerances
 from ..config import RunConfig
 from ..tensors import is_tensor
 from . import protocol
-from .calls import Session, after_the_calls, bad_row, harness_hint, kept_fingerprints
+from .calls import POOL_FEW, Session, after_the_calls, bad_row, calls_to_keep, harness_hint, kept_fingerprints
 from .conditions import CONDITION_WORDS, condition, condition_plan, free_cached
 from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
 from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
@@ -234,7 +234,8 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
         earlier = None  # the previous call's data set: its expected values are the "stale" pre-state of a next call
         first = None
         plan = None
-        held: list[dict] = []  # per call, the fingerprints of what it returned: a caller holding them finds them so
+        held: list[dict | None] = []  # per call, the fingerprints of what it returned (None: a call that kept nothing)
+        keep: set[int] = set()
         t = 0
         said_at = time.monotonic()
         while plan is None or t < len(plan):
@@ -248,7 +249,14 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                 sess = Session(judge, worker, prob, {"k": (path, kind)}, ds, f"s{si}", keep=True)
                 first = ds
                 plan = condition_plan(judge.rng, ds, prob, int(spec["trials"]))
+                keep = calls_to_keep(judge.rng, len(plan), ds, judge.device)
+                if len(keep) < len(plan):
+                    notes.append(f"held results: {len(keep)} of the {len(plan)} calls (drawn at random) kept their "
+                                 "results until all were made, as many as fit in a quarter of the device's memory"
+                                 + ("; too few to tell a pool of buffers from a compile cache" if len(keep) <= POOL_FEW
+                                    else ""))
             cond, said, ds = condition(judge.tolerance, prob, first, ds, want, earlier, seed, notes)
+            cond.keep = t in keep
             free_cached()
             r = sess.call("k", ds, checked=True, cond=cond)
             if r.get("raised") and cond.strided in ("step", "pad"):  # a refusal of a strided view: noted, not counted
@@ -266,14 +274,15 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
             trials.append({"seed": seed, "tag": f"{si}:{t}", "condition": said, "outputs": rows, "passed": passed,
                            **({"moved": ds.vary} if ds.vary else {}),
                            **_memory(ds, (r["reply"] or {}).get("peak_mem_bytes"))})
-            held.append(kept_fingerprints(sess.shared, ds, (r["reply"] or {}).get("returned") or {}) if passed else {})
+            held.append(None if not cond.keep else
+                        kept_fingerprints(sess.shared, ds, (r["reply"] or {}).get("returned") or {}) if passed else {})
             # a reference constant on moved inputs (a ReLU of inputs shifted far below zero) says nothing of the problem's
             result["warnings"] += [w for w in r["warnings"] if w not in result["warnings"]
                                    and not (said.startswith("range:") and "is constant" in w)]
             notes += [n for n in r.get("notes") or [] if n not in notes]
             earlier = ds
             t += 1
-        after_the_calls(sess, prob, first, trials, held)
+        after_the_calls(sess, prob, first, trials, held, notes)
         result["build"] = result["build"] or sess.builds.get("k")
 
 
