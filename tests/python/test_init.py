@@ -318,6 +318,7 @@ def test_help_says_a_shape_names_only_what_it_changes(capsys):
     ("kernels=8,,share=1", "has an empty entry"),
     ("configs=0", "--ncu-budget: configs must be from the value of kernels (8) to 256 (got 0)"),
     ("configs=1.5", "configs must be a whole number"),
+    ("census=8", "--ncu-budget: census must be a whole number from 16 to 100000 (got 8)"),
 ])
 def test_a_bad_ncu_budget_is_refused_in_one_line_without_a_doubled_prefix(text, msg):
     with pytest.raises(UsageError) as exc:
@@ -326,11 +327,13 @@ def test_a_bad_ncu_budget_is_refused_in_one_line_without_a_doubled_prefix(text, 
 
 
 def test_ncu_budget_defaults_and_help_gives_the_ranges(capsys):
-    assert init._budget(None) == init._budget("kernels=8") == {"kernels": 8, "share": 0.9, "configs": 16}
+    assert init._budget(None) == init._budget("kernels=8") == {"kernels": 8, "share": 0.9, "configs": 16,
+                                                               "census": 400}
     with pytest.raises(SystemExit):
         klcli.main("init", "--help")
     text = " ".join(capsys.readouterr().out.split())
-    assert "kernels 1 to 64, share above 0 and at most 1, configs from the value of kernels to 256" in text
+    assert ("kernels 1 to 64, share above 0 and at most 1, configs from the value of kernels to 256, census 16 to "
+            "100000") in text
 
 
 # --- issue 25: init refuses what cannot run, and a refused init leaves nothing behind -------------------

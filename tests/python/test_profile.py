@@ -22,7 +22,7 @@ from kernel_loop.common import (
     write_json,
 )
 from kernel_loop.config import DEFAULT_NCU_SECTIONS, RunConfig
-from kernel_loop.profiling import metrics, ncu_json
+from kernel_loop.profiling import inventory, metrics, ncu_json
 from kernel_loop.steps import profile
 
 NCU = FIXTURES / "ncu"
@@ -422,7 +422,6 @@ def _lstm_like() -> list:
 
 
 def test_the_census_lists_every_launch_with_its_share_label_and_owner():
-    from kernel_loop.profiling import inventory
 
     recs = inventory.launches(_census(_lstm_like()))
     assert len(recs) == 6106 and recs[0]["duration_us"] == pytest.approx(3.0) and recs[0]["grid"] == [16, 1, 1]
@@ -438,7 +437,6 @@ def test_the_census_lists_every_launch_with_its_share_label_and_owner():
 
 
 def test_the_budget_takes_the_own_kernels_first_then_the_largest_shares():
-    from kernel_loop.profiling import inventory
 
     inv = inventory.table(inventory.launches(_census(_lstm_like())), ["my_fused_cell"])
     chosen = inventory.choose(inv, inventory.Budget())
@@ -457,13 +455,16 @@ def test_the_budget_takes_the_own_kernels_first_then_the_largest_shares():
 
 
 @pytest.mark.parametrize("bad, why", [({"kernels": 0}, "kernels must be"), ({"share": 1.5}, "share must be"),
-                                      ({"kernel": 3}, "unknown key"), ({"configs": 2}, "configs must be")])
+                                      ({"kernel": 3}, "unknown key"), ({"configs": 2}, "configs must be"),
+                                      ({"census": 5}, "census must be")])
 def test_a_bad_budget_in_run_json_is_refused_in_one_line(bad, why):
     from kernel_loop.config import NcuConfig
 
     with pytest.raises(UsageError, match=why):
         NcuConfig.from_json({"budget": bad})
-    assert NcuConfig.from_json({}).budget == {"kernels": 8, "share": 0.9, "configs": 16}
+    assert NcuConfig.from_json({}).budget == {"kernels": 8, "share": 0.9, "configs": 16, "census": 400}
+    # a run.json written before the census cap existed reads with the default cap
+    assert NcuConfig.from_json({"budget": {"kernels": 4}}).budget["census"] == 400
 
 
 def _census_of_two_kernels(extra: int) -> str:
@@ -510,6 +511,45 @@ def test_a_census_sum_above_the_event_time_refuses_the_timing():
         ncu_json.build_profile(_text("two_kernels_detailed_raw.csv"), _text("two_kernels_detailed_details.csv"),
                               _timing(100.0), {"version": "v3", "kernel_file": "kernel.py",
                                                "tool": {"clock_control": "none"}}, _census_of_two_kernels(300))
+
+
+def test_a_call_of_more_launches_than_the_census_cap_gets_a_sample_and_unknown_sums():
+    """Seen on the H100: 35_LSTM's census (one ncu pass per launch, about 90 ms each) had not ended after 77 s, past
+    launch 787 of thousands.  Past the budget's cap the census reads the call's first launches only: their shares
+    are shown as theirs, the call's summed duration and DRAM bytes are unknown, and the time checks keep the
+    sample's sum as the lower bound it is (an event time below even that is still refused)."""
+    from kernel_loop.measure.under_ncu import census_capped
+    from kernel_loop.steps import benchmark
+
+    prefix = ["ncu", "--nvtx", "--metrics", "gpu__time_duration.sum", "-o", "/tmp/census", "-f"]
+    budget = inventory.Budget(census=305)
+    assert census_capped(prefix, 6000, budget) == ["ncu", "--nvtx", "--metrics", "gpu__time_duration.sum",
+                                                    "--launch-count", "305", "-o", "/tmp/census", "-f"]
+    assert census_capped(prefix, 305, budget) == prefix == census_capped(prefix, None, budget)
+    # the version's own kernels the sample did not reach get the detailed pass too
+    inv = inventory.table(inventory.launches(_census_of_two_kernels(300)), ["row_max_kernel", "late_own", "a.b"])
+    assert inventory.unseen_own(inv, ["row_max_kernel", "late_own", "a.b"]) == ["late_own"]
+    assert "late_own|" in inventory.detail_filter(inv["rows"][:1], ["late_own"])[3]
+    ctx = {"version": "v3", "kernel_file": "kernel.py", "defined_kernels": ["row_max_kernel"],
+           "budget": budget.to_json(), "census_sample": {"launches": 305, "counted": 6000},
+           "tool": {"clock_control": "none"}}
+    p = ncu_json.build_profile(_text("two_kernels_detailed_raw.csv"), _text("two_kernels_detailed_details.csv"),
+                              _timing(1000.0), ctx, _census_of_two_kernels(300))
+    total = 4 * 86.016 + 20.48 + 300 * 0.1
+    assert p["sums"]["duration_us"] is None and p["sums"]["dram_bytes_read"] is None
+    assert p["metrics"]["duration_us"] is None
+    assert p["sums"]["duration_at_least_us"] == pytest.approx(total)
+    assert p["inventory"]["sampled_of"] == 6000 and p["inventory"]["launches"] == 305
+    assert any("read the first 305 of the call's 6000 launches" in w for w in p["warnings"])
+    assert not any("cover only" in w for w in p["warnings"])  # a sample's time is not the call's
+    multi = next(s for s in p["symptoms"] if s["tag"] == "multi-kernel")
+    assert multi["why"].startswith("6000 kernel launches (the worker's count")
+    text = ncu_json.render_summary(p)
+    assert "in the first 305 of the call's 6000" in text and "unknown: at least" in text, text
+    assert benchmark.ncu_bound(p) == pytest.approx(total)  # the benchmark's bound: the sample's sum
+    with pytest.raises(MeasuredFailure, match="the timing is invalid"):
+        ncu_json.build_profile(_text("two_kernels_detailed_raw.csv"), _text("two_kernels_detailed_details.csv"),
+                              _timing(100.0), ctx, _census_of_two_kernels(300))
 
 
 # --- timing.summarize ------------------------------------------------------------------------------------
@@ -641,7 +681,6 @@ def test_the_timer_keeps_the_clock_it_bound_before_a_kernel_patched_it(monkeypat
 def test_the_budget_counts_the_template_instances_of_one_function_together():
     """ncu's filter matches a function name, so two instances of one template (x * 1.0 and y + 0.0 in PyTorch's
     elementwise kernel) are chosen, and counted, together."""
-    from kernel_loop.profiling import inventory
 
     mul = "void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float>, std::array<char *, 2>>(int, T2, T3)"
     add = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>, std::array<char *, 2>>(int, T2, T3)"
@@ -685,7 +724,7 @@ def test_a_kernel_named_prediction_is_scored_on_profiles_the_profiler_built():
 def test_the_census_reader_agrees_with_the_full_parser_on_real_pages(page):
     """inventory.launches reads only the census's columns; on real raw pages (a full H200 set, and a three-metric
     H100 run like the census) it gives the duration and DRAM bytes the full parser maps to KEYs."""
-    from kernel_loop.profiling import inventory, ncu_parse
+    from kernel_loop.profiling import ncu_parse
 
     got = inventory.launches(_text(page))
     full = [metrics.extract(k)[0] for k in ncu_parse.parse(_text(page), None)]

@@ -222,13 +222,16 @@ def run_kernel(x, y, out, N):
 
 @pytest.mark.gpu
 @needs_ncu
-def test_profile_of_many_launches_takes_the_census_then_the_budgets_kernels(tmp_path):
+@pytest.mark.parametrize("census", [None, 16])
+def test_profile_of_many_launches_takes_the_census_then_the_budgets_kernels(tmp_path, census):
+    """With a census cap of 16 the census reads the call's first 16 launches only (library kernels): the own kernel,
+    launched last, still gets the detailed pass, and the call's sums are unknown."""
     kernel = tmp_path / "many.py"
     kernel.write_text(MANY_LAUNCHES)
     out = tmp_path / "run"
     _ok(run("init", out, "--kernel", "vadd", "--ref", KERNELS / "ref_vadd.py", "--impl", "triton", "--baseline", kernel,
             "--dims", "N=4194304", "--skip-env", "--clock-control", "none", "--warmup", "5", "--trials", "30",
-            "--ncu-budget", "kernels=2"))
+            "--ncu-budget", "kernels=2" + (f",census={census}" if census else "")))
     _ok(run("correctness", out))
     proc = run("profile", out)
     _ok(proc)
@@ -236,6 +239,11 @@ def test_profile_of_many_launches_takes_the_census_then_the_budgets_kernels(tmp_
     data = json.loads((v0 / "ncu.json").read_text())
     inv = data["inventory"]
     assert data["schema"] == 2 and inv["source"] == "census", proc.stdout + proc.stderr
+    if census:
+        assert inv["launches"] == 16 and inv["sampled_of"] == 41, inv
+        assert data["sums"]["duration_us"] is None and data["focus"]["label"] == "own_add", data["focus"]
+        assert "the worker's count; ncu's census read the first 16" in proc.stderr
+        return
     assert inv["launches"] == 41 and (v0 / "ncu_census.csv.gz").is_file()
     assert data["focus"]["label"] == "own_add" and data["focus"]["owner"] == "own"
     # own_add and the largest library kernel's function (x * 1.0 and y + 0.0 are two instances of one function,

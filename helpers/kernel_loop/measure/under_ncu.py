@@ -50,27 +50,41 @@ def census_first(judge: Any, hint: Any, ncu_worker: WorkerProc, path: Path, kind
                  first: DataSet, sets: Any) -> tuple[dict[str, Any] | None, WorkerProc]:
     """For a call of more kernels than the run's budget: ncu's census of every launch, then a worker for the
     detailed pass over the kernels chosen from it, in place of ``ncu_worker`` (which was started for one pass
-    over every launch).  The worker's own count (``hint``) decides only whether the census runs: a count it
-    understates gets every launch its full sections (slow, complete), one it overstates gets the census."""
+    over every launch).  The worker's own count (``hint``) decides only whether the census runs and whether it
+    reads the call's first ``budget.census`` launches only: a count it understates gets every launch its full
+    sections (slow, complete) or a census of every launch, one it overstates gets the census or a sample that
+    then holds every launch (fewer than the cap: not a sample).  A sample leaves the call's sums unknown."""
     spec = judge.spec
     budget = inventory.Budget.from_json(judge.cfg.ncu.budget)
-    if not spec.get("census_prefix") or (isinstance(hint, dict) and isinstance(hint.get("launches"), int)
-                                         and hint["launches"] <= budget.kernels):
+    counted = hint.get("launches") if isinstance(hint, dict) and isinstance(hint.get("launches"), int) else None
+    if not spec.get("census_prefix") or (counted is not None and counted <= budget.kernels):
         return None, ncu_worker
     judge.end_worker(ncu_worker)
-    census = ncu_run(judge, judge.start_worker("census", prefix=spec["census_prefix"]), path, kind, prob, first,
-                     sets, "census")
+    prefix = census_capped(spec["census_prefix"], counted, budget)
+    census = ncu_run(judge, judge.start_worker("census", prefix=prefix), path, kind, prob, first, sets, "census")
     judge.mark("census")
-    census.update(choose(judge, spec, census, budget))
-    census["hint_launches"] = hint.get("launches") if isinstance(hint, dict) else None
+    census.update(choose(judge, spec, census, budget, capped=prefix != list(spec["census_prefix"])))
+    census["hint_launches"] = counted
     prefix = list(spec["ncu_prefix"])
     at = prefix.index("-o")
     return census, judge.start_worker("detail", prefix=prefix[:at] + census["filter"] + prefix[at:])
 
 
-def choose(judge: Any, spec: dict[str, Any], census: dict[str, Any], budget: inventory.Budget) -> dict[str, Any]:
+def census_capped(prefix: list[str], counted: int | None, budget: inventory.Budget) -> list[str]:
+    """The census's ncu command for a call the worker counts ``counted`` launches of: past the budget's cap, ncu
+    profiles the first ``budget.census`` launches of the measured call only (it takes about 90 ms a launch: an
+    LSTM's thousands took minutes on the H100)."""
+    if counted is None or counted <= budget.census:
+        return list(prefix)
+    at = prefix.index("-o")
+    return [*prefix[:at], "--launch-count", str(budget.census), *prefix[at:]]
+
+
+def choose(judge: Any, spec: dict[str, Any], census: dict[str, Any], budget: inventory.Budget, *,
+           capped: bool = False) -> dict[str, Any]:
     """Read the census (ncu's report, printed as CSV by ncu itself) and choose the kernels for the
-    detailed pass; the CSV is kept where the step reads it."""
+    detailed pass; the CSV is kept where the step reads it.  A census ``capped`` at the budget's launches that read
+    as many is a sample (``sampled``): the version's own kernels it did not reach get the detailed pass too."""
     report = Path(spec["census_report"])
     if census["returncode"] != 0 or not report.is_file():
         raise MeasuredFailure(f"ncu's census of the call failed (exit {census['returncode']}): "
@@ -82,5 +96,7 @@ def choose(judge: Any, spec: dict[str, Any], census: dict[str, Any], budget: inv
         raise MeasuredFailure("ncu's census caught no kernel in the measured call: nothing ran inside the NVTX "
                               "range (does the solution launch GPU work?)")
     chosen = inventory.choose(table, budget) or table["rows"][:1]
-    return {"launches": table["launches"], "chosen": [r["label"] for r in chosen],
-            "filter": inventory.detail_filter(chosen)}
+    sampled = capped and table["launches"] >= budget.census
+    missed = inventory.unseen_own(table, list(spec.get("defined_kernels") or [])) if sampled else []
+    return {"launches": table["launches"], "chosen": [r["label"] for r in chosen] + missed,
+            "filter": inventory.detail_filter(chosen, missed), "sampled": sampled}

@@ -46,26 +46,30 @@ class Budget:
     ``kernels``: at most this many kernels (by function name) get the detailed pass; ``share``: once the
     version's own kernels are in, library kernels are added, largest first, until the chosen kernels hold
     this share of the call's kernel time; ``configs``: at most this many launches in the detailed pass (a
-    kernel launched with many configurations is profiled in its largest few)."""
+    kernel launched with many configurations is profiled in its largest few); ``census``: at most this many
+    launches in the census (ncu takes some 90 ms a launch even for its few metrics: an LSTM's thousands of
+    launches took minutes), the first ones of the call, where the worker counts more."""
 
     kernels: int = 8
     share: float = 0.9
     configs: int = 16
+    census: int = 400
 
     def to_json(self) -> dict[str, Any]:
-        return {"kernels": self.kernels, "share": self.share, "configs": self.configs}
+        return {"kernels": self.kernels, "share": self.share, "configs": self.configs, "census": self.census}
 
-    RANGES = "kernels=N from 1 to 64, share=F above 0 and at most 1, configs=N from the value of kernels to 256"
+    RANGES = ("kernels=N from 1 to 64, share=F above 0 and at most 1, configs=N from the value of kernels to 256, "
+              "census=N from 16 to 100000")
 
     @classmethod
     def parse(cls, text: str | None) -> Budget:
-        """``kernels=8,share=0.9,configs=16`` (any of the three, each once; the rest keep their defaults).  None
+        """``kernels=8,share=0.9,configs=16,census=400`` (any of the four, each once; the rest keep their defaults).  None
         is the defaults; an empty text or entry is refused.  Messages carry no prefix: the caller names the flag."""
         if text is None:
             return cls()
         if not text.strip():
             raise ValueError(f"the value is empty: give one or more of {cls.RANGES} (e.g. kernels=4,share=0.8), or leave "
-                             "the flag out for the defaults (kernels=8,share=0.9,configs=16)")
+                             "the flag out for the defaults (kernels=8,share=0.9,configs=16,census=400)")
         d: dict[str, Any] = {}
         for part in text.split(","):
             key, eq, val = (x.strip() for x in part.strip().partition("="))
@@ -93,10 +97,10 @@ class Budget:
 
     @classmethod
     def _checked(cls, d: dict[str, Any]) -> Budget:
-        unknown = sorted(set(d) - {"kernels", "share", "configs"})
+        unknown = sorted(set(d) - {"kernels", "share", "configs", "census"})
         if unknown:
             raise ValueError(f"unknown key(s) {', '.join(unknown)} (known: {cls.RANGES})")
-        b = cls(**{k: d[k] for k in ("kernels", "share", "configs") if k in d})
+        b = cls(**{k: d[k] for k in ("kernels", "share", "configs", "census") if k in d})
         problems = []
         if not (isinstance(b.kernels, int) and not isinstance(b.kernels, bool) and 1 <= b.kernels <= 64):
             problems.append(f"kernels must be a whole number from 1 to 64 (got {b.kernels!r})")
@@ -104,6 +108,8 @@ class Budget:
             problems.append(f"share must be a number above 0 and at most 1 (got {b.share!r})")
         if not (isinstance(b.configs, int) and not isinstance(b.configs, bool) and b.kernels <= b.configs <= 256):
             problems.append(f"configs must be from the value of kernels ({b.kernels!r}) to 256 (got {b.configs!r})")
+        if not (isinstance(b.census, int) and not isinstance(b.census, bool) and 16 <= b.census <= 100000):
+            problems.append(f"census must be a whole number from 16 to 100000 (got {b.census!r})")
         if problems:
             raise ValueError("; ".join(problems))
         return b
@@ -247,10 +253,18 @@ def choose(inv: dict[str, Any], budget: Budget) -> list[dict[str, Any]]:
     return [r for r in inv["rows"] if r["base"] in bases]
 
 
-def detail_filter(chosen: list[dict[str, Any]]) -> list[str]:
-    """ncu's filter for the detailed pass: the chosen kernels by function base, one launch of each
-    distinct launch configuration (ncu's ``--filter-mode per-launch-config`` with ``--launch-count 1``)."""
-    bases = sorted({re.escape(r["base"]) for r in chosen})
+def unseen_own(inv: dict[str, Any], defined: list[str]) -> list[str]:
+    """The kernels the version's source defines (plain identifiers) that a census sample did not reach: a call's
+    own kernel may run after its first launches (a network's last layer)."""
+    seen = {r["base"] for r in inv["rows"]} | {r["name"] for r in inv["rows"]}
+    return [d for d in dict.fromkeys(defined) if _IDENT.match(d) and d not in seen]
+
+
+def detail_filter(chosen: list[dict[str, Any]], also: list[str] = ()) -> list[str]:
+    """ncu's filter for the detailed pass: the chosen kernels by function base (and the function names
+    ``also``), one launch of each distinct launch configuration (ncu's ``--filter-mode per-launch-config`` with
+    ``--launch-count 1``)."""
+    bases = sorted({re.escape(r["base"]) for r in chosen} | {re.escape(a) for a in also})
     # anchored, with any namespaces ncu may keep in a function's name (at::native::...)
     return ["--kernel-name-base", "function", "--kernel-name", "regex:^(?:\\w+::)*(?:" + "|".join(bases) + ")$",
             "--filter-mode", "per-launch-config", "--launch-count", "1"]

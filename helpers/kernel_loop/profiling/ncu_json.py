@@ -119,9 +119,17 @@ def build_profile(raw_csv_text: str | None, details_csv_text: str | None, timing
     kernels, stray = inventory.representatives(inv, records_, defined)
     if stray:
         warnings.append(f"ncu's detailed pass profiled {', '.join(inventory.labels(stray))}, which its census did not "
-                        "list: counted as one launch each, outside the call's sums")
+                        + ("reach (the version's own, after the census's first launches): counted as one launch each"
+                           if context.get("census_sample") else "list: counted as one launch each, outside the call's sums"))
     total_us = inv["kernel_time_us"]
     sums = dict(inv["sums"], covered_share=sum(k["share"] for k in kernels))
+    sample = context.get("census_sample")  # {"launches": the cap, "counted": the worker's count}: the first launches
+    if sample:  # the call's sums are unknown; the sample's time is a lower bound, what the time checks need
+        sums.update({key: None for key in inventory.SUM_KEYS}, duration_at_least_us=total_us)
+        warnings.append(f"ncu's census read the first {inv['launches']} of the call's {sample['counted']} launches (the "
+                        "worker's count; ncu takes about 90 ms a launch, and the run's budget caps the census at "
+                        f"{sample['launches']}): the shares are of those launches, and the call's summed duration and "
+                        "DRAM bytes are unknown (the event median stands for its time)")
     focus = inventory.focus(kernels)
     whole = {**focus["metrics"], **{key: sums[key] for key in inventory.SUM_KEYS}}
 
@@ -135,15 +143,17 @@ def build_profile(raw_csv_text: str | None, details_csv_text: str | None, timing
     if inv["launches"] > 1:
         sym_list.append({"tag": "multi-kernel", "metrics": {"duration_us": total_us},
                          "thresholds": {"kernel launches in one call": "> 1"}, "source": "metrics", "kernel": None,
-                         "why": f"{inv['launches']} kernel launches ({len(inv['rows'])} kernels) ran for one "
-                                "solution call"})
+                         "why": (f"{sample['counted']} kernel launches (the worker's count; {len(inv['rows'])} "
+                                 f"kernels in ncu's census of the first {inv['launches']})" if sample else
+                                 f"{inv['launches']} kernel launches ({len(inv['rows'])} kernels)")
+                                + " ran for one solution call"})
 
     timing_out = None
     if timing:
         timing_out = _timing_block(timing)
         ev = timing.get("median")
         whole["event_median_us"] = ev
-        if _finite(ev) and ev > 0:
+        if _finite(ev) and ev > 0 and not sample:
             ratio = total_us / ev
             if ratio < COVERAGE_WARN:
                 warnings.append(
@@ -184,6 +194,7 @@ def build_profile(raw_csv_text: str | None, details_csv_text: str | None, timing
         "gpu_state": gpu_state,
         "kernels": kernels,
         "inventory": {"source": source_of_inventory, "launches": inv["launches"], "kernel_time_us": total_us,
+                      "sampled_of": sample["counted"] if sample else None,
                       "budget": context.get("budget"),
                       "rows": [{f: r[f] for f in ("label", "name", "owner", "launches", "time_us", "share")}
                                | {"configs": len(r["configs"]), "profiled": r["label"] in {k["label"] for k in kernels}}

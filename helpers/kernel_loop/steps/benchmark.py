@@ -439,11 +439,15 @@ def same_bytes(rd: RunDir, versions: list[int]) -> dict[str, str]:
 
 
 def ncu_bound(ncu: dict[str, Any] | None) -> float | None:
-    """A version's summed ncu duration from its ncu.json, as a bound on its event time (timecheck.ncu_bound)."""
+    """A version's summed ncu duration from its ncu.json, as a bound on its event time (timecheck.ncu_bound); of a
+    census that read the call's first launches only, their sum (a lower bound of the call's)."""
     if not ncu:
         return None
     state = ncu.get("gpu_state") or {}
-    return timecheck.ncu_bound((ncu.get("metrics") or {}).get("duration_us"),
+    summed = (ncu.get("metrics") or {}).get("duration_us")
+    if summed is None:
+        summed = (ncu.get("sums") or {}).get("duration_at_least_us")
+    return timecheck.ncu_bound(summed,
                                state.get("ncu_clock_control", (ncu.get("tool") or {}).get("clock_control")),
                                state.get("ncu_sm_clock_hz"), state.get("sm_clock_mhz"))
 

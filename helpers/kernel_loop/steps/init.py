@@ -503,13 +503,14 @@ def register(subparsers) -> None:
     p.add_argument("--ncu-section", action="append", default=None,
                    help="ncu --section added to the set (repeatable; default WarpStateStats, "
                         "SchedulerStats, SourceCounters)")
-    p.add_argument("--ncu-budget", metavar="kernels=N,share=F,configs=N", default=None,
+    p.add_argument("--ncu-budget", metavar="kernels=N,share=F,configs=N,census=N", default=None,
                    help="what gets ncu's full sections when the call launches more kernels than 'kernels': ncu's "
-                        "census lists every launch, then the version's own kernels and the largest shares of the "
-                        "call's time until 'share', at most 'kernels' kernels and 'configs' launch configurations, "
-                        "one launch each. Ranges: kernels 1 to 64, share above 0 and at most 1, configs from the "
-                        "value of kernels to 256; each key once (default kernels=8,share=0.9,configs=16; fixed "
-                        "in run.json)")
+                        "census lists every launch (the first 'census' where the call launches more), then the "
+                        "version's own kernels and the largest shares of the call's time until 'share', at most "
+                        "'kernels' kernels and 'configs' launch configurations, one launch each. Ranges: kernels 1 "
+                        "to 64, share above 0 and at most 1, configs from the value of kernels to 256, census 16 to "
+                        "100000; each key once (default kernels=8,share=0.9,configs=16,census=400; fixed in "
+                        "run.json)")
     p.add_argument("--clock-control", choices=("base", "none"), default=None,
                    help="ncu --clock-control (default: ncu's own)")
     p.add_argument("--cache-control", choices=("all", "none"), default=None,

@@ -229,8 +229,10 @@ def run(args: argparse.Namespace) -> int:
             progress(f"{vdir.name}: the judge was ready after {ph['ready']:.1f} s; the timing run ended at "
                      f"{ph['timed']:.1f} s, the run under ncu at {ph['ncu']:.1f} s ({more})")
         if census:
-            progress(f"{vdir.name}: the call launched {census['launches']} kernels (ncu's census); full sections for "
-                     f"{len(census['chosen'])} of them: {', '.join(census['chosen'])}")
+            said = (f"{census['hint_launches']} kernels (the worker's count; ncu's census read the first "
+                    f"{census['launches']})" if census.get("sampled") else f"{census['launches']} kernels (ncu's census)")
+            progress(f"{vdir.name}: the call launched {said}; full sections for {len(census['chosen'])} of them: "
+                     f"{', '.join(census['chosen'])}")
         if not new_report.is_file():
             raise MeasuredFailure(f"ncu did not write its report:\n{_tail((timed.get('ncu') or {}).get('output_tail') or '')}")
         with step(f"{vdir.name}: ncu --import {report.name} --csv (raw and details pages, in parallel)"):
@@ -245,6 +247,8 @@ def run(args: argparse.Namespace) -> int:
         context = {"version": vdir.name, "kernel_file": kernel.name, "kernel_sha256": kernel_sha,
                    "kernel_source": kernel.read_text(encoding="utf-8", errors="replace"),
                    "defined_kernels": defined, "budget": ncfg["budget"],
+                   "census_sample": ({"launches": census["launches"], "counted": census["hint_launches"]}
+                                     if census and census.get("sampled") else None),
                    "tool": tool, "gpu": timed.get("gpu"),
                    "gpu_state": {**(timed.get("gpu_state") or {}), **(timed.get("gpu_state") or {}).get("after", {})},
                    "baseline_protocol": protocol(base_ncu) if base_ncu else None}
@@ -295,10 +299,12 @@ def register(subparsers: Any) -> None:
         f"NVTX range '{NVTX_FILTER}') and time it with CUDA events. Needs correctness PASS for the kernel as it "
         "is now. Writes vK/ncu.json, ncu_summary.md, ncu_details.md, profile.ncu-rep.gz (gunzip -k it to open "
         "it in Nsight Compute), ncu_raw.csv, ncu_details.csv.",
-        epilog="Budget (run.json ncu.budget, set by init --ncu-budget; default kernels=8,share=0.9,configs=16): a "
-        "call that launches at most 'kernels' kernels gets ncu's full sections for every launch. A larger one (a "
-        "network, an RNN of thousands of launches) gets two runs under ncu: a census of every launch (duration and "
-        "DRAM bytes: the call's sums, and ncu_census.csv.gz), then full sections for the version's own kernels and "
+        epilog="Budget (run.json ncu.budget, set by init --ncu-budget; default kernels=8,share=0.9,configs=16,"
+        "census=400): a call that launches at most 'kernels' kernels gets ncu's full sections for every launch. A "
+        "larger one (a network, an RNN of thousands of launches) gets two runs under ncu: a census of every launch "
+        "(duration and DRAM bytes: the call's sums, and ncu_census.csv.gz; ncu takes about 90 ms a launch, so a call "
+        "of more than 'census' launches gets a census of its first 'census' only: the shares are of those, and the "
+        "call's sums are left unknown), then full sections for the version's own kernels and "
         "the largest shares of the call's time until 'share', at most 'kernels' kernels and 'configs' launch "
         "configurations, one launch of each. ncu_summary.md lists every kernel with its launches, time, share and "
         "owner; the metrics are the focus kernel's (the version's own kernel with the most time). "
