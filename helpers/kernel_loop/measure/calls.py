@@ -276,20 +276,22 @@ def kept_fingerprints(shared: Shared, ds: DataSet, report: dict[str, Any]) -> di
             if meta.get("stored") and n in ds.expected and n not in ds.in_place and f"kept:{n}" in shared.names}
 
 
-def calls_to_keep(rng: Any, n: int, first: DataSet, device: str) -> set[int]:
-    """Which of a shape's ``n`` correctness calls hold their results, as a caller would, until all are made: every
-    call, unless their results would take more than 1/KEEP_SHARE of the device's memory (the kernel's worker holds
-    them beside its own; seen on the H100: ConvTranspose2d at KernelBench's size, 2 GiB a result, ran out of
-    memory); then as many as fit (at least 2), drawn at random so a kernel cannot tell which."""
+def calls_to_keep(rng: Any, n: int, first: DataSet, device: str, notes: list[str]) -> set[int]:
+    """Which of a shape's ``n`` correctness calls hold their results, as a caller would, until all are made: all,
+    unless they would take more than 1/KEEP_SHARE of the device's memory beside the kernel's (seen on the H100:
+    ConvTranspose2d at KernelBench's size, 2 GiB a result); then as many as fit (at least 2), drawn at random."""
     import torch
 
     size = first.nbytes()["outputs_bytes"]
-    if device.startswith("cuda"):
-        total = torch.cuda.get_device_properties(torch.device(device)).total_memory
-    else:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    total = (torch.cuda.get_device_properties(torch.device(device)).total_memory if device.startswith("cuda")
+             else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     fit = n if size == 0 else max(2, total // KEEP_SHARE // size)
-    return set(range(n)) if fit >= n else set(rng.sample(range(n), fit))
+    if fit >= n:
+        return set(range(n))
+    notes.append(f"held results: {fit} of the {n} calls (drawn at random) kept their results until all were made, as "
+                 "many as fit in a quarter of the device's memory"
+                 + ("; too few to tell a pool of buffers from a compile cache" if fit <= POOL_FEW else ""))
+    return set(rng.sample(range(n), fit))
 
 
 def verify_kept(sess: Session, kid: str, i: int, prints: dict[str, tuple]) -> str | None:
@@ -471,24 +473,6 @@ def changed_state(sess: Session, kid: str = "k") -> tuple[list[str], int] | None
     return [n for n in ours if mine.get(n) != ours[n]], len(ours)
 
 
-def harness_hint(sess: Session, loop: dict[str, Any]) -> str:
-    """The failure of a check after correctness passed, with the fingerprints both sides hold, so that a
-    fault of the harness (other weights, other inputs) is told apart from a kernel that changes."""
-    text = loop["failure"]
-    state = changed_state(sess)
-    if state is None:
-        return text + " (the worker could not report its state)"
-    differ, n = state
-    if not n:
-        return text
-    if differ:
-        return (f"{text}. The worker's parameters differ from the judge's ({len(differ)} of {n}, first "
-                f"'{differ[0]}'): the kernel changes its own weights during the calls, or kernel-loop loaded "
-                "others (see references/troubleshooting.md, 'wrong after the timed calls')")
-    return (f"{text}. The worker's parameters equal the judge's ({n} tensors, same fingerprints), so "
-            "the weights are not the cause: the kernel's result depends on earlier calls or on state it keeps")
-
-
 def after_the_calls(sess: Session, prob: Problem, first: DataSet, trials: list[dict], held: list[dict],
                     notes: list[str] | None = None) -> None:
     """What a shape's correctness calls are checked for once they are all made: the model's parameters and
@@ -510,11 +494,10 @@ def after_the_calls(sess: Session, prob: Problem, first: DataSet, trials: list[d
             trials[i]["passed"] = False
             trials[i]["outputs"].append(bad_row(f"result kept after {len(held) - 1 - i} later call(s)",
                                                 next(iter(first.expected.values())), why))
-    # then the caller lets go of every result: memory the kernel still holds is memory it may write again.  A pool or
-    # ring of buffers larger than the calls made (which no later result overwrote in time) holds the results of the
-    # calls it served; a library's compile cache holds the arguments of the few calls that compiled (CuTe DSL's
-    # cute.compile keeps the tensors it compiled with: one per layout), and a launch cache its last call's, so the
-    # last call is not judged and up to POOL_FEW calls held are noted, not failed
+    # then the caller lets go of every result: one the kernel still holds it may write again.  A pool or ring larger
+    # than the calls made holds the results of every call it served; a compile cache those of the few calls that
+    # compiled (CuTe DSL's cute.compile keeps its tensors), a launch cache its last call's: the last is not judged
+    # and up to POOL_FEW calls held are noted, not failed
     judged = sum(1 for prints in held[:-1] if prints is not None)  # the calls that kept their results
     held_now = [(i, name) for i, name in sess.worker.request({"op": "release", "k": "k"}).get("held") or []
                 if 0 <= i < len(trials) - 1]

@@ -42,11 +42,11 @@ from ..compare import applied_tolerances
 from ..config import RunConfig
 from ..tensors import is_tensor
 from . import protocol
-from .calls import POOL_FEW, Session, after_the_calls, bad_row, calls_to_keep, harness_hint, kept_fingerprints
+from .calls import Session, after_the_calls, bad_row, calls_to_keep, kept_fingerprints
 from .conditions import CONDITION_WORDS, condition, condition_plan, free_cached
 from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
 from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
-from .timed import ab_loop, timed_loop, timing_block
+from .timed import ab_loop, harness_hint, timed_loop, timing_block
 from .under_ncu import census_first, ncu_run
 
 PROGRESS_S = float(os.environ.get("KERNEL_LOOP_PROGRESS_S") or 15.0)  # a progress line when a shape's calls take longer
@@ -249,12 +249,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                 sess = Session(judge, worker, prob, {"k": (path, kind)}, ds, f"s{si}", keep=True)
                 first = ds
                 plan = condition_plan(judge.rng, ds, prob, int(spec["trials"]))
-                keep = calls_to_keep(judge.rng, len(plan), ds, judge.device)
-                if len(keep) < len(plan):
-                    notes.append(f"held results: {len(keep)} of the {len(plan)} calls (drawn at random) kept their "
-                                 "results until all were made, as many as fit in a quarter of the device's memory"
-                                 + ("; too few to tell a pool of buffers from a compile cache" if len(keep) <= POOL_FEW
-                                    else ""))
+                keep = calls_to_keep(judge.rng, len(plan), ds, judge.device, notes)
             cond, said, ds = condition(judge.tolerance, prob, first, ds, want, earlier, seed, notes)
             cond.keep = t in keep
             free_cached()

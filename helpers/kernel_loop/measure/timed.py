@@ -1,13 +1,14 @@
 """The timed loops of the judge: which calls are verified (``drawn_checks``: each on a draw of its own), the data
 before each call (``Feed``: the same work whether the call is verified or not), one kernel's loop (``timed_loop``), the
-A/B loop of two versions (``ab_loop``) and the timing block a step records (``timing_block``)."""
+A/B loop of two versions (``ab_loop``), the timing block a step records (``timing_block``) and what a failure of a
+timed loop says of its cause (``harness_hint``)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from .calls import Session
+from .calls import Session, changed_state
 from .problem import DataSet
 
 MIN_CHECKS = 4                  # verified timed calls per loop, besides the first and the last (at least)
@@ -115,3 +116,21 @@ def ab_loop(sess: Session, a: str, b: str, warmup: int, trials: int) -> dict[str
         (samples if t >= warmup else host)[kid].append(r["reply"]["us"] if t >= warmup else r["reply"]["host_us"])
     med = [sorted(host[k])[len(host[k]) // 2] if host[k] else 0.0 for k in (a, b)]
     return {"a": samples[a], "b": samples[b], "host": med}
+
+
+def harness_hint(sess: Session, loop: dict[str, Any]) -> str:
+    """The failure of a check after correctness passed, with the fingerprints both sides hold, so that a
+    fault of the harness (other weights, other inputs) is told apart from a kernel that changes."""
+    text = loop["failure"]
+    state = changed_state(sess)
+    if state is None:
+        return text + " (the worker could not report its state)"
+    differ, n = state
+    if not n:
+        return text
+    if differ:
+        return (f"{text}. The worker's parameters differ from the judge's ({len(differ)} of {n}, first "
+                f"'{differ[0]}'): the kernel changes its own weights during the calls, or kernel-loop loaded "
+                "others (see references/troubleshooting.md, 'wrong after the timed calls')")
+    return (f"{text}. The worker's parameters equal the judge's ({n} tensors, same fingerprints), so "
+            "the weights are not the cause: the kernel's result depends on earlier calls or on state it keeps")

@@ -307,15 +307,6 @@ class Worker:
                                       "outside the timed call")
         return protocol.hand_over(self, k, value, views)
 
-    def _spare_memory(self) -> None:
-        """The worker's cached but unused device memory given back when it exceeds an eighth of the device: the
-        kernel's earlier calls (a convolution's workspace, results let go) must not leave a later call short (seen
-        on the H100: ConvTranspose2d at KernelBench's size ran out with 26 GiB reserved but unallocated)."""
-        torch = self.torch
-        unused = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
-        if unused * 8 > torch.cuda.get_device_properties(self.device).total_memory:
-            torch.cuda.empty_cache()
-
     def op_kept(self, msg: dict) -> dict:
         """The tensors a kept call returned (``i``, counted from 0), as they are now, into their judge buffers: the
         judge checks that a result a caller holds is not changed by the calls after it."""
@@ -343,7 +334,7 @@ class Worker:
         back to their buffers); ``stats``, running statistics loaded before a training-mode call, the buffers
         written back after it; ``backward``, the float inputs require grad for an ``op_backward``.  Profile only:
         ``inventory``, the kernels the call launched as torch's profiler sees them (a hint)."""
-        from ..tensors import normalize_outputs, nudge, put_back, strided_view
+        from ..tensors import normalize_outputs, nudge, put_back, spare_cached, strided_view
         from ..timing import CallTimer, LaunchCount
 
         torch = self.torch
@@ -354,8 +345,8 @@ class Worker:
         if self.timer is None:
             self.timer = CallTimer(self.device)
         cuda = self.device.startswith("cuda")
-        if cuda and "keep" in msg:  # a correctness call: memory the caching allocator holds unused is given back
-            self._spare_memory()
+        if cuda and "keep" in msg:  # a correctness call: the allocator's unused memory given back (tensors.spare_cached)
+            spare_cached(torch, self.device)
         train, grad = bool(msg.get("train")), bool(msg.get("grad"))
         if k.model is not None and k.model.training != train:
             k.model.train(train)
@@ -421,8 +412,7 @@ class Worker:
             del value
             views.clear()
             put_back(k.model, saved)
-            if "keep" in msg:  # a session that keeps results: the list is indexed by call
-                k.kept.append(held if msg["keep"] else {})
+            k.kept += [held if msg["keep"] else {}] if "keep" in msg else []  # a keeping session's: one per call
             del held
             if cuda:
                 torch.cuda.synchronize(self.device)
