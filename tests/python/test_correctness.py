@@ -303,6 +303,22 @@ def test_child_exception_is_a_fail(tmp_path, cpu_judged):
     assert rc == 1 and data["error"].startswith("RuntimeError: kernel exploded on purpose")
 
 
+def test_a_call_out_of_device_memory_names_what_held_it(monkeypatch):
+    """The judge's message for a kernel's call that ran out of device memory (the GPU test makes one for real)."""
+    import torch
+    from kernel_loop.measure.conditions import out_of_memory
+    from kernel_loop.measure.problem import DataSet
+
+    ds = DataSet(seed=1, args={"x": torch.zeros(1 << 20)}, in_place=[], expected={"y": torch.zeros(1 << 18)})
+    raised = "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.01 GiB."
+    assert out_of_memory(raised, ds, 3, "cpu") == raised
+    assert out_of_memory("RuntimeError: no memory here", ds, 3, "cuda:0") == "RuntimeError: no memory here"
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: 18.8 * (1 << 30))
+    said = out_of_memory(raised, ds, 3, "cuda:0")
+    assert said.startswith("the kernel's call ran out of device memory beside the judge's 18.8 GiB (inputs 0.00 GiB")
+    assert "and 3 earlier call(s)' results its worker held" in said and said.endswith(f"({raised})")
+
+
 def test_hang_is_killed(tmp_path, cpu_mode):
     t0 = time.monotonic()
     # 20 s: the run's timeout counts from the judge's start, so it must leave the worker time to start (import

@@ -157,6 +157,19 @@ def test_triton_on_gpu(tmp_path):
         assert rc == 1 and "| Result | FAIL |" in md, kernel
 
 
+def test_a_call_out_of_device_memory_says_what_held_it(tmp_path):
+    """Seen on the H100: a kernel's call that ran out of memory beside the judge's copies and the held results was
+    reported as torch's bare OutOfMemoryError.  It says now what held the memory and what to do."""
+    kernel = tmp_path / "oom.py"
+    kernel.write_text("import torch\n\n\ndef run_kernel(x, y, out, N):\n"
+                      "    big = torch.empty(torch.cuda.get_device_properties(x.device).total_memory, dtype=torch.uint8,"
+                      " device=x.device)\n    out.copy_(x + y + big[:1].float() * 0)\n")
+    rc, data, md = _run(tmp_path, "ref_vadd.py", kernel, "triton", "N=4096")
+    assert rc == 1 and data["error"].startswith("the kernel's call ran out of device memory beside the judge's"), \
+        data["error"]
+    assert "free the GPU of other processes, or check a smaller shape with --dims (OutOfMemoryError" in data["error"]
+
+
 def test_kernelbench_on_gpu(tmp_path):
     rc, data, md = _run(tmp_path, "kb_ref.py", "kb_new.py", "triton", "batch_size=128")
     assert rc == 0, md

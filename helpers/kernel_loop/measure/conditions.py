@@ -173,6 +173,21 @@ def free_cached() -> None:
         torch.cuda.empty_cache()
 
 
+def out_of_memory(raised: str, ds: DataSet, kept: int, device: str) -> str:
+    """A call's exception, with what held the device's memory where the kernel's call ran out of it: a kernel that
+    fits alone may not fit beside the judge's copies and the results a caller holds (seen on the H100)."""
+    if "OutOfMemoryError" not in raised.split(":", 1)[0] or not device.startswith("cuda"):
+        return raised
+    import torch
+
+    gib, sizes = 1 << 30, ds.nbytes()
+    return (f"the kernel's call ran out of device memory beside the judge's {torch.cuda.memory_reserved() / gib:.1f} "
+            f"GiB (inputs {sizes['inputs_bytes'] / gib:.2f} GiB and reference outputs "
+            f"{sizes['outputs_bytes'] / gib:.2f} GiB a call, with their copies) and {kept} earlier call(s)' results "
+            "its worker held as a caller would: free the GPU of other processes, or check a smaller shape with --dims "
+            f"({raised})")
+
+
 def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want: str | None,
                earlier: DataSet | None, seed: int, notes: list[str]) -> tuple[Condition, str, DataSet]:
     cond = Condition(keep=True)

@@ -38,12 +38,12 @@ from typing import Any
 
 from .. import proctree
 from ..common import MeasuredFailure, UsageError, progress, write_json
-from ..compare import applied_tolerances
+from ..compare import CONSTANT_REFERENCE, applied_tolerances
 from ..config import RunConfig
 from ..tensors import is_tensor
 from . import protocol
 from .calls import Session, after_the_calls, bad_row, calls_to_keep, kept_fingerprints
-from .conditions import CONDITION_WORDS, condition, condition_plan, free_cached
+from .conditions import CONDITION_WORDS, condition, condition_plan, free_cached, out_of_memory
 from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
 from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
 from .timed import ab_loop, harness_hint, timed_loop, timing_block
@@ -260,8 +260,8 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                 t += 1
                 continue
             if r.get("raised"):
-                result["error"] = r["raised"] + (f" (in the call where {CONDITION_WORDS[said]})" if said != "plain"
-                                                 else "")
+                result["error"] = out_of_memory(r["raised"], ds, sum(h is not None for h in held), judge.device) + (
+                    f" (in the call where {CONDITION_WORDS[said]})" if said != "plain" else "")
                 return
             rows = r["rows"] or ([bad_row("(call)", next(iter(ds.expected.values())), r["failure"])]
                                  if r["failure"] else [])
@@ -273,7 +273,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                         kept_fingerprints(sess.shared, ds, (r["reply"] or {}).get("returned") or {}) if passed else {})
             # a reference constant on moved inputs (a ReLU of inputs shifted far below zero) says nothing of the problem's
             result["warnings"] += [w for w in r["warnings"] if w not in result["warnings"]
-                                   and not (said.startswith("range:") and "is constant" in w)]
+                                   and not (said.startswith("range:") and w.endswith(CONSTANT_REFERENCE))]
             notes += [n for n in r.get("notes") or [] if n not in notes]
             earlier = ds
             t += 1
