@@ -166,21 +166,29 @@ def spare_cached(torch: Any, device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def still_held(kept: list[dict]) -> list[list]:
+def still_held(kept: list[dict]) -> tuple[list[list], list[Any]]:
     """Which results [call index, name] are still alive once ``kept`` (per call, the results a caller holds) lets go of
     them: a weak reference to each one's storage, every reference dropped (the list emptied), a garbage collection.
     The holder's references are the only ones a kernel that allocates its results afresh leaves, so each of its
     storages is freed here (an allocator that caches the memory caches a freed block, not the storage); one still
-    alive is held by the kernel (a module global, an attribute, a pool)."""
+    alive is held by the kernel (a module global, an attribute, a compile cache, a pool).  Also each of those as a
+    tensor again (over the storage the kernel holds, as it was returned), to be read after later calls."""
     import gc
 
+    import torch
     from torch.multiprocessing.reductions import StorageWeakRef
 
-    refs = [(i, n, StorageWeakRef(t.untyped_storage())) for i, held in enumerate(kept) for n, t in held.items()]
+    refs = [(i, n, StorageWeakRef(t.untyped_storage()), (t.dtype, t.storage_offset(), t.shape, t.stride()))
+            for i, held in enumerate(kept) for n, t in held.items()]
     kept.clear()
-    if any(not ref.expired() for _, _, ref in refs):  # a result in a reference cycle is freed by a collection
+    if any(not ref.expired() for _, _, ref, _ in refs):  # a result in a reference cycle is freed by a collection
         gc.collect()
-    return [[i, n] for i, n, ref in refs if not ref.expired()]
+    alive = [(i, n, ref, meta) for i, n, ref, meta in refs if not ref.expired()]
+    again = []
+    for _, _, ref, (dtype, offset, shape, stride) in alive:
+        st = torch.UntypedStorage._new_with_weak_ptr(ref.cdata)  # as torch's own storage cache does
+        again.append(torch.empty(0, dtype=dtype, device=st.device).set_(st, offset, shape, stride))
+    return [[i, n] for i, n, _, _ in alive], again
 
 
 FP_CHUNK = 1 << 24

@@ -15,7 +15,6 @@ checks that it kept its bytes, that the kernel lets go of it with its caller, an
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -24,13 +23,11 @@ from ..common import MeasuredFailure, UsageError
 from ..compare import applied_tolerances, changed_input_row, compare, compare_outputs, first_failure
 from ..tensors import FLOAT_SENTINEL, fingerprint, is_tensor, poison_tensor, random_like
 from . import protocol
-from .conditions import VARIANTS, Condition, as_exact_as_the_reference, forget, range_ok
+from .conditions import VARIANTS, Condition, as_exact_as_the_reference, range_ok
 from .launch import KernelFailed, WorkerProc
 from .problem import DataSet, Problem, call_seed
 
 FRESH_DRAW_BUDGET_S = 20.0      # a fresh data set for every call while drawing them all costs no more
-POOL_FEW = 3  # calls whose results a kernel may still hold once the caller let go (compile caches keep their arguments)
-KEEP_SHARE = 4  # the results a shape's calls hold in the kernel's worker stay within 1/KEEP_SHARE of the device's memory
 
 
 # --- the buffers a worker sees -------------------------------------------------------------------
@@ -38,7 +35,8 @@ class Shared:
     """The judge's buffers for one shape: one per tensor argument, one per returned output, one per model
     parameter.  The worker maps them; the judge fills, poisons and reads them."""
 
-    def __init__(self, problem: Problem, ds: DataSet, folder: Path, tag: str, use_file: bool, keep: bool = False):
+    def __init__(self, problem: Problem, ds: DataSet, folder: Path, tag: str, use_file: bool, keep: bool = False,
+                 watch: tuple = ()):
         self.bufs: dict[str, Any] = {}
         self.names: dict[str, str] = {}
         self.problem = problem
@@ -50,6 +48,11 @@ class Shared:
             self._add(f"r{len(self.bufs)}-{tag}", n, e, folder, use_file)
             if keep:  # where the worker hands back a result an earlier call returned
                 self._add(f"k{len(self.bufs)}-{tag}", f"kept:{n}", e, folder, use_file)
+        for j, (shape, stride, dtype, device) in enumerate(watch):  # an earlier shape's results its kernel kept
+            import torch
+
+            self._add(f"w{len(self.bufs)}-{tag}", f"watch:{j}",
+                      torch.empty_strided(shape, stride, dtype=dtype, device=device), folder, use_file)
         for n, t in problem.state().items():
             buf = self._add(f"p{len(self.bufs)}-{tag}", f"param:{n}", t, folder, use_file)
             buf.copy_(t)
@@ -269,43 +272,6 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, returned: d
     return rows
 
 
-def kept_fingerprints(shared: Shared, ds: DataSet, report: dict[str, Any]) -> dict[str, tuple]:
-    """Fingerprints of the tensors a call returned, as the judge's buffers hold them right after it: what a
-    caller that keeps them must still find after later calls."""
-    return {n: fingerprint(shared.bufs[shared.names[n]]) for n, meta in (report or {}).items()
-            if meta.get("stored") and n in ds.expected and n not in ds.in_place and f"kept:{n}" in shared.names}
-
-
-def calls_to_keep(rng: Any, n: int, first: DataSet, device: str, notes: list[str]) -> set[int]:
-    """Which of a shape's ``n`` correctness calls hold their results, as a caller would, until all are made: all,
-    unless they would take more than 1/KEEP_SHARE of the device's memory beside the kernel's (seen on the H100:
-    ConvTranspose2d at KernelBench's size, 2 GiB a result); then as many as fit (at least 2), drawn at random."""
-    import torch
-
-    size = first.nbytes()["outputs_bytes"]
-    total = (torch.cuda.get_device_properties(torch.device(device)).total_memory if device.startswith("cuda")
-             else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    fit = n if size == 0 else max(2, total // KEEP_SHARE // size)
-    if fit >= n:
-        return set(range(n))
-    notes.append(f"held results: {fit} of the {n} calls (drawn at random) kept their results until all were made, as "
-                 "many as fit in a quarter of the device's memory"
-                 + ("; too few to tell a pool of buffers from a compile cache" if fit <= POOL_FEW else ""))
-    return set(rng.sample(range(n), fit))
-
-
-def verify_kept(sess: Session, kid: str, i: int, prints: dict[str, tuple]) -> str | None:
-    """Why the results call ``i`` returned no longer hold what they held right after it (None when they do)."""
-    reply = sess.worker.request({"op": "kept", "k": kid, "i": i})
-    for name, want in prints.items():
-        if not (reply.get("kept") or {}).get(name, {}).get("stored"):
-            return f"the result '{name}' returned by call {i + 1} could not be read back after the calls that followed"
-        if fingerprint(sess.shared.bufs[sess.shared.names[f"kept:{name}"]]) != want:
-            return (f"the result '{name}' returned by call {i + 1} changed when the kernel was called again (it returns "
-                    "storage that it writes again later): a caller that keeps a result must find it as it was")
-    return None
-
-
 def screen(shared: Shared, ds: DataSet, variant: int, names: list[str] | None = None) -> str | None:
     """The cheap check of every call: no poison left in an output where the reference has none (``names``: the
     outputs that were poisoned, every one by default)."""
@@ -334,10 +300,11 @@ class Session:
     """One worker bound to one shape's shared buffers, and the data sets the judge puts in them."""
 
     def __init__(self, judge: Any, worker: WorkerProc, problem: Problem, kernels: dict[str, tuple[Path, str]],
-                 first: DataSet, tag: str, *, baseline: dict[str, dict] | None = None, keep: bool = False):
+                 first: DataSet, tag: str, *, baseline: dict[str, dict] | None = None, keep: bool = False,
+                 watch: list[dict] = ()):
         self.judge, self.worker, self.problem = judge, worker, problem
         self.first = first
-        self.shared = Shared(problem, first, worker.folder, tag, judge.use_file, keep)
+        self.shared = Shared(problem, first, worker.folder, tag, judge.use_file, keep, tuple(w["like"] for w in watch))
         self.keeping = keep
         self.variant = 1  # the first call gets variant 0 (NaN), then they alternate
         self.calls = 0
@@ -471,47 +438,3 @@ def changed_state(sess: Session, kid: str = "k") -> tuple[list[str], int] | None
         return [], 0
     ours = {n: list(fingerprint(t, portable=True)[2:]) for n, t in sess.problem.state().items()}
     return [n for n in ours if mine.get(n) != ours[n]], len(ours)
-
-
-def after_the_calls(sess: Session, prob: Problem, first: DataSet, trials: list[dict], held: list[dict],
-                    notes: list[str] | None = None) -> None:
-    """What a shape's correctness calls are checked for once they are all made: the model's parameters and
-    buffers as loaded (a user's model keeps its weights), and every result a call returned still holding its
-    bytes after all the calls that followed (``held``: per call, the fingerprints of what it returned).  A failure
-    marks the call it belongs to."""
-    forget(prob)
-    state = changed_state(sess) if prob.model is not None else None
-    if state and state[0]:  # a user's model is left with other weights than it was built with
-        trials[-1]["passed"] = False
-        trials[-1]["outputs"].append(bad_row(f"parameter '{state[0][0]}'", next(iter(first.expected.values())),
-                                             f"the kernel changed {len(state[0])} of its model's {state[1]} "
-                                             f"parameters and buffers during the calls (first '{state[0][0]}'): "
-                                             "a user's model would be left with other weights; keep them as "
-                                             "loaded and put derived copies in attributes of your own"))
-    for i, prints in enumerate(held[:-1]):  # every result, after all the calls that followed it
-        why = verify_kept(sess, "k", i, prints) if prints else None
-        if why:
-            trials[i]["passed"] = False
-            trials[i]["outputs"].append(bad_row(f"result kept after {len(held) - 1 - i} later call(s)",
-                                                next(iter(first.expected.values())), why))
-    # then the caller lets go of every result: one the kernel still holds it may write again.  A pool or ring larger
-    # than the calls made holds the results of every call it served; a compile cache those of the few calls that
-    # compiled (CuTe DSL's cute.compile keeps its tensors), a launch cache its last call's: the last is not judged
-    # and up to POOL_FEW calls held are noted, not failed
-    judged = sum(1 for prints in held[:-1] if prints is not None)  # the calls that kept their results
-    held_now = [(i, name) for i, name in sess.worker.request({"op": "release", "k": "k"}).get("held") or []
-                if 0 <= i < len(trials) - 1]
-    calls_held = sorted({i for i, _ in held_now})
-    if len(calls_held) > POOL_FEW:
-        for i, name in held_now:
-            trials[i]["passed"] = False
-            trials[i]["outputs"].append(bad_row(
-                f"result '{name}' of call {i + 1}", next(iter(first.expected.values())),
-                f"the result '{name}' returned by call {i + 1} is still held by the kernel after its caller let go of "
-                f"it, as the results of {len(calls_held)} of its {judged} calls are (a pool or ring of buffers it "
-                "returns in turn): a later call may write it again; return a new tensor each call and keep no "
-                "reference to it"))
-    elif calls_held and notes is not None:
-        notes.append(f"the kernel still holds the results of call(s) {', '.join(str(i + 1) for i in calls_held)} of "
-                     f"{judged} after its caller let go of them, as a compile cache keeps the arguments it compiled "
-                     f"with; more than {POOL_FEW} would be a pool of buffers and fail")

@@ -42,8 +42,9 @@ from ..compare import CONSTANT_REFERENCE, applied_tolerances
 from ..config import RunConfig
 from ..tensors import is_tensor
 from . import protocol
-from .calls import Session, after_the_calls, bad_row, calls_to_keep, kept_fingerprints
+from .calls import Session, bad_row
 from .conditions import CONDITION_WORDS, condition, condition_plan, free_cached, out_of_memory
+from .held import after_the_calls, calls_to_keep, kept_fingerprints
 from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
 from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
 from .timed import ab_loop, harness_hint, timed_loop, timing_block
@@ -225,18 +226,15 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
     imp = import_kernel(worker, "k", path, kind, cfg)
     result["build"] = imp.get("build")
     result["conditions"] = CONDITION_WORDS
+    watched: list[dict] = []  # results a compile cache kept (held.after_the_calls), read after every later shape
     for si, dims in enumerate(spec["shapes"]):
         prob = judge.problem(dims, kernel)
         trials: list[dict] = []
         notes: list[str] = []
         shapes.append({"dims": dims, "trials": trials, "notes": notes})
-        sess = None
-        earlier = None  # the previous call's data set: its expected values are the "stale" pre-state of a next call
-        first = None
-        plan = None
+        sess = earlier = first = plan = None  # earlier: the previous call's data set (a next call's "stale" pre-state)
         held: list[dict | None] = []  # per call, the fingerprints of what it returned (None: a call that kept nothing)
-        keep: set[int] = set()
-        t = 0
+        keep, t = set(), 0
         said_at = time.monotonic()
         while plan is None or t < len(plan):
             if plan and time.monotonic() - said_at > PROGRESS_S:  # a long shape (large inputs, the CPU): say where
@@ -246,10 +244,10 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
             want = plan[t] if plan else None
             ds = prob.draw(seed)
             if sess is None:
-                sess = Session(judge, worker, prob, {"k": (path, kind)}, ds, f"s{si}", keep=True)
+                sess = Session(judge, worker, prob, {"k": (path, kind)}, ds, f"s{si}", keep=True, watch=watched)
                 first = ds
                 plan = condition_plan(judge.rng, ds, prob, int(spec["trials"]))
-                keep = calls_to_keep(judge.rng, len(plan), ds, judge.device, notes)
+                keep = calls_to_keep(judge.rng, plan, ds, judge.device, notes)
             cond, said, ds = condition(judge.tolerance, prob, first, ds, want, earlier, seed, notes)
             cond.keep = t in keep
             free_cached()
@@ -277,7 +275,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
             notes += [n for n in r.get("notes") or [] if n not in notes]
             earlier = ds
             t += 1
-        after_the_calls(sess, prob, first, trials, held, notes)
+        after_the_calls(sess, prob, first, trials, held, notes, watched)
         result["build"] = result["build"] or sess.builds.get("k")
 
 

@@ -292,6 +292,8 @@ def hand_over(w: Any, k: Any, value: Any, views: dict | None = None) -> tuple[di
         meta["foreign"] = bool(v.numel() and not meta["views"] and not in_its_buffer and foreign_memory(v)
                                and not _a_parameter(k, v))
         report[name] = meta
-    held = {n: v for n, v in returned.items() if type(v) is torch.Tensor
+    # a caller's hold on a result: a tensor object of its own over the result's storage (a view, detach()), never the
+    # object returned, whose death a kernel can watch (a weak reference) to reuse the memory under a caller's view
+    held = {n: v.detach() for n, v in returned.items() if type(v) is torch.Tensor
             and not any(a <= span(v)[0] < b for _, (a, b) in spans)}
     return report, held

@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .. import tensors
 from ..common import UsageError
 from . import guards, protocol, sandbox
 
@@ -53,6 +54,7 @@ class Kernel:
         self.restore = False  # the model's buffers go back as loaded at the end of the call's backward
         self.buffers: dict[str, Any] = {}   # the model's buffers as loaded (restored after a call in training mode)
         self.kept: list[dict[str, Any]] = []  # what each call asked to keep returned, as a caller holding it would
+        self.watch: list[Any] = []  # results the kernel held after their caller let go (a compile cache's), to reread
         self.inputs: list[tuple[Any, Any, str]] = []  # (where the call reads it, its key there, judge buffer) per input
         self.state_bufs: dict[str, Any] = {}  # the model's parameters and buffers by name -> the judge's buffer
         self.pending: tuple | None = None     # a call's outputs and input leaves, until its backward() (op_backward)
@@ -92,8 +94,6 @@ class Worker:
                 return
 
     def op_hello(self, msg: dict) -> dict:
-        from ..tensors import plain_types
-
         try:
             import torch
         except ImportError:
@@ -107,7 +107,7 @@ class Worker:
             torch.cuda.set_device(torch.device(self.device))
         elif msg.get("impl") == "triton":
             os.environ.setdefault("TRITON_INTERPRET", "1")
-        self.plain = plain_types(torch)  # before any of the kernel's code runs: what a call may return
+        self.plain = tensors.plain_types(torch)  # before any of the kernel's code runs: what a call may return
         self.modes = (torch._C._len_torch_function_stack, torch._C._len_torch_dispatch_stack)
         self.no_function_mode = torch._C.DisableTorchFunction
         self.settings = guards.process_settings(torch)
@@ -298,9 +298,7 @@ class Worker:
 
     def _stage_out(self, k: Kernel, value: Any, views: dict | None = None) -> tuple[dict, dict]:
         """The hand-over (protocol.hand_over), once the value is known to be plain data."""
-        from ..tensors import not_plain
-
-        odd = not_plain(value, self.plain)  # before anything touches it: a lazy object would compute here
+        odd = tensors.not_plain(value, self.plain)  # before anything touches it: a lazy object would compute here
         if odd:
             raise guards.KernelDefect(f"the call returned {odd}: a kernel returns plain torch.Tensor objects (or a "
                                       "tuple, list or dict of them); a subclass or a wrapper can compute when first read, "
@@ -309,15 +307,18 @@ class Worker:
 
     def op_kept(self, msg: dict) -> dict:
         """The tensors a kept call returned (``i``, counted from 0), as they are now, into their judge buffers: the
-        judge checks that a result a caller holds is not changed by the calls after it."""
+        judge checks that a result a caller holds is not changed by the calls after it.  ``watch``: {judge buffer:
+        index}, results the kernel held after an earlier shape's release (op_release), each into its buffer."""
         torch = self.torch
         k = self.kernels[msg["k"]]
-        i = int(msg["i"])
+        i = int(msg.get("i", -1))
         out: dict[str, Any] = {}
         self._no_mode("a call left active")
+        items = [(k.kept_bufs.get(name, ""), name, t) for name, t in (k.kept[i] if 0 <= i < len(k.kept) else {}).items()]
+        items += [(b, b, k.watch[w]) for b, w in (msg.get("watch") or {}).items() if 0 <= w < len(k.watch)]
         with torch.no_grad(), self.no_function_mode():
-            for name, t in (k.kept[i] if 0 <= i < len(k.kept) else {}).items():
-                sh = self.shared.get(k.kept_bufs.get(name, ""))
+            for buf, name, t in items:
+                sh = self.shared.get(buf)
                 ok = sh is not None and list(sh.shape) == list(t.shape) and sh.dtype == t.dtype
                 if ok:
                     sh.copy_(t.to(sh.device) if t.device != sh.device else t)
@@ -334,7 +335,6 @@ class Worker:
         back to their buffers); ``stats``, running statistics loaded before a training-mode call, the buffers
         written back after it; ``backward``, the float inputs require grad for an ``op_backward``.  Profile only:
         ``inventory``, the kernels the call launched as torch's profiler sees them (a hint)."""
-        from ..tensors import normalize_outputs, nudge, put_back, spare_cached, strided_view
         from ..timing import CallTimer, LaunchCount
 
         torch = self.torch
@@ -346,12 +346,12 @@ class Worker:
             self.timer = CallTimer(self.device)
         cuda = self.device.startswith("cuda")
         if cuda and "keep" in msg:  # a correctness call: the allocator's unused memory given back (tensors.spare_cached)
-            spare_cached(torch, self.device)
+            tensors.spare_cached(torch, self.device)
         train, grad = bool(msg.get("train")), bool(msg.get("grad"))
         if k.model is not None and k.model.training != train:
             k.model.train(train)
         self._stage_in()
-        saved = nudge(k.model, int(msg["nudge"]["seed"]), msg["nudge"]["scales"]) if msg.get("nudge") else {}
+        saved = tensors.nudge(k.model, int(msg["nudge"]["seed"]), msg["nudge"]["scales"]) if msg.get("nudge") else {}
         for n, v in (msg.get("scalars") or {}).items():  # this data set's own (setup() may draw a scalar per seed)
             box, key = k.slots.get(n, ({}, n))  # one it does not take (a solve() without it) goes nowhere
             box[key] = protocol.decode_value(v)
@@ -363,7 +363,7 @@ class Worker:
         views: dict[str, Any] = {}
         moved = msg.get("strided") == "moved"  # the outputs it is handed move too: a user's next buffers are elsewhere
         for box, key, buf in (k.inputs + (k.handed if moved else [])) if msg.get("strided") else ():
-            view = strided_view(box[key], msg["strided"] if msg["strided"] in ("step", "pad", "moved") else "step")
+            view = tensors.strided_view(box[key], msg["strided"] if msg["strided"] in ("step", "pad", "moved") else "step")
             if view is not box[key]:
                 box[key], views[buf] = view, view
         leaves = [(buf, box[key]) for box, key, buf in k.inputs
@@ -406,12 +406,12 @@ class Worker:
             self._unstride(k, views)
             returned, held = self._stage_out(k, value, views)
             if leaves:
-                outs = [v for v in ([] if value is None else normalize_outputs(value, k.out_names).values())
+                outs = [v for v in ([] if value is None else tensors.normalize_outputs(value, k.out_names).values())
                         if type(v) is torch.Tensor]
                 k.pending = (outs, dict(leaves))
             del value
             views.clear()
-            put_back(k.model, saved)
+            tensors.put_back(k.model, saved)
             k.kept += [held if msg["keep"] else {}] if "keep" in msg else []  # a keeping session's: one per call
             del held
             if cuda:
@@ -456,8 +456,6 @@ class Worker:
         """backward() after the last call, as a user that trains through the model calls it (tensors.grads_into):
         ``targets`` [name, "parameter" or "input", its name or judge buffer] get their gradients in the judge's
         buffers of those parameters and inputs.  The model's own .grad fields are left as they were."""
-        from ..tensors import grads_into
-
         k = self.kernels[msg["k"]]
         if k.pending is None or k.model is None:
             raise protocol.ProtocolError("backward without a call that asked for it")
@@ -465,7 +463,7 @@ class Worker:
         targets = [(n, params[key], k.state_bufs[key]) if kind == "parameter" else (n, k.pending[1][key], self.shared[key])
                    for n, kind, key in msg["targets"]]
         try:
-            unused = grads_into(k.pending[0], targets, int(msg["seed"]))
+            unused = tensors.grads_into(k.pending[0], targets, int(msg["seed"]))
             if self.device.startswith("cuda"):
                 self.torch.cuda.synchronize(self.device)
         finally:
@@ -475,20 +473,18 @@ class Worker:
     def op_release(self, msg: dict) -> dict:
         """The caller lets go of every result it kept: which of them [call index, name] the kernel still holds
         (tensors.still_held)."""
-        from ..tensors import still_held
-
         k = self.kernels[msg["k"]]
         self._end_backward(k)
-        return {"held": still_held(k.kept)}
+        held, again = tensors.still_held(k.kept)
+        k.watch += again  # read back after later shapes' calls (op_kept with ``watch``): a compile cache never writes
+        return {"held": [[i, n, len(k.watch) - len(again) + j] for j, (i, n) in enumerate(held)]}
 
     def op_state(self, msg: dict) -> dict:
-        from ..tensors import fingerprint
-
-        out: dict[str, Any] = {"inputs": {n: list(fingerprint(t, portable=True)[2:]) for n, t in self.local.items()}}
+        out: dict[str, Any] = {"inputs": {n: list(tensors.fingerprint(t, portable=True)[2:]) for n, t in self.local.items()}}
         k = self.kernels.get(msg.get("k"))
         if k is not None and k.model is not None:
             self._end_backward(k)  # a backward the judge did not ask for: the buffers go back as loaded first
-            out["parameters"] = {n: list(fingerprint(t, portable=True)[2:]) for n, t in k.model.state_dict().items()}
+            out["parameters"] = {n: list(tensors.fingerprint(t, portable=True)[2:]) for n, t in k.model.state_dict().items()}
         return out
 
 
