@@ -166,29 +166,53 @@ def spare_cached(torch: Any, device: str) -> None:
         torch.cuda.empty_cache()
 
 
+class WeakHold:
+    """A result its caller did not keep (tensors too large for every call's to be held): a weak reference to its
+    storage and its layout, so that one the kernel still holds can be read (``strong``) without holding it."""
+
+    def __init__(self, t: Any):
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        self.ref = StorageWeakRef(t.untyped_storage())
+        self.meta = (t.dtype, t.storage_offset(), tuple(t.shape), tuple(t.stride()))
+
+    def strong(self) -> Any:
+        """The result as a tensor again over its storage, or None where the storage is freed."""
+        import torch
+
+        if self.ref.expired():
+            return None
+        st = torch.UntypedStorage._new_with_weak_ptr(self.ref.cdata)  # as torch's own storage cache does
+        dtype, offset, shape, stride = self.meta
+        return torch.empty(0, dtype=dtype, device=st.device).set_(st, offset, shape, stride)
+
+
+def held_elsewhere(kept: list[dict]) -> bool:
+    """Whether anything but their caller holds results ``kept`` holds (or follows: a WeakHold still alive): another
+    tensor over a held one's storage (torch's count of its users: the caller's tensor and the one asking), the sign
+    of a kernel that keeps what it returns.  A hint that decides only whether more calls are made."""
+    import torch
+
+    return any(not t.ref.expired() if isinstance(t, WeakHold) else
+               torch._C._storage_Use_Count(t.untyped_storage()._cdata) > 2 for held in kept for t in held.values())
+
+
 def still_held(kept: list[dict]) -> tuple[list[list], list[Any]]:
-    """Which results [call index, name] are still alive once ``kept`` (per call, the results a caller holds) lets go of
-    them: a weak reference to each one's storage, every reference dropped (the list emptied), a garbage collection.
-    The holder's references are the only ones a kernel that allocates its results afresh leaves, so each of its
-    storages is freed here (an allocator that caches the memory caches a freed block, not the storage); one still
-    alive is held by the kernel (a module global, an attribute, a compile cache, a pool).  Also each of those as a
-    tensor again (over the storage the kernel holds, as it was returned), to be read after later calls."""
+    """Which results [call index, name] are still alive once ``kept`` (per call, the results a caller holds, or their
+    WeakHold) lets go of them: every reference dropped (the list emptied), a garbage collection.  The holder's
+    references are the only ones a kernel that allocates its results afresh leaves, so each of its storages is
+    freed here (an allocator that caches the memory caches a freed block, not the storage); one still alive is held
+    by the kernel (a module global, an attribute, a compile cache, a pool).  Also each of those as a tensor again
+    (over the storage the kernel holds, as it was returned), to be read after later calls."""
     import gc
 
-    import torch
-    from torch.multiprocessing.reductions import StorageWeakRef
-
-    refs = [(i, n, StorageWeakRef(t.untyped_storage()), (t.dtype, t.storage_offset(), t.shape, t.stride()))
-            for i, held in enumerate(kept) for n, t in held.items()]
+    weak = [(i, n, t if isinstance(t, WeakHold) else WeakHold(t)) for i, held in enumerate(kept) for n, t in held.items()]
     kept.clear()
-    if any(not ref.expired() for _, _, ref, _ in refs):  # a result in a reference cycle is freed by a collection
+    if any(not w.ref.expired() for _, _, w in weak):  # a result in a reference cycle is freed by a collection
         gc.collect()
-    alive = [(i, n, ref, meta) for i, n, ref, meta in refs if not ref.expired()]
-    again = []
-    for _, _, ref, (dtype, offset, shape, stride) in alive:
-        st = torch.UntypedStorage._new_with_weak_ptr(ref.cdata)  # as torch's own storage cache does
-        again.append(torch.empty(0, dtype=dtype, device=st.device).set_(st, offset, shape, stride))
-    return [[i, n] for i, n, _, _ in alive], again
+    alive = [(i, n, w.strong()) for i, n, w in weak]
+    alive = [(i, n, t) for i, n, t in alive if t is not None]
+    return [[i, n] for i, n, _ in alive], [t for _, _, t in alive]
 
 
 FP_CHUNK = 1 << 24

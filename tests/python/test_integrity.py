@@ -89,10 +89,9 @@ def test_a_modelnew_that_replays_its_first_result_fails(tmp_path, worker_here):
     data = json.loads((out / "v0" / "correctness.json").read_text())
     trials = [t for s in data["shapes"] for t in s["trials"]]
     assert not any(t["passed"] for t in trials[1:])
-    # the first result was right when returned and never changed (a compile cache may keep the first call's); every
-    # later call returned it again, still held after its caller let go of it
+    # the first result was right when returned and it never changed (the kernel keeps it, as a compile cache may);
+    # every later call returned it again, a wrong answer
     assert [o["passed"] for o in trials[0]["outputs"]] == [True]
-    assert any("is still held by the kernel" in (o.get("note") or "") for t in trials[1:-1] for o in t["outputs"])
 
 
 # --- inputs stay untouched -----------------------------------------------------------------------
@@ -696,6 +695,9 @@ def test_a_handed_output_is_what_is_checked(tmp_path, worker_here, kernel, passe
 
 @pytest.mark.parametrize("kernel, passes", [("cheat_softmax_ring.py", False),
                                             ("cheat_softmax_ring_every_5th.py", False),
+                                            ("cheat_softmax_ring_freed_by_gc.py", False),
+                                            ("honest_softmax_compile_on_second_sight.py", True),
+                                            ("honest_softmax_compile_per_variant.py", True),
                                             ("honest_softmax_result_in_a_cycle.py", True),
                                             ("honest_softmax_compile_keeps_args.py", True)])
 def test_a_ring_of_returned_buffers_larger_than_the_calls_fails(tmp_path, worker_here, kernel, passes):
@@ -711,12 +713,14 @@ def test_a_ring_of_returned_buffers_larger_than_the_calls_fails(tmp_path, worker
     if passes:
         assert ("as a compile cache keeps" in md) is ("compile" in kernel), md
         return
-    assert "is still held by the kernel after its caller let go of it" in data["error"], data["error"]
+    err = data["error"]  # held once its caller let go, or written again while held (a ring cycled by more calls)
+    assert "is still held by the kernel after its caller let go of it" in err or "changed when the kernel" in err, err
     assert not any("is stored where the result" in n for n in _failed(data)[1])  # no result was overwritten in time
 
 
 @pytest.mark.parametrize("kept, kernel, passes", [(5, "cheat_softmax_ring.py", False),
-                                                  (2, "cheat_softmax_ring.py", False)])
+                                                  (2, "cheat_softmax_ring.py", False),
+                                                  (2, "cheat_softmax_first_as_scratch.py", False)])
 def test_results_too_large_to_all_keep_are_kept_for_some_calls(tmp_path, worker_here, monkeypatch, kept, kernel,
                                                                 passes):
     """Seen on the H100: ConvTranspose2d at KernelBench's size returns 2 GiB a call, and the worker holding every
@@ -746,6 +750,7 @@ def test_a_kernel_reusing_its_buffer_once_the_returned_object_dies_fails(tmp_pat
 
 
 @pytest.mark.parametrize("kernel, passes", [("cheat_softmax_cross_shape_scratch.py", False),
+                                            ("cheat_softmax_last_as_scratch.py", False),
                                             ("honest_softmax_compile_keeps_args.py", True)])
 def test_a_result_a_compile_cache_keeps_is_read_again_after_the_later_shapes(tmp_path, worker_here, kernel, passes):
     """Found by a red team: a kernel that kept each shape's first result (as a compile cache would, noted) and used it
@@ -753,7 +758,7 @@ def test_a_result_a_compile_cache_keeps_is_read_again_after_the_later_shapes(tmp
     another.  The results a kernel keeps are read again after every later shape's calls."""
     rc, data, md = _correctness(tmp_path, "ref_softmax.py", kernel, "M=8,N=64", "--extra-shapes", "M=4,N=32")
     assert (rc == 0) is passes, data["error"]
-    if not passes:
+    if not passes:  # the kept result read after the later shape's calls, or the one the caller carried into them
         assert "changed during the calls of a later shape" in data["error"], data["error"]
 
 
@@ -764,7 +769,7 @@ def test_a_compile_cache_per_layout_and_mode_is_not_a_pool(tmp_path, worker_here
     rc, data, md = _correctness(tmp_path, "kb_ref_batchnorm.py", "honest_kb_bn_compiled_per_layout_and_mode.py",
                                 "batch_size=32,features=16")
     assert rc == 0, data["error"]
-    assert "each the first of its layout and mode, as a compile cache keeps" in md, md
+    assert "as a compile cache keeps the tensors it compiled with); they never changed" in md, md
 
 
 @pytest.mark.parametrize("kernel, passes", [("cheat_softmax_ring_dlpack.py", False),

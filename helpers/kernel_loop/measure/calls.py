@@ -378,7 +378,7 @@ class Session:
             msg["inventory"] = True
         if cond.train or cond.grad or cond.inference:
             msg.update(train=cond.train, grad=cond.grad, inference=cond.inference)
-        if cond.keep or self.keeping:  # in a session that keeps results, every call says whether it does
+        if cond.keep or (self.keeping and checked):  # a keeping session's checked calls say whether they keep theirs
             msg["keep"] = cond.keep
         if scalars_of(ds) != self.scalars:  # setup() may draw a scalar per seed: the kernel gets this draw's
             self.scalars = scalars_of(ds)

@@ -253,7 +253,8 @@ def hand_over(w: Any, k: Any, value: Any, views: dict | None = None) -> tuple[di
     handed = set(k.out_names) if k.kind != "ref" else set()  # a reference baseline may return its outputs instead
     report: dict[str, Any] = {}
     spans = [(n, span(t)) for n, t in w.local.items()] + [(n, span(t)) for n, t in (views or {}).items()]
-    earlier = {f"{n} of call {i + 1}": span(t) for i, held in enumerate(k.kept) for n, t in held.items()}
+    earlier = {f"{n} of call {i + 1}": span(t) for i, held in enumerate(k.kept) for n, t in held.items()
+               if type(t) is torch.Tensor}  # held by the caller (one it did not keep, followed, it may free)
     for name, v in returned.items():
         buf = k.outputs.get(name)
         meta: dict[str, Any] = {"returned": True}
@@ -297,3 +298,24 @@ def hand_over(w: Any, k: Any, value: Any, views: dict | None = None) -> tuple[di
     held = {n: v.detach() for n, v in returned.items() if type(v) is torch.Tensor
             and not any(a <= span(v)[0] < b for _, (a, b) in spans)}
     return report, held
+
+
+def hand_back(w: Any, k: Any, i: int, watch: dict[str, int] | None) -> dict[str, Any]:
+    """Worker side: the results call ``i`` of kernel ``k`` returned (held, or a WeakHold: None once freed) into the
+    judge buffers of their names, and the results ``watch`` names (judge buffer -> index in ``k.watch``) into those
+    buffers.  Per name (or buffer): whether it was stored, and whether it was gone."""
+    from ..tensors import WeakHold
+
+    items = [(k.kept_bufs.get(name, ""), name, t.strong() if isinstance(t, WeakHold) else t)
+             for name, t in (k.kept[i] if 0 <= i < len(k.kept) else {}).items()]
+    items += [(b, b, k.watch[n]) for b, n in (watch or {}).items() if 0 <= n < len(k.watch)]
+    out: dict[str, Any] = {}
+    for buf, name, t in items:
+        sh = w.shared.get(buf)
+        ok = t is not None and sh is not None and list(sh.shape) == list(t.shape) and sh.dtype == t.dtype
+        if ok:
+            sh.copy_(t.to(sh.device) if t.device != sh.device else t)
+        out[name] = {"stored": ok, "gone": t is None}
+    if w.device.startswith("cuda"):
+        w.torch.cuda.synchronize(w.device)
+    return out

@@ -306,26 +306,12 @@ class Worker:
         return protocol.hand_over(self, k, value, views)
 
     def op_kept(self, msg: dict) -> dict:
-        """The tensors a kept call returned (``i``, counted from 0), as they are now, into their judge buffers: the
-        judge checks that a result a caller holds is not changed by the calls after it.  ``watch``: {judge buffer:
-        index}, results the kernel held after an earlier shape's release (op_release), each into its buffer."""
-        torch = self.torch
-        k = self.kernels[msg["k"]]
-        i = int(msg.get("i", -1))
-        out: dict[str, Any] = {}
+        """The results call ``i`` returned (held by the caller, or followed), and ``watch`` ({judge buffer: index}:
+        results the kernel held after its caller let go), as they are now, into their judge buffers
+        (protocol.hand_back): the judge checks that nothing changed them."""
         self._no_mode("a call left active")
-        items = [(k.kept_bufs.get(name, ""), name, t) for name, t in (k.kept[i] if 0 <= i < len(k.kept) else {}).items()]
-        items += [(b, b, k.watch[w]) for b, w in (msg.get("watch") or {}).items() if 0 <= w < len(k.watch)]
-        with torch.no_grad(), self.no_function_mode():
-            for buf, name, t in items:
-                sh = self.shared.get(buf)
-                ok = sh is not None and list(sh.shape) == list(t.shape) and sh.dtype == t.dtype
-                if ok:
-                    sh.copy_(t.to(sh.device) if t.device != sh.device else t)
-                out[name] = {"stored": ok}
-            if self.device.startswith("cuda"):
-                torch.cuda.synchronize(self.device)
-        return {"kept": out}
+        with self.torch.no_grad(), self.no_function_mode():
+            return {"kept": protocol.hand_back(self, self.kernels[msg["k"]], int(msg.get("i", -1)), msg.get("watch"))}
 
     def op_call(self, msg: dict) -> dict:
         """One call.  ``train``/``grad``: a KernelBench model's mode and autograd (eval() without autograd unless
@@ -412,7 +398,8 @@ class Worker:
             del value
             views.clear()
             tensors.put_back(k.model, saved)
-            k.kept += [held if msg["keep"] else {}] if "keep" in msg else []  # a keeping session's: one per call
+            if "keep" in msg:  # a keeping session's checked calls, one each: held, or followed without holding it
+                k.kept.append(held if msg["keep"] else {n: tensors.WeakHold(t) for n, t in held.items()})
             del held
             if cuda:
                 torch.cuda.synchronize(self.device)
@@ -471,13 +458,20 @@ class Worker:
         return {"unused": unused}
 
     def op_release(self, msg: dict) -> dict:
-        """The caller lets go of every result it kept: which of them [call index, name] the kernel still holds
-        (tensors.still_held)."""
+        """The caller lets go of the results it kept (``probe``: says only whether the kernel holds any of them), but
+        for call ``carry``'s: which [call index, name, watch index] the kernel still holds (tensors.still_held), each
+        kept to be read after later calls (op_kept's ``watch``), and ``carried``: [name, watch index]."""
         k = self.kernels[msg["k"]]
         self._end_backward(k)
+        if msg.get("probe"):
+            return {"holding": tensors.held_elsewhere(k.kept)}
+        carry = k.kept[msg["carry"]] if 0 <= msg.get("carry", -1) < len(k.kept) else {}
+        carried = [[n, len(k.watch) + j] for j, n in enumerate(carry)]
+        k.watch += [t.strong() if isinstance(t, tensors.WeakHold) else t for t in carry.values()]
+        carry.clear()
         held, again = tensors.still_held(k.kept)
-        k.watch += again  # read back after later shapes' calls (op_kept with ``watch``): a compile cache never writes
-        return {"held": [[i, n, len(k.watch) - len(again) + j] for j, (i, n) in enumerate(held)]}
+        k.watch += again  # read back after later calls (op_kept with ``watch``): a compile cache never writes them
+        return {"held": [[i, n, len(k.watch) - len(again) + j] for j, (i, n) in enumerate(held)], "carried": carried}
 
     def op_state(self, msg: dict) -> dict:
         out: dict[str, Any] = {"inputs": {n: list(tensors.fingerprint(t, portable=True)[2:]) for n, t in self.local.items()}}
