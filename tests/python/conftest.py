@@ -176,7 +176,21 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
+# the slowest tests of the CPU suite (seconds of wall time on 2 cores), started first: with pytest-xdist the suite
+# ends when its last test does, so a long one drawn late would leave the other workers idle (longest first)
+SLOW_FIRST = ("test_hang_is_killed", "test_a_demo_removes_its_temporary_folder", "test_op_family_queries_find_their",
+              "test_a_process_the_kernel_starts_in_a_new_session", "test_a_kernel_that_patches_the_clock_and_torch",
+              "test_a_slow_reference_does_not_make", "test_the_worker_sees_no_key", "test_child_end_to_end_in_the_cpu",
+              "test_the_baselines_read_no_folder", "test_a_kernelbench_file_runs_at_its_own_sizes",
+              "test_judge_kernel_and_baseline_workers_share", "test_a_long_shape_says_where_it_stands",
+              "test_demo_replays_an_example", "test_a_kernel_cannot_read_the_record_key")
+
+
 def pytest_collection_modifyitems(config, items):
+    def rank(item) -> int:
+        return next((i for i, name in enumerate(SLOW_FIRST) if item.name.startswith(name)), len(SLOW_FIRST))
+
+    items.sort(key=rank)  # stable: the rest keep their order
     if cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
