@@ -737,8 +737,8 @@ def test_results_too_large_to_all_keep_are_kept_for_some_calls(tmp_path, worker_
     assert (rc == 0) is passes, data["error"]
     n = len(data["shapes"][0]["trials"])
     assert f"held results: {kept} of the {n} calls" in md, md
-    if not passes:
-        assert "is still held by the kernel after its caller let go of it" in data["error"], data["error"]
+    err = data["error"]  # held once its caller let go, or written again while held (the ring cycled by more calls)
+    assert passes or "is still held by the kernel after its caller let go of it" in err or "changed when the kernel" in err
 
 
 def test_a_kernel_reusing_its_buffer_once_the_returned_object_dies_fails(tmp_path, worker_here):

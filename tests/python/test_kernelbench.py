@@ -57,7 +57,7 @@ def _init(tmp_path, kernel_text=None, *extra):
 # The judge runs as the CLI's child process in test_a_kernelbench_file_runs_at_its_own_sizes (its worker a real
 # process), and in this process with its worker a thread (conftest.judge_here, worker_here: the real judge and
 # worker code) in the other tests of a verdict.
-def test_a_kernelbench_file_runs_at_its_own_sizes(tmp_path):
+def test_a_kernelbench_file_runs_at_its_own_sizes(tmp_path, judge_here, worker_here):
     rc, out = _init(tmp_path)
     assert rc == 0
     assert read_json(out / "run.json")["dims"] == {"batch_size": 8, "dim": 4096}  # positive int constants only
