@@ -816,10 +816,13 @@ def test_a_kernel_right_only_at_the_first_address_it_saw_fails(tmp_path, worker_
     assert "at another address" in data["error"]
 
 
-def test_a_kernel_that_keeps_writing_its_first_output_buffer_fails(tmp_path, worker_here):
+@pytest.mark.parametrize("kernel", ["cheat_vadd_first_output_buffer.py", "cheat_vadd_captured_first_output.py"])
+def test_a_kernel_that_keeps_writing_its_first_output_buffer_fails(tmp_path, worker_here, kernel):
     """Found by a red team: the outputs a kernel is handed were always the same buffer, so one that wrote every result
-    into the buffer of its first call passed.  The call that moves the inputs moves the handed outputs too."""
-    rc, data, md = _correctness(tmp_path, "ref_vadd.py", "cheat_vadd_first_output_buffer.py", "N=1000")
+    into the buffer of its first call passed.  The call that moves the inputs moves the handed outputs too.  Found by
+    a second: one that also copied into the buffer it was handed (a CUDA graph replaying into the first output it
+    captured) passed; the buffer the earlier calls were handed must keep what it held through the moved call."""
+    rc, data, md = _correctness(tmp_path, "ref_vadd.py", kernel, "N=1000")
     assert rc == 1 and "layout:moved" in _failed(data)[0], data["error"]
 
 

@@ -43,11 +43,10 @@ class Shared:
         for n, t in ds.tensors().items():
             self._add(f"a{len(self.bufs)}-{tag}", n, t, folder, use_file)
         for n, e in ds.expected.items():
-            if n in ds.in_place:
-                continue
-            self._add(f"r{len(self.bufs)}-{tag}", n, e, folder, use_file)
-            if keep:  # where the worker hands back a result an earlier call returned
-                self._add(f"k{len(self.bufs)}-{tag}", f"kept:{n}", e, folder, use_file)
+            if n not in ds.in_place:
+                self._add(f"r{len(self.bufs)}-{tag}", n, e, folder, use_file)
+            if keep:  # where the worker hands back a result an earlier call returned (a handed output: its own
+                self._add(f"k{len(self.bufs)}-{tag}", f"kept:{n}", e, folder, use_file)  # buffer, in a moved call)
         for j, (shape, stride, dtype, device) in enumerate(watch):  # an earlier shape's results its kernel kept
             import torch
 
@@ -421,9 +420,28 @@ class Session:
             out.update(rows=rows, warnings=warns, notes=[])
             if cond.backward is not None and not first_failure(rows):
                 rows += gradient_rows(self, kid, ds, cond, reply.get("returned") or {}, out["notes"])
+            rows += earlier_outputs(self, ds, cond)
             why = first_failure(rows) or why
         out["failure"] = why
         return out
+
+
+def earlier_outputs(sess: Session, ds: DataSet, cond: Condition) -> list[dict]:
+    """In a call handed its outputs elsewhere (``moved``), the output buffers the earlier calls were handed, as the
+    call left them (the worker hands them back in the ``kept:`` buffers): still the poison they held before it, or a
+    caller's earlier output was written (a CUDA graph or a cache that replays into the first buffer it saw)."""
+    import torch
+
+    rows = []
+    for n in ds.write_only() if cond.strided == "moved" and cond.pre == "poison" else ():
+        t = sess.shared.bufs.get(sess.shared.names.get(f"kept:{n}", ""))
+        if t is not None and t.dtype.is_floating_point and count_poison(torch, t, sess.variant) != t.numel():
+            rows.append(bad_row(f"output '{n}' of the earlier calls", ds.expected[n],
+                                f"the output buffer '{n}' the earlier calls were handed (this one was handed another) "
+                                "changed during this call: a caller's earlier output was written (a CUDA graph or a "
+                                "cache that replays into the first buffer it saw); write only the outputs a call is "
+                                "handed"))
+    return rows
 
 
 def changed_state(sess: Session, kid: str = "k") -> tuple[list[str], int] | None:
