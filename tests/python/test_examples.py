@@ -44,6 +44,8 @@ def test_every_record_of_an_example_verifies_and_a_forged_one_fails(example_copy
     recs = records.read(example_copy)
     assert recs[0]["step"] == "init" and {"correctness", "profile", "kbs", "gate", "benchmark"} <= {r["step"] for r in recs}
     assert all(r["device"].startswith("cuda:") for r in recs if r["step"] in ("correctness", "profile"))
+    if example_copy.name != EXAMPLES[0]:
+        return  # the forged record below: the gate's one check, the same for every example (run on the first)
     n = plan.final_version(RunDir.open(example_copy))
     corr = example_copy / f"v{n}" / "correctness.json"
     corr.write_text(corr.read_text().replace('"PASS"', '"FAIL"', 1))

@@ -370,6 +370,9 @@ class Session:
         sh.load(ds)
         self.variant ^= 1
         poisoned = sh.poison(self.first, self.variant, cond.pre, cond.stale)  # names and kinds: every draw's
+        for n in ds.write_only() if cond.strided == "moved" and cond.pre == "poison" else ():  # earlier_outputs:
+            if f"kept:{n}" in sh.names:  # poisoned too, where no worker hands a handed output back (a .cu's)
+                sh.bufs[sh.names[f"kept:{n}"]].copy_(sh.bufs[sh.names[n]])
         self.judge.sync()
         self.calls += 1
         msg: dict[str, Any] = {"op": "call", "k": kid, "nvtx": nvtx}

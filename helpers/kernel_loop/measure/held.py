@@ -20,13 +20,21 @@ from .problem import DataSet, Problem
 KEEP_SHARE = 4  # the results a shape's calls hold in the kernel's worker stay within 1/KEEP_SHARE of the device's memory
 RING_CALLS = 64  # once the kernel is seen holding results: so many calls more (or the shape's, if more), not held
 POOL_CALLS = 8   # more calls' results than this (and than half the shape's) still held by the kernel: a pool
+WATCH_SHARE = 8  # the results read again after the later shapes' calls stay within 1/WATCH_SHARE of the memory
+
+
+def _torch():
+    import torch
+
+    return torch
 
 
 def kept_fingerprints(shared: Shared, ds: DataSet, report: dict[str, Any]) -> dict[str, tuple]:
     """Fingerprints of the tensors a call returned, as the judge's buffers hold them right after it: what a
     caller that keeps them must still find after later calls (and what a kernel that keeps them must not change)."""
     return {n: fingerprint(shared.bufs[shared.names[n]]) for n, meta in (report or {}).items()
-            if meta.get("stored") and n in ds.expected and n not in ds.in_place and f"kept:{n}" in shared.names}
+            if meta.get("stored") and not meta.get("views") and n in ds.expected and n not in ds.in_place
+            and f"kept:{n}" in shared.names}  # a view of an input is the caller's input, not a result it holds
 
 
 def calls_to_keep(rng: Any, n: int, first: DataSet, device: str, notes: list[str]) -> set[int]:
@@ -79,6 +87,21 @@ def _fail(trials: list[dict], i: int, name: str, like: Any, note: str) -> None:
     trials[i]["outputs"].append(bad_row(name, like, note))
 
 
+def _watch(watched: list[dict], trials: list[dict], i: int, name: str, w: int, prints: tuple, e: Any,
+           notes: list[str]) -> None:
+    """A result read again after every later shape's calls (each later shape's judge holds a buffer for it), while
+    they fit WATCH_SHARE of the device's memory."""
+    size = e.numel() * e.element_size()
+    total = (_torch().cuda.get_device_properties(e.device).total_memory if e.is_cuda
+             else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    if sum(x["bytes"] for x in watched) + size > total // WATCH_SHARE:
+        notes.append(f"the result '{name}' of call {i + 1} is not read again after the later shapes' calls: the "
+                     "results so read would pass their share of the device's memory")
+        return
+    watched.append({"trials": trials, "i": i, "name": name, "w": w, "prints": prints, "bytes": size,
+                    "like": (tuple(e.shape), tuple(e.stride()), e.dtype, e.device)})
+
+
 def after_the_calls(sess: Session, prob: Problem, first: DataSet, trials: list[dict], held: list[dict],
                     notes: list[str], watched: list[dict], kept: set[int]) -> None:
     """What a shape's correctness calls are checked for once they are all made: the model's parameters and buffers as
@@ -94,11 +117,12 @@ def after_the_calls(sess: Session, prob: Problem, first: DataSet, trials: list[d
               f"the kernel changed {len(state[0])} of its model's {state[1]} parameters and buffers during the calls "
               f"(first '{state[0][0]}'): a user's model would be left with other weights; keep them as loaded and put "
               "derived copies in attributes of your own")
-    for j, w in enumerate(watched):  # an earlier shape's results the kernel kept: never written since
-        if read_back(sess, w["name"], w["prints"], watch=w["w"], buf=sess.shared.names[f"watch:{j}"]):
+    for j, w in enumerate(list(watched)):  # an earlier shape's results the kernel kept: never written since
+        if read_back(sess, w["name"], w["prints"], watch=w["w"], buf=sess.shared.names[f"watch:{j}"]) == "changed":
             _fail(w["trials"], w["i"], f"result '{w['name']}' of call {w['i'] + 1}", like,
                   f"the result '{w['name']}' returned by call {w['i'] + 1} of an earlier shape, which the kernel keeps, "
                   "changed during the calls of a later shape: a result a caller may hold must never be written again")
+            watched.remove(w)  # said once
     for i, prints in enumerate(held[:-1]):  # every result a caller kept, after all the calls that followed it
         for name, want in prints.items() if i in kept else ():
             why = read_back(sess, name, want, i=i)
@@ -111,7 +135,8 @@ def after_the_calls(sess: Session, prob: Problem, first: DataSet, trials: list[d
                 break
     # the caller lets go, but of the last call's results (carried through the later shapes): what the kernel still
     # holds must never change, and a pool holds the results of many calls
-    reply = sess.worker.request({"op": "release", "k": "k", "carry": len(trials) - 1})
+    last = len(trials) - 1  # carried where the caller held it and it passed
+    reply = sess.worker.request({"op": "release", "k": "k", "carry": last if last in kept and held[last] else -1})
     mine = [(i, name, w) for i, name, w in reply.get("held") or [] if 0 <= i < len(trials) and name in held[i]]
     calls = sorted({i for i, _, _ in mine})
     for i, name, w in mine:
@@ -124,14 +149,10 @@ def after_the_calls(sess: Session, prob: Problem, first: DataSet, trials: list[d
                      f"it, as the results of {len(calls)} of the {len(trials)} calls are (a pool of buffers returned "
                      "in turn)") + "; return a new tensor each call and keep no reference to it")
             continue
-        e = first.expected[name]
-        watched.append({"trials": trials, "i": i, "name": name, "w": w, "prints": held[i][name],
-                        "like": (tuple(e.shape), tuple(e.stride()), e.dtype, e.device)})
+        _watch(watched, trials, i, name, w, held[i][name], first.expected[name], notes)
     for name, w in reply.get("carried") or []:
         if name in held[-1]:
-            e = first.expected[name]
-            watched.append({"trials": trials, "i": len(trials) - 1, "name": name, "w": w, "prints": held[-1][name],
-                            "like": (tuple(e.shape), tuple(e.stride()), e.dtype, e.device)})
+            _watch(watched, trials, last, name, w, held[-1][name], first.expected[name], notes)
     calls = sorted({w["i"] for w in watched if w["trials"] is trials and w["i"] in calls})
     if calls:
         notes.append(f"the kernel still holds the results of call(s) {', '.join(str(i + 1) for i in calls)} after its "

@@ -469,8 +469,9 @@ class Worker:
         if msg.get("probe"):
             return {"holding": tensors.held_elsewhere(k.kept)}
         carry = k.kept[msg["carry"]] if 0 <= msg.get("carry", -1) < len(k.kept) else {}
-        carried = [[n, len(k.watch) + j] for j, n in enumerate(carry)]
-        k.watch += [t.strong() if isinstance(t, tensors.WeakHold) else t for t in carry.values()]
+        kept_on = {n: t for n, t in carry.items() if not isinstance(t, tensors.WeakHold)}  # held by the caller
+        carried = [[n, len(k.watch) + j] for j, n in enumerate(kept_on)]
+        k.watch += list(kept_on.values())
         carry.clear()
         held, again = tensors.still_held(k.kept)
         k.watch += again  # read back after later calls (op_kept with ``watch``): a compile cache never writes them
