@@ -21,6 +21,7 @@ KEEP_SHARE = 4  # the results a shape's calls hold in the kernel's worker stay w
 RING_CALLS = 64  # once the kernel is seen holding results: so many calls more (or the shape's, if more), not held
 POOL_CALLS = 8   # more calls' results than this (and than half the shape's) still held by the kernel: a pool
 WATCH_SHARE = 8  # the results read again after the later shapes' calls stay within 1/WATCH_SHARE of the memory
+MIDWAY = 2       # calls of a shape, drawn at random, after which the results kept so far are read back
 
 
 def _torch():
@@ -37,33 +38,47 @@ def kept_fingerprints(shared: Shared, ds: DataSet, report: dict[str, Any]) -> di
             and f"kept:{n}" in shared.names}  # a view of an input is the caller's input, not a result it holds
 
 
-def calls_to_keep(rng: Any, n: int, first: DataSet, device: str, notes: list[str]) -> set[int]:
+def calls_to_keep(rng: Any, n: int, first: DataSet, device: str, notes: list[str]) -> tuple[set[int], set[int]]:
     """Which of a shape's ``n`` correctness calls hold their results, as a caller would, until all are made: all,
     unless they would take more than 1/KEEP_SHARE of the device's memory beside the kernel's (seen on the H100:
-    ConvTranspose2d at KernelBench's size, 2 GiB a result); then as many as fit (at least 2), drawn at random."""
+    ConvTranspose2d at KernelBench's size, 2 GiB a result); then as many as fit (at least 2), drawn at random.  Also
+    the MIDWAY calls after which the results kept so far are read back (``midway``), drawn at random."""
     import torch
 
     size = first.nbytes()["outputs_bytes"]
     total = (torch.cuda.get_device_properties(torch.device(device)).total_memory if device.startswith("cuda")
              else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     fit = n if size == 0 else max(2, total // KEEP_SHARE // size)
+    checks = set(rng.sample(range(1, n - 1), min(MIDWAY, max(0, n - 2))))
     if fit >= n:
-        return set(range(n))
+        return set(range(n)), checks
     notes.append(f"held results: {fit} of the {n} calls (drawn at random, and the last) kept their results until all "
                  "were made, as many as fit in a quarter of the device's memory; the others' were followed, not held")
-    return {n - 1, *rng.sample(range(n - 1), fit - 1)}
+    return {n - 1, *rng.sample(range(n - 1), fit - 1)}, checks
 
 
-def cycle_rings(sess: Session, n: int) -> int:
+def midway(sess: Session, first: DataSet, trials: list[dict], held: list[dict], kept: set[int]) -> None:
+    """After a call drawn at random, the results the caller kept so far read back: one written and put back before
+    the shape's end (at a call count a kernel can predict) is caught while it is changed."""
+    for i in sorted(kept):
+        for name, want in held[i].items() if i < len(held) - 1 and trials[i]["passed"] else ():
+            if read_back(sess, name, want, i=i) == "changed":
+                _fail(trials, i, f"result kept after {len(held) - 1 - i} later call(s)", next(iter(first.expected.values())),
+                      f"the result '{name}' returned by call {i + 1} changed when the kernel was called again (it "
+                      "returns storage that it writes again later): a caller that keeps a result must find it as it was")
+                break
+
+
+def cycle_rings(sess: Session, n: int, notes: list[str]) -> None:
     """Before a shape's last call (``n`` calls): where the kernel holds results its caller kept or followed
     (tensors.held_elsewhere), RING_CALLS calls more (or ``n``) whose results nobody holds, on inputs of their own (on
-    an earlier call's, a ring would write a held result's own values again); how many were made."""
+    an earlier call's, a ring would write a held result's own values again)."""
     if not sess.worker.request({"op": "release", "k": "k", "probe": True}).get("holding"):
-        return 0
+        return
     ds = sess.problem.draw(sess.judge.rng.randrange(1 << 30), reference=False)
     for _ in range(max(RING_CALLS, n)):
         sess.call("k", ds, checked=False, cond=Condition())
-    return max(RING_CALLS, n)
+    notes.append(f"the kernel held results: {max(RING_CALLS, n)} calls more before the last one, their results not held")
 
 
 def read_back(sess: Session, name: str, want: tuple, *, i: int = -1, watch: int = -1, buf: str | None = None

@@ -44,7 +44,7 @@ from ..tensors import is_tensor
 from . import protocol
 from .calls import Session, bad_row
 from .conditions import CONDITION_WORDS, condition, condition_plan, free_cached, out_of_memory
-from .held import after_the_calls, calls_to_keep, cycle_rings, kept_fingerprints
+from .held import after_the_calls, calls_to_keep, cycle_rings, kept_fingerprints, midway
 from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
 from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
 from .timed import ab_loop, harness_hint, timed_loop, timing_block
@@ -234,7 +234,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
         shapes.append({"dims": dims, "trials": trials, "notes": notes})
         sess = earlier = first = plan = None  # earlier: the previous call's data set (a next call's "stale" pre-state)
         held: list[dict] = []  # per call, the fingerprints of what it returned (kept by the caller or followed)
-        keep, kept, t = set(), set(), 0  # the calls of the plan that keep their results; the trials that did
+        keep, kept, checks, t = set(), set(), set(), 0  # the plan's calls that keep results; the trials that did
         said_at = time.monotonic()
         while plan is None or t < len(plan):
             if plan and time.monotonic() - said_at > PROGRESS_S:  # a long shape (large inputs, the CPU): say where
@@ -247,11 +247,10 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                 sess = Session(judge, worker, prob, {"k": (path, kind)}, ds, f"s{si}", keep=True, watch=watched)
                 first = ds
                 plan = condition_plan(judge.rng, ds, prob, int(spec["trials"]))
-                keep = calls_to_keep(judge.rng, len(plan), ds, judge.device, notes)
+                keep, checks = calls_to_keep(judge.rng, len(plan), ds, judge.device, notes)
             cond, said, ds = condition(judge.tolerance, prob, first, ds, want, earlier, seed, notes)
             cond.keep = t in keep
-            if t == len(plan) - 1 > 0 and (more := cycle_rings(sess, len(plan))):
-                notes.append(f"the kernel held results: {more} calls more before the last one, their results not held")
+            cycle_rings(sess, len(plan), notes) if t == len(plan) - 1 > 0 else None
             free_cached()
             r = sess.call("k", ds, checked=True, cond=cond)
             if r.get("raised") and cond.strided in ("step", "pad"):  # a refusal of a strided view: noted, not counted
@@ -271,6 +270,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                            **_memory(ds, (r["reply"] or {}).get("peak_mem_bytes"))})
             held.append(kept_fingerprints(sess.shared, ds, (r["reply"] or {}).get("returned") or {}) if passed else {})
             kept |= {len(held) - 1} if cond.keep else set()
+            midway(sess, first, trials, held, kept) if len(held) - 1 in checks else None
             # a reference constant on moved inputs (a ReLU of inputs shifted far below zero) says nothing of the problem's
             result["warnings"] += [w for w in r["warnings"] if w not in result["warnings"]
                                    and not (said.startswith("range:") and w.endswith(CONSTANT_REFERENCE))]
