@@ -97,6 +97,6 @@ def choose(judge: Any, spec: dict[str, Any], census: dict[str, Any], budget: inv
                               "range (does the solution launch GPU work?)")
     chosen = inventory.choose(table, budget) or table["rows"][:1]
     sampled = capped and table["launches"] >= budget.census
-    missed = inventory.unseen_own(table, list(spec.get("defined_kernels") or [])) if sampled else []
+    missed = inventory.unseen_own(table, list(spec.get("defined_kernels") or []))[:budget.kernels] if sampled else []
     return {"launches": table["launches"], "chosen": [r["label"] for r in chosen] + missed,
             "filter": inventory.detail_filter(chosen, missed), "sampled": sampled}

@@ -122,7 +122,7 @@ def build_profile(raw_csv_text: str | None, details_csv_text: str | None, timing
                         + ("reach (the version's own, after the census's first launches): counted as one launch each"
                            if context.get("census_sample") else "list: counted as one launch each, outside the call's sums"))
     total_us = inv["kernel_time_us"]
-    sums = dict(inv["sums"], covered_share=sum(k["share"] for k in kernels))
+    sums = dict(inv["sums"], covered_share=min(1.0, sum(k["share"] for k in kernels)))  # a sample's strays add
     sample = context.get("census_sample")  # {"launches": the cap, "counted": the worker's count}: the first launches
     if sample:  # the call's sums are unknown; the sample's time is a lower bound, what the time checks need
         sums.update({key: None for key in inventory.SUM_KEYS}, duration_at_least_us=total_us)
