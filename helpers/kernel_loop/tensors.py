@@ -189,12 +189,16 @@ class WeakHold:
 
 def held_elsewhere(kept: list[dict]) -> bool:
     """Whether anything but their caller holds results ``kept`` holds (or follows: a WeakHold still alive): another
-    tensor over a held one's storage (torch's count of its users: the caller's tensor and the one asking), the sign
-    of a kernel that keeps what it returns.  A hint that decides only whether more calls are made."""
+    tensor over a held one's storage (torch's count of its users, above a lone tensor's, measured here: no build
+    promises its value), the sign of a kernel that keeps what it returns.  A hint that decides only whether more
+    calls are made."""
     import torch
 
-    return any(not t.ref.expired() if isinstance(t, WeakHold) else
-               torch._C._storage_Use_Count(t.untyped_storage()._cdata) > 2 for held in kept for t in held.values())
+    count = torch._C._storage_Use_Count
+    lone = torch.empty(1)  # held while counted: a storage's count is read through a live tensor only
+    alone = count(lone.untyped_storage()._cdata)  # one tensor's own count on this torch build
+    return any(not t.ref.expired() if isinstance(t, WeakHold) else count(t.untyped_storage()._cdata) > alone
+               for held in kept for t in held.values())
 
 
 def still_held(kept: list[dict]) -> tuple[list[list], list[Any]]:

@@ -742,6 +742,24 @@ def test_results_too_large_to_all_keep_are_kept_for_some_calls(tmp_path, worker_
     assert passes or "is still held by the kernel after its caller let go of it" in err or "changed when the kernel" in err
 
 
+def test_the_hint_that_a_kernel_holds_results_is_calibrated_on_this_torch():
+    """tensors.held_elsewhere decides whether a shape gets the calls that cycle a ring: another tensor over a held
+    result's storage (the kernel's) counts, a result alone does not, and a followed one counts while it lives."""
+    import torch
+    from kernel_loop.tensors import WeakHold, held_elsewhere
+
+    x = torch.zeros(4)
+    y = x.detach()  # the caller's own object over the kernel's result
+    assert held_elsewhere([{"out": y}])
+    del x
+    assert not held_elsewhere([{"out": y}])
+    z = torch.zeros(4)
+    w = WeakHold(z)
+    assert held_elsewhere([{"out": w}])
+    del z
+    assert not held_elsewhere([{"out": w}]) and w.strong() is None
+
+
 def test_a_kernel_reusing_its_buffer_once_the_returned_object_dies_fails(tmp_path, worker_here):
     """Found by a red team: a pool that reuses a buffer once the tensor object it returned is dead (a weak reference)
     never touched what the worker held, the returned object itself; a user keeping y[0] or y.detach() had it
