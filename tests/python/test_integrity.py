@@ -742,6 +742,13 @@ def test_results_too_large_to_all_keep_are_kept_for_some_calls(tmp_path, worker_
     assert passes or "is still held by the kernel after its caller let go of it" in err or "changed when the kernel" in err
 
 
+def test_a_ring_too_large_to_come_back_within_the_calls_is_a_pool(tmp_path, worker_here):
+    """A ring of 4096 buffers writes a held result again only after 4096 calls, more than correctness makes with
+    the calls that cycle rings: the kernel still holding the results of every call is what fails it (POOL_CALLS)."""
+    rc, data, md = _correctness(tmp_path, "ref_softmax.py", "cheat_softmax_ring_4096.py", "M=8,N=64")
+    assert rc == 1 and "(a pool of buffers returned in turn)" in data["error"], data["error"]
+
+
 def test_the_hint_that_a_kernel_holds_results_is_calibrated_on_this_torch():
     """tensors.held_elsewhere decides whether a shape gets the calls that cycle a ring: another tensor over a held
     result's storage (the kernel's) counts, a result alone does not, and a followed one counts while it lives."""

@@ -523,9 +523,9 @@ def test_a_call_of_more_launches_than_the_census_cap_gets_a_sample_and_unknown_s
 
     prefix = ["ncu", "--nvtx", "--metrics", "gpu__time_duration.sum", "-o", "/tmp/census", "-f"]
     budget = inventory.Budget(census=305)
-    assert census_capped(prefix, 6000, budget) == ["ncu", "--nvtx", "--metrics", "gpu__time_duration.sum",
-                                                    "--launch-count", "305", "-o", "/tmp/census", "-f"]
-    assert census_capped(prefix, 305, budget) == prefix == census_capped(prefix, None, budget)
+    assert census_capped(prefix, 6000, budget) == (["ncu", "--nvtx", "--metrics", "gpu__time_duration.sum",
+                                                     "--launch-count", "305", "-o", "/tmp/census", "-f"], True)
+    assert census_capped(prefix, 305, budget) == (prefix, False) == census_capped(prefix, None, budget)
     # the version's own kernels the sample did not reach get the detailed pass too
     inv = inventory.table(inventory.launches(_census_of_two_kernels(300)), ["row_max_kernel", "late_own", "a.b"])
     assert inventory.unseen_own(inv, ["row_max_kernel", "late_own", "a.b"]) == ["late_own"]

@@ -1,6 +1,6 @@
 """What a caller that holds a kernel's results finds.  The calls that keep theirs (``calls_to_keep``: as many as fit a
 share of the device's memory; the others' are followed without being held) are read back after the later calls of
-the shape (``verify_kept``).  Once the caller lets go, a result the kernel still holds (a compile cache keeps the
+the shape (``read_kept``, after calls drawn at random too).  Once the caller lets go, a result the kernel still holds (a compile cache keeps the
 tensors it compiled with, as CuTe DSL's cute.compile does; a pool or ring keeps what it returns in turn) must never
 change, and a kernel that holds the results of more than ``POOL_CALLS`` calls is a pool (``after_the_calls``).  A
 kernel seen holding results before a shape's last call gets RING_CALLS calls more whose results nobody holds, so a
@@ -24,10 +24,14 @@ WATCH_SHARE = 8  # the results read again after the later shapes' calls stay wit
 MIDWAY = 2       # calls of a shape, drawn at random, after which the results kept so far are read back
 
 
-def _torch():
+def device_memory(device: Any) -> int:
+    """The memory the results a caller holds share: the GPU's, or the host's for a CPU run."""
     import torch
 
-    return torch
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def kept_fingerprints(shared: Shared, ds: DataSet, report: dict[str, Any]) -> dict[str, tuple]:
@@ -42,13 +46,9 @@ def calls_to_keep(rng: Any, n: int, first: DataSet, device: str, notes: list[str
     """Which of a shape's ``n`` correctness calls hold their results, as a caller would, until all are made: all,
     unless they would take more than 1/KEEP_SHARE of the device's memory beside the kernel's (seen on the H100:
     ConvTranspose2d at KernelBench's size, 2 GiB a result); then as many as fit (at least 2), drawn at random.  Also
-    the MIDWAY calls after which the results kept so far are read back (``midway``), drawn at random."""
-    import torch
-
+    the MIDWAY calls after which the results kept so far are read back (``read_kept``), drawn at random."""
     size = first.nbytes()["outputs_bytes"]
-    total = (torch.cuda.get_device_properties(torch.device(device)).total_memory if device.startswith("cuda")
-             else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    fit = n if size == 0 else max(2, total // KEEP_SHARE // size)
+    fit = n if size == 0 else max(2, device_memory(device) // KEEP_SHARE // size)
     checks = set(rng.sample(range(1, n - 1), min(MIDWAY, max(0, n - 2))))
     if fit >= n:
         return set(range(n)), checks
@@ -57,15 +57,20 @@ def calls_to_keep(rng: Any, n: int, first: DataSet, device: str, notes: list[str
     return {n - 1, *rng.sample(range(n - 1), fit - 1)}, checks
 
 
-def midway(sess: Session, first: DataSet, trials: list[dict], held: list[dict], kept: set[int]) -> None:
-    """After a call drawn at random, the results the caller kept so far read back: one written and put back before
-    the shape's end (at a call count a kernel can predict) is caught while it is changed."""
+def read_kept(sess: Session, first: DataSet, trials: list[dict], held: list[dict], kept: set[int]) -> None:
+    """Every result the caller kept (``kept``: the calls; ``held``: per call, the fingerprints of what it returned)
+    read back after the calls that followed it; a call whose result changed, or could not be read, fails once.  Run
+    after MIDWAY calls drawn at random too: one written and put back before the shape's end (at a call count a kernel
+    can predict) is caught while it is changed."""
     for i in sorted(kept):
         for name, want in held[i].items() if i < len(held) - 1 and trials[i]["passed"] else ():
-            if read_back(sess, name, want, i=i) == "changed":
+            why = read_back(sess, name, want, i=i)
+            if why in ("changed", "unread"):
+                said = ("changed when the kernel was called again (it returns storage that it writes again later)"
+                        if why == "changed" else "could not be read back after the calls that followed")
                 _fail(trials, i, f"result kept after {len(held) - 1 - i} later call(s)", next(iter(first.expected.values())),
-                      f"the result '{name}' returned by call {i + 1} changed when the kernel was called again (it "
-                      "returns storage that it writes again later): a caller that keeps a result must find it as it was")
+                      f"the result '{name}' returned by call {i + 1} {said}: a caller that keeps a result must find "
+                      "it as it was")
                 break
 
 
@@ -107,9 +112,7 @@ def _watch(watched: list[dict], trials: list[dict], i: int, name: str, w: int, p
     """A result read again after every later shape's calls (each later shape's judge holds a buffer for it), while
     they fit WATCH_SHARE of the device's memory."""
     size = e.numel() * e.element_size()
-    total = (_torch().cuda.get_device_properties(e.device).total_memory if e.is_cuda
-             else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    if sum(x["bytes"] for x in watched) + size > total // WATCH_SHARE:
+    if sum(x["bytes"] for x in watched) + size > device_memory(e.device) // WATCH_SHARE:
         notes.append(f"the result '{name}' of call {i + 1} is not read again after the later shapes' calls: the "
                      "results so read would pass their share of the device's memory")
         return
@@ -138,16 +141,7 @@ def after_the_calls(sess: Session, prob: Problem, first: DataSet, trials: list[d
                   f"the result '{w['name']}' returned by call {w['i'] + 1} of an earlier shape, which the kernel keeps, "
                   "changed during the calls of a later shape: a result a caller may hold must never be written again")
             watched.remove(w)  # said once
-    for i, prints in enumerate(held[:-1]):  # every result a caller kept, after all the calls that followed it
-        for name, want in prints.items() if i in kept else ():
-            why = read_back(sess, name, want, i=i)
-            if why:
-                said = ("changed when the kernel was called again (it returns storage that it writes again later)"
-                        if why == "changed" else "could not be read back after the calls that followed")
-                _fail(trials, i, f"result kept after {len(held) - 1 - i} later call(s)", like,
-                      f"the result '{name}' returned by call {i + 1} {said}: a caller that keeps a result must find "
-                      "it as it was")
-                break
+    read_kept(sess, first, trials, held, kept)  # every result a caller kept, after all the calls that followed it
     # the caller lets go, but of the last call's results (carried through the later shapes): what the kernel still
     # holds must never change, and a pool holds the results of many calls
     last = len(trials) - 1  # carried where the caller held it and it passed
@@ -155,7 +149,7 @@ def after_the_calls(sess: Session, prob: Problem, first: DataSet, trials: list[d
     mine = [(i, name, w) for i, name, w in reply.get("held") or [] if 0 <= i < len(trials) and name in held[i]]
     calls = sorted({i for i, _, _ in mine})
     for i, name, w in mine:
-        why = read_back(sess, name, held[i][name], watch=w)
+        why = read_back(sess, name, held[i][name], watch=w) == "changed"
         if why or len(calls) > max(POOL_CALLS, len(trials) // 2):
             _fail(trials, i, f"result '{name}' of call {i + 1}", like,
                   f"the result '{name}' returned by call {i + 1} is still held by the kernel after its caller let go of "
@@ -168,8 +162,8 @@ def after_the_calls(sess: Session, prob: Problem, first: DataSet, trials: list[d
     for name, w in reply.get("carried") or []:
         if name in held[-1]:
             _watch(watched, trials, last, name, w, held[-1][name], first.expected[name], notes)
-    calls = sorted({w["i"] for w in watched if w["trials"] is trials and w["i"] in calls})
-    if calls:
-        notes.append(f"the kernel still holds the results of call(s) {', '.join(str(i + 1) for i in calls)} after its "
+    noted = sorted({w["i"] for w in watched if w["trials"] is trials and w["i"] in calls})
+    if noted:
+        notes.append(f"the kernel still holds the results of call(s) {', '.join(str(i + 1) for i in noted)} after its "
                      "caller let go of them (as a compile cache keeps the tensors it compiled with); they never "
                      "changed, through the calls after them and the later shapes' calls")

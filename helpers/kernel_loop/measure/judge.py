@@ -44,7 +44,7 @@ from ..tensors import is_tensor
 from . import protocol
 from .calls import Session, bad_row
 from .conditions import CONDITION_WORDS, condition, condition_plan, free_cached, out_of_memory
-from .held import after_the_calls, calls_to_keep, cycle_rings, kept_fingerprints, midway
+from .held import after_the_calls, calls_to_keep, cycle_rings, kept_fingerprints, read_kept
 from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
 from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
 from .timed import ab_loop, harness_hint, timed_loop, timing_block
@@ -270,7 +270,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                            **_memory(ds, (r["reply"] or {}).get("peak_mem_bytes"))})
             held.append(kept_fingerprints(sess.shared, ds, (r["reply"] or {}).get("returned") or {}) if passed else {})
             kept |= {len(held) - 1} if cond.keep else set()
-            midway(sess, first, trials, held, kept) if len(held) - 1 in checks else None
+            read_kept(sess, first, trials, held, kept) if len(held) - 1 in checks else None
             # a reference constant on moved inputs (a ReLU of inputs shifted far below zero) says nothing of the problem's
             result["warnings"] += [w for w in r["warnings"] if w not in result["warnings"]
                                    and not (said.startswith("range:") and w.endswith(CONSTANT_REFERENCE))]

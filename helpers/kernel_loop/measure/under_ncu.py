@@ -60,24 +60,24 @@ def census_first(judge: Any, hint: Any, ncu_worker: WorkerProc, path: Path, kind
     if not spec.get("census_prefix") or (counted is not None and counted <= budget.kernels):
         return None, ncu_worker
     judge.end_worker(ncu_worker)
-    prefix = census_capped(spec["census_prefix"], counted, budget)
+    prefix, capped = census_capped(spec["census_prefix"], counted, budget)
     census = ncu_run(judge, judge.start_worker("census", prefix=prefix), path, kind, prob, first, sets, "census")
     judge.mark("census")
-    census.update(choose(judge, spec, census, budget, capped=prefix != list(spec["census_prefix"])))
+    census.update(choose(judge, spec, census, budget, capped=capped))
     census["hint_launches"] = counted
     prefix = list(spec["ncu_prefix"])
     at = prefix.index("-o")
     return census, judge.start_worker("detail", prefix=prefix[:at] + census["filter"] + prefix[at:])
 
 
-def census_capped(prefix: list[str], counted: int | None, budget: inventory.Budget) -> list[str]:
-    """The census's ncu command for a call the worker counts ``counted`` launches of: past the budget's cap, ncu
-    profiles the first ``budget.census`` launches of the measured call only (it takes about 90 ms a launch: an
-    LSTM's thousands took minutes on the H100)."""
+def census_capped(prefix: list[str], counted: int | None, budget: inventory.Budget) -> tuple[list[str], bool]:
+    """The census's ncu command for a call the worker counts ``counted`` launches of, and whether it is capped: past
+    the budget's cap, ncu profiles the first ``budget.census`` launches of the measured call only (it takes about
+    90 ms a launch: an LSTM's thousands took minutes on the H100)."""
     if counted is None or counted <= budget.census:
-        return list(prefix)
+        return list(prefix), False
     at = prefix.index("-o")
-    return [*prefix[:at], "--launch-count", str(budget.census), *prefix[at:]]
+    return [*prefix[:at], "--launch-count", str(budget.census), *prefix[at:]], True
 
 
 def choose(judge: Any, spec: dict[str, Any], census: dict[str, Any], budget: inventory.Budget, *,
