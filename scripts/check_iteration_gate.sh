@@ -195,11 +195,38 @@ fail() { FAILS=$((FAILS + 1)); printf '[FAIL] %s\n' "$1"; }
 pass() { if ((VERBOSE)); then printf '[PASS] %s\n' "$1"; fi; return 0; }
 
 # --- small helpers ----------------------------------------------------------------
-# sha256 of a file's bytes (read from stdin so odd names are not escaped).
+# sha256 of a file's bytes (read from stdin so odd names are not escaped), from DIGEST_OF where
+# prefetch_digests put it.
+declare -A DIGEST_OF=()
 digest() {
   local line
+  if [[ -n ${DIGEST_OF[$1]+x} ]]; then printf '%s' "${DIGEST_OF[$1]}"; return 0; fi
   line=$(sha256sum <"$1") || return 1
   printf '%s' "${line%% *}"
+}
+
+# The sha256 of every file the checks may hash into DIGEST_OF, by one sha256sum process (once the records are
+# loaded): ref.py, run.json, each version's kernel sources, hypothesis.txt and kbs_evidence.md, and the files the
+# records name.  A gate run hashes each of them once or more, and a process per hash was a third of its cost.
+# The gate writes none of them; a file that cannot be read here is hashed again where a check needs it (and
+# fails there as before).
+prefetch_digests() {
+  local f paths=() i item items=()
+  declare -A seen=()
+  for f in "$OUT/ref.py" "$OUT/run.json" "$OUT"/v[0-9]*/{hypothesis.txt,kbs_evidence.md,*.py,*.cu}; do
+    seen[$f]=1
+  done
+  for ((i = 1; i <= REC_N; i++)); do
+    [[ ${R[$i.version]:-} =~ ^v[0-9]+$ && -n ${R[$i.files]:-} ]] || continue
+    IFS=, read -r -a items <<<"${R[$i.files]}"
+    for item in "${items[@]}"; do seen[$OUT/${R[$i.version]}/${item%:*}]=1; done
+  done
+  for f in "${!seen[@]}"; do [[ -f $f && ! -L $f ]] && paths+=("$f"); done
+  sums_of "${paths[@]}" || return 0
+  for i in "${!paths[@]}"; do
+    [[ ${SUMS[i]} =~ ^[0-9a-f]{64}$ ]] && DIGEST_OF[${paths[i]}]=${SUMS[i]}
+  done
+  return 0
 }
 
 nonempty() { [[ -f $1 && -s $1 ]]; }
@@ -466,6 +493,7 @@ changed_file() {
 # The device a run measures on, as the helpers record it: cpu, or cuda:<run.json gpu>.
 run_device() {
   local dev gpu
+  if [[ -n ${RUN_DEVICE:-} ]]; then printf '%s' "$RUN_DEVICE"; return 0; fi
   dev=$(json_top_value "$OUT/run.json" device)
   gpu=$(json_top_value "$OUT/run.json" gpu)
   if [[ $dev == cpu ]]; then printf cpu; else printf 'cuda:%s' "${gpu:-0}"; fi
@@ -620,12 +648,21 @@ check_8_correctness() {
   fi
 }
 
+# The numbers of the lines of file $1 that hold TODO_MARK, each followed by a space, into TODO_LINES (no process).
+todo_lines() {
+  local lines=() i
+  TODO_LINES=''
+  mapfile -t lines <"$1" 2>/dev/null || return 0
+  for i in "${!lines[@]}"; do [[ ${lines[i]} == *"$TODO_MARK"* ]] && TODO_LINES+="$((i + 1)) "; done
+  return 0
+}
+
 # 9. templates filled in (templates.bats; hypothesis.bats and kbs.bats test each file's half)
 check_9_templates_filled() {
   local f hits
   for f in kbs_evidence.md hypothesis.txt; do
     [[ -f $D/$f ]] || continue
-    hits=$(grep -nF -- "$TODO_MARK" "$D/$f" | cut -d: -f1 | tr '\n' ' ')
+    todo_lines "$D/$f"; hits=$TODO_LINES
     if [[ -n $hits ]]; then
       fail "$V: $f still has $TODO_MARK on line(s) ${hits% }: replace each with real content"
     else
@@ -700,7 +737,8 @@ tuning_values() {
 
 # The number of kernels kernel file $1 defines (__global__, @triton.jit or @jit, @cute.kernel; comment lines aside).
 kernel_count() {
-  grep -vE '^[[:space:]]*(#|//)' "$1" | grep -cE '__global__|@[[:space:]]*(triton\.)?jit\b|@[[:space:]]*cute\.kernel\b'
+  awk '!/^[[:space:]]*(#|\/\/)/ && /__global__|@[[:space:]]*(triton\.)?jit([^A-Za-z0-9_]|$)|@[[:space:]]*cute\.kernel([^A-Za-z0-9_]|$)/ { n++ }
+       END { print n + 0 }' "$1"
 }
 
 # Warn (never fail) when vK changes more than one launch or tuning value against v(K-1); say instead what the
@@ -798,8 +836,12 @@ check_12_kbs_queries() {
   bad=$(awk '{ sub(/\r$/, ""); t = $0; gsub(/^[ \t]+|[ \t]+$/, "", t) }
              t != "" && (substr(t, 1, 1) != "{" || substr(t, length(t)) != "}") { print NR; exit }' "$q")
   [[ -n $bad ]] && fail "$V: kbs_queries.jsonl line $bad is not a JSON object: only kernel-loop kbs writes this log"
+  local lines=() line found
+  mapfile -t lines <"$q" 2>/dev/null
   for purpose in kernel bottleneck; do
-    if grep -Eq "\"purpose\"[[:space:]]*:[[:space:]]*\"$purpose\"" "$q"; then
+    found=0
+    for line in "${lines[@]}"; do [[ $line =~ \"purpose\"[[:space:]]*:[[:space:]]*\"$purpose\" ]] && { found=1; break; }; done
+    if ((found)); then
       pass "$V: kbs_queries.jsonl has a $purpose query"
     else
       fail "$V: kbs_queries.jsonl has no \"purpose\": \"$purpose\" query: run kernel-loop kbs evidence"
@@ -1221,6 +1263,7 @@ check_13_records() {
   fi
   if ! load_key; then fail "$KEY_ERR"; return 0; fi
   if ! load_records 1; then fail "$REC_ERR"; return 0; fi
+  prefetch_digests
   if [[ ${R[1.step]:-} != init ]]; then
     fail "records.log does not start with an init record: start the run with kernel-loop init"; return 0
   fi
@@ -1239,6 +1282,7 @@ main() {
   parse_args "$@"
   take_lock
   read_state
+  RUN_DEVICE=''; [[ -f $OUT/run.json ]] && RUN_DEVICE=$(run_device)  # read once: run.json is what init recorded
   check_13_records
   ((FAILS)) && check_7_advance_state  # no verified records: nothing else can be judged
   if [[ -f $OUT/run.json && $(run_device) == cpu ]]; then  # no profile, so no KBS queries or hypothesis: one line

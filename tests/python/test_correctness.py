@@ -69,6 +69,16 @@ def test_tolerance_resolution_order():
     assert (cli["atol"], cli["rtol"], cli["source"]) == (1e-6, 0.2, "atol: cli; rtol: ref.py")
 
 
+def test_the_first_mismatch_is_named_by_its_index_in_every_shape():
+    for shape in [(5,), (2, 3), (3, 1, 4), (2, 2, 1, 3), (1,)]:
+        for flat in range(math.prod(shape)):
+            want = [int(i) for i in torch.unravel_index(torch.tensor(flat), shape)]
+            assert C.unravel(flat, shape) == want, (shape, flat)
+    got = torch.zeros(3, 1, 4)
+    got[2, 0, 1] = 1.0
+    assert C.compare(got, torch.zeros(3, 1, 4), 1e-4, 1e-3)["first_bad"]["index"] == [2, 0, 1]
+
+
 def test_compare_numbers():
     exp = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
     good = C.compare(exp.clone(), exp, 1e-4, 1e-3)

@@ -142,14 +142,29 @@ def open_index(extra_roots: list[str] | None = None) -> sqlite3.Connection:
         raise UsageError(f"the KBS index {db} cannot be read after a rebuild: {exc}") from None
 
 
+_PAGES: dict[tuple[str, int, int], list[dict[str, Any]]] = {}  # (index file, mtime, size) -> its pages
+
+
 def all_pages(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    """Every indexed page: its front matter plus ``path``, ``line``, ``body``, ``rowid``, ``inlinks``."""
+    """Every indexed page: its front matter plus ``path``, ``line``, ``body``, ``rowid``, ``inlinks``.  Read once per
+    index file (its name is the digest of the corpus it holds; a search reads every page, and decoding them was
+    most of its time): the list and its pages are shared, for reading only."""
+    key = None
+    for _, name, file in conn.execute("PRAGMA database_list"):
+        if name == "main" and file:
+            st = os.stat(file)
+            key = (file, st.st_mtime_ns, st.st_size)
+    if key is not None and key in _PAGES:
+        return _PAGES[key]
     out = []
     rows = conn.execute("SELECT rowid, path, line, front, body, inlinks FROM pages ORDER BY id")
     for rowid, path, line, front, body, inlinks in rows:
         page = json.loads(front)
         page.update(rowid=rowid, path=path, line=line, body=body, inlinks=inlinks)
         out.append(page)
+    if key is not None:
+        _PAGES.clear()  # one index at a time: the corpus a process searches
+        _PAGES[key] = out
     return out
 
 
