@@ -136,17 +136,21 @@ MAX_DIM = 2**31 - 1  # the largest value one dim may take (a kernel's 32-bit ind
 MAX_NUMEL = 2**63 - 1  # the product of the dims must fit a 64-bit element count
 
 
-def check_dim_limits(dims: dict[str, int], what: str = "--dims") -> None:
-    """Refuse (exit 2) a dim beyond 2^31-1 and dims whose product overflows a 64-bit count: no kernel runs
-    them (torch itself fails with "Overflow when unpacking long long")."""
+def check_dim_limits(dims: dict[str, int], what: str = "--dims", product: bool = True) -> None:
+    """Refuse (exit 2) a dim beyond 2^31-1 and, with ``product``, dims whose product overflows a 64-bit count: no
+    kernel runs them (torch itself fails with "Overflow when unpacking long long").  A KernelBench file's dims are
+    every size constant of its module (16 hidden-layer sizes of an MLP among them), no one tensor's: its tensors'
+    bytes are checked where they are made (init.check_inputs_fit), not the product."""
     for key, n in dims.items():
         if abs(n) > MAX_DIM:
             raise UsageError(f"{what}: {key}={n} exceeds 2^31-1 ({MAX_DIM}), the largest value one dim may take")
-    product = 1
+    if not product:
+        return
+    count = 1
     for n in dims.values():
-        product *= abs(n) or 1
-    if product > MAX_NUMEL:
-        raise UsageError(f"{what}: {format_dims(dims)}: the product of the dims ({float(product):.3g}) exceeds "
+        count *= abs(n) or 1
+    if count > MAX_NUMEL:
+        raise UsageError(f"{what}: {format_dims(dims)}: the product of the dims ({float(count):.3g}) exceeds "
                          f"2^63-1, a 64-bit element count: no tensor of these sizes can be made")
 
 

@@ -395,6 +395,29 @@ def apply_dims(module: Any, dims: dict[str, int], source_text: str | None = None
     dim of the file (``check_changes``).  Imports nothing (not torch), so it runs on any object with
     attributes."""
     text = inspect.getsource(module) if source_text is None else source_text
+    changed: dict[str, Any] = {}
+    for name, (_, value) in _pinned(text, dims).items():
+        missing = object()
+        current = getattr(module, name, missing)
+        if current is missing or not _same(current, value):
+            setattr(module, name, value)
+            changed[name] = value
+    return changed
+
+
+def changes(source_text: str, dims: dict[str, int]) -> dict[str, tuple[Any, Any]]:
+    """The constants of the file ``source_text`` that ``dims`` change: {name: (the file's value, the value under
+    dims)}, as apply_dims sets them.  A kernel file that copies the problem's constants (a KernelBench ModelNew
+    file with Model's module beside it) gets the same values where it holds the file's (measure/worker.py)."""
+    return {name: (was, now) for name, (was, now) in _pinned(source_text, dims).items() if not _same(was, now)}
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def _pinned(text: str, dims: dict[str, int]) -> dict[str, tuple[Any, Any]]:
+    """Every pure constant of the file but its axes: {name: (the file's value or None, the value under dims)}."""
     tree = parse(text)
     sizes, axes = _sizes(tree)
     file_values = evaluate(tree)
@@ -402,16 +425,8 @@ def apply_dims(module: Any, dims: dict[str, int], source_text: str | None = None
     dims = {str(k): int(v) for k, v in dict(dims).items()
             if not (k in axes and file_values[k].value == v)}
     check_changes(tree, dims, "dims")
-    changed: dict[str, Any] = {}
-    for name, b in evaluate(tree, dims, set(sizes)).items():
-        if name in axes:
-            continue
-        missing = object()
-        current = getattr(module, name, missing)
-        if current is missing or type(current) is not type(b.value) or current != b.value:
-            setattr(module, name, b.value)
-            changed[name] = b.value
-    return changed
+    return {name: (file_values[name].value if name in file_values else None, b.value)
+            for name, b in evaluate(tree, dims, set(sizes)).items() if name not in axes}
 
 
 # torch factories get_inputs() may call, and the bytes of an element of each dtype (float32 by default)

@@ -117,6 +117,33 @@ def put_back(model, saved: dict[str, Any]) -> None:
         params[name].detach().copy_(t)
 
 
+def uninfer(model) -> list[str]:
+    """The tensors a call under torch.inference_mode() left on ``model``'s modules (an attribute, buffer or parameter
+    it set, a tuple or list of them such as a recurrent state) made normal tensors of the same values; returns their
+    names.  A Model that keeps its state (KernelBench's VanillaRNN copies into ``self.hidden``) fails its next call
+    outside inference mode on an inference tensor, as a user's would: the judge's other calls are not to fail on
+    that.  Call under no_grad."""
+    torch = _torch()
+
+    def normal(t):
+        if isinstance(t, torch.Tensor) and t.is_inference():
+            new = t.clone()
+            return torch.nn.Parameter(new, t.requires_grad) if isinstance(t, torch.nn.Parameter) else new
+        if isinstance(t, (tuple, list)) and any(isinstance(x, torch.Tensor) and x.is_inference() for x in t):
+            return type(t)(normal(x) for x in t) if type(t) in (tuple, list) else t
+        return t
+
+    fixed = []
+    for prefix, mod in model.named_modules():
+        for store in (mod.__dict__, mod._buffers, mod._parameters):
+            for name, t in list(store.items()):
+                new = normal(t)
+                if new is not t:
+                    store[name] = new
+                    fixed.append(f"{prefix}.{name}" if prefix else name)
+    return fixed
+
+
 def upstream(seed: int, i: int, like):
     """The gradient handed to backward() for the ``i``-th output of a call, drawn on the CPU from ``seed`` so that
     the judge (for Model) and the worker (for ModelNew) draw the same: normal values, or for an odd ``seed`` one

@@ -67,6 +67,104 @@ def test_a_kernelbench_file_runs_at_its_own_sizes(tmp_path, judge_here, worker_h
     assert data["memory"] is None  # CPU mode: no device memory to measure
 
 
+KB_STATEFUL = '''"""KernelBench's VanillaRNN, scaled down: __init__ reads the module's batch_size, and forward keeps its state on
+the module (an inference tensor after a call under torch.inference_mode())."""
+import torch
+from torch import nn
+
+batch_size = 8
+input_size = 6
+hidden_size = 5
+
+
+class Model(nn.Module):
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        self.hidden = torch.randn((batch_size, hidden_size))
+        self.i2h = nn.Linear(input_size + hidden_size, hidden_size)
+
+    def forward(self, x, initial_hidden):
+        self.hidden.copy_(initial_hidden)
+        self.hidden = self.hidden.to(x.device)
+        self.hidden = torch.tanh(self.i2h(torch.cat((x, self.hidden), dim=1)))
+        return self.hidden * 2
+
+
+def get_inputs():
+    return [torch.rand(batch_size, input_size), torch.rand(batch_size, hidden_size)]
+
+
+def get_init_inputs():
+    return [input_size, hidden_size]
+'''
+
+
+def test_a_model_that_reads_its_sizes_in_init_and_keeps_its_state_passes_at_other_dims(tmp_path, judge_here,
+                                                                                        worker_here):
+    """Found by a CPU sweep of KernelBench with ModelNew = Model: level 3's VanillaRNN failed at every --dims that
+    changed batch_size (the kernel file's Model read its own batch_size, 256, while the inputs had the run's), and,
+    at its own batch size, failed 4 runs in 5 on the call after the one under torch.inference_mode() (its forward
+    copies into the inference tensor that call left on the module).  Now the kernel file's constants that hold ref.py's
+    values take the run's dims, and the tensors an inference-mode call leaves on the module are made normal ones."""
+    (tmp_path / "kb.py").write_text(KB_STATEFUL)
+    (tmp_path / "new.py").write_text(KB_STATEFUL + "\nModelNew = Model\n")
+    out = tmp_path / "run"
+    assert klcli.main("init", out, "--kernel", "rnn", "--ref", tmp_path / "kb.py", "--impl", "triton", "--baseline",
+                      tmp_path / "new.py", "--skip-env", "--dims", "batch_size=3", "--extra-shapes", "batch_size=5") == 0
+    assert klcli.main("correctness", out) == 0, read_json(out / "v0" / "correctness.json")["error"]
+    data = read_json(out / "v0" / "correctness.json")
+    assert [s["trials"][0]["outputs"][0]["shape"] for s in data["shapes"]] == [[3, 5], [5, 5]]
+    conds = [t["condition"] for s in data["shapes"] for t in s["trials"]]
+    assert conds.count("mode:inference") == 2, conds  # in each shape (at a place drawn at random)
+
+
+def test_the_tensors_an_inference_mode_call_leaves_on_a_model_become_normal_ones():
+    from kernel_loop import tensors
+
+    ns = {}
+    exec(KB_STATEFUL, ns)
+    model = ns["Model"](6, 5).eval()
+    x, h = ns["get_inputs"]()
+    with torch.inference_mode():
+        model(x, h)
+    model.i2h.register_buffer("state", torch.zeros(2))
+    with torch.inference_mode():
+        model.i2h.state = torch.ones(2)  # a buffer set in the call
+        model.pair = (torch.ones(2), 3)  # a recurrent state (h, c) kept as a tuple
+    with pytest.raises(RuntimeError, match="inference tensor"):
+        with torch.no_grad():
+            model(x, h)
+    with torch.no_grad():
+        assert sorted(tensors.uninfer(model)) == ["hidden", "i2h.state", "pair"]
+        out = model(x, h)  # as it would have been on normal tensors
+    assert not out.is_inference() and not model.i2h.state.is_inference() and "state" in model.i2h._buffers
+    assert not model.pair[0].is_inference() and model.pair[1] == 3 and type(model.pair) is tuple
+    assert tensors.uninfer(model) == []
+
+
+def test_a_file_with_many_size_constants_is_not_refused_for_their_product(tmp_path, capsys):
+    """Found by a CPU sweep of KernelBench: level 3's DeepNarrowMLP (16 hidden-layer sizes of 1024 besides its batch,
+    input and output sizes) could never be initialised: init multiplied every size constant of the file (1e+59) and
+    refused it as over a 64-bit element count, though its largest tensor is 1024 x 8192."""
+    ref = tmp_path / "mlp.py"
+    ref.write_text('import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n'
+                   '    def __init__(self, sizes):\n        super().__init__()\n'
+                   '        self.net = nn.Sequential(*[nn.Linear(a, b) for a, b in zip(sizes, sizes[1:])])\n\n'
+                   '    def forward(self, x):\n        return self.net(x)\n\n\n'
+                   'batch_size = 1024\nhidden_layer_sizes = [1024] * 16\n\n\n'
+                   'def get_inputs():\n    return [torch.rand(batch_size, hidden_layer_sizes[0])]\n\n\n'
+                   'def get_init_inputs():\n    return [hidden_layer_sizes]\n')
+    (tmp_path / "new.py").write_text(ref.read_text() + "\nModelNew = Model\n")
+    for dims in ([], ["--dims", "batch_size=2"]):
+        out = tmp_path / f"run{len(dims)}"
+        assert klcli.main("init", out, "--kernel", "mlp", "--ref", ref, "--impl", "triton", "--baseline",
+                          tmp_path / "new.py", "--skip-env", *dims) == 0, capsys.readouterr().err
+    assert read_json(tmp_path / "run2" / "run.json")["dims"]["batch_size"] == 2
+    big = ["--dims", f"batch_size={2**31}"]  # one dim beyond 2^31-1 is still refused
+    assert klcli.main("init", tmp_path / "run3", "--kernel", "mlp", "--ref", ref, "--impl", "triton", "--baseline",
+                      tmp_path / "new.py", "--skip-env", *big) == 2 and "exceeds 2^31-1" in capsys.readouterr().err
+
+
 def test_dims_override_a_constant_by_name_and_an_unknown_name_is_one_line(tmp_path, capsys):
     rc, out = _init(tmp_path, None, "--dims", "dim=128")
     assert rc == 0 and read_json(out / "run.json")["dims"] == {"batch_size": 8, "dim": 128}

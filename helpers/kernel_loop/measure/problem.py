@@ -134,6 +134,14 @@ class Problem:
         kb_dims.apply_dims(self.ref, self.dims, Path(self.ref.__file__).read_text(encoding="utf-8"))
         self.ref._kl_applied_dims = dict(self.dims)
 
+    def changes(self) -> dict[str, tuple[Any, Any]]:
+        """The constants of ref.py's file this shape's dims change, {name: (the file's value, this shape's)}: a
+        kernel file that holds the file's value under the same name gets this shape's (measure/worker.py), as
+        KernelBench's ModelNew files copy the problem's module, whose __init__ may read its sizes (batch_size)."""
+        from .. import kb_dims
+
+        return kb_dims.changes(Path(self.ref.__file__).read_text(encoding="utf-8"), self.dims)
+
     @property
     def model_seed(self) -> int:
         """The seed Model and ModelNew are built from: fixed by the run's seed, which it does not reveal (a one-way
@@ -324,6 +332,7 @@ class Problem:
         if kind in ("kb", "ref-kb"):
             args = [buffers[n] if is_tensor(v) else {"value": encode_value(v)} for n, v in ds.args.items()]
             return {"init": encode_value(self.init), "seed": self.model_seed, "args": args,
+                    "module_dims": {n: [encode_value(was), encode_value(now)] for n, (was, now) in self.changes().items()},
                     "state": {n: buffers[f"param:{n}"] for n in self.state()}, "outputs": outputs, "kept": kept,
                     "out_names": [], "compile": compile}
         if kind == "cu":

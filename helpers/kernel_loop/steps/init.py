@@ -139,7 +139,7 @@ def _kb_checked(changes: dict[str, int], what: str, tree: ast.Module) -> dict[st
     bad = [f"{k}={v}" for k, v in changes.items() if v <= 0]
     if bad:
         raise UsageError(f"{what}: {', '.join(bad)} must be a positive integer")
-    check_dim_limits(changes, what)
+    check_dim_limits(changes, what, product=False)
     return changes
 
 
@@ -159,7 +159,7 @@ def run_shapes(args: argparse.Namespace, ref_info: dict) -> tuple[dict[str, int]
         def complete(changes: dict[str, int]) -> dict[str, int]:
             return kb_dims.shape_dims(tree, {**pinned, **_kb_checked(changes, "--extra-shapes", tree)})
 
-        check_dim_limits(dims, "--dims" if args.dims else "the size constants of ref.py")
+        check_dim_limits(dims, "--dims" if args.dims else "the size constants of ref.py", product=False)
         shapes = parse_extra_shapes(args.extra_shapes, dims, complete)
     else:
         if args.dims is None:
@@ -167,7 +167,7 @@ def run_shapes(args: argparse.Namespace, ref_info: dict) -> tuple[dict[str, int]
         dims = parse_dims(args.dims)
         shapes = parse_extra_shapes(args.extra_shapes, dims)
     for shape in shapes:  # complete shapes: a changed dim and those it keeps or derives, together
-        check_dim_limits(shape, "--extra-shapes")
+        check_dim_limits(shape, "--extra-shapes", product=not _is_kb(ref_info))
     return dims, shapes
 
 
