@@ -103,3 +103,22 @@ def call_with(fn: Callable, pool: dict, **extra: Any) -> Any:
         raise UsageError(f"{fn.__name__}() needs {', '.join(missing)}, which neither the inputs nor the dims provide "
                          f"(available: {', '.join(sorted(kw)) or 'none'})")
     return fn(**kw)
+
+
+_MISSING = object()
+
+
+def set_constants(module: Any, first: dict[str, Any], dims: dict[str, list]) -> None:
+    """One shape's sizes on a kernel file's ``module`` where it binds a constant of ref.py's file to the file's
+    value (a KernelBench file's Model reads them in __init__, batch_size say): ``dims`` {name: [the file's value,
+    this shape's]}.  ``first`` keeps each name's value at the first call (the module's own); a name an earlier shape
+    set and this one does not goes back to it."""
+    for name in dims:
+        first.setdefault(name, getattr(module, name, _MISSING))
+    for name, was in first.items():
+        if name in dims:
+            file_value, value = dims[name]
+            if type(was) is type(file_value) and was == file_value:
+                setattr(module, name, value)
+        elif was is not _MISSING:
+            setattr(module, name, was)

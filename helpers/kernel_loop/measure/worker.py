@@ -39,9 +39,6 @@ from . import guards, protocol, sandbox
 NVTX_RANGE = "kl_measure"
 
 
-_MISSING = object()
-
-
 class Kernel:
     """One imported kernel (or baseline) and, once bound, its call."""
 
@@ -61,7 +58,7 @@ class Kernel:
         self.inputs: list[tuple[Any, Any, str]] = []  # (where the call reads it, its key there, judge buffer) per input
         self.state_bufs: dict[str, Any] = {}  # the model's parameters and buffers by name -> the judge's buffer
         self.pending: tuple | None = None     # a call's outputs and input leaves, until its backward() (op_backward)
-        self.consts: dict[str, Any] = {}  # the module's constants the run's dims change, as imported (_set_dims)
+        self.consts: dict[str, Any] = {}  # the module's constants the run's dims change, as imported (loader)
 
 
 class Worker:
@@ -188,23 +185,6 @@ class Worker:
                 self.shared.pop(b, None)
         return {"kernels": info}
 
-    @staticmethod
-    def _set_dims(k: Kernel, dims: dict) -> None:
-        """This shape's sizes on the module ``k`` was imported from, where it binds a constant of ref.py's file to the
-        file's value (a KernelBench file's Model reads them in __init__, batch_size say): {name: [the file's value,
-        this shape's]}.  Each name is compared with the module's value at import; a name an earlier shape set and
-        this one does not goes back to it."""
-        first = k.consts
-        for name in dims:
-            first.setdefault(name, getattr(k.module, name, _MISSING))
-        for name, was in first.items():
-            if name in dims:
-                file_value, value = (protocol.decode_value(v) for v in dims[name])
-                if type(was) is type(file_value) and was == file_value:
-                    setattr(k.module, name, value)
-            elif was is not _MISSING:
-                setattr(k.module, name, was)
-
     def _tensor_pool(self, call: dict) -> dict:
         pool = {name: protocol.decode_value(v) for name, v in (call.get("scalars") or {}).items()}
         pool.update({arg: self.local[buf] for arg, buf in (call.get("tensors") or {}).items()})
@@ -241,7 +221,8 @@ class Worker:
                 raise UsageError(f"ref.py is in KernelBench format, so {Path(k.module.__file__).name} must define "
                                  f"{cls_name}")
             init = protocol.decode_value(call.get("init") or [])
-            self._set_dims(k, call.get("module_dims") or {})
+            loader.set_constants(k.module, k.consts, {n: [protocol.decode_value(v) for v in pair]
+                                                     for n, pair in (call.get("module_dims") or {}).items()})
             torch.manual_seed(int(call.get("seed") or 0))
             with torch.device(self.device):
                 try:
