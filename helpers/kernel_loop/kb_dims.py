@@ -169,18 +169,24 @@ class _Scan(ast.NodeVisitor):
 
     def __init__(self) -> None:
         self.axis_values: list[tuple[ast.AST, frozenset[str], str | None, str | None]] = []
-        self.reads: list[tuple[str, frozenset[str]]] = []
+        self.reads: list[tuple[str, frozenset[str], str | None]] = []  # name, hidden names, the top-level def's name
         self._locals: list[set[str]] = []
         self._cls: list[str] = []
         self._fn: list[str] = []
+        self._outer: list[str] = []  # the classes and functions the walk is in, outermost first
 
     def _shadow(self) -> frozenset[str]:
         return frozenset().union(*self._locals) if self._locals else frozenset()
 
+    def _top(self) -> str | None:
+        return self._outer[0] if self._outer else None
+
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self._outer.append(node.name)
         self._cls.append(node.name)
         self.generic_visit(node)
         self._cls.pop()
+        self._outer.pop()
 
     def _visit_fn(self, node: Any) -> None:
         for d in getattr(node, "decorator_list", []):
@@ -189,8 +195,10 @@ class _Scan(ast.NodeVisitor):
             self.visit(default)
         self._locals.append(_local_names(node))
         self._fn.append(getattr(node, "name", "<lambda>"))
+        self._outer.append(self._fn[-1])
         for stmt in node.body if isinstance(node.body, list) else [node.body]:
             self.visit(stmt)
+        self._outer.pop()
         self._fn.pop()
         self._locals.pop()
 
@@ -205,7 +213,7 @@ class _Scan(ast.NodeVisitor):
 
     def visit_Name(self, node: ast.Name) -> None:
         if isinstance(node.ctx, ast.Load):
-            self.reads.append((node.id, self._shadow()))
+            self.reads.append((node.id, self._shadow(), self._top()))
 
 
 def _module_function(tree: ast.Module, name: str) -> ast.FunctionDef | None:
@@ -276,7 +284,7 @@ def _axes(tree: ast.Module, consts: dict[str, Binding]) -> set[str]:
                 if i in positions and name in consts:
                     axes.add(name)
     # 3. a constant named dim/axis/dims that nothing reads
-    read = {name for name, shadow in scan.reads if name not in shadow}
+    read = {name for name, shadow, _ in scan.reads if name not in shadow}
     axes |= {name for name in consts if name in _AXIS_NAMES and name not in read}
     return {a for a in axes if is_int(consts[a].value) or is_int_seq(consts[a].value)}
 
@@ -407,9 +415,17 @@ def apply_dims(module: Any, dims: dict[str, int], source_text: str | None = None
 
 def changes(source_text: str, dims: dict[str, int]) -> dict[str, tuple[Any, Any]]:
     """The constants of the file ``source_text`` that ``dims`` change: {name: (the file's value, the value under
-    dims)}, as apply_dims sets them.  A kernel file that copies the problem's constants (a KernelBench ModelNew
-    file with Model's module beside it) gets the same values where it holds the file's (measure/worker.py)."""
+    dims)}, as apply_dims sets them (measure/problem.py gives them to a kernel file that copies the problem's)."""
     return {name: (was, now) for name, (was, now) in _pinned(source_text, dims).items() if not _same(was, now)}
+
+
+def model_reads(source: ast.Module | os.PathLike | str) -> set[str]:
+    """The module-level names read inside the file's classes and functions other than get_inputs and get_init_inputs:
+    the constants Model itself depends on (VanillaRNN's __init__ reads batch_size), whatever the inputs' sizes."""
+    scan = _Scan()
+    scan.visit(parse(source))
+    return {name for name, shadow, top in scan.reads
+            if name not in shadow and top not in (None, "get_inputs", "get_init_inputs")}
 
 
 def _same(a: Any, b: Any) -> bool:

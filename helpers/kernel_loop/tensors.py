@@ -117,12 +117,32 @@ def put_back(model, saved: dict[str, Any]) -> None:
         params[name].detach().copy_(t)
 
 
-def uninfer(model) -> list[str]:
+def _tensor_state(model):
+    """(name, store, key, value) of every tensor, or tuple or list holding one, on ``model``'s modules: attributes,
+    buffers and parameters."""
+    torch = _torch()
+    for prefix, mod in model.named_modules():
+        for store in (mod.__dict__, mod._buffers, mod._parameters):
+            for key, t in list(store.items()):
+                if isinstance(t, torch.Tensor) or (isinstance(t, (tuple, list))
+                                                   and any(isinstance(x, torch.Tensor) for x in t)):
+                    yield (f"{prefix}.{key}" if prefix else key), store, key, t
+
+
+def state_names(model) -> list[str]:
+    """The names of the tensors a model keeps on its modules (``_tensor_state``): Model's, which ``uninfer`` may touch
+    on ModelNew."""
+    return [name for name, *_ in _tensor_state(model)]
+
+
+def uninfer(model, names: list[str] | None = None) -> list[str]:
     """The tensors a call under torch.inference_mode() left on ``model``'s modules (an attribute, buffer or parameter
-    it set, a tuple or list of them such as a recurrent state) made normal tensors of the same values; returns their
-    names.  A Model that keeps its state (KernelBench's VanillaRNN copies into ``self.hidden``) fails its next call
-    outside inference mode on an inference tensor, as a user's would: the judge's other calls are not to fail on
-    that.  Call under no_grad."""
+    it set, a tuple or list of them such as a recurrent state) made normal tensors of the same values, among
+    ``names`` (Model's own state, ``state_names``; all by default); returns their names.  A Model that keeps its
+    state (KernelBench's VanillaRNN copies into ``self.hidden``) fails its next call outside inference mode on an
+    inference tensor, as a user's would: the judge's other calls are not to fail on that.  A tensor of ModelNew's
+    own (a cache made in that call) is left as it is: a user's next call with autograd meets it.  Call under
+    no_grad."""
     torch = _torch()
 
     def normal(t):
@@ -134,13 +154,11 @@ def uninfer(model) -> list[str]:
         return t
 
     fixed = []
-    for prefix, mod in model.named_modules():
-        for store in (mod.__dict__, mod._buffers, mod._parameters):
-            for name, t in list(store.items()):
-                new = normal(t)
-                if new is not t:
-                    store[name] = new
-                    fixed.append(f"{prefix}.{name}" if prefix else name)
+    for name, store, key, t in _tensor_state(model):
+        new = normal(t) if names is None or name in names else t
+        if new is not t:
+            store[key] = new
+            fixed.append(name)
     return fixed
 
 

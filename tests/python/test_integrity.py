@@ -447,10 +447,10 @@ def test_a_result_that_computes_when_read_is_refused_naming_its_type(tmp_path, w
     assert len(data["error"].splitlines()) == 1
 
 
-def _kb(tmp_path, ref, kernel, dims):
+def _kb(tmp_path, ref, kernel, dims, *extra):
     out = tmp_path / "run"
     assert klcli.main("init", out, "--kernel", "k", "--ref", KERNELS / ref, "--impl", "triton", "--baseline",
-                      KERNELS / kernel, "--dims", dims, "--skip-env") == 0
+                      KERNELS / kernel, "--dims", dims, "--skip-env", *extra) == 0
     rc = klcli.main("correctness", out)
     return rc, json.loads((out / "v0" / "correctness.json").read_text()), (out / "v0" / "correctness.md").read_text()
 
@@ -777,6 +777,7 @@ def test_a_kernel_reusing_its_buffer_once_the_returned_object_dies_fails(tmp_pat
 
 @pytest.mark.parametrize("kernel, passes", [("cheat_softmax_cross_shape_scratch.py", False),
                                             ("cheat_softmax_last_as_scratch.py", False),
+                                            ("cheat_softmax_borrows_and_puts_back.py", False),
                                             ("honest_softmax_compile_keeps_args.py", True)])
 def test_a_result_a_compile_cache_keeps_is_read_again_after_the_later_shapes(tmp_path, worker_here, kernel, passes):
     """Found by a red team: a kernel that kept each shape's first result (as a compile cache would, noted) and used it
@@ -786,6 +787,24 @@ def test_a_result_a_compile_cache_keeps_is_read_again_after_the_later_shapes(tmp
     assert (rc == 0) is passes, data["error"]
     if not passes:  # the kept result read after the later shape's calls, or the one the caller carried into them
         assert "changed during the calls of a later shape" in data["error"], data["error"]
+
+
+def test_a_kernel_right_only_while_every_result_is_kept_fails(tmp_path, worker_here):
+    """Found by a sixth red team: correctness kept every result while the next call ran, the timed loops none, so a
+    kernel could tell the judge's calls from a user's who drops a result now and then.  One call in four (drawn at
+    random) now lets go of its results at once; over two shapes (29 calls) every call keeps its result once in 4000."""
+    rc, data, md = _correctness(tmp_path, "ref_softmax.py", "cheat_softmax_right_while_all_kept.py", "M=8,N=64",
+                                "--extra-shapes", "M=4,N=32")
+    assert rc == 1, data["error"]
+
+
+def test_a_kernel_reshaping_by_its_copy_of_a_constant_model_never_reads_fails(tmp_path, worker_here):
+    """Found by a sixth red team: the kernel file's copies of ref.py's constants took every shape's dims, so a
+    ModelNew that laid its rows out by its own batch_size passed at each shape and was wrong at any other batch in a
+    user's import.  Only the constants ref.py's Model reads take the run's dims now (VanillaRNN's batch_size)."""
+    rc, data, md = _kb(tmp_path, "kb_ref_softmax_sized.py", "cheat_kb_softmax_by_its_batch_size.py", "batch_size=16",
+                       "--extra-shapes", "batch_size=13")
+    assert rc == 1 and "dims batch_size=13" in data["error"], data["error"]
 
 
 def test_a_compile_cache_per_layout_and_mode_is_not_a_pool(tmp_path, worker_here):

@@ -116,6 +116,22 @@ def test_a_model_that_reads_its_sizes_in_init_and_keeps_its_state_passes_at_othe
     assert [s["trials"][0]["outputs"][0]["shape"] for s in data["shapes"]] == [[3, 5], [5, 5]]
     conds = [t["condition"] for s in data["shapes"] for t in s["trials"]]
     assert conds.count("mode:inference") == 2, conds  # in each shape (at a place drawn at random)
+    assert "batch_size=3: ref.py's Model reads this constant" in (out / "v0" / "correctness.md").read_text()
+
+
+def test_a_model_that_returns_the_state_it_updates_in_place_passes(tmp_path, judge_here, worker_here):
+    """Found by a sixth red team: a VanillaRNN that returns its hidden state, which its next call overwrites in place
+    (KernelBench's VanillaRNNHidden pattern), failed 21 of 22 calls as ModelNew = Model: Model itself writes again
+    what it returned, so no caller of Model could keep a result.  The judge sees Model do it and reads no kept
+    result back (and says so)."""
+    ref = KB_STATEFUL.replace("return self.hidden * 2", "return self.hidden")
+    (tmp_path / "kb.py").write_text(ref)
+    (tmp_path / "new.py").write_text(ref + "\nModelNew = Model\n")
+    out = tmp_path / "run"
+    assert klcli.main("init", out, "--kernel", "rnn", "--ref", tmp_path / "kb.py", "--impl", "triton", "--baseline",
+                      tmp_path / "new.py", "--skip-env") == 0
+    assert klcli.main("correctness", out) == 0, read_json(out / "v0" / "correctness.json")["error"]
+    assert "Model writes again a result it returned" in (out / "v0" / "correctness.md").read_text()
 
 
 def test_the_tensors_an_inference_mode_call_leaves_on_a_model_become_normal_ones():
@@ -135,6 +151,7 @@ def test_the_tensors_an_inference_mode_call_leaves_on_a_model_become_normal_ones
         with torch.no_grad():
             model(x, h)
     with torch.no_grad():
+        assert tensors.uninfer(model, ["i2h.weight"]) == []  # only the names given: Model's state, not a cache of ModelNew's
         assert sorted(tensors.uninfer(model)) == ["hidden", "i2h.state", "pair"]
         out = model(x, h)  # as it would have been on normal tensors
     assert not out.is_inference() and not model.i2h.state.is_inference() and "state" in model.i2h._buffers

@@ -44,7 +44,7 @@ from ..tensors import is_tensor
 from . import protocol
 from .calls import Session, bad_row
 from .conditions import CONDITION_WORDS, condition, condition_plan, free_cached, out_of_memory
-from .held import after_the_calls, calls_to_keep, cycle_rings, kept_fingerprints, read_kept
+from .held import after_a_call, after_the_calls, calls_to_keep, cycle_rings, kept_fingerprints
 from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
 from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
 from .timed import ab_loop, harness_hint, timed_loop, timing_block
@@ -241,14 +241,13 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                 said_at = time.monotonic()
                 progress(f"shape {si + 1} of {len(spec['shapes'])}: call {t + 1} of {len(plan)}{_at()}")
             seed = derive_seed(cfg.seed, si, t)
-            want = plan[t] if plan else None
             ds = prob.draw(seed)
             if sess is None:
-                sess = Session(judge, worker, prob, {"k": (path, kind)}, ds, f"s{si}", keep=True, watch=watched)
-                first = ds
+                sess, first = Session(judge, worker, prob, {"k": (path, kind)}, ds, f"s{si}", keep=True, watch=watched), ds
                 plan = condition_plan(judge.rng, ds, prob, int(spec["trials"]))
                 keep, checks = calls_to_keep(judge.rng, len(plan), ds, judge.device, notes)
-            cond, said, ds = condition(judge.tolerance, prob, first, ds, want, earlier, seed, notes)
+                notes += prob.constants_note()
+            cond, said, ds = condition(judge.tolerance, prob, first, ds, plan[t], earlier, seed, notes)
             cond.keep = t in keep
             cycle_rings(sess, len(plan), notes) if t == len(plan) - 1 > 0 else None
             free_cached()
@@ -270,7 +269,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                            **_memory(ds, (r["reply"] or {}).get("peak_mem_bytes"))})
             held.append(kept_fingerprints(sess.shared, ds, (r["reply"] or {}).get("returned") or {}) if passed else {})
             kept |= {len(held) - 1} if cond.keep else set()
-            read_kept(sess, first, trials, held, kept) if len(held) - 1 in checks else None
+            after_a_call(sess, first, trials, held, kept, checks, watched)
             # a reference constant on moved inputs (a ReLU of inputs shifted far below zero) says nothing of the problem's
             result["warnings"] += [w for w in r["warnings"] if w not in result["warnings"]
                                    and not (said.startswith("range:") and w.endswith(CONSTANT_REFERENCE))]

@@ -37,6 +37,7 @@ from ..tensors import (
     nudge,
     nudge_scales,
     poison_tensor,
+    state_names,
     storage_ptr,
 )
 from . import guards
@@ -120,6 +121,7 @@ class Problem:
         self.drew: tuple[bool, bool] = (False, False)  # the last run_reference's draws: torch's; Python's or NumPy's
         self.rng_after: bytes | None = None  # torch's generators after the last run_reference
         self._prev_ptrs: set[int] = set()  # the storages the previous draw's reference returned
+        self._prev_out: list[tuple[Any, tuple]] = []  # what it returned, each with its fingerprint then
         if is_kernelbench(ref):
             self._build_model()
 
@@ -135,12 +137,23 @@ class Problem:
         self.ref._kl_applied_dims = dict(self.dims)
 
     def changes(self) -> dict[str, tuple[Any, Any]]:
-        """The constants of ref.py's file this shape's dims change, {name: (the file's value, this shape's)}: a
-        kernel file that holds the file's value under the same name gets this shape's (measure/worker.py), as
-        KernelBench's ModelNew files copy the problem's module, whose __init__ may read its sizes (batch_size)."""
+        """The constants of ref.py's file that Model reads (in __init__ or forward, not only get_inputs) and this
+        shape's dims change, {name: (the file's value, this shape's)}: a kernel file that holds the file's value
+        under the same name gets this shape's (loader.set_constants), as a KernelBench ModelNew file copies the
+        problem's module, whose Model may read its sizes (VanillaRNN's batch_size).  One that Model does not read
+        keeps the file's value, as in a user's import (a red team's kernel reshaped by its copy of batch_size)."""
         from .. import kb_dims
 
-        return kb_dims.changes(Path(self.ref.__file__).read_text(encoding="utf-8"), self.dims)
+        text = Path(self.ref.__file__).read_text(encoding="utf-8")
+        reads = kb_dims.model_reads(text)
+        return {n: c for n, c in kb_dims.changes(text, self.dims).items() if n in reads}
+
+    def constants_note(self) -> list[str]:
+        """The shape's note on the constants ``changes`` gives the kernel file, if any."""
+        ch = self.changes() if self.model is not None else {}
+        return [f"{', '.join(f'{n}={v[1]}' for n, v in ch.items())}: ref.py's Model reads "
+                f"{'these constants' if len(ch) > 1 else 'this constant'} of its module, so the kernel file's own, "
+                "where it holds ref.py's value, took this shape's too"] if ch else []
 
     @property
     def model_seed(self) -> int:
@@ -297,6 +310,8 @@ class Problem:
         torch = _torch()
         ds.fingerprints = {n: fingerprint(ds.args[n]) for n in ds.input_names()}
         out = self.run_reference(ds.args, ds)
+        if any(fingerprint(t) != fp for t, fp in self._prev_out):  # Model wrote again a result it returned before
+            self.seen["overwrites"] = True  # (KernelBench's VanillaRNNHidden returns its state, updated in place)
         ds.rng_after = self.rng_after  # where the kernel's call must leave torch's generators
         if any(self.drew):  # a reference that draws (on the device too): the kernel may, from the same seed
             self.seen["draws"] = True
@@ -310,9 +325,10 @@ class Problem:
                                   "reuses": storage_ptr(v) in self._prev_ptrs, "foreign": foreign_memory(v),
                                   "aliases": any(storage_ptr(o) == storage_ptr(v) for n, o in out.items()
                                                  if n != name and is_tensor(o))}
-        ds.expected = {n: v.clone() if storage_ptr(v) in held or storage_ptr(v) in self._prev_ptrs else v
-                       for n, v in out.items()}
+        ds.expected = {n: v.clone() if storage_ptr(v) in held or storage_ptr(v) in self._prev_ptrs
+                       or self.seen.get("overwrites") else v for n, v in out.items()}
         self._prev_ptrs = {storage_ptr(v) for v in out.values()}
+        self._prev_out = [(v, fingerprint(v)) for v in out.values()]
         if self.device.startswith("cuda"):
             torch.cuda.synchronize(self.device)
         changed = [n for n, fp in ds.fingerprints.items() if fingerprint(ds.args[n]) != fp]
@@ -333,6 +349,7 @@ class Problem:
             args = [buffers[n] if is_tensor(v) else {"value": encode_value(v)} for n, v in ds.args.items()]
             return {"init": encode_value(self.init), "seed": self.model_seed, "args": args,
                     "module_dims": {n: [encode_value(was), encode_value(now)] for n, (was, now) in self.changes().items()},
+                    "model_state": state_names(self.model) if self.model is not None else [],
                     "state": {n: buffers[f"param:{n}"] for n in self.state()}, "outputs": outputs, "kept": kept,
                     "out_names": [], "compile": compile}
         if kind == "cu":

@@ -59,6 +59,7 @@ class Kernel:
         self.state_bufs: dict[str, Any] = {}  # the model's parameters and buffers by name -> the judge's buffer
         self.pending: tuple | None = None     # a call's outputs and input leaves, until its backward() (op_backward)
         self.consts: dict[str, Any] = {}  # the module's constants the run's dims change, as imported (loader)
+        self.model_state: list[str] = []  # the names of the tensors Model keeps on its modules (tensors.uninfer)
 
 
 class Worker:
@@ -246,7 +247,7 @@ class Worker:
             args = [self.local[b] if isinstance(b, str) else protocol.decode_value(b["value"]) for b in plan]
             k.inputs = [(args, i, b) for i, b in enumerate(plan) if isinstance(b, str)]
             k.slots = {f"arg{i}": (args, i) for i, b in enumerate(plan) if not isinstance(b, str)}
-            k.model = model
+            k.model, k.model_state = model, list(call.get("model_state") or [])
             target = torch.compile(model) if call.get("compile") else model
 
             def forward(grad=False, target=target, args=args):
@@ -402,7 +403,7 @@ class Worker:
             views.clear()
             tensors.put_back(k.model, saved)
             if inference and k.model is not None:
-                tensors.uninfer(k.model)
+                tensors.uninfer(k.model, k.model_state)
             if "keep" in msg:  # a keeping session's checked calls, one each: held, or followed without holding it
                 k.kept.append(held if msg["keep"] else {n: tensors.WeakHold(t) for n, t in held.items()})
             del held
