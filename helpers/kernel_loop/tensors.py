@@ -118,11 +118,11 @@ def put_back(model, saved: dict[str, Any]) -> None:
 
 
 def _tensor_state(model):
-    """(name, store, key, value) of every tensor, or tuple or list holding one, on ``model``'s modules: attributes,
-    buffers and parameters."""
+    """(name, store, key, value) of every tensor, or tuple or list holding one, on ``model``'s modules: attributes and
+    buffers (a parameter is the judge's, loaded: one set in a call is the kernel's to answer for)."""
     torch = _torch()
     for prefix, mod in model.named_modules():
-        for store in (mod.__dict__, mod._buffers, mod._parameters):
+        for store in (mod.__dict__, mod._buffers):
             for key, t in list(store.items()):
                 if isinstance(t, torch.Tensor) or (isinstance(t, (tuple, list))
                                                    and any(isinstance(x, torch.Tensor) for x in t)):
@@ -136,7 +136,7 @@ def state_names(model) -> list[str]:
 
 
 def uninfer(model, names: list[str] | None = None) -> list[str]:
-    """The tensors a call under torch.inference_mode() left on ``model``'s modules (an attribute, buffer or parameter
+    """The tensors a call under torch.inference_mode() left on ``model``'s modules (an attribute or buffer
     it set, a tuple or list of them such as a recurrent state) made normal tensors of the same values, among
     ``names`` (Model's own state, ``state_names``; all by default); returns their names.  A Model that keeps its
     state (KernelBench's VanillaRNN copies into ``self.hidden``) fails its next call outside inference mode on an
@@ -147,8 +147,7 @@ def uninfer(model, names: list[str] | None = None) -> list[str]:
 
     def normal(t):
         if isinstance(t, torch.Tensor) and t.is_inference():
-            new = t.clone()
-            return torch.nn.Parameter(new, t.requires_grad) if isinstance(t, torch.nn.Parameter) else new
+            return t.clone()
         if isinstance(t, (tuple, list)) and any(isinstance(x, torch.Tensor) and x.is_inference() for x in t):
             return type(t)(normal(x) for x in t) if type(t) in (tuple, list) else t
         return t

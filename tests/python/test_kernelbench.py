@@ -131,7 +131,43 @@ def test_a_model_that_returns_the_state_it_updates_in_place_passes(tmp_path, jud
     assert klcli.main("init", out, "--kernel", "rnn", "--ref", tmp_path / "kb.py", "--impl", "triton", "--baseline",
                       tmp_path / "new.py", "--skip-env") == 0
     assert klcli.main("correctness", out) == 0, read_json(out / "v0" / "correctness.json")["error"]
-    assert "Model writes again a result it returned" in (out / "v0" / "correctness.md").read_text()
+    assert "Model writes again the output(s) out it returned" in (out / "v0" / "correctness.md").read_text()
+
+
+KB_TWO_OUTPUTS = KB_STATEFUL.replace("        return self.hidden * 2", "        return self.hidden * 2, self.hidden")
+
+SCRIBBLES_LAST_OUT = '''
+import torch
+
+_last = {}
+
+
+class ModelNew(Model):
+    """Model's outputs, but the previous call's first output (followed through a weak reference to its storage, so
+    nothing is held) is used as scratch: a caller that kept it finds zeros."""
+    def forward(self, x, initial_hidden):
+        ref = _last.get("out")
+        if ref is not None and not torch.UntypedStorage._expired(ref[0]):
+            st = torch.UntypedStorage._new_with_weak_ptr(ref[0])
+            torch.empty(0).set_(st, 0, ref[1]).zero_()
+        out, h = super().forward(x, initial_hidden)
+        _last["out"] = (out.untyped_storage()._weak_ref(), tuple(out.shape))
+        return out, h
+'''
+
+
+def test_only_the_outputs_model_writes_again_go_unread(tmp_path, judge_here, worker_here):
+    """Found by a seventh red team: one output Model writes again (the state it returns) stopped the read-back of
+    every kept result, so a ModelNew that used its previous other output as scratch passed.  Only the outputs Model
+    itself writes again go unread now."""
+    (tmp_path / "kb.py").write_text(KB_TWO_OUTPUTS)
+    for name, text, passes in (("model", "\nModelNew = Model\n", True), ("scribbles", SCRIBBLES_LAST_OUT, False)):
+        (tmp_path / f"{name}.py").write_text(KB_TWO_OUTPUTS + text)
+        out = tmp_path / f"run_{name}"
+        assert klcli.main("init", out, "--kernel", name, "--ref", tmp_path / "kb.py", "--impl", "triton",
+                          "--baseline", tmp_path / f"{name}.py", "--skip-env") == 0
+        assert (klcli.main("correctness", out) == 0) is passes, read_json(out / "v0" / "correctness.json")["error"]
+    assert "writes again the output(s) out1" in (tmp_path / "run_model" / "v0" / "correctness.md").read_text()
 
 
 def test_the_tensors_an_inference_mode_call_leaves_on_a_model_become_normal_ones():
@@ -157,6 +193,10 @@ def test_the_tensors_an_inference_mode_call_leaves_on_a_model_become_normal_ones
     assert not out.is_inference() and not model.i2h.state.is_inference() and "state" in model.i2h._buffers
     assert not model.pair[0].is_inference() and model.pair[1] == 3 and type(model.pair) is tuple
     assert tensors.uninfer(model) == []
+    with torch.inference_mode():  # a parameter a call set is the kernel's to answer for: left as the call made it
+        model.i2h.weight = torch.nn.Parameter(model.i2h.weight.detach().clone())
+    with torch.no_grad():
+        assert tensors.uninfer(model) == [] and model.i2h.weight.is_inference()
 
 
 def test_a_file_with_many_size_constants_is_not_refused_for_their_product(tmp_path, capsys):

@@ -121,7 +121,7 @@ class Problem:
         self.drew: tuple[bool, bool] = (False, False)  # the last run_reference's draws: torch's; Python's or NumPy's
         self.rng_after: bytes | None = None  # torch's generators after the last run_reference
         self._prev_ptrs: set[int] = set()  # the storages the previous draw's reference returned
-        self._prev_out: list[tuple[Any, tuple]] = []  # what it returned, each with its fingerprint then
+        self._prev_out: dict[str, tuple[Any, tuple]] = {}  # what it returned, each with its fingerprint then
         if is_kernelbench(ref):
             self._build_model()
 
@@ -310,8 +310,9 @@ class Problem:
         torch = _torch()
         ds.fingerprints = {n: fingerprint(ds.args[n]) for n in ds.input_names()}
         out = self.run_reference(ds.args, ds)
-        if any(fingerprint(t) != fp for t, fp in self._prev_out):  # Model wrote again a result it returned before
-            self.seen["overwrites"] = True  # (KernelBench's VanillaRNNHidden returns its state, updated in place)
+        again = {n for n, (t, fp) in self._prev_out.items() if fingerprint(t) != fp}  # Model wrote again what it
+        if again:  # returned before (KernelBench's VanillaRNNHidden returns its state, updated in place): those outputs
+            self.seen["overwrites"] = sorted(again | set(self.seen.get("overwrites") or ()))
         ds.rng_after = self.rng_after  # where the kernel's call must leave torch's generators
         if any(self.drew):  # a reference that draws (on the device too): the kernel may, from the same seed
             self.seen["draws"] = True
@@ -326,9 +327,9 @@ class Problem:
                                   "aliases": any(storage_ptr(o) == storage_ptr(v) for n, o in out.items()
                                                  if n != name and is_tensor(o))}
         ds.expected = {n: v.clone() if storage_ptr(v) in held or storage_ptr(v) in self._prev_ptrs
-                       or self.seen.get("overwrites") else v for n, v in out.items()}
+                       or n in (self.seen.get("overwrites") or ()) else v for n, v in out.items()}
         self._prev_ptrs = {storage_ptr(v) for v in out.values()}
-        self._prev_out = [(v, fingerprint(v)) for v in out.values()]
+        self._prev_out = {n: (v, fingerprint(v)) for n, v in out.items()}
         if self.device.startswith("cuda"):
             torch.cuda.synchronize(self.device)
         changed = [n for n, fp in ds.fingerprints.items() if fingerprint(ds.args[n]) != fp]
