@@ -8,12 +8,14 @@ Every cheat must FAIL with a message that names it; the honest kernels beside th
 from __future__ import annotations
 
 import json
+import random
 
 import klcli
 import pytest
 from conftest import FIXTURES
 from kernel_loop import static_check, timecheck
 from kernel_loop.common import MeasuredFailure
+from kernel_loop.measure import judge as judge_mod
 from kernel_loop.steps import benchmark as B
 from klcli import KERNELS
 
@@ -468,6 +470,30 @@ def test_a_modelnew_gets_trained_weights_not_its_initial_ones(tmp_path, worker_h
     parameters are now moved from their initial values; a layout cached on the first call still passes."""
     rc, data, md = _kb(tmp_path, ref, kernel, dims)
     assert (rc == 0) is passes, data["error"]
+
+
+class _FirstCallUnderInference(random.Random):
+    """The judge's draws from a seed, every coin at 0: a model's first call under inference_mode (and every call but
+    a shape's last letting go of its results)."""
+
+    def random(self) -> float:
+        return 0.0
+
+
+@pytest.mark.parametrize("kernel, passes", [("kb_cheat_linear_cache_made_in_any_mode.py", False),
+                                            ("kb_new_linear_cached_weight_t.py", True)])
+def test_a_cache_made_in_a_first_call_under_inference_mode_is_left_as_made(tmp_path, worker_here, monkeypatch, kernel,
+                                                                           passes):
+    """Found by a sixth red team: each shape's first call was plain, and after an inference-mode call the judge made
+    every inference tensor on the model normal, so a cache made in whatever mode the call ran in (a user who
+    evaluates first, then trains, meets "Inference tensors cannot be saved for backward") passed.  A model's first
+    call is now under inference_mode in some shapes, and only Model's own state is made normal."""
+    monkeypatch.setattr(judge_mod.random, "SystemRandom", lambda: _FirstCallUnderInference(5))
+    rc, data, md = _kb(tmp_path, "kb_ref_linear_relu.py", kernel, "batch_size=32,features=64")
+    assert (rc == 0) is passes, data["error"]
+    assert data["shapes"][0]["trials"][0]["condition"] == "mode:inference"
+    if not passes:
+        assert "Inference tensors cannot be saved for backward" in data["error"], data["error"]
 
 
 def test_a_plain_number_among_get_inputs_reaches_modelnew(tmp_path, worker_here):
