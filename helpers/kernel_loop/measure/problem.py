@@ -120,8 +120,7 @@ class Problem:
         self.seen: dict[str, Any] = {}     # what the correctness conditions learnt of this problem (conditions.py)
         self.drew: tuple[bool, bool] = (False, False)  # the last run_reference's draws: torch's; Python's or NumPy's
         self.rng_after: bytes | None = None  # torch's generators after the last run_reference
-        self._prev_ptrs: set[int] = set()  # the storages the previous draw's reference returned
-        self._prev_out: dict[str, tuple[Any, tuple]] = {}  # what it returned, each with its fingerprint then
+        self._prev_out: dict[str, tuple[Any, tuple]] = {}  # what the previous draw's reference returned, as it was
         if is_kernelbench(ref):
             self._build_model()
 
@@ -310,6 +309,7 @@ class Problem:
         torch = _torch()
         ds.fingerprints = {n: fingerprint(ds.args[n]) for n in ds.input_names()}
         out = self.run_reference(ds.args, ds)
+        prev = {storage_ptr(t) for t, _ in self._prev_out.values()}  # the storages the previous call returned
         again = {n for n, (t, fp) in self._prev_out.items() if fingerprint(t) != fp}  # Model wrote again what it
         if again:  # returned before (KernelBench's VanillaRNNHidden returns its state, updated in place): those outputs
             self.seen["overwrites"] = sorted(again | set(self.seen.get("overwrites") or ()))
@@ -323,12 +323,11 @@ class Problem:
             if not is_tensor(v):
                 raise BadReference(f"the reference output '{name}' is a {type(v).__name__}, not a tensor")
             ds.ref_props[name] = {"expanded": _expanded(v), "views": held.get(storage_ptr(v)),
-                                  "reuses": storage_ptr(v) in self._prev_ptrs, "foreign": foreign_memory(v),
+                                  "reuses": storage_ptr(v) in prev, "foreign": foreign_memory(v),
                                   "aliases": any(storage_ptr(o) == storage_ptr(v) for n, o in out.items()
                                                  if n != name and is_tensor(o))}
-        ds.expected = {n: v.clone() if storage_ptr(v) in held or storage_ptr(v) in self._prev_ptrs
+        ds.expected = {n: v.clone() if storage_ptr(v) in held or storage_ptr(v) in prev
                        or n in (self.seen.get("overwrites") or ()) else v for n, v in out.items()}
-        self._prev_ptrs = {storage_ptr(v) for v in out.values()}
         self._prev_out = {n: (v, fingerprint(v)) for n, v in out.items()}
         if self.device.startswith("cuda"):
             torch.cuda.synchronize(self.device)
