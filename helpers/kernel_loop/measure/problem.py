@@ -29,6 +29,7 @@ from ..common import UsageError
 from ..config import RunConfig
 from ..sidecars import REF_PY
 from ..tensors import (
+    WeakHold,
     clone_value,
     fingerprint,
     foreign_memory,
@@ -120,7 +121,8 @@ class Problem:
         self.seen: dict[str, Any] = {}     # what the correctness conditions learnt of this problem (conditions.py)
         self.drew: tuple[bool, bool] = (False, False)  # the last run_reference's draws: torch's; Python's or NumPy's
         self.rng_after: bytes | None = None  # torch's generators after the last run_reference
-        self._prev_out: dict[str, tuple[Any, tuple]] = {}  # what the previous draw's reference returned, as it was
+        self._prev_out: dict[str, tuple[Any, tuple, int]] = {}  # the previous draw's reference's outputs, followed (not
+        # held: a KernelBench output of 8 GiB more would not fit beside the rest), their fingerprints then, storages
         if is_kernelbench(ref):
             self._build_model()
 
@@ -309,9 +311,10 @@ class Problem:
         torch = _torch()
         ds.fingerprints = {n: fingerprint(ds.args[n]) for n in ds.input_names()}
         out = self.run_reference(ds.args, ds)
-        prev = {storage_ptr(t) for t, _ in self._prev_out.values()}  # the storages the previous call returned
-        again = {n for n, (t, fp) in self._prev_out.items() if fingerprint(t) != fp}  # Model wrote again what it
-        if again:  # returned before (KernelBench's VanillaRNNHidden returns its state, updated in place): those outputs
+        prev = {p for _, _, p in self._prev_out.values()}  # the storages the previous call returned
+        again = {n for n, (w, fp, _) in self._prev_out.items()  # Model wrote again what it still holds of what it
+                 if (t := w.strong()) is not None and fingerprint(t) != fp}
+        if again:  # returned (KernelBench's VanillaRNNHidden returns its state, updated in place): those outputs
             self.seen["overwrites"] = sorted(again | set(self.seen.get("overwrites") or ()))
         ds.rng_after = self.rng_after  # where the kernel's call must leave torch's generators
         if any(self.drew):  # a reference that draws (on the device too): the kernel may, from the same seed
@@ -328,7 +331,7 @@ class Problem:
                                                  if n != name and is_tensor(o))}
         ds.expected = {n: v.clone() if storage_ptr(v) in held or storage_ptr(v) in prev
                        or n in (self.seen.get("overwrites") or ()) else v for n, v in out.items()}
-        self._prev_out = {n: (v, fingerprint(v)) for n, v in out.items()}
+        self._prev_out = {n: (WeakHold(v), fingerprint(v), storage_ptr(v)) for n, v in out.items()}
         if self.device.startswith("cuda"):
             torch.cuda.synchronize(self.device)
         changed = [n for n, fp in ds.fingerprints.items() if fingerprint(ds.args[n]) != fp]
