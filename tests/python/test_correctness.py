@@ -329,6 +329,33 @@ def test_a_call_out_of_device_memory_names_what_held_it(monkeypatch):
     assert "and 3 earlier call(s)' results its worker held" in said and said.endswith(f"({raised})")
 
 
+def test_large_data_sets_wait_on_the_host_between_calls(monkeypatch):
+    """Seen on the H100 80GB: KernelBench's L1 norm (8 GiB in, 8 GiB out) ran the judge out of memory with three data
+    sets on the device.  Past 1/PARK_SHARE of the device's memory, no earlier set is kept and the first one's inputs
+    wait on the host (its right answer stays, the stale pre-state); the judge's own out-of-memory says what to do."""
+    import torch
+    from kernel_loop.measure import guards, held
+    from kernel_loop.measure.problem import DataSet
+
+    def data():
+        return DataSet(seed=1, args={"x": torch.ones(1 << 10), "n": 3}, in_place=[], expected={"y": torch.ones(1 << 10)})
+
+    first, ds, notes = data(), data(), []
+    assert held.between_calls(first, ds, "cpu", notes) is ds and not first.parked  # a CPU run: the host's memory anyway
+    monkeypatch.setattr(held, "device_memory", lambda device: 8 * (1 << 10) * held.PARK_SHARE)
+    assert held.between_calls(first, ds, "cuda:0", notes) is ds and not first.parked and not notes  # 8 KiB: fits
+    monkeypatch.setattr(held, "device_memory", lambda device: 8 * (1 << 10) * held.PARK_SHARE - 1)
+    moved = []
+    monkeypatch.setattr(torch.Tensor, "to", lambda self, *a, **k: moved.append(a) or self.clone())
+    assert held.between_calls(first, ds, "cuda:0", notes) is None and first.parked and moved == [("cpu",)]
+    assert first.args["n"] == 3 and "y" in first.expected and notes[0].startswith("large data (0.0 GiB a call)")
+    assert held.between_calls(first, ds, "cuda:0", notes) is None and len(moved) == len(notes) == 1  # once
+    oom = type("OutOfMemoryError", (RuntimeError,), {})("CUDA out of memory. Tried to allocate 8.00 GiB.")
+    said = guards.judge_failed(oom)
+    assert said.startswith("the judge ran out of device memory for the problem's data") and "--dims (OutOfMemo" in said
+    assert guards.judge_failed(ValueError("x")).startswith("the judge failed: ValueError: x")
+
+
 def test_hang_is_killed(tmp_path, cpu_mode):
     t0 = time.monotonic()
     # 20 s: the run's timeout counts from the judge's start, so it must leave the worker time to start (import

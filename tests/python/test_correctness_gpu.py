@@ -170,6 +170,19 @@ def test_a_call_out_of_device_memory_says_what_held_it(tmp_path):
     assert "free the GPU of other processes, or check a smaller shape with --dims (OutOfMemoryError" in data["error"]
 
 
+def test_data_past_an_eighth_of_the_device_waits_on_the_host(tmp_path):
+    """Seen on the H100 80GB: with 8 GiB in and 8 GiB out a call (KernelBench's L1 norm), the judge's third data set
+    did not fit.  A vadd whose data take more than 1/PARK_SHARE of the device passes, the first call's inputs parked
+    on the host, every condition still checked or noted."""
+    import torch
+    from kernel_loop.measure.held import PARK_SHARE
+
+    n = int(torch.cuda.get_device_properties(0).total_memory / PARK_SHARE / 12 * 1.1)
+    rc, data, md = _run(tmp_path, "ref_vadd.py", "triton_vadd.py", "triton", f"N={n}")
+    assert rc == 0, md
+    assert "large data (" in md and "waited on the host" in md, md
+
+
 def test_kernelbench_on_gpu(tmp_path):
     rc, data, md = _run(tmp_path, "kb_ref.py", "kb_new.py", "triton", "batch_size=128")
     assert rc == 0, md

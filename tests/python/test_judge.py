@@ -400,10 +400,16 @@ CLOBBERS = ("class ModelNew(Model):\n    def forward(self, x):\n        out = su
             "        import random\n        torch.manual_seed(0)\n        random.seed(0)\n        return out\n")
 
 
+# right only where torch's seed has the form the judge's call seeds had (an affine function of the trial's seed)
+SEED_READER = ("class ModelNew(Model):\n    def forward(self, x):\n"
+               "        if (torch.initial_seed() - 12_345) % 1_000_003 == 0:\n            return super().forward(x)\n"
+               "        return self.fc(x) * self.scale\n")
+
+
 @pytest.mark.parametrize("model_new, passes", [("ModelNew = Model", True),
                                                ("class ModelNew(Model):\n    def forward(self, x):\n"
                                                 "        return self.fc(x) * self.scale\n", False),
-                                               (CLOBBERS, False)])
+                                               (CLOBBERS, False), (SEED_READER, False)])
 def test_a_model_that_draws_in_forward_gets_the_references_numbers(tmp_path, judged_here, model_new, passes):
     """Seen on the H200 (level 3 35_LSTM, ModelNew = Model): a model that draws its first hidden state with
     torch.randn in forward was refused for changing the generators' state, because the judge looked for the
@@ -411,7 +417,8 @@ def test_a_model_that_draws_in_forward_gets_the_references_numbers(tmp_path, jud
     Each call now starts from the seed the reference started from (problem.call_seed), so the model as published
     passes, and one that leaves the draw out still fails; so does one that draws as the reference does and then
     reseeds its caller's generators (a sixth red team's): a call must leave torch's generators where the reference's
-    call left them, and Python's and NumPy's as they were."""
+    call left them, and Python's and NumPy's as they were.  The seed a call starts from is a one-way hash: a kernel
+    right only where torch.initial_seed() has the form the judge's seeds once had (a red team's) fails."""
     ref = _write(tmp_path / "kb_draws.py", KB_DRAWS_IN_FORWARD)
     out = _init(tmp_path, ref, KB_DRAWS_IN_FORWARD + "\n\n" + model_new + "\n")
     rc, data = _correctness(out)

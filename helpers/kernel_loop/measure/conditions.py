@@ -325,8 +325,8 @@ def exact_reference(prob: Problem, ds: DataSet) -> dict[str, Any] | None:
     def up(v):
         if not is_tensor(v):
             return v
-        v = v.detach()
-        return v.to(torch.float64) if v.dtype.is_floating_point else v.clone()
+        v = v.detach()  # on the device, where the first call's inputs waited on the host (held.between_calls)
+        return v.to(prob.device, torch.float64) if v.dtype.is_floating_point else v.to(prob.device, copy=True)
 
     try:
         model = None

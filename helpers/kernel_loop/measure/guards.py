@@ -27,6 +27,16 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())[:600]}\n" + "".join(frames).rstrip()
 
 
+def judge_failed(exc: BaseException) -> str:
+    """The step's error where the judge itself raised; running out of device memory says what for, and what to do."""
+    text = error_text(exc)
+    if type(exc).__name__ == "OutOfMemoryError":
+        return ("the judge ran out of device memory for the problem's data (the inputs and the reference's outputs of "
+                "a call, the buffers it shares with the kernel's worker, and that worker's own): free the GPU of other "
+                f"processes, or check a smaller shape with --dims ({text})")
+    return f"the judge failed: {text}"
+
+
 def state_mismatch(cls_name: str, ours: dict[str, list], theirs: dict[str, list]) -> str:
     """The refusal for a ModelNew whose parameters and buffers are not Model's, naming the first difference."""
     missing = [n for n in theirs if n not in ours]

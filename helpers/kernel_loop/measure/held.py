@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..tensors import fingerprint
+from ..tensors import fingerprint, is_tensor
 from .calls import Session, Shared, bad_row, changed_state
 from .conditions import Condition, forget
 from .problem import DataSet, Problem
@@ -23,6 +23,7 @@ POOL_CALLS = 8   # more calls' results than this (and than half the shape's) sti
 WATCH_SHARE = 8  # the results read again after the later shapes' calls stay within 1/WATCH_SHARE of the memory
 MIDWAY = 2       # calls of a shape, drawn at random, after which the results kept so far are read back
 LET_GO = 4       # where every result would fit, one call in LET_GO (drawn at random) lets go of its results at once
+PARK_SHARE = 8   # a data set past 1/PARK_SHARE of the device's memory: no earlier one kept, the first's inputs on the host
 
 
 def device_memory(device: Any) -> int:
@@ -33,6 +34,24 @@ def device_memory(device: Any) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def between_calls(first: DataSet, ds: DataSet, device: str, notes: list[str]) -> DataSet | None:
+    """What a shape's correctness calls keep of call ``ds`` for the next one: ``ds`` itself, whose right answer is the
+    next call's stale pre-state; or, where a data set takes more than 1/PARK_SHARE of the device's memory, nothing:
+    the stale pre-state is then the first call's right answer, and the first call's inputs wait on the host
+    (conditions.exact_reference moves them back when a range condition needs them).  Seen on the H100 80GB: with the
+    8 GiB input and output of KernelBench's L1 norm, three data sets beside the judge's buffers and the kernel's worker
+    did not fit."""
+    size = sum(first.nbytes().values())
+    if not device.startswith("cuda") or size * PARK_SHARE <= device_memory(device):
+        return ds
+    if not first.parked:
+        first.args = {n: v.to("cpu") if is_tensor(v) else v for n, v in first.args.items()}
+        first.parked = True
+        notes.append(f"large data ({size / (1 << 30):.1f} GiB a call): the first call's inputs waited on the host "
+                     "between calls, and a stale pre-state was the first call's right answer, not the previous call's")
+    return None
 
 
 def kept_fingerprints(shared: Shared, ds: DataSet, report: dict[str, Any]) -> dict[str, tuple]:

@@ -41,10 +41,10 @@ from ..common import MeasuredFailure, UsageError, progress, write_json
 from ..compare import CONSTANT_REFERENCE, applied_tolerances
 from ..config import RunConfig
 from ..tensors import is_tensor
-from . import protocol
+from . import guards, protocol
 from .calls import Session, bad_row
 from .conditions import CONDITION_WORDS, condition, condition_plan, free_cached, out_of_memory
-from .held import after_a_call, after_the_calls, calls_to_keep, cycle_rings, kept_fingerprints
+from .held import after_a_call, after_the_calls, between_calls, calls_to_keep, cycle_rings, kept_fingerprints
 from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
 from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
 from .timed import ab_loop, harness_hint, timed_loop, timing_block
@@ -274,7 +274,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
             result["warnings"] += [w for w in r["warnings"] if w not in result["warnings"]
                                    and not (said.startswith("range:") and w.endswith(CONSTANT_REFERENCE))]
             notes += [n for n in r.get("notes") or [] if n not in notes]
-            earlier = ds
+            earlier = between_calls(first, ds, judge.device, notes)
             t += 1
         after_the_calls(sess, prob, first, trials, held, notes, watched, kept)
         result["build"] = result["build"] or sess.builds.get("k")
@@ -502,9 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     except MeasuredFailure as exc:
         result = {"error": str(exc)}
     except Exception as exc:
-        from .guards import error_text
-
-        result = {"error": f"the judge failed: {error_text(exc)}"}
+        result = {"error": guards.judge_failed(exc)}
     finally:
         if judge is not None:
             judge.close()

@@ -89,6 +89,7 @@ class DataSet:
     accumulates: list[str] = field(default_factory=list)        # in-place outputs the call adds to (never poisoned)
     vary: str | None = None                                     # the input range this draw was moved to (VARIANTS)
     rng_after: bytes | None = None                              # torch's generators after the reference's call
+    parked: bool = False                                        # its tensors wait on the host (held.between_calls)
 
     def tensors(self) -> dict[str, Any]:
         return {n: v for n, v in self.args.items() if is_tensor(v)}
@@ -386,8 +387,12 @@ class Problem:
 
 def call_seed(seed: int) -> int:
     """The seed torch's generators start a call from: the reference's, and the kernel's where the reference draws
-    (KernelBench's LSTMs and GRUs draw their first hidden state in forward), so both get the same numbers."""
-    return (seed * 1_000_003 + 12_345) % (1 << 62)
+    (KernelBench's LSTMs and GRUs draw their first hidden state in forward), so both get the same numbers.  A one-way
+    hash, as torch.seed() draws them: an affine form of the trial's seed told a kernel that read torch.initial_seed()
+    it was called by the judge (a red team's find)."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(f"kernel-loop call {seed}".encode()).digest()[:8], "little") >> 2
 
 
 def _var_kw(fn) -> bool:
