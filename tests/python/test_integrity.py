@@ -817,6 +817,14 @@ def test_a_result_a_compile_cache_keeps_is_read_again_after_the_later_shapes(tmp
         assert "changed during the calls of a later shape" in data["error"], data["error"]
 
 
+def test_a_kept_result_borrowed_as_scratch_until_the_next_call_fails(tmp_path, worker_here):
+    """Found by a red team: a kernel that used the previous call's result as scratch and put it back in the next call
+    was seen only where one of two reads drawn at random, or the read after the shape's last call, fell in the
+    window.  Where the results are small, the kept ones are read back after every call."""
+    rc, data, md = _correctness(tmp_path, "ref_softmax.py", "cheat_softmax_scratch_till_next_call.py", "M=8,N=64")
+    assert rc == 1 and "changed when the kernel was called again" in data["error"], data["error"]
+
+
 def test_a_kernel_right_only_while_every_result_is_kept_fails(tmp_path, worker_here):
     """Found by a sixth red team: correctness kept every result while the next call ran, the timed loops none, so a
     kernel could tell the judge's calls from a user's who drops a result now and then.  One call in four (drawn at

@@ -21,7 +21,8 @@ KEEP_SHARE = 4  # the results a shape's calls hold in the kernel's worker stay w
 RING_CALLS = 64  # once the kernel is seen holding results: so many calls more (or the shape's, if more), not held
 POOL_CALLS = 8   # more calls' results than this (and than half the shape's) still held by the kernel: a pool
 WATCH_SHARE = 8  # the results read again after the later shapes' calls stay within 1/WATCH_SHARE of the memory
-MIDWAY = 2       # calls of a shape, drawn at random, after which the results kept so far are read back
+MIDWAY = 2       # calls of a shape, drawn at random, after which the results kept so far are read back (large results)
+EVERY_CALL = 1 << 30  # results of a shape's calls together within so many bytes: the kept ones read back after every call
 LET_GO = 4       # where every result would fit, one call in LET_GO (drawn at random) lets go of its results at once
 PARK_SHARE = 8   # a data set past 1/PARK_SHARE of the device's memory: no earlier one kept, the first's inputs on the host
 
@@ -67,11 +68,13 @@ def calls_to_keep(rng: Any, n: int, first: DataSet, device: str, notes: list[str
     and each other but one in LET_GO, drawn at random (a red team's kernel was right only while every result it
     returned was kept), unless they would take more than 1/KEEP_SHARE of the device's memory beside the kernel's (seen
     on the H100: ConvTranspose2d at KernelBench's size, 2 GiB a result); then as many as fit (at least 2), drawn at
-    random.  Also the MIDWAY calls after which the results kept so far are read back (``read_kept``), drawn at
-    random."""
+    random.  Also the calls after which the results kept so far are read back (``read_kept``): every one where the
+    shape's results together take at most EVERY_CALL bytes (a red team's kernel used a kept result as scratch for one
+    call and put it back, which two reads drawn at random seldom saw), else MIDWAY calls drawn at random."""
     size = first.nbytes()["outputs_bytes"]
     fit = n if size == 0 else max(2, device_memory(device) // KEEP_SHARE // size)
-    checks = set(rng.sample(range(1, n - 1), min(MIDWAY, max(0, n - 2))))
+    every = size * n <= EVERY_CALL
+    checks = set(range(1, n - 1)) if every else set(rng.sample(range(1, n - 1), min(MIDWAY, max(0, n - 2))))
     if fit >= n:  # all but one in LET_GO, drawn at random: a user also drops results, and a kernel that tells a caller
         # who keeps every result (the judge) from one who drops some (the timed loops drop all) would be right here only
         return {i for i in range(n) if i == n - 1 or rng.random() >= 1 / LET_GO}, checks
@@ -102,8 +105,8 @@ def read_kept(sess: Session, first: DataSet, trials: list[dict], held: list[dict
 
 def after_a_call(sess: Session, first: DataSet, trials: list[dict], held: list[dict], kept: set[int], checks: set[int],
                  watched: list[dict]) -> None:
-    """After each correctness call of a shape: the results kept so far, where the call is one of the MIDWAY ``checks``
-    drawn at random; the earlier shapes' results (``watched``) after every call."""
+    """After each correctness call of a shape: the results kept so far, where the call is one of the ``checks``
+    (calls_to_keep); the earlier shapes' results (``watched``) after every call."""
     if len(held) - 1 in checks:
         read_kept(sess, first, trials, held, kept)
     read_watched(sess, watched, next(iter(first.expected.values())))
