@@ -69,14 +69,21 @@ def _problems() -> list[Path]:
     return sorted((p for p in LEVEL.glob("*.py") if not only or _number(p) in only), key=_number)
 
 
+# what the sweep does not run: the KBS, the steps after profile and their templates (a chunk run after a change to
+# them measures what the others did)
+_NOT_SWEPT = re.compile(r"/(kbs|kbs_corpus)/|/steps/(?!init|correctness|profile|env)\w+\.py$|"
+                        r"/templates/(?!ncu_|correctness|env_check)[^/]+$")
+
+
 def _code_hash() -> str:
-    """A digest of the helpers' code: chunks of one sweep (``$KERNEL_LOOP_KB_ONLY``) run in several calls count
-    as one run when their logs name the same digest."""
+    """A digest of the helpers' code that init, correctness and profile run (the measuring and profiling code):
+    chunks of one sweep (``$KERNEL_LOOP_KB_ONLY``) run in several calls, or sessions, count as one run when their
+    logs name the same digest."""
     import hashlib
 
     h = hashlib.sha256()
     for f in sorted(p for p in (REPO / "helpers").rglob("*") if p.suffix in (".py", ".j2", ".json", ".md")
-                    and "__pycache__" not in p.parts):
+                    and "__pycache__" not in p.parts and not _NOT_SWEPT.search(p.as_posix())):
         h.update(str(f.relative_to(REPO)).encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
