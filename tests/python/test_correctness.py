@@ -316,7 +316,7 @@ def test_child_exception_is_a_fail(tmp_path, cpu_judged):
 def test_a_call_out_of_device_memory_names_what_held_it(monkeypatch):
     """The judge's message for a kernel's call that ran out of device memory (the GPU test makes one for real)."""
     import torch
-    from kernel_loop.measure.conditions import out_of_memory
+    from kernel_loop.measure.held import out_of_memory
     from kernel_loop.measure.problem import DataSet
 
     ds = DataSet(seed=1, args={"x": torch.zeros(1 << 20)}, in_place=[], expected={"y": torch.zeros(1 << 18)})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import types
 
 import klcli
 import pytest
@@ -593,16 +594,16 @@ def test_a_condition_whose_copies_do_not_fit_in_memory_is_noted_and_the_call_is_
     class Prob:
         seen = {"model64": object()}
 
-        def draw(self, seed, vary=None):
+        def draw(self, seed, vary=None, start=None):
             return "varied"
 
-    notes = []
-    cond, said, ds = conditions.condition(None, Prob(), "first", "ds", "range:up", None, 1, notes)
-    assert said == "plain" and ds == "ds" and cond.pre == "poison"
+    notes, plain = [], types.SimpleNamespace(start=None)
+    cond, said, ds = conditions.condition(None, Prob(), "first", plain, "range:up", None, 1, notes)
+    assert said == "plain" and ds is plain and cond.pre == "poison"
     assert notes and "did not fit in memory" in notes[0] and "inputs scaled up" in notes[0]
     monkeypatch.setattr(conditions, "range_ok", lambda *a: (_ for _ in ()).throw(ValueError("outside its domain")))
     notes = []
-    assert conditions.condition(None, Prob(), "first", "ds", "range:up", None, 1, notes)[1] == "plain"
+    assert conditions.condition(None, Prob(), "first", plain, "range:up", None, 1, notes)[1] == "plain"
     assert "the reference cannot run there (ValueError: outside its domain)" in notes[0]
 
 

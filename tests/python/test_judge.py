@@ -406,10 +406,17 @@ SEED_READER = ("class ModelNew(Model):\n    def forward(self, x):\n"
                "        return self.fc(x) * self.scale\n")
 
 
+# right only where torch's seed changed since its previous call: every judge's call reseeded, a user's never does
+SEED_WATCHER = ("_seen = {}\n\n\nclass ModelNew(Model):\n    def forward(self, x):\n"
+                "        changed, _seen['s'] = torch.initial_seed() != _seen.get('s'), torch.initial_seed()\n"
+                "        return super().forward(x) if changed else self.fc(x) * self.scale\n")
+
+
 @pytest.mark.parametrize("model_new, passes", [("ModelNew = Model", True),
                                                ("class ModelNew(Model):\n    def forward(self, x):\n"
                                                 "        return self.fc(x) * self.scale\n", False),
-                                               (CLOBBERS, False), (SEED_READER, False)])
+                                               (CLOBBERS, False), (SEED_READER, False),
+                                               (SEED_WATCHER, False)])
 def test_a_model_that_draws_in_forward_gets_the_references_numbers(tmp_path, judged_here, model_new, passes):
     """Seen on the H200 (level 3 35_LSTM, ModelNew = Model): a model that draws its first hidden state with
     torch.randn in forward was refused for changing the generators' state, because the judge looked for the
@@ -418,13 +425,18 @@ def test_a_model_that_draws_in_forward_gets_the_references_numbers(tmp_path, jud
     passes, and one that leaves the draw out still fails; so does one that draws as the reference does and then
     reseeds its caller's generators (a sixth red team's): a call must leave torch's generators where the reference's
     call left them, and Python's and NumPy's as they were.  The seed a call starts from is a one-way hash: a kernel
-    right only where torch.initial_seed() has the form the judge's seeds once had (a red team's) fails."""
+    right only where torch.initial_seed() has the form the judge's seeds once had (a red team's) fails, and so does one
+    right only where the seed changed since its previous call: some calls start where the previous one left torch's
+    generators, as a user's next call does."""
     ref = _write(tmp_path / "kb_draws.py", KB_DRAWS_IN_FORWARD)
     out = _init(tmp_path, ref, KB_DRAWS_IN_FORWARD + "\n\n" + model_new + "\n")
     rc, data = _correctness(out)
     assert (rc == 0) is passes, data["error"]
     if model_new is CLOBBERS:
         assert "other than the reference's call leaves them" in data["error"], data["error"]
+    if model_new == "ModelNew = Model":
+        assert "call(s) started where the previous call left torch's generators" in (out / "v0" / "correctness.md"
+                                                                                     ).read_text()
 
 
 def test_a_modelnew_that_reseeds_only_in_training_mode_fails(tmp_path, judged_here):

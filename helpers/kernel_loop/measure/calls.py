@@ -391,8 +391,8 @@ class Session:
             msg["nudge"] = cond.nudge
         seen = self.problem.seen  # what the reference's call draws: the kernel's must leave its caller's generators so
         draws = seen.get("train_draws") if cond.train else seen.get("draws")
-        if seen.get("draws"):  # the call starts from the reference's seed
-            msg["rng_seed"] = call_seed(ds.seed)
+        if seen.get("draws") and ds.start is None:  # the call starts from the reference's seed (else where the
+            msg["rng_seed"] = call_seed(ds.seed)  # previous call left the generators: conditions.continue_plan)
         if not (self.baselines or draws):
             msg["rng"] = True  # every generator as it was
         elif not self.baselines:

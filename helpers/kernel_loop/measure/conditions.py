@@ -148,6 +148,20 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
     return [start, *wanted, *["plain"] * max(trials - 1 - len(wanted), 0)]
 
 
+def continue_plan(rng, plan: list[str], prob: Problem, notes: list[str]) -> set[int]:
+    """Where Model draws from torch's generators (RNNs, dropout): the calls that start where the previous call left
+    them, no seed of the judge's, as a user's next call does (their reference starts where the previous one ended,
+    and the previous call was checked to end there).  Each call that may (not the first nor the last, nor after a
+    call in another mode or with other weights) does one time in two, at least one a shape: a kernel that told the
+    judge's calls by a seed that changed at every call (torch.initial_seed()) was right only there."""
+    can = [i for i in range(1, len(plan) - 1) if plan[i].split(":")[0] in ("plain", "pre", "range", "layout")
+           and not plan[i - 1].startswith(("mode", "weights"))] if not prob.seen.get("draws_other") else []
+    cont = ({i for i in can if rng.random() < 0.5} or {rng.choice(can)}) if can and prob.seen.get("draws") else set()
+    notes += [f"Model draws random numbers: {len(cont)} call(s) started where the previous call left torch's "
+              "generators, the others from a seed of the judge's"] if cont else []
+    return cont
+
+
 def condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want: str | None, earlier: DataSet | None,
               seed: int, notes: list[str]) -> tuple[Condition, str, DataSet]:
     """The Condition of one correctness call, its name (CONDITION_WORDS) and its data set (a range condition
@@ -173,21 +187,6 @@ def free_cached() -> None:
 
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def out_of_memory(raised: str, ds: DataSet, kept: int, device: str) -> str:
-    """A call's exception, with what held the device's memory where the kernel's call ran out of it: a kernel that
-    fits alone may not fit beside the judge's copies and the results a caller holds (seen on the H100)."""
-    if "OutOfMemoryError" not in raised.split(":", 1)[0] or not device.startswith("cuda"):
-        return raised
-    import torch
-
-    gib, sizes = 1 << 30, ds.nbytes()
-    return (f"the kernel's call ran out of device memory beside the judge's {torch.cuda.memory_reserved() / gib:.1f} "
-            f"GiB (inputs {sizes['inputs_bytes'] / gib:.2f} GiB and reference outputs "
-            f"{sizes['outputs_bytes'] / gib:.2f} GiB a call, with their copies) and {kept} earlier call(s)' results "
-            "its worker held as a caller would: free the GPU of other processes, or check a smaller shape with --dims "
-            f"({raised})")
 
 
 def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want: str | None,
@@ -230,7 +229,7 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         cond.strided = kind
         return cond, want, varied
     elif aspect == "range":
-        varied = prob.draw(seed, vary=value)
+        varied = prob.draw(seed, vary=value, start=ds.start)
         why = range_ok(prob, first, varied, tolerance)
         if why:
             notes.append(f"{CONDITION_WORDS[want]}: not checked: {why}")

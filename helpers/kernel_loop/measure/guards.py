@@ -131,6 +131,14 @@ def other_rng() -> bytes:
     return pickle.dumps(random.getstate()) + (pickle.dumps(np.random.get_state()) if np is not None else b"")
 
 
+def set_torch_rng(torch: Any, device: str, state: bytes) -> None:
+    """torch's generators put where ``state`` (torch_rng's bytes) says: the CPU's, then the device's."""
+    cpu = torch.random.get_rng_state().numel()
+    torch.random.set_rng_state(torch.frombuffer(bytearray(state[:cpu]), dtype=torch.uint8))
+    if device.startswith("cuda"):
+        torch.cuda.set_rng_state(torch.frombuffer(bytearray(state[cpu:]), dtype=torch.uint8), device)
+
+
 def rng_state(torch: Any, device: str) -> bytes:
     """The random number generators' states, torch's (the CPU's and the device's), Python's and NumPy's, as bytes."""
     return torch_rng(torch, device) + other_rng()

@@ -37,6 +37,21 @@ def device_memory(device: Any) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def out_of_memory(raised: str, ds: DataSet, kept: int, device: str) -> str:
+    """A call's exception, with what held the device's memory where the kernel's call ran out of it: a kernel that
+    fits alone may not fit beside the judge's copies and the results a caller holds (seen on the H100)."""
+    if "OutOfMemoryError" not in raised.split(":", 1)[0] or not device.startswith("cuda"):
+        return raised
+    import torch
+
+    gib, sizes = 1 << 30, ds.nbytes()
+    return (f"the kernel's call ran out of device memory beside the judge's {torch.cuda.memory_reserved() / gib:.1f} "
+            f"GiB (inputs {sizes['inputs_bytes'] / gib:.2f} GiB and reference outputs "
+            f"{sizes['outputs_bytes'] / gib:.2f} GiB a call, with their copies) and {kept} earlier call(s)' results "
+            "its worker held as a caller would: free the GPU of other processes, or check a smaller shape with --dims "
+            f"({raised})")
+
+
 def between_calls(first: DataSet, ds: DataSet, device: str, notes: list[str]) -> DataSet | None:
     """What a shape's correctness calls keep of call ``ds`` for the next one: ``ds`` itself, whose right answer is the
     next call's stale pre-state; or, where a data set takes more than 1/PARK_SHARE of the device's memory, nothing:

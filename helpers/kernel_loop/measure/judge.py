@@ -42,9 +42,9 @@ from ..compare import CONSTANT_REFERENCE, applied_tolerances
 from ..config import RunConfig
 from ..tensors import is_tensor
 from . import guards, protocol
+from . import held as hold
 from .calls import Session, bad_row
-from .conditions import CONDITION_WORDS, condition, condition_plan, free_cached, out_of_memory
-from .held import after_a_call, after_the_calls, between_calls, calls_to_keep, cycle_rings, kept_fingerprints
+from .conditions import CONDITION_WORDS, condition, condition_plan, continue_plan, free_cached
 from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
 from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
 from .timed import ab_loop, harness_hint, timed_loop, timing_block
@@ -232,24 +232,25 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
         trials: list[dict] = []
         notes: list[str] = []
         shapes.append({"dims": dims, "trials": trials, "notes": notes})
-        sess = earlier = first = plan = None  # earlier: the previous call's data set (a next call's "stale" pre-state)
+        sess = earlier = first = plan = after = None  # the previous call's data set ("stale" pre-state), its rng's end
         held: list[dict] = []  # per call, the fingerprints of what it returned (kept by the caller or followed)
-        keep, kept, checks, t = set(), set(), set(), 0  # the plan's calls that keep results; the trials that did
+        keep, kept, checks, cont, t = set(), set(), set(), set(), 0  # the calls that keep results; the trials that did
         said_at = time.monotonic()
         while plan is None or t < len(plan):
             if plan and time.monotonic() - said_at > PROGRESS_S:  # a long shape (large inputs, the CPU): say where
                 said_at = time.monotonic()
                 progress(f"shape {si + 1} of {len(spec['shapes'])}: call {t + 1} of {len(plan)}{_at()}")
             seed = derive_seed(cfg.seed, si, t)
-            ds = prob.draw(seed)
+            ds = prob.draw(seed, start=after if t in cont else None)
             if sess is None:
                 sess, first = Session(judge, worker, prob, {"k": (path, kind)}, ds, f"s{si}", keep=True, watch=watched), ds
                 plan = condition_plan(judge.rng, ds, prob, int(spec["trials"]))
-                keep, checks = calls_to_keep(judge.rng, len(plan), ds, judge.device, notes)
+                keep, checks = hold.calls_to_keep(judge.rng, len(plan), ds, judge.device, notes)
+                cont = continue_plan(judge.rng, plan, prob, notes)
                 notes += prob.constants_note()
             cond, said, ds = condition(judge.tolerance, prob, first, ds, plan[t], earlier, seed, notes)
             cond.keep = t in keep
-            cycle_rings(sess, len(plan), notes) if t == len(plan) - 1 > 0 else None
+            hold.cycle_rings(sess, len(plan), notes) if t == len(plan) - 1 > 0 else None
             free_cached()
             r = sess.call("k", ds, checked=True, cond=cond)
             if r.get("raised") and cond.strided in ("step", "pad"):  # a refusal of a strided view: noted, not counted
@@ -258,7 +259,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                 t += 1
                 continue
             if r.get("raised"):
-                result["error"] = out_of_memory(r["raised"], ds, len(kept), judge.device) + (
+                result["error"] = hold.out_of_memory(r["raised"], ds, len(kept), judge.device) + (
                     f" (in the call where {CONDITION_WORDS[said]})" if said != "plain" else "")
                 return
             rows = r["rows"] or ([bad_row("(call)", next(iter(ds.expected.values())), r["failure"])]
@@ -267,16 +268,17 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
             trials.append({"seed": seed, "tag": f"{si}:{t}", "condition": said, "outputs": rows, "passed": passed,
                            **({"moved": ds.vary} if ds.vary else {}),
                            **_memory(ds, (r["reply"] or {}).get("peak_mem_bytes"))})
-            held.append(kept_fingerprints(sess.shared, ds, (r["reply"] or {}).get("returned") or {}) if passed else {})
+            held.append(hold.kept_fingerprints(sess.shared, ds, (r["reply"] or {}).get("returned") or {}) if passed else {})
             kept |= {len(held) - 1} if cond.keep else set()
-            after_a_call(sess, first, trials, held, kept, checks, watched)
+            hold.after_a_call(sess, first, trials, held, kept, checks, watched)
             # a reference constant on moved inputs (a ReLU of inputs shifted far below zero) says nothing of the problem's
             result["warnings"] += [w for w in r["warnings"] if w not in result["warnings"]
                                    and not (said.startswith("range:") and w.endswith(CONSTANT_REFERENCE))]
             notes += [n for n in r.get("notes") or [] if n not in notes]
-            earlier = between_calls(first, ds, judge.device, notes)
+            earlier = hold.between_calls(first, ds, judge.device, notes)
+            after = ds.rng_after if passed and not cond.train and cond.expected is None else None
             t += 1
-        after_the_calls(sess, prob, first, trials, held, notes, watched, kept)
+        hold.after_the_calls(sess, prob, first, trials, held, notes, watched, kept)
         result["build"] = result["build"] or sess.builds.get("k")
 
 

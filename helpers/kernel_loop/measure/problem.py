@@ -90,6 +90,8 @@ class DataSet:
     vary: str | None = None                                     # the input range this draw was moved to (VARIANTS)
     rng_after: bytes | None = None                              # torch's generators after the reference's call
     parked: bool = False                                        # its tensors wait on the host (held.between_calls)
+    start: bytes | None = None                                  # torch's generators where the call starts, if not
+    # reseeded from call_seed: where the previous call left them (conditions.continue_plan)
 
     def tensors(self) -> dict[str, Any]:
         return {n: v for n, v in self.args.items() if is_tensor(v)}
@@ -181,13 +183,16 @@ class Problem:
         return dict(self.model.state_dict()) if self.model is not None else {}
 
     # --- data sets ------------------------------------------------------------------------------
-    def draw(self, seed: int, *, reference: bool = True, vary: str | None = None) -> DataSet:
+    def draw(self, seed: int, *, reference: bool = True, vary: str | None = None, start: bytes | None = None
+             ) -> DataSet:
         """Fresh inputs for ``seed`` (moved to the range ``vary`` names, one of VARIANTS) and, unless
-        ``reference`` is False, the reference outputs on them (the inputs checked unchanged by the reference)."""
+        ``reference`` is False, the reference outputs on them (the inputs checked unchanged by the reference), its
+        call starting from torch's generators at ``start`` where that is given."""
         if self.model is not None:
             ds = self._draw_kernelbench(seed)
         else:
             ds = self._draw_setup(seed)
+        ds.start = start
         ds.accumulates = [n for n in self.accumulates() if n in ds.in_place]
         if vary is not None:
             from .conditions import move
@@ -274,11 +279,15 @@ class Problem:
         outputs poisoned and the accumulated ones on copies (``args`` keeps the starting values).  A reference()
         that returns nothing gives copies of its in-place outputs.  The one place the reference is called on a
         data set (``reference``, and the conditions' float64 and strided runs); torch's generators start from
-        ``seed``, by default the data set's call_seed, from which the kernel's call starts where the reference draws.
+        ``seed``, by default the data set's call_seed (or its ``start``), from which the kernel's call starts where the
+        reference draws.
         ``drew`` says afterwards whether it drew from torch's generators and from Python's or NumPy's, and
         ``rng_after`` where it left torch's."""
         torch = _torch()
-        torch.manual_seed(call_seed(ds.seed) if seed is None else seed)
+        if seed is None and ds.start is not None:
+            guards.set_torch_rng(torch, self.device, ds.start)
+        else:
+            torch.manual_seed(call_seed(ds.seed) if seed is None else seed)
         before, other = guards.torch_rng(torch, self.device), guards.other_rng()
         out = self._call_reference(args, ds, model)
         self.rng_after = guards.torch_rng(torch, self.device)
