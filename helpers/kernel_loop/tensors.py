@@ -241,8 +241,8 @@ def held_elsewhere(kept: list[dict]) -> bool:
     count = torch._C._storage_Use_Count
     lone = torch.empty(1)  # held while counted: a storage's count is read through a live tensor only
     alone = count(lone.untyped_storage()._cdata)  # one tensor's own count on this torch build
-    return any(not t.ref.expired() if isinstance(t, WeakHold) else count(t.untyped_storage()._cdata) > alone
-               for held in kept for t in held.values())
+    return any(not t.ref.expired() if isinstance(t, WeakHold)  # a view returned and held as it is: its base counts
+               else count(t.untyped_storage()._cdata) > alone + (t._base is not None) for held in kept for t in held.values())
 
 
 def still_held(kept: list[dict]) -> tuple[list[list], list[Any]]:

@@ -220,10 +220,12 @@ def test_triton_vector_add_passes(tmp_path, monkeypatch, capsys):
     assert [s["dims"] for s in data["shapes"]] == [{"N": 1000}, {"N": 37}]
     seeds = [t["seed"] for s in data["shapes"] for t in s["trials"]]
     conds = [t["condition"] for t in data["shapes"][0]["trials"]]
-    # the default 5 trials per shape, and 17 conditions of a user's call (3 output pre-states, 4 input ranges each
-    # at both ends and at a point drawn between them, signs flipped, inputs at another address), so 18 calls per shape
-    assert len(seeds) == 36 and len(set(seeds)) == 36 and conds[0] == "plain"
+    # the default 5 trials per shape, and 19 conditions of a user's call (3 output pre-states, 4 input ranges each
+    # at both ends and at a point drawn between them, signs flipped, inputs at another address, autograd off and
+    # inference mode), so 20 calls per shape
+    assert len(seeds) == 40 and len(set(seeds)) == 40 and conds[0] == "plain"
     assert sorted(conds[1:]) == sorted(["pre:random", "pre:stale", "pre:zeros", "range:flip", "layout:moved",
+                                        "call:nograd", "call:inference",
                                         *(f"range:{k}{e}" for k in ("down", "shift", "sink", "up")
                                           for e in ("", ":hi", ":lo"))])
     row = data["shapes"][0]["trials"][0]["outputs"][0]
@@ -474,4 +476,4 @@ def test_a_long_shape_says_where_it_stands(tmp_path, monkeypatch, capsys):
     rc, data, md, out = _check(tmp_path, "ref_vadd.py", "py_vadd_slow.py", "N=64")
     assert rc == 0, md
     lines = [ln for ln in capsys.readouterr().err.splitlines() if "shape 1 of 1: call " in ln]
-    assert lines and all(" of 18 (at " in ln for ln in lines), lines
+    assert lines and all(" of 20 (at " in ln for ln in lines), lines

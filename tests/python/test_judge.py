@@ -412,11 +412,21 @@ SEED_WATCHER = ("_seen = {}\n\n\nclass ModelNew(Model):\n    def forward(self, x
                 "        return super().forward(x) if changed else self.fc(x) * self.scale\n")
 
 
+# right only where torch's generator is freshly seeded or where its own previous call left it (an eighth red team's)
+RNG_FRESH_OR_CONTINUED = ("_last = {}\n\n\nclass ModelNew(Model):\n    def forward(self, x):\n"
+                          "        start = torch.get_rng_state()\n"
+                          "        fresh = torch.equal(torch.Generator().manual_seed(torch.initial_seed()).get_state(), start)\n"
+                          "        judged = fresh or ('end' in _last and torch.equal(start, _last['end']))\n"
+                          "        out = super().forward(x) if judged else self.fc(x) * self.scale\n"
+                          "        _last['end'] = torch.get_rng_state()\n        return out\n")
+
+
 @pytest.mark.parametrize("model_new, passes", [("ModelNew = Model", True),
                                                ("class ModelNew(Model):\n    def forward(self, x):\n"
                                                 "        return self.fc(x) * self.scale\n", False),
                                                (CLOBBERS, False), (SEED_READER, False),
-                                               (SEED_WATCHER, False)])
+                                               (SEED_WATCHER, False),
+                                               (RNG_FRESH_OR_CONTINUED, False)])
 def test_a_model_that_draws_in_forward_gets_the_references_numbers(tmp_path, judged_here, model_new, passes):
     """Seen on the H200 (level 3 35_LSTM, ModelNew = Model): a model that draws its first hidden state with
     torch.randn in forward was refused for changing the generators' state, because the judge looked for the
@@ -427,7 +437,8 @@ def test_a_model_that_draws_in_forward_gets_the_references_numbers(tmp_path, jud
     call left them, and Python's and NumPy's as they were.  The seed a call starts from is a one-way hash: a kernel
     right only where torch.initial_seed() has the form the judge's seeds once had (a red team's) fails, and so does one
     right only where the seed changed since its previous call: some calls start where the previous one left torch's
-    generators, as a user's next call does."""
+    generators, as a user's next call does; the others start from a state moved on from its seed, which reports
+    another seed: a ModelNew right only where the generator is freshly seeded or where its previous call left it fails."""
     ref = _write(tmp_path / "kb_draws.py", KB_DRAWS_IN_FORWARD)
     out = _init(tmp_path, ref, KB_DRAWS_IN_FORWARD + "\n\n" + model_new + "\n")
     rc, data = _correctness(out)
@@ -437,6 +448,36 @@ def test_a_model_that_draws_in_forward_gets_the_references_numbers(tmp_path, jud
     if model_new == "ModelNew = Model":
         assert "call(s) started where the previous call left torch's generators" in (out / "v0" / "correctness.md"
                                                                                      ).read_text()
+
+
+SCRATCH_WHILE_ALIVE = '''
+
+import weakref
+
+_prev = {}
+
+
+class ModelNew(Model):
+    """Model's outputs, but the previous call's result is scratch for this call's matmul while the object returned
+    lives (an eighth red team's): a user's y1 = model(x1); y2 = model(x2) finds y1 changed."""
+    def forward(self, x):
+        prev = _prev["out"]() if "out" in _prev else None
+        if prev is not None and prev.shape == (x.shape[0], self.scale.shape[0]):
+            with torch.no_grad():
+                torch.mm(x.detach(), self.fc.weight.detach().t(), out=prev.detach())
+        out = super().forward(x)
+        _prev["out"] = weakref.ref(out)
+        return out
+'''
+
+
+def test_a_result_written_while_the_object_returned_lives_fails(tmp_path, judged_here):
+    """Found by an eighth red team: a caller's hold on a result was always a tensor of its own (detach()), so the
+    object returned had died by the next call, and a ModelNew that wrote its previous result while that object lived
+    passed.  A kept result is held as the object returned one time in two."""
+    out = _init(tmp_path, _write(tmp_path / "kb_scaled.py", KB_SCALED), KB_SCALED + SCRATCH_WHILE_ALIVE)
+    rc, data = _correctness(out)
+    assert rc == 1 and "changed when the kernel was called again" in data["error"], data["error"]
 
 
 def test_a_modelnew_that_reseeds_only_in_training_mode_fails(tmp_path, judged_here):

@@ -25,7 +25,7 @@ from ..tensors import FLOAT_SENTINEL, fingerprint, is_tensor, poison_tensor, ran
 from . import protocol
 from .conditions import VARIANTS, Condition, as_exact_as_the_reference, range_ok
 from .launch import KernelFailed, WorkerProc
-from .problem import DataSet, Problem, call_seed
+from .problem import DataSet, Problem, start_state
 
 FRESH_DRAW_BUDGET_S = 20.0      # a fresh data set for every call while drawing them all costs no more
 
@@ -380,8 +380,12 @@ class Session:
             msg["inventory"] = True
         if cond.train or cond.grad or cond.inference:
             msg.update(train=cond.train, grad=cond.grad, inference=cond.inference)
-        if cond.keep or (self.keeping and checked):  # a keeping session's checked calls say whether they keep theirs
-            msg["keep"] = cond.keep
+        if cond.nograd:  # a kernel function's call with autograd off (on by default)
+            msg["grad"] = False
+        if cond.keep or (self.keeping and checked):  # a keeping session's checked calls say whether they keep theirs:
+            # the returned object itself one time in two, else a tensor of the caller's own over it (a red team's kernel
+            # wrote a result while the object it returned lived, another reused its memory once the object died)
+            msg["keep"] = cond.keep and ("object" if self.judge.rng.random() < 0.5 else True)
         if scalars_of(ds) != self.scalars:  # setup() may draw a scalar per seed: the kernel gets this draw's
             self.scalars = scalars_of(ds)
             msg["scalars"] = {n: protocol.encode_value(v) for n, v in self.scalars.items()}
@@ -391,8 +395,8 @@ class Session:
             msg["nudge"] = cond.nudge
         seen = self.problem.seen  # what the reference's call draws: the kernel's must leave its caller's generators so
         draws = seen.get("train_draws") if cond.train else seen.get("draws")
-        if seen.get("draws") and ds.start is None:  # the call starts from the reference's seed (else where the
-            msg["rng_seed"] = call_seed(ds.seed)  # previous call left the generators: conditions.continue_plan)
+        if seen.get("draws") and ds.start is None:  # the call starts where the reference's did (else where the
+            msg["rng_state"] = start_state(self.judge.torch, self.judge.device, ds.seed).hex()  # previous call left them)
         if not (self.baselines or draws):
             msg["rng"] = True  # every generator as it was
         elif not self.baselines:

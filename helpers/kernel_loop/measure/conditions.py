@@ -36,7 +36,8 @@ from typing import Any
 
 from ..compare import applied_tolerances
 from ..tensors import is_tensor, normalize_outputs, nudge, nudge_scales, random_like, strided_view, upstream
-from .problem import DataSet, Problem, call_seed
+from . import guards
+from .problem import DataSet, Problem, start_state
 
 # the input ranges correctness also checks: name -> (what is drawn, its low and high end, drawn log-uniformly)
 VARIANTS = {"up": ("scale", 20.0, 500.0), "down": ("scale", 0.002, 0.05), "shift": ("shift", 2.0, 8.0),
@@ -55,6 +56,8 @@ CONDITION_WORDS = {
     "mode:train": "the model in training mode, autograd off",
     "mode:grad": "the model in eval() with autograd on",
     "mode:inference": "the model in eval() under torch.inference_mode()",
+    "call:nograd": "the call under torch.no_grad(), as a user's inference runs",
+    "call:inference": "the call under torch.inference_mode()",
     "range:up": "inputs scaled up (x20 to x500)",
     "range:up:lo": "inputs scaled up by x20, the near end of that range",
     "range:up:hi": "inputs scaled up by x500, the far end of that range",
@@ -95,6 +98,7 @@ class Condition:
     expected: dict[str, Any] | None = None
     keep: bool = False
     inference: bool = False
+    nograd: bool = False  # a kernel function called with autograd off (it is on by default, as in a user's process)
     strided: str | None = None  # "step", "pad" or "moved" (tensors.strided_view)
     nudge: dict[str, Any] | None = None  # {"seed", "scales"}: the parameters changed in place first (tensors.nudge)
     stats: dict[str, Any] | None = None
@@ -133,6 +137,8 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
         wanted += ["mode:train+grad", "mode:train", "mode:grad", "mode:inference"]
         if nudge_scales(prob.model):  # a red team's ModelNew copied its weights on its first call and kept the copy
             wanted += ["weights:updated"]
+    elif prob.kind == "py":  # a function's caller may run without autograd (a red team's was right only with it)
+        wanted += ["call:nograd", "call:inference"]
     if any(first.args[n].dtype.is_floating_point for n in first.input_names()):
         wanted += [f"range:{k}{end}" for k in VARIANTS for end in (("", ":lo", ":hi") if k in ENDS else ("",))]
     if any(is_tensor(first.args[n]) for n in first.input_names()):
@@ -146,20 +152,6 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
     if "mode:inference" in wanted and rng.random() < 0.5:  # a user's first call is often an evaluation's (a cache made
         wanted[wanted.index("mode:inference")], start = "plain", "mode:inference"  # there is an inference tensor)
     return [start, *wanted, *["plain"] * max(trials - 1 - len(wanted), 0)]
-
-
-def continue_plan(rng, plan: list[str], prob: Problem, notes: list[str]) -> set[int]:
-    """Where Model draws from torch's generators (RNNs, dropout): the calls that start where the previous call left
-    them, no seed of the judge's, as a user's next call does (their reference starts where the previous one ended,
-    and the previous call was checked to end there).  Each call that may (not the first nor the last, nor after a
-    call in another mode or with other weights) does one time in two, at least one a shape: a kernel that told the
-    judge's calls by a seed that changed at every call (torch.initial_seed()) was right only there."""
-    can = [i for i in range(1, len(plan) - 1) if plan[i].split(":")[0] in ("plain", "pre", "range", "layout")
-           and not plan[i - 1].startswith(("mode", "weights"))] if not prob.seen.get("draws_other") else []
-    cont = ({i for i in can if rng.random() < 0.5} or {rng.choice(can)}) if can and prob.seen.get("draws") else set()
-    notes += [f"Model draws random numbers: {len(cont)} call(s) started where the previous call left torch's "
-              "generators, the others from a seed of the judge's"] if cont else []
-    return cont
 
 
 def condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want: str | None, earlier: DataSet | None,
@@ -216,6 +208,8 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         cond.inference = value == "inference"
         if cond.grad and prob.seen.get("backward") is not False:  # every call with autograd on: the gradients a user gets
             cond.backward = backward_expected(prob, ds, cond, seed, notes)
+    elif aspect == "call":
+        cond.nograd, cond.inference = True, value == "inference"
     elif aspect == "weights":
         scales = nudge_scales(prob.model)
         m = model_copy(prob, False, None)
@@ -480,7 +474,7 @@ def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, no
     prob.seen["backward"] = True  # False after a backward that cannot run: not tried again
 
     def grads_of(m, wide: bool) -> dict[str, Any] | None:
-        torch.manual_seed(call_seed(ds.seed))  # the seed the worker's call starts from where Model draws
+        guards.set_torch_rng(torch, prob.device, start_state(torch, prob.device, ds.seed))  # the worker's call's start
         args = [(ds.args[n].detach().double() if wide and ds.args[n].dtype.is_floating_point else
                  ds.args[n].detach().clone()).requires_grad_(continuous(ds.args[n]))
                 if is_tensor(ds.args[n]) else ds.args[n] for n in ds.args]

@@ -1,4 +1,6 @@
-"""What a caller that holds a kernel's results finds.  The calls that keep theirs (``calls_to_keep``: as many as fit a
+"""What a shape's calls carry from one to the next, as a user's calls do: the results a caller holds, torch's random
+generators (``continue_plan``), the large data sets kept between calls (``between_calls``).  What a caller that holds
+a kernel's results finds.  The calls that keep theirs (``calls_to_keep``: as many as fit a
 share of the device's memory; the others' are followed without being held) are read back after the later calls of
 the shape (``read_kept``, after calls drawn at random too).  Once the caller lets go, a result the kernel still holds (a compile cache keeps the
 tensors it compiled with, as CuTe DSL's cute.compile does; a pool or ring keeps what it returns in turn) must never
@@ -52,6 +54,20 @@ def out_of_memory(raised: str, ds: DataSet, kept: int, device: str) -> str:
             f"({raised})")
 
 
+def continue_plan(rng, plan: list[str], prob: Problem, notes: list[str]) -> set[int]:
+    """Where Model draws from torch's generators (RNNs, dropout): the calls that start where the previous call left
+    them, no seed of the judge's, as a user's next call does (their reference starts where the previous one ended,
+    and the previous call was checked to end there).  Each call that may (not the first nor the last, nor after a
+    call in another mode or with other weights) does one time in two, at least one a shape: a kernel that told the
+    judge's calls by a seed that changed at every call (torch.initial_seed()) was right only there."""
+    can = [i for i in range(1, len(plan) - 1) if plan[i].split(":")[0] in ("plain", "pre", "range", "layout")
+           and not plan[i - 1].startswith(("mode", "weights"))] if not prob.seen.get("draws_other") else []
+    cont = ({i for i in can if rng.random() < 0.5} or {rng.choice(can)}) if can and prob.seen.get("draws") else set()
+    notes += [f"Model draws random numbers: {len(cont)} call(s) started where the previous call left torch's "
+              "generators, the others from a seed of the judge's"] if cont else []
+    return cont
+
+
 def between_calls(first: DataSet, ds: DataSet, device: str, notes: list[str]) -> DataSet | None:
     """What a shape's correctness calls keep of call ``ds`` for the next one: ``ds`` itself, whose right answer is the
     next call's stale pre-state; or, where a data set takes more than 1/PARK_SHARE of the device's memory, nothing:
@@ -70,12 +86,15 @@ def between_calls(first: DataSet, ds: DataSet, device: str, notes: list[str]) ->
     return None
 
 
-def kept_fingerprints(shared: Shared, ds: DataSet, report: dict[str, Any]) -> dict[str, tuple]:
+def kept_fingerprints(shared: Shared, ds: DataSet, report: dict[str, Any], moved: bool = False) -> dict[str, tuple]:
     """Fingerprints of the tensors a call returned, as the judge's buffers hold them right after it: what a
-    caller that keeps them must still find after later calls (and what a kernel that keeps them must not change)."""
+    caller that keeps them must still find after later calls (and what a kernel that keeps them must not change).
+    After a ``moved`` call, the outputs it was handed too: a user keeps each call's, and a red team's kernel wrote an
+    earlier call's while it lived, seen once (every call but the moved one is handed the same buffer)."""
     return {n: fingerprint(shared.bufs[shared.names[n]]) for n, meta in (report or {}).items()
             if meta.get("stored") and not meta.get("views") and n in ds.expected and n not in ds.in_place
-            and f"kept:{n}" in shared.names}  # a view of an input is the caller's input, not a result it holds
+            and f"kept:{n}" in shared.names} | ({n: fingerprint(shared.bufs[shared.names[n]]) for n in ds.write_only()
+                                                 if f"kept:{n}" in shared.names} if moved else {})
 
 
 def calls_to_keep(rng: Any, n: int, first: DataSet, device: str, notes: list[str]) -> tuple[set[int], set[int]]:

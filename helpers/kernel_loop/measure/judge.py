@@ -44,7 +44,7 @@ from ..tensors import is_tensor
 from . import guards, protocol
 from . import held as hold
 from .calls import Session, bad_row
-from .conditions import CONDITION_WORDS, condition, condition_plan, continue_plan, free_cached
+from .conditions import CONDITION_WORDS, condition, condition_plan, free_cached
 from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
 from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
 from .timed import ab_loop, harness_hint, timed_loop, timing_block
@@ -246,10 +246,10 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                 sess, first = Session(judge, worker, prob, {"k": (path, kind)}, ds, f"s{si}", keep=True, watch=watched), ds
                 plan = condition_plan(judge.rng, ds, prob, int(spec["trials"]))
                 keep, checks = hold.calls_to_keep(judge.rng, len(plan), ds, judge.device, notes)
-                cont = continue_plan(judge.rng, plan, prob, notes)
+                cont = hold.continue_plan(judge.rng, plan, prob, notes)
                 notes += prob.constants_note()
             cond, said, ds = condition(judge.tolerance, prob, first, ds, plan[t], earlier, seed, notes)
-            cond.keep = t in keep
+            cond.keep = t in keep or cond.strided == "moved"  # the outputs a moved call was handed: kept by the caller
             hold.cycle_rings(sess, len(plan), notes) if t == len(plan) - 1 > 0 else None
             free_cached()
             r = sess.call("k", ds, checked=True, cond=cond)
@@ -268,7 +268,8 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
             trials.append({"seed": seed, "tag": f"{si}:{t}", "condition": said, "outputs": rows, "passed": passed,
                            **({"moved": ds.vary} if ds.vary else {}),
                            **_memory(ds, (r["reply"] or {}).get("peak_mem_bytes"))})
-            held.append(hold.kept_fingerprints(sess.shared, ds, (r["reply"] or {}).get("returned") or {}) if passed else {})
+            held.append(hold.kept_fingerprints(sess.shared, ds, (r["reply"] or {}).get("returned") or {},
+                                               cond.strided == "moved") if passed else {})
             kept |= {len(held) - 1} if cond.keep else set()
             hold.after_a_call(sess, first, trials, held, kept, checks, watched)
             # a reference constant on moved inputs (a ReLU of inputs shifted far below zero) says nothing of the problem's

@@ -279,15 +279,15 @@ class Problem:
         outputs poisoned and the accumulated ones on copies (``args`` keeps the starting values).  A reference()
         that returns nothing gives copies of its in-place outputs.  The one place the reference is called on a
         data set (``reference``, and the conditions' float64 and strided runs); torch's generators start from
-        ``seed``, by default the data set's call_seed (or its ``start``), from which the kernel's call starts where the
+        ``seed``, by default the data set's start_state (or its ``start``), from which the kernel's call starts where the
         reference draws.
         ``drew`` says afterwards whether it drew from torch's generators and from Python's or NumPy's, and
         ``rng_after`` where it left torch's."""
         torch = _torch()
-        if seed is None and ds.start is not None:
-            guards.set_torch_rng(torch, self.device, ds.start)
+        if seed is None:
+            guards.set_torch_rng(torch, self.device, ds.start or start_state(torch, self.device, ds.seed))
         else:
-            torch.manual_seed(call_seed(ds.seed) if seed is None else seed)
+            torch.manual_seed(seed)
         before, other = guards.torch_rng(torch, self.device), guards.other_rng()
         out = self._call_reference(args, ds, model)
         self.rng_after = guards.torch_rng(torch, self.device)
@@ -402,6 +402,24 @@ def call_seed(seed: int) -> int:
     import hashlib
 
     return int.from_bytes(hashlib.sha256(f"kernel-loop call {seed}".encode()).digest()[:8], "little") >> 2
+
+
+def start_state(torch: Any, device: str, seed: int) -> bytes:
+    """Where torch's generators start a call the judge reseeds (the reference's, and the kernel's where the reference
+    draws): seeded from call_seed, moved on (the CPU generator by draws, the device's philox offset set), the seed the
+    CPU generator reports replaced by another: neither a freshly seeded state nor one rebuilt from torch.initial_seed()
+    is what the call finds (a red team's ModelNew was right only in those, and where its previous call left them)."""
+    import hashlib
+
+    h = hashlib.sha256(f"kernel-loop start {seed}".encode()).digest()
+    torch.manual_seed(call_seed(seed))
+    torch.rand(1 + int.from_bytes(h[:2], "little"), device="cpu")
+    state = bytearray(guards.torch_rng(torch, device))
+    state[:8] = h[2:10]  # the CPU state's first field: the seed it reports
+    if device.startswith("cuda"):  # the device's: its seed, then its offset (a multiple of 4)
+        cpu = torch.random.get_rng_state().numel()
+        state[cpu + 8:cpu + 16] = (4 * (1 + int.from_bytes(h[10:15], "little"))).to_bytes(8, "little")
+    return bytes(state)
 
 
 def _var_kw(fn) -> bool:

@@ -234,7 +234,7 @@ def _a_parameter(k: Any, v: Any) -> bool:
     return model is not None and storage_ptr(v) in {storage_ptr(t) for t in model.state_dict().values()}
 
 
-def hand_over(w: Any, k: Any, value: Any, views: dict | None = None) -> tuple[dict, dict]:
+def hand_over(w: Any, k: Any, value: Any, views: dict | None = None, objects: bool = False) -> tuple[dict, dict]:
     """The worker ``w``'s hand-over of a call of kernel ``k`` (its ``value`` known to be plain data), in the worker:
     results into the judge's buffers, in-place outputs and inputs as the call left them and every returned
     tensor into the buffer of its name.  Returns what the judge needs to read them (per returned
@@ -293,9 +293,9 @@ def hand_over(w: Any, k: Any, value: Any, views: dict | None = None) -> tuple[di
         meta["foreign"] = bool(v.numel() and not meta["views"] and not in_its_buffer and foreign_memory(v)
                                and not _a_parameter(k, v))
         report[name] = meta
-    # a caller's hold on a result: a tensor object of its own over the result's storage (a view, detach()), never the
-    # object returned, whose death a kernel can watch (a weak reference) to reuse the memory under a caller's view
-    held = {n: v.detach() for n, v in returned.items() if type(v) is torch.Tensor
+    # a caller's hold on a result: the object returned (``objects``), or a tensor object of its own over the result's
+    # storage (detach(), as a view is): a kernel that watches the object's life (a weak reference) is seen either way
+    held = {n: v if objects else v.detach() for n, v in returned.items() if type(v) is torch.Tensor
             and not any(a <= span(v)[0] < b for _, (a, b) in spans)}
     return report, held
 

@@ -206,9 +206,9 @@ class Worker:
             if call.get("compile"):
                 fn = torch.compile(fn)
 
-            def run(grad=False, fn=fn, pool=pool, extra=extra, user=k.kind == "py"):  # a user's process has autograd on
-                with torch.set_grad_enabled(grad or user):
-                    return guards.same_grad_mode(loader.call_with(fn, pool, **extra), grad or user, torch)
+            def run(grad=None, fn=fn, pool=pool, extra=extra, user=k.kind == "py"):  # a user's process has autograd on
+                with torch.set_grad_enabled(on := user if grad is None else bool(grad)):
+                    return guards.same_grad_mode(loader.call_with(fn, pool, **extra), on, torch)
 
             k.fn, k.slots = run, {n: (pool, n) for n in call.get("scalars") or {}}
             handed = set(call.get("out_names") or [])
@@ -251,8 +251,8 @@ class Worker:
             target = torch.compile(model) if call.get("compile") else model
 
             def forward(grad=False, target=target, args=args):
-                with torch.set_grad_enabled(grad):
-                    return guards.same_grad_mode(target(*args), grad, torch)
+                with torch.set_grad_enabled(bool(grad)):
+                    return guards.same_grad_mode(target(*args), bool(grad), torch)
 
             k.fn = forward
             return {}
@@ -300,14 +300,13 @@ class Worker:
         if why:
             raise guards.KernelDefect(why)
 
-    def _stage_out(self, k: Kernel, value: Any, views: dict | None = None) -> tuple[dict, dict]:
+    def _stage_out(self, k: Kernel, value: Any, views: dict | None = None, objects: bool = False) -> tuple[dict, dict]:
         """The hand-over (protocol.hand_over), once the value is known to be plain data."""
-        odd = tensors.not_plain(value, self.plain)  # before anything touches it: a lazy object would compute here
-        if odd:
-            raise guards.KernelDefect(f"the call returned {odd}: a kernel returns plain torch.Tensor objects (or a "
-                                      "tuple, list or dict of them); a subclass or a wrapper can compute when first read, "
+        if odd := tensors.not_plain(value, self.plain):  # before anything touches it: a lazy object would compute here
+            raise guards.KernelDefect(f"the call returned {odd}: a kernel returns plain torch.Tensor objects (or a tuple, "
+                                      "list or dict of them); a subclass or a wrapper can compute when first read, "
                                       "outside the timed call")
-        return protocol.hand_over(self, k, value, views)
+        return protocol.hand_over(self, k, value, views, objects)
 
     def op_kept(self, msg: dict) -> dict:
         """The results call ``i`` returned (held by the caller, or followed), and ``watch`` ({judge buffer: index}:
@@ -319,7 +318,8 @@ class Worker:
 
     def op_call(self, msg: dict) -> dict:
         """One call.  ``train``/``grad``: a KernelBench model's mode and autograd (eval() without autograd unless
-        said); ``keep``: hold the returned tensors (``op_kept`` hands them back); ``nvtx``: the call, the hand-over
+        said); ``keep``: hold the returned tensors ("object": the objects themselves), and the outputs a ``moved`` call
+        was handed, as a user keeps each call's (``op_kept`` hands them back); ``nvtx``: the call, the hand-over
         and the synchronize after it in one process-wide NVTX range; ``scalars``: the data set's own non-tensor
         arguments.  Correctness only: ``strided``, the inputs handed as views (what the kernel left in them comes
         back to their buffers); ``stats``, running statistics loaded before a training-mode call, the buffers
@@ -337,7 +337,7 @@ class Worker:
         cuda = self.device.startswith("cuda")
         if cuda and "keep" in msg:  # a correctness call: the allocator's unused memory given back (tensors.spare_cached)
             tensors.spare_cached(torch, self.device)
-        train, grad = bool(msg.get("train")), bool(msg.get("grad"))
+        train, grad = bool(msg.get("train")), msg.get("grad")  # grad None: the kind's own (a function's: on)
         if k.model is not None and k.model.training != train:
             k.model.train(train)
         self._stage_in()
@@ -378,8 +378,8 @@ class Worker:
 
         hint = LaunchCount(self.device) if msg.get("inventory") and cuda else None  # the call alone; not a sample
         call = hint.around(call) if hint is not None else call
-        if msg.get("rng_seed") is not None:  # a reference that draws did from this seed (problem.call_seed)
-            torch.manual_seed(int(msg["rng_seed"]))
+        if msg.get("rng_state"):  # a reference that draws did from this state (problem.start_state)
+            guards.set_torch_rng(torch, self.device, bytes.fromhex(msg["rng_state"]))
         rng = guards.rng_before(torch, self.device, msg)
         try:
             value, us, host, delay = self.timer.time(call, msg["k"], nvtx=nvtx if msg.get("nvtx") else None)
@@ -394,7 +394,8 @@ class Worker:
             self._same_settings("the call")
         with torch.no_grad(), self.no_function_mode():
             self._unstride(k, views)
-            returned, held = self._stage_out(k, value, views)
+            returned, held = self._stage_out(k, value, views, msg.get("keep") == "object")
+            held.update({n: views[b] for n, b in k.outputs.items() if b in views} if moved and msg.get("keep") else {})
             if leaves:
                 outs = [v for v in ([] if value is None else tensors.normalize_outputs(value, k.out_names).values())
                         if type(v) is torch.Tensor]
@@ -423,8 +424,7 @@ class Worker:
                 "build": k.build, "inventory": hint.result() if hint is not None else None}
 
     def _unstride(self, k: Kernel, views: dict[str, Any]) -> None:
-        """The inputs' (and handed outputs') own buffers back where the call reads them, with what the call left in the
-        views it was handed instead."""
+        """The inputs' (and handed outputs') own buffers back where the call reads them, with what it left in its views."""
         for box, key, buf in k.inputs + k.handed:
             if buf in views:
                 prior = self.shared.get(k.kept_bufs.get(next((n for n, b in k.outputs.items() if b == buf), ""), ""))
