@@ -421,12 +421,61 @@ RNG_FRESH_OR_CONTINUED = ("_last = {}\n\n\nclass ModelNew(Model):\n    def forwa
                           "        _last['end'] = torch.get_rng_state()\n        return out\n")
 
 
+# right only where torch's CPU generator cannot be rebuilt from the seed it reports (a ninth red team's): the judge's
+# start states once reported a seed they did not come from
+RNG_NOT_FROM_ITS_SEED = "import numpy as np\n\n\n" + """def _seeded(seed):
+    mt = np.zeros(624, dtype=np.uint64)
+    mt[0] = seed & 0xFFFFFFFF
+    for j in range(1, 624):
+        p = int(mt[j - 1])
+        mt[j] = (1812433253 * (p ^ (p >> 30)) + j) & 0xFFFFFFFF
+    return mt
+
+
+def _twist(mt):
+    new = mt.copy()
+    for lo, hi in ((0, 227), (227, 454), (454, 623)):
+        i = np.arange(lo, hi)
+        y = (new[i] & 0x80000000) | (new[i + 1] & 0x7FFFFFFF)
+        new[i] = new[(i + 397) % 624] ^ (y >> 1) ^ np.where(y & 1, 0x9908B0DF, 0).astype(np.uint64)
+    y = (new[623] & 0x80000000) | (new[0] & 0x7FFFFFFF)
+    new[623] = new[396] ^ (y >> 1) ^ (0x9908B0DF if int(y) & 1 else 0)
+    return new
+
+
+_cache = {}
+
+
+def _descends(max_twists=4000):
+    s = torch.get_rng_state().numpy()
+    now = s[24:24 + 624 * 8].view(np.uint64)
+    seed = int(s[:8].view(np.uint64)[0])
+    mt = _cache.get(seed)
+    if mt is None:
+        mt = _cache[seed] = [_seeded(seed)]
+    for k in range(max_twists):
+        if k == len(mt):
+            mt.append(_twist(mt[-1]))
+        if np.array_equal(mt[k], now):
+            return True
+    return False
+
+
+class ModelNew(Model):
+    def forward(self, x):
+        if not _descends():
+            return super().forward(x)
+        return self.fc(x) * self.scale
+"""
+
+
 @pytest.mark.parametrize("model_new, passes", [("ModelNew = Model", True),
                                                ("class ModelNew(Model):\n    def forward(self, x):\n"
                                                 "        return self.fc(x) * self.scale\n", False),
                                                (CLOBBERS, False), (SEED_READER, False),
                                                (SEED_WATCHER, False),
-                                               (RNG_FRESH_OR_CONTINUED, False)])
+                                               (RNG_FRESH_OR_CONTINUED, False),
+                                               (RNG_NOT_FROM_ITS_SEED, False)])
 def test_a_model_that_draws_in_forward_gets_the_references_numbers(tmp_path, judged_here, model_new, passes):
     """Seen on the H200 (level 3 35_LSTM, ModelNew = Model): a model that draws its first hidden state with
     torch.randn in forward was refused for changing the generators' state, because the judge looked for the
@@ -437,8 +486,9 @@ def test_a_model_that_draws_in_forward_gets_the_references_numbers(tmp_path, jud
     call left them, and Python's and NumPy's as they were.  The seed a call starts from is a one-way hash: a kernel
     right only where torch.initial_seed() has the form the judge's seeds once had (a red team's) fails, and so does one
     right only where the seed changed since its previous call: some calls start where the previous one left torch's
-    generators, as a user's next call does; the others start from a state moved on from its seed, which reports
-    another seed: a ModelNew right only where the generator is freshly seeded or where its previous call left it fails."""
+    generators, as a user's next call does; the others start from a state moved on by draws from the seed it reports:
+    a ModelNew right only where the generator is freshly seeded or where its previous call left it fails, and so does
+    one right only where the state cannot be rebuilt from the seed it reports (a ninth red team's)."""
     ref = _write(tmp_path / "kb_draws.py", KB_DRAWS_IN_FORWARD)
     out = _init(tmp_path, ref, KB_DRAWS_IN_FORWARD + "\n\n" + model_new + "\n")
     rc, data = _correctness(out)

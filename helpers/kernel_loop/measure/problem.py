@@ -406,16 +406,16 @@ def call_seed(seed: int) -> int:
 
 def start_state(torch: Any, device: str, seed: int) -> bytes:
     """Where torch's generators start a call the judge reseeds (the reference's, and the kernel's where the reference
-    draws): seeded from call_seed, moved on (the CPU generator by draws, the device's philox offset set), the seed the
-    CPU generator reports replaced by another: neither a freshly seeded state nor one rebuilt from torch.initial_seed()
-    is what the call finds (a red team's ModelNew was right only in those, and where its previous call left them)."""
+    draws): seeded from call_seed and moved on, as a user's are after drawing (the CPU generator by up to 2^20 draws,
+    the device's philox offset set): not freshly seeded (a red team's ModelNew was right only there and where its
+    previous call left them), and reachable from the seed torch.initial_seed() reports (a ninth red team's was right
+    only where the state could not be rebuilt from it, as it could not when another seed was written over it)."""
     import hashlib
 
     h = hashlib.sha256(f"kernel-loop start {seed}".encode()).digest()
     torch.manual_seed(call_seed(seed))
-    torch.rand(1 + int.from_bytes(h[:2], "little"), device="cpu")
+    torch.empty(1 + int.from_bytes(h[:3], "little") % (1 << 20), device="cpu").uniform_()
     state = bytearray(guards.torch_rng(torch, device))
-    state[:8] = h[2:10]  # the CPU state's first field: the seed it reports
     if device.startswith("cuda"):  # the device's: its seed, then its offset (a multiple of 4)
         cpu = torch.random.get_rng_state().numel()
         state[cpu + 8:cpu + 16] = (4 * (1 + int.from_bytes(h[10:15], "little"))).to_bytes(8, "little")
