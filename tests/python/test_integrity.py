@@ -821,15 +821,19 @@ def test_a_result_a_compile_cache_keeps_is_read_again_after_the_later_shapes(tmp
 
 @pytest.mark.parametrize("ref, kernel, dims, why", [
     ("ref_vadd.py", "cheat_vadd_scribbles_on_earlier_out.py", "N=1024", "changed when the kernel was called again"),
-    ("ref_softmax_rand.py", "cheat_softmax_wrong_without_grad.py", "M=8,N=64", "torch.no_grad()")])
+    ("ref_softmax_rand.py", "cheat_softmax_wrong_without_grad.py", "M=8,N=64", "torch.no_grad()"),
+    ("ref_softmax.py", "cheat_softmax_wrong_after_refill.py", "M=8,N=64", "outside tolerance")])
 def test_a_kernel_wrong_where_a_users_calls_differ_from_the_judges_fails(tmp_path, worker_here, ref, kernel, dims, why):
     """Found by an eighth red team: every call of a shape but the moved one was handed the same output buffer, and the
     moved one died after its call, so a kernel could write an earlier call's buffer where it was seen once and still
     lived (a user's out2 of three calls); a kernel function was always called with autograd on.  The outputs a moved
     call is handed are now kept, as a user keeps each call's, and read back after the later calls; a function is
-    called under torch.no_grad() and torch.inference_mode() too."""
+    called under torch.no_grad() and torch.inference_mode() too.  A ninth's: the inputs' refills never moved their
+    _version (a kernel wrong after a user's x.copy_(batch)); the worker's __main__ told it was the judge's (the
+    static check names that module now)."""
     rc, data, md = _correctness(tmp_path, ref, kernel, dims)
     assert rc == 1 and why in md, data["error"]
+    assert any("main module" in f.why for f in static_check.findings(KERNELS / "cheat_softmax_main_module.py"))
 
 
 def test_a_kept_result_borrowed_as_scratch_until_the_next_call_fails(tmp_path, worker_here):

@@ -375,7 +375,9 @@ class Session:
                 sh.bufs[sh.names[f"kept:{n}"]].copy_(sh.bufs[sh.names[n]])
         self.judge.sync()
         self.calls += 1
-        msg: dict[str, Any] = {"op": "call", "k": kid, "nvtx": nvtx}
+        # the inputs' new values come with a new _version one call in two (a user's copy_), else at the same one (a
+        # user's refill through .data or NumPy): a memo keyed on either, and a kernel wrong on either, is seen
+        msg: dict[str, Any] = {"op": "call", "k": kid, "nvtx": nvtx, "bump": self.judge.rng.random() < 0.5}
         if inventory:  # the worker lists the kernels the call launched (torch's profiler): a hint, not a measure
             msg["inventory"] = True
         if cond.train or cond.grad or cond.inference:

@@ -18,8 +18,7 @@ serves one request at a time:
   profiled one (the NVTX range is asked for under ncu only, where it marks what ncu measures);
 - ``backward``: backward() after a correctness call that asked for it, the gradients into the judge's buffers;
 - ``kept``/``release``: the results a caller holds, handed back; then let go of, saying which the kernel still holds;
-- ``state``: fingerprints of what this process holds (parameters, inputs), for the judge's diagnosis;
-- ``bye``.
+- ``state``: fingerprints of what this process holds (parameters, inputs), for the judge's diagnosis; ``bye``.
 
 This module imports support code (loader, build, timing, tensors), ``protocol`` and ``guards``; never the judge.
 """
@@ -284,11 +283,12 @@ class Worker:
         raise protocol.ProtocolError(f"cannot bind a kernel of kind {k.kind!r}")
 
     # --- one call -----------------------------------------------------------------------------
-    def _stage_in(self) -> None:
-        for name, sh in self.shared.items():  # through .data: new values at the same address and the same _version,
-            lo = self.local[name]              # as a user's buffer refilled through NumPy or .data is (a red team's
-            if lo is not sh:                   # memo keyed on address and version hit nothing otherwise)
-                lo.data.copy_(sh)
+    def _stage_in(self, bump: bool = False) -> None:
+        for name, sh in self.shared.items():  # through .data: new values at the same address and _version, as a
+            lo = self.local[name]              # buffer refilled through NumPy or .data (a red team's memo keyed on both);
+            if lo is not sh:                   # with ``bump``, a new _version, as after copy_ (a ninth red team's
+                lo.data.copy_(sh)              # kernel was wrong only there)
+            self.torch.autograd.graph.increment_version(lo) if bump else None
 
     def _no_mode(self, when: str) -> None:
         why = guards.left_modes(self.modes, when)
@@ -340,7 +340,7 @@ class Worker:
         train, grad = bool(msg.get("train")), msg.get("grad")  # grad None: the kind's own (a function's: on)
         if k.model is not None and k.model.training != train:
             k.model.train(train)
-        self._stage_in()
+        self._stage_in(bool(msg.get("bump")))
         saved = tensors.nudge(k.model, int(msg["nudge"]["seed"]), msg["nudge"]["scales"]) if msg.get("nudge") else {}
         for n, v in (msg.get("scalars") or {}).items():  # this data set's own (setup() may draw a scalar per seed)
             box, key = k.slots.get(n, ({}, n))  # one it does not take (a solve() without it) goes nowhere
