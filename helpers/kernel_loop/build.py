@@ -19,9 +19,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .common import UsageError, atomic_write_text, cache_dir, progress, sha256_text
-from .config import RunConfig
+from .config import BuildConfig, RunConfig
 
 # C type name (after dropping const/restrict/pointer marks) -> torch dtype name.
 POINTER_TYPES = {
@@ -255,3 +256,17 @@ def build(kernel: Path, cfg: RunConfig, cc: tuple[int, int]) -> Built:
     os.replace(tmp, so)
     progress(f"compiled in {seconds:.1f} s")
     return Built(so, cmd, False, seconds, arch)
+
+
+def load_built(kernel: Path, impl: str, build_json: dict | None, cc: tuple[int, int]) -> tuple[Any, dict]:
+    """A .cu kernel built (or found in the cache) and loaded, as the worker imports one: the ctypes library with its
+    error functions typed, and the build's record."""
+    import ctypes
+
+    cfg = RunConfig(kernel=kernel.name, impl=impl or "cuda-cpp", dims={}, build=BuildConfig.from_json(build_json))
+    built = build(kernel, cfg, tuple(cc))
+    lib = ctypes.CDLL(str(built.so))
+    lib.kl_last_error.restype = ctypes.c_int
+    lib.kl_error_string.restype = ctypes.c_char_p
+    lib.kl_error_string.argtypes = [ctypes.c_int]
+    return lib, built.info()

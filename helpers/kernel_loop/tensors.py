@@ -110,6 +110,25 @@ def nudge(model, seed: int, scales: dict[str, float], keep: bool = True) -> dict
     return saved
 
 
+def twin(model, init: list, seed: int, scales: dict[str, float], device: str):
+    """A second instance of ``model``'s class, built as a user builds a network's second layer of one shape
+    (``cls(*init)``), with ``model``'s parameters nudged (``nudge``, as the judge changes its Model copy's) and loaded
+    as ``model``'s were (load_state_dict): a cache a kernel shares across instances (keyed on shapes, or on _version)
+    gives one instance the other's (a ninth red team's ModelNew).  Built under a fork of torch's generators."""
+    torch = _torch()
+    with torch.random.fork_rng(devices=[torch.device(device)] if device.startswith("cuda") else []), \
+            torch.device(device):
+        scratch, made = type(model)(*init), type(model)(*init)
+    scratch.load_state_dict(model.state_dict())
+    nudge(scratch, seed, scales, keep=False)
+    made.load_state_dict(scratch.state_dict())
+    theirs = model.state_dict()
+    for name, p in made.state_dict().items():  # at ``model``'s _version too, as two layers built alike are
+        while name in theirs and p._version < theirs[name]._version:
+            torch.autograd.graph.increment_version(p)
+    return made.to(device).eval()
+
+
 def put_back(model, saved: dict[str, Any]) -> None:
     """``model``'s parameters as ``nudge`` found them."""
     params = dict(model.named_parameters()) if saved else {}

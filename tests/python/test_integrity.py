@@ -464,11 +464,14 @@ def _kb(tmp_path, ref, kernel, dims, *extra):
     ("kb_ref_linear_relu.py", "kb_cheat_weights_from_init.py", "batch_size=32,features=64", False),
     ("kb_ref_layernorm.py", "kb_cheat_layernorm_no_affine.py", "batch_size=16,features=64", False),
     ("kb_ref_layernorm.py", "kb_new_layernorm.py", "batch_size=16,features=64", True),
-    ("kb_ref_linear_relu.py", "kb_new_linear_cached_weight_t.py", "batch_size=32,features=64", True)])
+    ("kb_ref_linear_relu.py", "kb_new_linear_cached_weight_t.py", "batch_size=32,features=64", True),
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_cache_shared_by_instances.py", "batch_size=32,features=64", False)])
 def test_a_modelnew_gets_trained_weights_not_its_initial_ones(tmp_path, worker_here, ref, kernel, dims, passes):
     """Found by a red team: the weights were always the ones Model is built with, so a ModelNew that kept a copy made
     in __init__ and a LayerNorm without its affine transform (weight 1, bias 0 at init) passed.  Model's learnable
-    parameters are now moved from their initial values; a layout cached on the first call still passes."""
+    parameters are now moved from their initial values; a layout cached on the first call still passes.  A ninth red
+    team's cache shared by every instance (keyed on shape and _version) passed while one instance was ever built: a
+    second, with other weights, is called in place of the first once a shape."""
     rc, data, md = _kb(tmp_path, ref, kernel, dims)
     assert (rc == 0) is passes, data["error"]
 
@@ -800,9 +803,11 @@ def test_the_hint_that_a_kernel_holds_results_is_calibrated_on_this_torch():
 def test_a_kernel_reusing_its_buffer_once_the_returned_object_dies_fails(tmp_path, worker_here):
     """Found by a red team: a pool that reuses a buffer once the tensor object it returned is dead (a weak reference)
     never touched what the worker held, the returned object itself; a user keeping y[0] or y.detach() had it
-    overwritten.  The worker holds each result through an object of its own, so the kernel's buffer comes back."""
+    overwritten.  The worker holds a result through an object of its own one time in two, so the kernel's buffer
+    comes back (or, made in a call under inference_mode, is refused where a later call writes it)."""
     rc, data, md = _correctness(tmp_path, "ref_softmax.py", "cheat_softmax_weakref_pool.py", "M=8,N=64")
-    assert rc == 1 and "changed when the kernel was called again" in data["error"], data["error"]
+    assert rc == 1 and ("changed when the kernel was called again" in data["error"]
+                        or "Inplace update to inference tensor" in data["error"]), data["error"]
 
 
 @pytest.mark.parametrize("kernel, passes", [("cheat_softmax_cross_shape_scratch.py", False),
@@ -822,7 +827,7 @@ def test_a_result_a_compile_cache_keeps_is_read_again_after_the_later_shapes(tmp
 @pytest.mark.parametrize("ref, kernel, dims, why", [
     ("ref_vadd.py", "cheat_vadd_scribbles_on_earlier_out.py", "N=1024", "changed when the kernel was called again"),
     ("ref_softmax_rand.py", "cheat_softmax_wrong_without_grad.py", "M=8,N=64", "torch.no_grad()"),
-    ("ref_softmax.py", "cheat_softmax_wrong_after_refill.py", "M=8,N=64", "outside tolerance")])
+    ("ref_softmax.py", "cheat_softmax_wrong_after_refill.py", "M=8,N=64", "| Result | FAIL |")])
 def test_a_kernel_wrong_where_a_users_calls_differ_from_the_judges_fails(tmp_path, worker_here, ref, kernel, dims, why):
     """Found by an eighth red team: every call of a shape but the moved one was handed the same output buffer, and the
     moved one died after its call, so a kernel could write an earlier call's buffer where it was seen once and still

@@ -395,6 +395,8 @@ class Session:
             msg["strided"] = cond.strided
         if cond.nudge:
             msg["nudge"] = cond.nudge
+        if cond.twin:
+            msg["twin"] = cond.twin
         seen = self.problem.seen  # what the reference's call draws: the kernel's must leave its caller's generators so
         draws = seen.get("train_draws") if cond.train else seen.get("draws")
         if seen.get("draws") and ds.start is None:  # the call starts where the reference's did (else where the

@@ -78,6 +78,8 @@ CONDITION_WORDS = {
     "layout:moved": "every input (and every output it is handed) in memory of its own, at another address (as a "
                     "user's next tensors are)",
     "weights:updated": "the model's parameters changed in place before the call (as an optimizer step does), and put back",
+    "weights:twin": "a second instance of the model, with other weights, called in place of the first (as a network's "
+                    "second layer of one shape is); the first's calls go on after",
 }
 
 
@@ -101,6 +103,7 @@ class Condition:
     nograd: bool = False  # a kernel function called with autograd off (it is on by default, as in a user's process)
     strided: str | None = None  # "step", "pad" or "moved" (tensors.strided_view)
     nudge: dict[str, Any] | None = None  # {"seed", "scales"}: the parameters changed in place first (tensors.nudge)
+    twin: dict[str, Any] | None = None  # {"seed", "scales"}: a second instance so nudged is called (tensors.twin)
     stats: dict[str, Any] | None = None
     buffers: dict[str, Any] | None = None
     backward: Backward | None = None
@@ -136,7 +139,7 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
     if prob.model is not None:
         wanted += ["mode:train+grad", "mode:train", "mode:grad", "mode:inference"]
         if nudge_scales(prob.model):  # a red team's ModelNew copied its weights on its first call and kept the copy
-            wanted += ["weights:updated"]
+            wanted += ["weights:updated", "weights:twin"]  # a ninth's ModelNew shared a cache across instances
     elif prob.kind == "py":  # a function's caller may run without autograd (a red team's was right only with it)
         wanted += ["call:nograd", "call:inference"]
     if any(first.args[n].dtype.is_floating_point for n in first.input_names()):
@@ -214,7 +217,8 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         scales = nudge_scales(prob.model)
         m = model_copy(prob, False, None)
         nudge(m, seed, scales)
-        cond.expected, cond.nudge = prob.run_reference(ds.args, ds, m), {"seed": seed, "scales": scales}
+        cond.expected, spec = prob.run_reference(ds.args, ds, m), {"seed": seed, "scales": scales}
+        cond.nudge, cond.twin = (spec, None) if value == "updated" else (None, spec)
     elif aspect == "layout":
         kind = {"padded": "pad", "moved": "moved"}.get(value, "step")
         varied = dataclasses.replace(ds, args={n: strided_view(v, kind) if n in ds.input_names() else v

@@ -59,6 +59,7 @@ class Kernel:
         self.pending: tuple | None = None     # a call's outputs and input leaves, until its backward() (op_backward)
         self.consts: dict[str, Any] = {}  # the module's constants the run's dims change, as imported (loader)
         self.model_state: list[str] = []  # the names of the tensors Model keeps on its modules (tensors.uninfer)
+        self.init, self.args, self.twin = [], [], None  # ModelNew's constructor and call arguments; (spec, its twin's call)
 
 
 class Worker:
@@ -117,8 +118,7 @@ class Worker:
         return {"pid": os.getpid(), "torch": torch.__version__, "isolated": isolated, "isolation": how}
 
     def op_bye(self, msg: dict) -> dict:
-        self.shared.clear()  # the judge's memory is released before it ends
-        self.local.clear()
+        self.shared.clear(), self.local.clear()  # the judge's memory is released before it ends
         if self.torch is not None and self.device.startswith("cuda"):
             self.torch.cuda.synchronize(self.device)
             self.torch.cuda.ipc_collect()
@@ -144,20 +144,11 @@ class Worker:
 
     def _load_library(self, path: Path, msg: dict):
         from .. import build
-        from ..config import BuildConfig, RunConfig
 
-        torch = self.torch
         if not self.device.startswith("cuda"):
             raise UsageError(f"{path.name} is CUDA C++: it needs a CUDA device, not '{self.device}'")
-        cc = torch.cuda.get_device_capability(torch.device(self.device))
-        cfg = RunConfig(kernel=path.name, impl=str(msg.get("impl") or "cuda-cpp"), dims={},
-                        build=BuildConfig.from_json(msg.get("build")))
-        built = build.build(path, cfg, tuple(cc))
-        lib = ctypes.CDLL(str(built.so))
-        lib.kl_last_error.restype = ctypes.c_int
-        lib.kl_error_string.restype = ctypes.c_char_p
-        lib.kl_error_string.argtypes = [ctypes.c_int]
-        return lib, built.info()
+        cc = self.torch.cuda.get_device_capability(self.torch.device(self.device))
+        return build.load_built(path, str(msg.get("impl") or ""), msg.get("build"), tuple(cc))
 
     # --- binding ------------------------------------------------------------------------------
     def op_bind(self, msg: dict) -> dict:
@@ -246,7 +237,7 @@ class Worker:
             args = [self.local[b] if isinstance(b, str) else protocol.decode_value(b["value"]) for b in plan]
             k.inputs = [(args, i, b) for i, b in enumerate(plan) if isinstance(b, str)]
             k.slots = {f"arg{i}": (args, i) for i, b in enumerate(plan) if not isinstance(b, str)}
-            k.model, k.model_state = model, list(call.get("model_state") or [])
+            k.model, k.model_state, k.init, k.args, k.twin = model, list(call.get("model_state") or []), init, args, None
             target = torch.compile(model) if call.get("compile") else model
 
             def forward(grad=False, target=target, args=args):
@@ -291,13 +282,11 @@ class Worker:
             self.torch.autograd.graph.increment_version(lo) if bump else None
 
     def _no_mode(self, when: str) -> None:
-        why = guards.left_modes(self.modes, when)
-        if why:
+        if why := guards.left_modes(self.modes, when):
             raise guards.KernelDefect(why)
 
     def _same_settings(self, when: str) -> None:
-        why = guards.changed_settings(self.settings, self.torch, when)
-        if why:
+        if why := guards.changed_settings(self.settings, self.torch, when):
             raise guards.KernelDefect(why)
 
     def _stage_out(self, k: Kernel, value: Any, views: dict | None = None, objects: bool = False) -> tuple[dict, dict]:
@@ -368,7 +357,7 @@ class Worker:
             if start:
                 rid.append(torch.cuda.nvtx.range_start(NVTX_RANGE))
 
-        fn, inference = k.fn, bool(msg.get("inference"))
+        fn, inference = (self._twin(k, msg["twin"]) if msg.get("twin") else k.fn), bool(msg.get("inference"))
 
         def call(fn=fn, grad=grad, inference=inference):
             if not inference:
@@ -422,6 +411,17 @@ class Worker:
         peak = int(torch.cuda.max_memory_allocated(self.device)) if cuda else None
         return {"us": us, "host_us": host, "delay_us": delay, "returned": returned, "peak_mem_bytes": peak,
                 "build": k.build, "inventory": hint.result() if hint is not None else None}
+
+    def _twin(self, k: Kernel, spec: dict) -> Any:
+        """The call of a second ModelNew with other weights, in place of the first's (tensors.twin; built once a spec)."""
+        if k.twin is None or k.twin[0] != spec:
+            m = tensors.twin(k.model, k.init, int(spec["seed"]), spec["scales"], self.device)
+
+            def forward(grad=False, m=m, args=k.args, torch=self.torch):
+                with torch.set_grad_enabled(bool(grad)):
+                    return guards.same_grad_mode(m(*args), bool(grad), torch)
+            k.twin = (spec, forward)
+        return k.twin[1]
 
     def _unstride(self, k: Kernel, views: dict[str, Any]) -> None:
         """The inputs' (and handed outputs') own buffers back where the call reads them, with what it left in its views."""
