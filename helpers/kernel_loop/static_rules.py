@@ -56,6 +56,8 @@ _WHY_NAMESPACE = "the namespace as a dict: names looked up by string, out of sig
 _WHY_CODEGEN = "runs code built at run time, which this check cannot read"
 _WHY_SYSHOOK = "installs a hook that runs inside the harness's own code"
 _WHY_IMPORTPATH = "changes where imports come from, for the harness's imports too"
+_WHY_MARK = ("reads how the process around the kernel is set up (the modes torch runs under): a tenth red team's "
+             "kernel told the judge's worker from a user's by it")
 _WHY_MARKER = ("names a harness file or a channel between processes (/dev/shm, /proc, records.log, the record "
                "key, the kernel-loop configuration or environment)")
 _WHY_SHARE = "shares GPU memory with another process, such as the harness's own buffers"
@@ -154,6 +156,8 @@ RULES: tuple[Rule, ...] = (
     Rule("attr", "os.dup", _WHY_FD),
     Rule("attr", "os.dup2", _WHY_FD),
     Rule("attr", "os.pipe", _WHY_FD),
+    Rule("attr", "os.fstat", _WHY_FD),  # a tenth red team's kernel found the worker's socket among its descriptors
+    Rule("attr", "os.fstatvfs", _WHY_FD),
     Rule("attr", "os.readlink", _WHY_FS),
     Rule("attr", "os.listdir", _WHY_FS),
     Rule("attr", "os.scandir", _WHY_FS),
@@ -172,6 +176,9 @@ RULES: tuple[Rule, ...] = (
     Rule("attr", "torch.utils._python_dispatch.TorchDispatchMode", _WHY_MODE),
     Rule("attr", "torch._C._push_on_torch_function_stack", _WHY_MODE),
     Rule("attr", "torch._C._push_on_torch_dispatch_stack", _WHY_MODE),
+    Rule("attr", "torch._C._len_torch_*_stack", _WHY_MARK),
+    Rule("attr", "torch._C._get_*_stack_at", _WHY_MARK),
+    Rule("attr", "torch.overrides._get_current_function_mode*", _WHY_MARK),
     Rule("attr", "operator.attrgetter", _WHY_BUILT_NAME),
     Rule("attr", "operator.methodcaller", _WHY_BUILT_NAME),
     Rule("attr", "traceback.walk_stack", _WHY_FRAME),

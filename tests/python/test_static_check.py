@@ -210,6 +210,17 @@ def test_introspection_attributes_are_refused(tmp_path, attr):
     _refused(tmp_path, f"def run_kernel(x):\n    return x\n\n\nY = run_kernel.{attr}\n", 5, f".{attr}'")
 
 
+@pytest.mark.parametrize("probe, line, needle", [
+    ("import __main__\n\nJUDGED = __main__.__file__.endswith('worker.py')\n", 1, "'import __main__'"),
+    ("import torch\n\nJUDGED = torch._C._len_torch_function_stack() > 0\n", 3, "'torch._C._len_torch_function_stack'"),
+    ("import os\nimport stat\n\nJUDGED = stat.S_ISSOCK(os.fstat(3).st_mode)\n", 4, "'os.fstat'")])
+def test_probes_of_the_process_around_the_kernel_are_refused(tmp_path, probe, line, needle):
+    """Red teams' kernels right only where a mark of the judge's worker showed: its __main__ module, the device mode
+    ModelNew was built under, the socket among its descriptors.  The static check names each (the first filter; a
+    user-like process for the checked calls would be the defence)."""
+    _refused(tmp_path, probe, line, needle)
+
+
 def test_the_subclasses_escape_is_refused(tmp_path):
     """The classic escape: ().__class__.__bases__[0].__subclasses__() to find a loader or a Popen."""
     _refused(tmp_path, "import torch\nSUBS = ().__class__.__bases__[0].__subclasses__()\n", 2, "__class__")
