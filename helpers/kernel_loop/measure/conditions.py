@@ -294,9 +294,9 @@ def range_ok(prob: Problem, base: DataSet, varied: DataSet, tolerance: Any) -> s
     the tolerance).  Where the reference itself holds up, an honest kernel does too."""
     seen = prob.seen
     if "base_error" not in seen:
-        exact = exact_reference(prob, base)
+        exact = exact_reference(prob, base)  # the base's outputs on the device (the first's may wait on the host)
         seen["base_error"] = {"why": "the reference cannot run in float64"} if exact is None else \
-            error_units(base.expected, exact, tolerance, prob.ref)
+            error_units({n: v.to(prob.device) for n, v in base.expected.items()}, exact, tolerance, prob.ref)
     base_err = seen["base_error"]
     if "why" in base_err:
         return base_err["why"]

@@ -72,16 +72,17 @@ def between_calls(first: DataSet, ds: DataSet, device: str, notes: list[str]) ->
     """What a shape's correctness calls keep of call ``ds`` for the next one: ``ds`` itself, whose right answer is the
     next call's stale pre-state; or, where a data set takes more than 1/PARK_SHARE of the device's memory, nothing:
     the stale pre-state is then the first call's right answer, and the first call's inputs wait on the host
-    (conditions.exact_reference moves them back when a range condition needs them).  Seen on the H100 80GB: with the
+    (conditions.range_ok moves them back when a range condition needs them).  Seen on the H100 80GB: with the
     8 GiB input and output of KernelBench's L1 norm, three data sets beside the judge's buffers and the kernel's worker
     did not fit."""
     size = sum(first.nbytes().values())
-    if not device.startswith("cuda") or size * PARK_SHARE <= device_memory(device):
+    if size * PARK_SHARE <= device_memory(device):  # a CPU run's data past an eighth of the host's: the same rule
         return ds
-    if not first.parked:
+    if not first.parked:  # its outputs too (seen on the H100: the inputs alone left the judge 8 GiB short)
         first.args = {n: v.to("cpu") if is_tensor(v) else v for n, v in first.args.items()}
+        first.expected = {n: v.to("cpu") if is_tensor(v) else v for n, v in first.expected.items()}
         first.parked = True
-        notes.append(f"large data ({size / (1 << 30):.1f} GiB a call): the first call's inputs waited on the host "
+        notes.append(f"large data ({size / (1 << 30):.1f} GiB a call): the first call's data waited on the host "
                      "between calls, and a stale pre-state was the first call's right answer, not the previous call's")
     return None
 
@@ -244,10 +245,10 @@ def after_the_calls(sess: Session, prob: Problem, first: DataSet, trials: list[d
                      f"it, as the results of {len(calls)} of the {len(trials)} calls are (a pool of buffers returned "
                      "in turn)") + "; return a new tensor each call and keep no reference to it")
             continue
-        _watch(watched, trials, i, name, w, held[i][name], first.expected[name], notes)
+        _watch(watched, trials, i, name, w, held[i][name], sess.shared.bufs[sess.shared.names[name]], notes)
     for name, w in reply.get("carried") or []:
-        if name in held[-1]:
-            _watch(watched, trials, last, name, w, held[-1][name], first.expected[name], notes)
+        if name in held[-1]:  # like the judge's buffer of the result, on the device (the first's data may be parked)
+            _watch(watched, trials, last, name, w, held[-1][name], sess.shared.bufs[sess.shared.names[name]], notes)
     noted = sorted({w["i"] for w in watched if w["trials"] is trials and w["i"] in calls})
     if noted:
         notes.append(f"the kernel still holds the results of call(s) {', '.join(str(i + 1) for i in noted)} after its "

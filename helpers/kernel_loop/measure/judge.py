@@ -268,8 +268,8 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
             trials.append({"seed": seed, "tag": f"{si}:{t}", "condition": said, "outputs": rows, "passed": passed,
                            **({"moved": ds.vary} if ds.vary else {}),
                            **_memory(ds, (r["reply"] or {}).get("peak_mem_bytes"))})
-            held.append(hold.kept_fingerprints(sess.shared, ds, (r["reply"] or {}).get("returned") or {},
-                                               cond.strided == "moved") if passed else {})
+            held.append(hold.kept_fingerprints(sess.shared, ds, (r["reply"] or {}).get("returned") or {},  # a .cu's
+                                               cond.strided == "moved" and kind != "cu") if passed else {})  # has no views
             kept |= {len(held) - 1} if cond.keep else set()
             hold.after_a_call(sess, first, trials, held, kept, checks, watched)
             # a reference constant on moved inputs (a ReLU of inputs shifted far below zero) says nothing of the problem's
