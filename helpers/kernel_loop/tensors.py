@@ -255,13 +255,19 @@ def held_elsewhere(kept: list[dict]) -> bool:
     tensor over a held one's storage (torch's count of its users, above a lone tensor's, measured here: no build
     promises its value), the sign of a kernel that keeps what it returns.  A hint that decides only whether more
     calls are made."""
+    import sys
+
     import torch
 
     count = torch._C._storage_Use_Count
-    lone = torch.empty(1)  # held while counted: a storage's count is read through a live tensor only
-    alone = count(lone.untyped_storage()._cdata)  # one tensor's own count on this torch build
-    return any(not t.ref.expired() if isinstance(t, WeakHold)  # a view returned and held as it is: its base counts
-               else count(t.untyped_storage()._cdata) > alone + (t._base is not None) for held in kept for t in held.values())
+    lone = {"t": torch.empty(1)}  # held while counted: a storage's count is read through a live tensor only
+    alone = count(lone["t"].untyped_storage()._cdata)  # one tensor's own count on this torch build
+    refs = next(sys.getrefcount(t) for t in lone.values())  # a held object's references: the holder's, the loop's
+    # a view returned and held as it is: its base counts; a returned object the caller holds, which the kernel holds
+    # too (a ring served from a list), shows in its references, not in its storage's count
+    return any(not t.ref.expired() if isinstance(t, WeakHold)
+               else count(t.untyped_storage()._cdata) > alone + (t._base is not None) or sys.getrefcount(t) > refs
+               for held in kept for t in held.values())
 
 
 def still_held(kept: list[dict]) -> tuple[list[list], list[Any]]:
