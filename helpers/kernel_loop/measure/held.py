@@ -23,8 +23,8 @@ KEEP_SHARE = 4  # the results a shape's calls hold in the kernel's worker stay w
 RING_CALLS = 64  # once the kernel is seen holding results: so many calls more (or the shape's, if more), not held
 POOL_CALLS = 8   # more calls' results than this (and than half the shape's) still held by the kernel: a pool
 WATCH_SHARE = 8  # the results read again after the later shapes' calls stay within 1/WATCH_SHARE of the memory
-MIDWAY = 2       # calls of a shape, drawn at random, after which the results kept so far are read back (large results)
-EVERY_CALL = 1 << 30  # results of a shape's calls together within so many bytes: the kept ones read back after every call
+MIDWAY = 2       # calls of a shape, drawn at random, after which the results kept so far are read back
+EVERY_CALL = 1 << 30  # results of a shape's calls within so many bytes together: two kept ones read after every call
 LET_GO = 4       # where every result would fit, one call in LET_GO (drawn at random) lets go of its results at once
 PARK_SHARE = 8   # a data set past 1/PARK_SHARE of the device's memory: no earlier one kept, the first's inputs on the host
 
@@ -103,13 +103,11 @@ def calls_to_keep(rng: Any, n: int, first: DataSet, device: str, notes: list[str
     and each other but one in LET_GO, drawn at random (a red team's kernel was right only while every result it
     returned was kept), unless they would take more than 1/KEEP_SHARE of the device's memory beside the kernel's (seen
     on the H100: ConvTranspose2d at KernelBench's size, 2 GiB a result); then as many as fit (at least 2), drawn at
-    random.  Also the calls after which the results kept so far are read back (``read_kept``): every one where the
-    shape's results together take at most EVERY_CALL bytes (a red team's kernel used a kept result as scratch for one
-    call and put it back, which two reads drawn at random seldom saw), else MIDWAY calls drawn at random."""
+    random.  Also the MIDWAY calls, drawn at random, after which every result kept so far is read back
+    (``read_kept``; after_a_call reads two after each other call where results are small)."""
     size = first.nbytes()["outputs_bytes"]
     fit = n if size == 0 else max(2, device_memory(device) // KEEP_SHARE // size)
-    every = size * n <= EVERY_CALL
-    checks = set(range(1, n - 1)) if every else set(rng.sample(range(1, n - 1), min(MIDWAY, max(0, n - 2))))
+    checks = set(rng.sample(range(1, n - 1), min(MIDWAY, max(0, n - 2))))
     if fit >= n:  # all but one in LET_GO, drawn at random: a user also drops results, and a kernel that tells a caller
         # who keeps every result (the judge) from one who drops some (the timed loops drop all) would be right here only
         return {i for i in range(n) if i == n - 1 or rng.random() >= 1 / LET_GO}, checks
@@ -118,13 +116,14 @@ def calls_to_keep(rng: Any, n: int, first: DataSet, device: str, notes: list[str
     return {n - 1, *rng.sample(range(n - 1), fit - 1)}, checks
 
 
-def read_kept(sess: Session, first: DataSet, trials: list[dict], held: list[dict], kept: set[int]) -> None:
+def read_kept(sess: Session, first: DataSet, trials: list[dict], held: list[dict], kept: set[int],
+              only: set[int] | None = None) -> None:
     """Every result the caller kept (``kept``: the calls; ``held``: per call, the fingerprints of what it returned)
     read back after the calls that followed it; a call whose result changed, or could not be read, fails once.  Run
     after MIDWAY calls drawn at random too: one written and put back before the shape's end (at a call count a kernel
     can predict) is caught while it is changed."""
     again = sess.problem.seen.get("overwrites") or ()  # the outputs Model itself writes again: no caller keeps those
-    for i in sorted(kept):
+    for i in sorted(kept if only is None else kept & only):  # ``only``: these calls' results alone
         for name, want in held[i].items() if i < len(held) - 1 and trials[i]["passed"] else ():
             if name in again:
                 continue
@@ -140,10 +139,15 @@ def read_kept(sess: Session, first: DataSet, trials: list[dict], held: list[dict
 
 def after_a_call(sess: Session, first: DataSet, trials: list[dict], held: list[dict], kept: set[int], checks: set[int],
                  watched: list[dict]) -> None:
-    """After each correctness call of a shape: the results kept so far, where the call is one of the ``checks``
-    (calls_to_keep); the earlier shapes' results (``watched``) after every call."""
-    if len(held) - 1 in checks:
+    """After each correctness call of a shape: every result kept so far, where the call is one of the ``checks``
+    (calls_to_keep), else two of them where results are small; the earlier shapes' (``watched``) after every call."""
+    last = len(held) - 1
+    if last in checks:
         read_kept(sess, first, trials, held, kept)
+    elif (before := sorted(i for i in kept if i < last)) and first.nbytes()["outputs_bytes"] * len(held) <= EVERY_CALL:
+        # the previous kept result and one drawn at random: one borrowed as scratch until the next call, and put back
+        # then, is seen (a red team's kernel, which the MIDWAY reads seldom caught in its window)
+        read_kept(sess, first, trials, held, kept, {before[-1], sess.judge.rng.choice(before)})
     read_watched(sess, watched, next(iter(first.expected.values())))
 
 
