@@ -406,7 +406,7 @@ def call_seed(seed: int) -> int:
 
 def start_state(torch: Any, device: str, seed: int) -> bytes:
     """Where torch's generators start a call the judge reseeds (the reference's, and the kernel's where the reference
-    draws): seeded from call_seed and moved on, as a user's are after drawing (the CPU generator by up to 2^20 draws,
+    draws): seeded from call_seed and moved on, as a user's are after drawing (the CPU generator by up to 4096 draws,
     the device's philox offset set): not freshly seeded (a red team's ModelNew was right only there and where its
     previous call left them), and reachable from the seed torch.initial_seed() reports (a ninth red team's was right
     only where the state could not be rebuilt from it, as it could not when another seed was written over it)."""
@@ -414,7 +414,7 @@ def start_state(torch: Any, device: str, seed: int) -> bytes:
 
     h = hashlib.sha256(f"kernel-loop start {seed}".encode()).digest()
     torch.manual_seed(call_seed(seed))
-    torch.empty(1 + int.from_bytes(h[:3], "little") % (1 << 20), device="cpu").uniform_()
+    torch.empty(1 + int.from_bytes(h[:2], "little") % (1 << 12), device="cpu").uniform_()
     state = bytearray(guards.torch_rng(torch, device))
     if device.startswith("cuda"):  # the device's: its seed, then its offset (a multiple of 4)
         cpu = torch.random.get_rng_state().numel()
