@@ -170,7 +170,7 @@ def test_a_call_out_of_device_memory_says_what_held_it(tmp_path):
     assert "free the GPU of other processes, or check a smaller shape with --dims (OutOfMemoryError" in data["error"]
 
 
-def test_data_past_an_eighth_of_the_device_waits_on_the_host(tmp_path):
+def test_data_past_an_eighth_of_the_device_waits_on_the_host(tmp_path, gpu_memory_alone):
     """Seen on the H100 80GB: with 8 GiB in and 8 GiB out a call (KernelBench's L1 norm), the judge's third data set
     did not fit.  A vadd whose data take more than 1/PARK_SHARE of the device passes, the first call's inputs parked
     on the host, every condition still checked or noted."""
