@@ -1053,6 +1053,48 @@ def test_the_checks_a_kernel_has_seen_never_lower_the_chance_of_the_next():
     assert len(after_many) > 300 and sum(after_many) / len(after_many) > timed.CHECK_P * 0.6, len(after_many)
 
 
+def test_the_benchmark_times_its_kernels_in_rounds_and_one_that_fails_leaves_them():
+    """Every round calls each kernel once in an order drawn for the round (a drift of the clocks moves every row
+    alike, and the A/B of two versions is read from the same rounds instead of costing a loop of its own); each
+    kernel is verified on its first and last call and at least MIN_CHECKS others; a kernel that is wrong on a call
+    leaves the rounds and the others are timed to the end."""
+    import random
+    import types
+
+    from kernel_loop.measure import timed
+
+    calls: list[tuple[str, bool]] = []
+
+    class Fake:
+        judge = types.SimpleNamespace(rng=random.Random(5))
+        fresh = False
+        first = types.SimpleNamespace(nbytes=lambda: {"inputs_bytes": 1})
+        moved = 0
+
+        def pick(self, checked, *, moved=False):
+            return checked
+
+        def call(self, kid, ds, *, checked):
+            calls.append((kid, checked))
+            bad = kid == "v1" and sum(1 for k, _ in calls if k == "v1") == 30
+            return {"failure": "wrong" if bad else None, "rows": [],
+                    "reply": {"us": 2.0 if kid == "v2" else 1.0, "host_us": 3.0, "delay_us": 0.0}}
+
+    warmup, trials, names = 5, 60, ["v0", "v1", "v2"]
+    out = timed.rounds_loop(Fake(), names, warmup, trials)
+    rounds = [calls[i:i + 3] for i in range(0, 29 * 3, 3)]  # the rounds before v1's failure
+    assert all(sorted(k for k, _ in r) == names for r in rounds)
+    assert len({tuple(k for k, _ in r) for r in rounds}) > 2  # the order is drawn per round
+    assert "call 30 of 65 (timed) is wrong" in out["v1"]["failure"]
+    assert [k for k, _ in calls].count("v1") == 30  # none after its failure
+    for kid in ("v0", "v2"):
+        mine = [c for k, c in calls if k == kid]
+        assert len(mine) == warmup + trials and mine[0] and mine[-1] and sum(mine) >= timed.MIN_CHECKS + 2
+        assert out[kid]["failure"] is None and len(out[kid]["samples_us"]) == trials
+        assert out[kid]["verified"] == sum(mine) and out[kid]["host_overhead_us"] == 3.0
+    assert set(out["v2"]["samples_us"]) == {2.0} and set(out["v0"]["samples_us"]) == {1.0}
+
+
 def test_a_result_file_the_kernel_forges_is_discarded(tmp_path, no_static_check):
     """Found by a red team: the worker may write under /dev, where the step's folder and the judge's buffers live; a
     kernel wrote a result of its own (every check passed) where the CLI reads the judge's, then truncated the buffers

@@ -220,7 +220,7 @@ def test_report_warns_when_a_measured_kernel_changed_afterwards(tmp_path, capsys
 def test_each_table_says_which_measurement_it_shows_and_booleans_read_yes_no(tmp_path):
     md = render(finished_run(tmp_path))
     assert "Times here are the loop's own measurement" in md
-    assert "Medians from one `benchmark` run" in md and "interleave two" in md
+    assert "Medians from one `benchmark` run" in md and "read from the same rounds" in md
     assert "| yes / yes |" in md and "True" not in md
 
 

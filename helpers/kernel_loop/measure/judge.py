@@ -47,7 +47,7 @@ from .calls import Session, bad_row
 from .conditions import CONDITION_WORDS, condition, condition_plan, free_cached
 from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
 from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
-from .timed import ab_loop, harness_hint, timed_loop, timing_block
+from .timed import harness_hint, rounds_loop, timed_loop, timing_block
 from .under_ncu import census_first, ncu_run
 
 PROGRESS_S = float(os.environ.get("KERNEL_LOOP_PROGRESS_S") or 15.0)  # a progress line when a shape's calls take longer
@@ -335,12 +335,16 @@ def profile(judge: Judge) -> dict[str, Any]:
 
 
 def benchmark(judge: Judge) -> dict[str, Any]:
-    """The solution and every version (one worker: checked, timed, checked on fresh inputs), the A/B
-    transitions alternating in the same worker, then the baselines in a worker that imports no kernel."""
+    """Every version (one worker: checked, timed in rounds with the others, checked on fresh inputs; the A/B of
+    each transition read from the same rounds), then the baselines in a worker that imports no kernel.  The
+    solution is timed as a row of its own only where no version has its bytes."""
     spec, cfg = judge.spec, judge.cfg
     warmup, trials, drop = int(spec["warmup"]), int(spec["trials"]), int(spec["discard_first"])
-    kernels = [{"name": "solution", "kernel": spec["solution"]["kernel"]}]
-    kernels += [{"name": v["version"], "kernel": v["kernel"]} for v in spec["versions"]]
+    kernels = [{"name": v["version"], "kernel": v["kernel"]} for v in spec["versions"]]
+    sol = Path(spec["solution"]["kernel"]).read_bytes()
+    same = next((k["name"] for k in kernels if Path(k["kernel"]).read_bytes() == sol), None)
+    if same is None:
+        kernels.insert(0, {"name": "solution", "kernel": spec["solution"]["kernel"]})
     entries = {k["name"]: _kernel_entry(judge, Path(k["kernel"])) for k in kernels}
     prebuild(judge, entries)
     res: dict[str, Any] = {"device": {"name": judge.device}, "torch": judge.torch.__version__, "items": [], "ab": []}
@@ -351,36 +355,34 @@ def benchmark(judge: Judge) -> dict[str, Any]:
     w.hello(cfg.impl)
     prob = judge.problem(dict(cfg.dims), Path(spec["solution"]["kernel"]))
     first = prob.draw(cfg.seed)
-    ok: list[str] = []
+    items = {n: _item(n) for n in entries}
+    res["items"] = list(items.values())
     for name, (path, kind) in entries.items():
-        item = _item(name)
-        res["items"].append(item)
         try:
             import_kernel(w, name, path, kind, cfg)
         except (KernelFailed, UsageError) as exc:
-            item.update(available=False, why=" ".join(str(exc).split())[:300])
-    usable = {n: e for n, e in entries.items() if not any(i["name"] == n and not i["available"] for i in res["items"])}
+            items[name].update(available=False, why=" ".join(str(exc).split())[:300])
+    usable = {n: e for n, e in entries.items() if items[n]["available"]}
     sess = Session(judge, w, prob, usable, first, "b")
     sess.prepare_sets(len(usable) * (warmup + trials + 2), cfg.seed + 1)
     res["gpu_check"] = judge.check_gpu_is_ours("the benchmark")
     res["input_sets"] = "fresh per call" if sess.fresh else "two, chosen at random per call"
-    for item in res["items"]:
-        name = item["name"]
-        if not item["available"]:
-            continue
+    for name in usable:
         r = sess.call(name, first, checked=True)
-        item["correct"] = r["failure"] is None
-        item["error"] = r["failure"]
+        items[name].update(correct=r["failure"] is None, error=r["failure"])
         if r.get("raised"):
-            item.update(available=False, why=r["failure"])
-            continue
-        progress(f"timing {name}: {warmup} warmup + {trials} trials (every call poisoned, some verified){_at()}")
-        loop = timed_loop(sess, name, warmup, trials, label=f"{name}'s timed calls")
+            items[name].update(available=False, why=r["failure"])
+    timed = [n for n in usable if items[n]["available"]]
+    progress(f"timing {', '.join(timed)} in {warmup} warmup + {trials} timed rounds, each calling every one once in "
+             f"an order drawn per round (every call poisoned, some verified){_at()}")
+    loops = rounds_loop(sess, timed, warmup, trials) if timed else {}
+    ok: list[str] = []
+    for name, loop in loops.items():
+        item = items[name]
         if loop["failure"]:
             item.update(correct_after=False, error=item["error"] or loop["failure"])
             continue
-        fresh = prob.draw(cfg.seed + FRESH_SEED_OFFSET)
-        rf = sess.call(name, fresh, checked=True)
+        rf = sess.call(name, prob.draw(cfg.seed + FRESH_SEED_OFFSET), checked=True)
         item["correct_after"] = rf["failure"] is None
         if rf["failure"]:
             item["error"] = item["error"] or f"with fresh inputs after the timed calls: {rf['failure']}"
@@ -388,16 +390,11 @@ def benchmark(judge: Judge) -> dict[str, Any]:
         item["samples_us"] = item["timing"].pop("samples_us")[drop:]
         if item["correct"] and item["correct_after"]:
             ok.append(name)
-    for a, b in spec["ab"]:
-        if a not in ok or b not in ok:
-            continue
-        progress(f"A/B {a} -> {b}: {trials} alternating trials each{_at()}")
-        ab = ab_loop(sess, a, b, warmup, trials)
-        if ab.get("failure"):
-            res["ab_failures"] = [*res.get("ab_failures", []), ab["failure"]]
-            continue
-        res["ab"].append({"from": a, "to": b, "samples_a": ab["a"][drop:], "samples_b": ab["b"][drop:],
-                          "host_overhead_us": ab["host"]})
+    res["ab"] = [{"from": a, "to": b, "samples_a": items[a]["samples_us"], "samples_b": items[b]["samples_us"],
+                  "host_overhead_us": [loops[a]["host_overhead_us"], loops[b]["host_overhead_us"]]}
+                 for a, b in spec["ab"] if a in ok and b in ok]
+    if same is not None:  # the solution's row is its version's (the same bytes, timed once)
+        res["items"].insert(0, dict(items[same], name="solution", samples_us=list(items[same]["samples_us"])))
     judge.end_worker(w)
     base = baselines(judge, prob, first)
     res["items"] += base.pop("items")

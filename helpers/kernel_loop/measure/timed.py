@@ -1,19 +1,22 @@
 """The timed loops of the judge: which calls are verified (``drawn_checks``: each on a draw of its own), the data
-before each call (``Feed``: the same work whether the call is verified or not), one kernel's loop (``timed_loop``), the
-A/B loop of two versions (``ab_loop``), the timing block a step records (``timing_block``) and what a failure of a
-timed loop says of its cause (``harness_hint``)."""
+before each call (``Feed``: the same work whether the call is verified or not), one kernel's loop (``timed_loop``),
+several kernels timed in rounds (``rounds_loop``: the benchmark's rows and A/B pairs from one stretch of time), the
+timing block a step records (``timing_block``) and what a failure of a timed loop says of its cause
+(``harness_hint``)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+from ..common import progress
 from .calls import Session, changed_state
 from .problem import DataSet
 
 MIN_CHECKS = 4                  # verified timed calls per loop, besides the first and the last (at least)
 CHECK_P = 0.1                   # the chance of each timed call to be verified, independently of the others
 PREPARED_BYTES = 8 << 30        # the verified calls' data drawn before a timed loop, at most
+ROUNDS_PROGRESS_S = 20          # a progress line at most this often during a benchmark's rounds
 
 
 def timed_loop(sess: Session, kid: str, warmup: int, trials: int, *, label: str) -> dict[str, Any]:
@@ -101,21 +104,60 @@ def timing_block(loop: dict[str, Any], warmup: int, trials: int, device: str) ->
             "two, chosen at random per call", **summarize(loop["samples_us"])}
 
 
-def ab_loop(sess: Session, a: str, b: str, warmup: int, trials: int) -> dict[str, Any]:
-    """A and B alternating (A B, B A, A B, ...) on the same data, with calls verified at random."""
-    order = [(a, b) if t % 2 == 0 else (b, a) for t in range(warmup + trials)]
-    plan = [(t, kid) for t, pair in enumerate(order) for kid in pair]
-    checked = drawn_checks(sess.judge.rng, range(len(plan) - 1), 2 * MIN_CHECKS) | {len(plan) - 1}
-    samples: dict[str, list[float]] = {a: [], b: []}
-    host: dict[str, list[float]] = {a: [], b: []}
-    feed = Feed(sess, checked, lambda i: i < len(plan) - 1)
-    for i, (t, kid) in enumerate(plan):
-        r = sess.call(kid, feed.data(i), checked=i in checked)
+def rounds_loop(sess: Session, names: list[str], warmup: int, trials: int) -> dict[str, dict[str, Any]]:
+    """``warmup`` then ``trials`` rounds, each calling every kernel of ``names`` once in an order drawn for the round:
+    every row's samples come from the same stretch of time (a clock or temperature drift moves them all alike),
+    and the A/B of any two kernels is read from the same rounds at no further cost.  Each kernel is verified as in
+    ``timed_loop`` (its first and last call and each other on a draw of its own) and gets the same data work before
+    every call (``Feed``).  A kernel whose call fails leaves the rounds (its entry says why); the others go on.
+    {name: timed_loop's result}."""
+    rng = sess.judge.rng
+    total = warmup + trials
+    plan: list[tuple[int, str]] = []  # (round, which is each kernel's own call number; kernel)
+    for t in range(total):
+        order = list(names)
+        rng.shuffle(order)
+        plan += [(t, kid) for kid in order]
+    checked: set[int] = set()
+    for kid in names:
+        at = [i for i, (_, k) in enumerate(plan) if k == kid]
+        mine = {0, total - 1} | drawn_checks(rng, range(warmup, total - 1))
+        checked |= {at[c] for c in mine}
+    sess.moved = 0
+    feed = Feed(sess, checked, lambda i: 0 < plan[i][0] < total - 1)
+    out = {kid: {"failure": None, "samples_us": [], "host": [], "delays": [], "verified": 0, "verified_moved": 0,
+                 "peak": 0} for kid in names}
+    started = last = time.monotonic()
+    for i, (c, kid) in enumerate(plan):
+        r = out[kid]
         if r["failure"]:
-            return {"failure": f"A/B {a} -> {b}: {kid} is wrong on call {i + 1}: {r['failure']}"}
-        (samples if t >= warmup else host)[kid].append(r["reply"]["us"] if t >= warmup else r["reply"]["host_us"])
-    med = [sorted(host[k])[len(host[k]) // 2] if host[k] else 0.0 for k in (a, b)]
-    return {"a": samples[a], "b": samples[b], "host": med}
+            continue
+        moved = sess.moved
+        ds = feed.data(i)
+        res = sess.call(kid, ds, checked=i in checked)
+        if res["failure"]:
+            phase = "warmup" if c < warmup else "timed"
+            r.update(failure=f"{kid}'s timed calls: call {c + 1} of {total} ({phase}) is wrong: {res['failure']}",
+                     rows=res["rows"], call=c, raised=res.get("raised"))
+            continue
+        r["verified"] += i in checked
+        r["verified_moved"] += sess.moved - moved
+        rep = res["reply"]
+        if c < warmup:
+            r["host"].append(rep["host_us"])
+        else:
+            r["samples_us"].append(rep["us"])
+            r["delays"].append(rep["delay_us"])
+        r["peak"] = max(r["peak"], rep.get("peak_mem_bytes") or 0)
+        if time.monotonic() - last > ROUNDS_PROGRESS_S and c + 1 < total:
+            last = time.monotonic()
+            progress(f"rounds: {c + 1} of {total} done ({last - started:.0f} s)")
+    for r in out.values():
+        host, delays = r.pop("host"), r.pop("delays")
+        r.update(host_overhead_us=sorted(host)[len(host) // 2] if host else 0.0,
+                 device_delay_us=sorted(delays)[len(delays) // 2] if delays else 0.0, calls=total,
+                 fresh_inputs=sess.fresh, peak_mem_bytes=r.pop("peak") or None, prepared=feed.prepared)
+    return out
 
 
 def harness_hint(sess: Session, loop: dict[str, Any]) -> str:

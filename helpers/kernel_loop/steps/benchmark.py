@@ -2,20 +2,23 @@
 
 Steps: the final gate must pass on vN (its output is quoted when it does not); the
 version is ``best`` or a named vK.  ``best`` is chosen from this benchmark's own rows, every version timed
-in one worker (``choose_best``: the fastest correct median, then the earliest version within noise of it);
+in the same rounds of one worker (``choose_best``: the fastest correct median, then the earliest version within
+noise of it);
 the loop's CUDA-event medians (ncu.json) only pick the kernel timed as the solution before that, and name
 the best when no version row was timed.  A best that is v0, or byte-identical to an earlier version, is
-flagged.  One judge process (``measure.judge``, mode ``benchmark``) draws the data from the run's seed, builds every version's library at once, and in one
-worker checks the solution and every version against the reference (with the per-output tolerance
-correctness resolves: run.json, else ref.py's atol/rtol, else the dtype default), times each one
-(every call poisoned, several verified at random) and checks it on fresh inputs afterwards; the
+flagged.  One judge process (``measure.judge``, mode ``benchmark``) draws the data from the run's seed, builds
+every version's library at once, and in one worker checks every version (and the solution, where no version has
+its bytes) against the reference (with the per-output tolerance correctness resolves: run.json, else ref.py's
+atol/rtol, else the dtype default), times them in rounds (``timed.rounds_loop``: each round calls every one once, in
+an order drawn per round; every call poisoned, several verified at random) and checks each on fresh inputs
+afterwards; the
 baselines are timed the same way in a worker that imports ref.py and no kernel, with the same weights.
 A median below the version's own ncu duration, or below the time its outputs take to write at the
 copy peak, is invalid.
-For each transition vK -> vK+1 (always with <= 8 versions, or with --all-versions)
-the two kernels are timed interleaved in the same process (A, B, B, A, ...); the
-speedup median(A) / median(B) gets a bootstrap 95 % interval (``bootstrap_ci``,
-fixed seed) and a verdict: faster (interval above 1), slower (below 1) or within noise.
+Each transition vK -> vK+1 is read from the same rounds (the versions are timed unless a named version has
+more than 8 before it and --all-versions is not given): the speedup median(A) / median(B) gets a bootstrap 95 %
+interval (``bootstrap_ci``, fixed seed) and a verdict: faster (interval above 1), slower (below 1) or within
+noise.
 
 benchmark.json (extends references/artifacts.md):
 ``{"schema": 1, "version": "vK", "selection": "best"|"explicit", "device": {"name", "capability"},
@@ -98,7 +101,8 @@ def register(sub) -> None:
     p.add_argument("--discard-first", type=int, default=0, dest="discard_first",
                    help="drop this many timed samples at the start of each item (default 0)")
     p.add_argument("--all-versions", action="store_true", dest="all_versions",
-                   help=f"A/B every transition even with more than {AB_ALWAYS_MAX_VERSIONS} versions")
+                   help=f"with a named --version, time every version (and A/B each transition) even with more than "
+                   f"{AB_ALWAYS_MAX_VERSIONS} versions ('best' always times them all)")
     p.set_defaults(func=run, needs=("jinja2",))  # checked before it writes anything
 
 
@@ -380,13 +384,13 @@ def run(args) -> int:
     versions = [j for j in range(n + 1) if rd.vdir(j).is_dir()]
     for j in sorted({k, *versions}):
         static_check.check_kernel_source(rd.kernel_file(j))
-    do_ab = args.all_versions or len(versions) <= AB_ALWAYS_MAX_VERSIONS
-    timed = do_ab or args.version == "best"  # the best is chosen from every version's row of this run
+    # the best is chosen from every version's row of this run; the A/B pairs come from the same rounds, free
+    timed = args.all_versions or len(versions) <= AB_ALWAYS_MAX_VERSIONS or args.version == "best"
     spec = {
         "run_root": str(rd.root), "cfg": cfg.to_json(), "device": device_for(cfg), "tolerance": tolerance,
         "solution": {"version": f"v{k}", "kernel": str(rd.kernel_file(k))},
         "versions": [{"version": f"v{j}", "kernel": str(rd.kernel_file(j))} for j in versions] if timed else [],
-        "ab": [[f"v{j}", f"v{j + 1}"] for j in versions[:-1] if j + 1 in versions] if do_ab else [],
+        "ab": [[f"v{j}", f"v{j + 1}"] for j in versions[:-1] if j + 1 in versions] if timed else [],
         "baselines": baselines, "warmup": warmup, "trials": trials,
         "discard_first": args.discard_first,
     }
@@ -401,7 +405,7 @@ def run(args) -> int:
         exc.args = (str(exc) + earlier,)
         raise
     timing = {"method": method, "warmup": warmup, "trials": trials, "discard_first": args.discard_first,
-              "l2_flush": method == "cuda_event"}
+              "l2_flush": method == "cuda_event", "order": "rounds"}
     env = read_json(rd.env_json) if rd.env_json.exists() else None
     ncu_us = {f"v{j}": ncu_bound(sidecars.load(rd.vdir(j) / NCU_JSON)) for j in versions}
     ncu_us["solution"] = ncu_us.get(f"v{k}")
