@@ -953,6 +953,23 @@ def test_a_slow_reference_does_not_make_the_timed_inputs_repeat(tmp_path, monkey
     assert rc == 0 and bench["input_sets"] == "fresh per call", bench.get("input_sets")
 
 
+def test_large_data_is_timed_on_two_sets(tmp_path, monkeypatch, verdict_here):
+    """Seen on the H100 80GB: KernelBench's L1 norm (16 GiB a data set) drawn fresh for each verified timed call, beside
+    the two sets and the buffers shared with the worker, ran the judge out of memory in the benchmark.  A data set past
+    1/PARK_SHARE of the device's memory is timed on the two sets, however cheap it is to draw."""
+    from kernel_loop.measure import calls
+
+    ref = REF_SLOW.replace("    time.sleep(0.1)\n", "")
+    out = _init(tmp_path, _write(tmp_path / "ref_double.py", ref), "def run_kernel(x):\n    return x * 2.0\n", "N=4096")
+    assert _correctness(out)[0] == 0
+    args = ("--timing", "host_time", "--warmup", "2", "--trials", "6", "--baselines", "none")
+    rc, bench = _benchmark(monkeypatch, out, *args)
+    assert rc == 0 and bench["input_sets"] == "fresh per call", bench.get("input_sets")
+    monkeypatch.setattr(calls, "PARK_SHARE", 1 << 40)  # any data set is large now
+    rc, bench = _benchmark(monkeypatch, out, *args)
+    assert rc == 0 and bench["input_sets"] == "two, chosen at random per call", bench.get("input_sets")
+
+
 # --- 9. a kernel that tells the timed calls apart ---------------------------------------------------------
 COUNTS_ITS_CALLS = '''"""Right for its first 20 calls (correctness makes fewer), then wrong on any input out of the problem's usual
 range: a kernel that tells the timed calls apart by counting them (or by whether its results are still held)."""

@@ -15,6 +15,7 @@ checks that it kept its bytes, that the kernel lets go of it with its caller, an
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,25 @@ from .launch import KernelFailed, WorkerProc
 from .problem import DataSet, Problem, start_state
 
 FRESH_DRAW_BUDGET_S = 20.0      # a fresh data set for every call while drawing them all costs no more
+PARK_SHARE = 8                  # a data set past 1/PARK_SHARE of the device's memory is large (held.between_calls)
 
 
 # --- the buffers a worker sees -------------------------------------------------------------------
+def device_memory(device: Any) -> int:
+    """The memory the results a caller holds share: the GPU's, or the host's for a CPU run."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def large(ds: DataSet, device: str) -> bool:
+    """Whether a data set (inputs and reference outputs) takes more than 1/PARK_SHARE of the device's memory."""
+    return sum(ds.nbytes().values()) * PARK_SHARE > device_memory(device)
+
+
 class Shared:
     """The judge's buffers for one shape: one per tensor argument, one per returned output, one per model
     parameter.  The worker maps them; the judge fills, poisons and reads them."""
@@ -324,12 +341,15 @@ class Session:
         """Fresh data for every call when drawing the inputs is cheap enough (an unverified call needs no
         reference), else a second set with other values.  With two sets a result remembered by the inputs'
         content is right on every call (seen: a GEMM memo keyed on a few elements, 310 us against the reference's
-        0.3 s, when a slow reference was counted in the drawing cost), so only the inputs' own cost counts."""
+        0.3 s, when a slow reference was counted in the drawing cost), so only the inputs' own cost counts.  Large
+        data (``large``) takes the two sets: seen on the H100 80GB, KernelBench's L1 norm (16 GiB a set) drawn fresh
+        for each verified call, beside the two sets and the buffers shared with the worker, ran the judge out of
+        memory (a memo of both sets' results would then need 16 GiB more in the kernel's worker)."""
         t0 = time.monotonic()
         self.problem.draw(seed + 1, reference=False)
         self.draw_s = time.monotonic() - t0
         self.sets = [self.first, self.problem.draw(seed)]
-        self.fresh = self.draw_s * calls <= FRESH_DRAW_BUDGET_S
+        self.fresh = self.draw_s * calls <= FRESH_DRAW_BUDGET_S and not large(self.first, self.judge.device)
 
     def pick(self, checked: bool, *, moved: bool = False) -> DataSet:
         """The data of the next call: a fresh draw (with its reference when the call is verified), or one of

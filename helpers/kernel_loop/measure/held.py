@@ -11,11 +11,10 @@ the caller goes on holding through the later shapes, and what the kernel holds i
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from ..tensors import fingerprint, is_tensor
-from .calls import Session, Shared, bad_row, changed_state
+from .calls import PARK_SHARE, Session, Shared, bad_row, changed_state, device_memory
 from .conditions import Condition, forget
 from .problem import DataSet, Problem
 
@@ -26,17 +25,6 @@ WATCH_SHARE = 8  # the results read again after the later shapes' calls stay wit
 MIDWAY = 2       # calls of a shape, drawn at random, after which the results kept so far are read back
 EVERY_CALL = 1 << 30  # results of a shape's calls within so many bytes together: two kept ones read after every call
 LET_GO = 4       # where every result would fit, one call in LET_GO (drawn at random) lets go of its results at once
-PARK_SHARE = 8   # a data set past 1/PARK_SHARE of the device's memory: no earlier one kept, the first's inputs on the host
-
-
-def device_memory(device: Any) -> int:
-    """The memory the results a caller holds share: the GPU's, or the host's for a CPU run."""
-    import torch
-
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def out_of_memory(raised: str, ds: DataSet, kept: int, device: str) -> str:
