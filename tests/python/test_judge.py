@@ -966,8 +966,20 @@ def test_large_data_is_timed_on_two_sets(tmp_path, monkeypatch, verdict_here):
     rc, bench = _benchmark(monkeypatch, out, *args)
     assert rc == 0 and bench["input_sets"] == "fresh per call", bench.get("input_sets")
     monkeypatch.setattr(calls, "PARK_SHARE", 1 << 40)  # any data set is large now
+    # and the same card then ran out in the check on fresh inputs after the rounds: the second set goes first, and
+    # the kernels' session (its buffers shared with the worker) before the baselines' worker starts
+    from kernel_loop.measure import judge, problem
+
+    events: list = []
+    timed, draw, base = calls.Session.timed, problem.Problem.draw, judge.baselines
+    monkeypatch.setattr(calls.Session, "timed", lambda self: (events.append(("timed", len(self.sets))), timed(self)))
+    monkeypatch.setattr(problem.Problem, "draw", lambda self, seed, **kw: (events.append(seed), draw(self, seed, **kw))[1])
+    monkeypatch.setattr(judge, "free_cached", lambda: events.append("freed"))
+    monkeypatch.setattr(judge, "baselines", lambda *a: (events.append("baselines"), base(*a))[1])
     rc, bench = _benchmark(monkeypatch, out, *args)
     assert rc == 0 and bench["input_sets"] == "two, chosen at random per call", bench.get("input_sets")
+    seed = read_json(out / "run.json")["seed"] + judge.FRESH_SEED_OFFSET
+    assert events.index(("timed", 2)) < events.index(seed) < events.index("freed") < events.index("baselines"), events
 
 
 # --- 9. a kernel that tells the timed calls apart ---------------------------------------------------------

@@ -5,21 +5,19 @@ ref.py, draws every input and the model parameters from the run's seed (``proble
 buffer the kernel reads or writes, and starts the workers that call the kernel (``worker``) over a socket.
 For every call, warmup, timed or profiled alike, the judge
 
-1. puts a data set into the shared input buffers: a fresh draw for every call when drawing is cheap,
-   else one of two sets with different values, chosen at random (so a result remembered by the inputs'
-   identity, or by their content, is wrong on some call);
+1. puts a data set into the shared input buffers: a fresh draw for every call when drawing is cheap and the
+   data not large (calls.large), else one of two sets with different values, chosen at random;
 2. poisons every output buffer (NaN and a finite sentinel, alternating);
 3. asks for the call; the worker replies with its event time;
 4. screens the outputs for poison left behind, and on the calls it chose in secret beforehand (the first
    and the last of every timed loop, each other timed call with a chance of its own, at least 4 of them, and
-   every call under ncu) verifies them fully against
-   the reference, checks the inputs are as drawn, and refuses outputs that are expanded or views of an
-   input where the reference's are not; two in three of a timed loop's verified calls between its first and
-   last draw inputs moved to another range (conditions.py), as correctness does.
+   every call under ncu) verifies them fully against the reference, checks the inputs are as drawn, and
+   refuses outputs that are expanded or views of an input where the reference's are not; two in three of a
+   timed loop's verified calls between its first and last draw inputs moved to another range (conditions.py).
 
 Modes (``spec["mode"]``): ``correctness`` (every shape and trial), ``profile`` (the timing loop, then the
-run under ncu, both verified), ``benchmark`` (every version's timing loop and the A/B transitions in one
-worker, then the baselines in a worker that imports no kernel).  The result is written to
+run under ncu, both verified), ``benchmark`` (every version timed in the same rounds of one worker, the A/B
+transitions read from them, then the baselines in a worker that imports no kernel).  The result is written to
 ``spec["result_path"]``: ``error`` is None on success, else the failure as text (``usage`` true for bad
 input).  The judge is the subreaper of its workers: a process a kernel starts is ended with its worker,
 before anything else is timed.
@@ -310,6 +308,7 @@ def profile(judge: Judge) -> dict[str, Any]:
     after = gpustate.snapshot(index, judge._uuid())
     if loop["failure"]:
         raise MeasuredFailure(harness_hint(sess, loop))
+    sess.timed()
     fresh = prob.draw(cfg.seed + FRESH_SEED_OFFSET)
     r = sess.call("k", fresh, checked=True)
     if r["failure"]:
@@ -347,7 +346,9 @@ def benchmark(judge: Judge) -> dict[str, Any]:
         kernels.insert(0, {"name": "solution", "kernel": spec["solution"]["kernel"]})
     entries = {k["name"]: _kernel_entry(judge, Path(k["kernel"])) for k in kernels}
     prebuild(judge, entries)
-    res: dict[str, Any] = {"device": {"name": judge.device}, "torch": judge.torch.__version__, "items": [], "ab": []}
+    items = {n: _item(n) for n in entries}
+    res: dict[str, Any] = {"device": {"name": judge.device}, "torch": judge.torch.__version__,
+                           "items": list(items.values()), "ab": []}
     if judge.device.startswith("cuda"):
         res["device"] = {"name": judge.torch.cuda.get_device_name(),
                          "capability": ".".join(map(str, judge.torch.cuda.get_device_capability()))}
@@ -355,8 +356,6 @@ def benchmark(judge: Judge) -> dict[str, Any]:
     w.hello(cfg.impl)
     prob = judge.problem(dict(cfg.dims), Path(spec["solution"]["kernel"]))
     first = prob.draw(cfg.seed)
-    items = {n: _item(n) for n in entries}
-    res["items"] = list(items.values())
     for name, (path, kind) in entries.items():
         try:
             import_kernel(w, name, path, kind, cfg)
@@ -376,6 +375,7 @@ def benchmark(judge: Judge) -> dict[str, Any]:
     progress(f"timing {', '.join(timed)} in {warmup} warmup + {trials} timed rounds, each calling every one once in "
              f"an order drawn per round (every call poisoned, some verified){_at()}")
     loops = rounds_loop(sess, timed, warmup, trials) if timed else {}
+    sess.timed()
     ok: list[str] = []
     for name, loop in loops.items():
         item = items[name]
@@ -396,6 +396,8 @@ def benchmark(judge: Judge) -> dict[str, Any]:
     if same is not None:  # the solution's row is its version's (the same bytes, timed once)
         res["items"].insert(0, dict(items[same], name="solution", samples_us=list(items[same]["samples_us"])))
     judge.end_worker(w)
+    del sess  # its buffers shared with the worker, and the judge's cache, before the baselines' worker starts
+    free_cached()
     base = baselines(judge, prob, first)
     res["items"] += base.pop("items")
     res.update(base)
