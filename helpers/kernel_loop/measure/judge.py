@@ -376,13 +376,13 @@ def benchmark(judge: Judge) -> dict[str, Any]:
              f"an order drawn per round (every call poisoned, some verified){_at()}")
     loops = rounds_loop(sess, timed, warmup, trials) if timed else {}
     sess.timed()
-    ok: list[str] = []
+    fresh, ok = prob.draw(cfg.seed + FRESH_SEED_OFFSET) if loops else None, []  # one draw serves every version
     for name, loop in loops.items():
         item = items[name]
         if loop["failure"]:
             item.update(correct_after=False, error=item["error"] or loop["failure"])
             continue
-        rf = sess.call(name, prob.draw(cfg.seed + FRESH_SEED_OFFSET), checked=True)
+        rf = sess.call(name, fresh, checked=True)
         item["correct_after"] = rf["failure"] is None
         if rf["failure"]:
             item["error"] = item["error"] or f"with fresh inputs after the timed calls: {rf['failure']}"
