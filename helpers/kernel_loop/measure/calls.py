@@ -344,7 +344,8 @@ class Session:
         0.3 s, when a slow reference was counted in the drawing cost), so only the inputs' own cost counts.  Large
         data (``large``) takes the two sets: seen on the H100 80GB, KernelBench's L1 norm (16 GiB a set) drawn fresh
         for each verified call, beside the two sets and the buffers shared with the worker, ran the judge out of
-        memory (a memo of both sets' results would then need 16 GiB more in the kernel's worker)."""
+        memory.  A memo of both sets' results (16 GiB more in the kernel's worker there) is then left to the run under
+        ncu, whose measured call gets inputs no timed call had: its duration bounds the timed median (below_ncu)."""
         t0 = time.monotonic()
         self.problem.draw(seed + 1, reference=False)
         self.draw_s = time.monotonic() - t0
