@@ -410,3 +410,23 @@ def test_a_schema1_run_of_several_kernels_names_them_too(tmp_path):
     versions = md.split("## 3. Versions")[1].split("## 4.")[0]
     assert "| v3 | `softmax_kernel` | focus | not recorded |" in versions and "| 40 | memory-bound |" in versions
     assert "| `l2_hit_rate_pct: < 52` | softmax_kernel |" in md
+
+
+@pytest.mark.parametrize("keep, words", [
+    (None, "None: each transition has a version that failed in this benchmark"),
+    ({"solution", "v0"}, "None: the run has one version."),
+    ({"solution"}, "Not run: a named version with more than 8 versions before it times no other"),
+])
+def test_benchmark_md_says_why_no_transition_was_read(tmp_path, keep, words):
+    """The A/B section without a row said 'more than 8 versions' whatever the cause: a run of one version, or
+    transitions whose versions failed, read the same."""
+    root = rf.build_complete(tmp_path / "run")
+    res = rf.synthetic_child_result()
+    res["ab"] = []
+    res["items"] = [it for it in res["items"] if keep is None or it["name"] in keep or it["name"][:1] not in "sv"]
+    bench = benchmark.finish(res, version="v0", selection="explicit", timing={"method": "cuda_event", "warmup": 10,
+                             "trials": 40, "discard_first": 0, "l2_flush": True}, tolerance=None,
+                             env=read_json(root / "env.json"))
+    benchmark.write_outputs(root, bench)
+    section = (root / "benchmark.md").read_text().split("## Same-run A/B")[1].split("## Flags")[0]
+    assert words in section and section.count("\n") < 5, section
