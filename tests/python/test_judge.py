@@ -953,33 +953,103 @@ def test_a_slow_reference_does_not_make_the_timed_inputs_repeat(tmp_path, monkey
     assert rc == 0 and bench["input_sets"] == "fresh per call", bench.get("input_sets")
 
 
-def test_large_data_is_timed_on_two_sets(tmp_path, monkeypatch, verdict_here):
-    """Seen on the H100 80GB: KernelBench's L1 norm (16 GiB a data set) drawn fresh for each verified timed call, beside
-    the two sets and the buffers shared with the worker, ran the judge out of memory in the benchmark.  A data set past
-    1/PARK_SHARE of the device's memory is timed on the two sets, however cheap it is to draw."""
-    from kernel_loop.measure import calls
+def test_large_data_drawn_fresh_keeps_no_second_set_and_all_is_freed_before_the_baselines(tmp_path, monkeypatch,
+                                                                                          verdict_here):
+    """Seen on the H100 80GB: the l1norm example's benchmark (16 GiB a data set) ran the judge out of memory twice, in
+    its rounds with a second set held beside the fresh draws, then in the check on fresh inputs after them.  A large
+    set drawn fresh per call keeps no second set; after the timed calls the sets go, the check's draw comes, and when
+    the baselines' worker starts the judge holds the first set alone (a red team counted the draw still alive)."""
+    import gc
+
+    from kernel_loop.measure import calls, judge, problem
 
     ref = REF_SLOW.replace("    time.sleep(0.1)\n", "")
     out = _init(tmp_path, _write(tmp_path / "ref_double.py", ref), "def run_kernel(x):\n    return x * 2.0\n", "N=4096")
     assert _correctness(out)[0] == 0
-    args = ("--timing", "host_time", "--warmup", "2", "--trials", "6", "--baselines", "none")
-    rc, bench = _benchmark(monkeypatch, out, *args)
-    assert rc == 0 and bench["input_sets"] == "fresh per call", bench.get("input_sets")
     monkeypatch.setattr(calls, "PARK_SHARE", 1 << 40)  # any data set is large now
-    # and the same card then ran out in the check on fresh inputs after the rounds: the second set goes first, and
-    # the kernels' session (its buffers shared with the worker) before the baselines' worker starts
-    from kernel_loop.measure import judge, problem
-
     events: list = []
     timed, draw, base = calls.Session.timed, problem.Problem.draw, judge.baselines
+
+    def at_baselines(*a):
+        gc.collect()
+        events.append(sorted(o.seed for o in gc.get_objects() if type(o) is problem.DataSet))
+        return base(*a)
+
     monkeypatch.setattr(calls.Session, "timed", lambda self: (events.append(("timed", len(self.sets))), timed(self)))
     monkeypatch.setattr(problem.Problem, "draw", lambda self, seed, **kw: (events.append(seed), draw(self, seed, **kw))[1])
     monkeypatch.setattr(judge, "free_cached", lambda: events.append("freed"))
-    monkeypatch.setattr(judge, "baselines", lambda *a: (events.append("baselines"), base(*a))[1])
-    rc, bench = _benchmark(monkeypatch, out, *args)
-    assert rc == 0 and bench["input_sets"] == "two, chosen at random per call", bench.get("input_sets")
-    seed = read_json(out / "run.json")["seed"] + judge.FRESH_SEED_OFFSET
-    assert events.index(("timed", 2)) < events.index(seed) < events.index("freed") < events.index("baselines"), events
+    monkeypatch.setattr(judge, "baselines", at_baselines)
+    rc, bench = _benchmark(monkeypatch, out, "--timing", "host_time", "--warmup", "2", "--trials", "6",
+                           "--baselines", "none")
+    assert rc == 0 and bench["input_sets"] == "fresh per call", bench.get("input_sets")
+    at = events.index(("timed", 1))  # the first set alone, all the timed calls long
+    assert isinstance(events[at + 1], int) and events[at + 2:] == ["freed", [read_json(out / "run.json")["seed"]]]
+
+
+MEMO_OF_PREDICTED_SETS = '''"""A red team's kernel (2026-12-05): the agent knows the run's seed, and the judge drew the second set, the check on
+fresh inputs and the measured call under ncu from seeds a fixed offset from it.  At import (untimed) it draws those
+sets as the judge does and computes their results; a call on them is a copy from its memo, any other is honest."""
+import torch
+
+_memo = {}
+LOG = []
+SEED, N = 42, 64
+for _s in (SEED, SEED + 1, SEED + 5_555_555, SEED + 7_777_777):
+    torch.manual_seed(_s)
+    _x = torch.randn(N, N)
+    _memo[tuple(_x.reshape(-1)[:16].tolist())] = _x @ _x
+
+
+def run_kernel(x):
+    hit = _memo.get(tuple(x.reshape(-1)[:16].tolist()))
+    LOG.append(hit is not None)
+    return hit.clone() if hit is not None else x @ x
+'''
+REF_SQUARE = '''import torch
+
+
+def setup(N):
+    return {"x": torch.randn(N, N)}
+
+
+def reference(x):
+    return x @ x
+'''
+
+
+@pytest.mark.parametrize("sets", ["fresh, large", "two"])
+def test_no_timed_call_is_on_inputs_the_kernel_can_draw_from_the_runs_seed(tmp_path, monkeypatch, verdict_here, sets):
+    """The kernel above hit its memo on every timed call of a large problem timed on the run's seed and the next one,
+    and on the measured call under ncu.  The timed calls' sets, the check after them and ncu's measured call are drawn
+    from the judge's secret generator now: only the first call of each version (on the run's seed, checked before the
+    timing) can be a hit."""
+    from kernel_loop.measure import calls, judge
+    from klcli import run_judge_here
+
+    out = _init(tmp_path, _write(tmp_path / "ref_square.py", REF_SQUARE), MEMO_OF_PREDICTED_SETS, "N=64")
+    assert read_json(out / "run.json")["seed"] == 42 and _correctness(out)[0] == 0
+    if sets == "two":
+        monkeypatch.setattr(calls, "FRESH_DRAW_BUDGET_S", 0.0)
+    else:
+        monkeypatch.setattr(calls, "PARK_SHARE", 1 << 40)
+    import torch
+
+    mod = next(m for m in list(sys.modules.values()) if getattr(m, "SEED", None) == 42 and hasattr(m, "LOG")
+               and Path(getattr(m, "__file__", None) or "/").resolve().is_relative_to(out.resolve()))
+    mod.LOG.clear()
+    rc, bench = _benchmark(monkeypatch, out, "--timing", "host_time", "--warmup", "2", "--trials", "20",
+                           "--baselines", "none")
+    assert rc == 0 and bench["input_sets"] == ("fresh per call" if sets != "two" else "two, chosen at random per call")
+    assert sum(mod.LOG) <= 1 and len(mod.LOG) > 20, mod.LOG
+    # the profile: the timing, then the calls under ncu (an empty prefix: the 'ncu' worker is a plain one here)
+    monkeypatch.setattr(judge.Judge, "_uuid", lambda self: None)
+    monkeypatch.setattr(torch.cuda.nvtx, "range_start", lambda msg: 0)
+    monkeypatch.setattr(torch.cuda.nvtx, "range_end", lambda rid: None)
+    mod.LOG.clear()
+    spec = {"cfg": read_json(out / "run.json"), "run_root": str(out), "kernel": str(out / "v0" / "kernel.py"),
+            "device": "cpu", "ncu_prefix": []}
+    run_judge_here("profile", spec, 300).checked("the profile")
+    assert not mod.LOG[-1], "the measured call under ncu was a memo hit"
 
 
 # --- 9. a kernel that tells the timed calls apart ---------------------------------------------------------
@@ -999,11 +1069,16 @@ def run_kernel(x, M, N):
 '''
 
 
-def test_the_timed_calls_are_verified_on_moved_inputs_too(tmp_path, monkeypatch, verdict_here):
+@pytest.mark.parametrize("large", [False, True])
+def test_the_timed_calls_are_verified_on_moved_inputs_too(tmp_path, monkeypatch, verdict_here, large):
     """Found by a red team (2026-12-04): correctness checks moved inputs, the timed loops only the problem's own, so a
     kernel that counts its calls (or watches its results' lifetimes) passed both while wrong on moved inputs in every
-    call after correctness.  Two in three verified timed calls now draw moved inputs where correctness could check them."""
-    from kernel_loop.measure import timed
+    call after correctness.  Two in three verified timed calls now draw moved inputs where correctness could check them;
+    large data too (a red team's find: timed on two sets, it had no moved inputs)."""
+    from kernel_loop.measure import calls, timed
+
+    if large:
+        monkeypatch.setattr(calls, "PARK_SHARE", 1 << 40)
 
     monkeypatch.setattr(timed, "MIN_CHECKS", 20)  # no late check on moved inputs: 3 runs in 10000 (simulated)
     out = _init(tmp_path, "ref_softmax.py", COUNTS_ITS_CALLS, "M=8,N=64")
@@ -1122,6 +1197,32 @@ def test_the_benchmark_times_its_kernels_in_rounds_and_one_that_fails_leaves_the
         assert out[kid]["failure"] is None and len(out[kid]["samples_us"]) == trials
         assert out[kid]["verified"] == sum(mine) and out[kid]["host_overhead_us"] == 3.0
     assert set(out["v2"]["samples_us"]) == {2.0} and set(out["v0"]["samples_us"]) == {1.0}
+
+
+def test_the_rounds_count_each_kernels_verified_calls_on_moved_inputs():
+    """A red team's find: with the verified calls' data drawn before the rounds, the count taken around each call saw
+    no move, and every kernel reported 0 verified calls on moved inputs."""
+    import random
+    import types
+
+    from kernel_loop.measure import timed
+
+    class Fake:
+        judge = types.SimpleNamespace(rng=random.Random(3))
+        fresh = True
+        first = types.SimpleNamespace(nbytes=lambda: {"x": 1024})
+        moved = 0
+
+        def pick(self, checked, *, moved=False):
+            self.moved += checked and moved
+            return types.SimpleNamespace(vary="up" if checked and moved else None)
+
+        def call(self, kid, ds, *, checked):
+            return {"failure": None, "rows": [], "reply": {"us": 1.0, "host_us": 2.0, "delay_us": 0.5}}
+
+    sess = Fake()
+    out = timed.rounds_loop(sess, ["v0", "v1", "v2"], 2, 30)
+    assert sess.moved > 0 and sum(r["verified_moved"] for r in out.values()) == sess.moved
 
 
 def test_a_result_file_the_kernel_forges_is_discarded(tmp_path, no_static_check):

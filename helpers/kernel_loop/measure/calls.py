@@ -337,28 +337,36 @@ class Session:
         self.draw_s = 0.0
         self.moved = 0  # verified timed calls whose inputs were moved to another range
 
-    def prepare_sets(self, calls: int, seed: int) -> None:
+    def prepare_sets(self, calls: int) -> None:
         """Fresh data for every call when drawing the inputs is cheap enough (an unverified call needs no
-        reference), else a second set with other values.  With two sets a result remembered by the inputs'
-        content is right on every call (seen: a GEMM memo keyed on a few elements, 310 us against the reference's
-        0.3 s, when a slow reference was counted in the drawing cost), so only the inputs' own cost counts.  Large
-        data (``large``) takes the two sets: seen on the H100 80GB, KernelBench's L1 norm (16 GiB a set) drawn fresh
-        for each verified call, beside the two sets and the buffers shared with the worker, ran the judge out of
-        memory.  A memo of both sets' results (16 GiB more in the kernel's worker there) is then left to the run under
-        ncu, whose measured call gets inputs no timed call had: its duration bounds the timed median (below_ncu)."""
+        reference), else two sets with other values, chosen at random per call.  With two sets a result remembered by
+        the inputs' content is right on every call (seen: a GEMM memo keyed on a few elements, 310 us against the
+        reference's 0.3 s, when a slow reference was counted in the drawing cost), so only the inputs' own cost counts,
+        and the sets are drawn from seeds of the judge's secret generator: a kernel that drew the sets of the run's
+        public seed at import and served them from a memo hit every timed call (a red team's find).  Where the sets
+        would take more than 1/PARK_SHARE of the device (``large``), the first set is the first call's (the
+        correctness checked on it) and, drawn fresh, no second set is kept: seen on the H100 80GB, the l1norm
+        example's benchmark (16 GiB a set) ran the judge out of memory with both beside the fresh draws."""
+        rng = self.judge.rng
         t0 = time.monotonic()
-        self.problem.draw(seed + 1, reference=False)
+        self.problem.draw(rng.randrange(1 << 30), reference=False)
         self.draw_s = time.monotonic() - t0
-        self.sets = [self.first, self.problem.draw(seed)]
-        self.fresh = self.draw_s * calls <= FRESH_DRAW_BUDGET_S and not large(self.first, self.judge.device)
+        self.fresh = self.draw_s * calls <= FRESH_DRAW_BUDGET_S
+        big = large(self.first, self.judge.device)
+        if self.fresh and big:  # every call draws its own
+            self.sets = [self.first]
+        elif big:  # room for one set more
+            self.sets = [self.first, self.problem.draw(rng.randrange(1 << 30))]
+        else:
+            self.sets = [self.problem.draw(rng.randrange(1 << 30)) for _ in range(2)]
 
     def timed(self) -> None:
-        """After the timed calls: the second set goes and the judge's cached memory with it, so that the check on
+        """After the timed calls: the sets go and the judge's cached memory with them, so that the check on
         fresh inputs that follows (a draw and its reference) has the room (seen on the H100 80GB: the l1norm example's
         benchmark, 16 GiB a set, ran the judge out of memory there)."""
         from .conditions import free_cached
 
-        self.sets = self.sets[:1]
+        self.sets = [self.first]
         free_cached()
 
     def pick(self, checked: bool, *, moved: bool = False) -> DataSet:

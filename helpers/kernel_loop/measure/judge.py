@@ -49,7 +49,6 @@ from .timed import harness_hint, rounds_loop, timed_loop, timing_block
 from .under_ncu import census_first, ncu_run
 
 PROGRESS_S = float(os.environ.get("KERNEL_LOOP_PROGRESS_S") or 15.0)  # a progress line when a shape's calls take longer
-FRESH_SEED_OFFSET = 7_777_777   # the seed of the check after timing: never one a correctness trial used
 _T0 = time.monotonic()          # the judge's start: the phases of a step are counted from it
 
 
@@ -299,7 +298,7 @@ def profile(judge: Judge) -> dict[str, Any]:
     prob = judge.problem(dict(cfg.dims), kernel)
     first = prob.draw(cfg.seed)
     sess = Session(judge, timer, prob, {"k": (path, kind)}, first, "t")
-    sess.prepare_sets(cfg.warmup + cfg.trials, cfg.seed + 1)
+    sess.prepare_sets(cfg.warmup + cfg.trials)
     judge.mark("timer_ready")
     gpu_check = judge.check_gpu_is_ours("the timing")
     index = judge.torch.device(judge.device).index or 0
@@ -309,7 +308,7 @@ def profile(judge: Judge) -> dict[str, Any]:
     if loop["failure"]:
         raise MeasuredFailure(harness_hint(sess, loop))
     sess.timed()
-    fresh = prob.draw(cfg.seed + FRESH_SEED_OFFSET)
+    fresh = prob.draw(judge.rng.randrange(1 << 30))  # a secret seed: inputs no kernel could prepare
     r = sess.call("k", fresh, checked=True)
     if r["failure"]:
         raise MeasuredFailure(harness_hint(sess, {"failure": "the timing run: the call on inputs never seen "
@@ -323,9 +322,11 @@ def profile(judge: Judge) -> dict[str, Any]:
             hint = None
     judge.end_worker(timer)
     judge.mark("timed")
-    timing = timing_block(loop, cfg.warmup, cfg.trials, judge.device)
-    census, ncu_worker = census_first(judge, hint, ncu_worker, path, kind, prob, first, sess.sets)
-    ncu = ncu_run(judge, ncu_worker, path, kind, prob, first, sess.sets, "the run under ncu")
+    timing, sets = timing_block(loop, cfg.warmup, cfg.trials, judge.device), sess.sets
+    del sess, fresh  # the timing's shared buffers and its last draw, before the runs under ncu
+    free_cached()
+    census, ncu_worker = census_first(judge, hint, ncu_worker, path, kind, prob, first, sets)
+    ncu = ncu_run(judge, ncu_worker, path, kind, prob, first, sets, "the run under ncu")
     judge.mark("ncu")
     return {"timing": timing, "phases_s": judge.phases, "gpu_state": {"before": before, "after": after},
             "gpu": judge.gpu_info(), "gpu_check": gpu_check, "ncu": ncu, "census": census,
@@ -363,7 +364,7 @@ def benchmark(judge: Judge) -> dict[str, Any]:
             items[name].update(available=False, why=" ".join(str(exc).split())[:300])
     usable = {n: e for n, e in entries.items() if items[n]["available"]}
     sess = Session(judge, w, prob, usable, first, "b")
-    sess.prepare_sets(len(usable) * (warmup + trials + 2), cfg.seed + 1)
+    sess.prepare_sets(len(usable) * (warmup + trials + 2))
     res["gpu_check"] = judge.check_gpu_is_ours("the benchmark")
     res["input_sets"] = "fresh per call" if sess.fresh else "two, chosen at random per call"
     for name in usable:
@@ -376,7 +377,7 @@ def benchmark(judge: Judge) -> dict[str, Any]:
              f"an order drawn per round (every call poisoned, some verified){_at()}")
     loops = rounds_loop(sess, timed, warmup, trials) if timed else {}
     sess.timed()
-    fresh, ok = prob.draw(cfg.seed + FRESH_SEED_OFFSET) if loops else None, []  # one draw serves every version
+    fresh, ok = prob.draw(judge.rng.randrange(1 << 30)) if loops else None, []  # a secret seed; serves every version
     for name, loop in loops.items():
         item = items[name]
         if loop["failure"]:
@@ -396,7 +397,7 @@ def benchmark(judge: Judge) -> dict[str, Any]:
     if same is not None:  # the solution's row is its version's (the same bytes, timed once)
         res["items"].insert(0, dict(items[same], name="solution", samples_us=list(items[same]["samples_us"])))
     judge.end_worker(w)
-    del sess  # its buffers shared with the worker, and the judge's cache, before the baselines' worker starts
+    del sess, fresh  # the buffers shared with the worker, the last draw and the cache, before the baselines' worker
     free_cached()
     base = baselines(judge, prob, first)
     res["items"] += base.pop("items")
@@ -442,7 +443,7 @@ def baselines(judge: Judge, prob: Problem, first: DataSet) -> dict[str, Any]:
                 extra[b].pop("baseline", None)
         sess = Session(judge, w, prob, {b: (judge.run_root / "ref.py", kind) for b in wanted}, first, "base",
                        baseline=extra)
-        sess.prepare_sets(len(wanted) * (warmup + trials + 1), cfg.seed + 1)
+        sess.prepare_sets(len(wanted) * (warmup + trials + 1))
         out["gpu_check"] = judge.check_gpu_is_ours("the baselines' timing")
         for b in wanted:
             item = _item(b)

@@ -15,7 +15,6 @@ from .launch import WorkerProc, import_kernel
 from .problem import DataSet, Problem
 
 NCU_WARMUP = 3  # calls under ncu before the profiled one (builds, autotuning, the allocator): each costs seconds
-NCU_SEED_OFFSET = 5_555_555  # the measured call's inputs: a seed no correctness trial or timed call draws
 
 
 def ncu_run(judge: Any, worker: WorkerProc, path: Path, kind: str, prob: Problem, first: DataSet,
@@ -31,8 +30,9 @@ def ncu_run(judge: Any, worker: WorkerProc, path: Path, kind: str, prob: Problem
     nsess.fresh = False
     warm = min(max(1, cfg.warmup), NCU_WARMUP)
     for i in range(warm + 1):
-        # the measured call gets inputs no earlier call had: a result remembered from the warm calls is wrong there
-        ds = nsess.pick(True) if i < warm else prob.draw(cfg.seed + NCU_SEED_OFFSET + (what == "census"))
+        # the measured call gets inputs no earlier call had, from a secret seed: a result remembered from the warm
+        # calls, or drawn by the kernel from the run's public seed, is wrong there (its duration bounds the timed ones)
+        ds = nsess.pick(True) if i < warm else prob.draw(judge.rng.randrange(1 << 30))
         r = nsess.call("k", ds, checked=True, nvtx=i == warm)
         if r["failure"]:
             raise MeasuredFailure(f"{what}: call {i + 1} of {warm + 1} is wrong: {r['failure']} (every "

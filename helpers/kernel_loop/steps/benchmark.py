@@ -15,8 +15,8 @@ afterwards; the
 baselines are timed the same way in a worker that imports ref.py and no kernel, with the same weights.
 A median below the version's own ncu duration, or below the time its outputs take to write at the
 copy peak, is invalid.
-Each transition vK -> vK+1 is read from the same rounds (the versions are timed unless a named version has
-more than 8 before it and --all-versions is not given): the speedup median(A) / median(B) gets a bootstrap 95 %
+Each transition vK -> vK+1 is read from the same rounds (the versions are timed unless a version is named in
+a run of more than 8 and --all-versions is not given): the speedup median(A) / median(B) gets a bootstrap 95 %
 interval (``bootstrap_ci``, fixed seed) and a verdict: faster (interval above 1), slower (below 1) or within
 noise.
 
