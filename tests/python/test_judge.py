@@ -962,6 +962,7 @@ def test_large_data_drawn_fresh_keeps_no_second_set_and_all_is_freed_before_the_
     import gc
 
     from kernel_loop.measure import calls, judge, problem
+    from kernel_loop.measure import timed as timed_mod
 
     ref = REF_SLOW.replace("    time.sleep(0.1)\n", "")
     out = _init(tmp_path, _write(tmp_path / "ref_double.py", ref), "def run_kernel(x):\n    return x * 2.0\n", "N=4096")
@@ -975,13 +976,23 @@ def test_large_data_drawn_fresh_keeps_no_second_set_and_all_is_freed_before_the_
         events.append(sorted(o.seed for o in gc.get_objects() if type(o) is problem.DataSet))
         return base(*a)
 
+    alive: list[int] = []  # the data sets alive at each draw: the first alone (a call's set goes before the next draw)
+
+    def drawing(self, seed, **kw):
+        gc.collect()
+        alive.append(sum(type(o) is problem.DataSet for o in gc.get_objects()))
+        events.append(seed)
+        return draw(self, seed, **kw)
+
+    monkeypatch.setattr(timed_mod, "PREPARED_BYTES", 0)  # every verified call's data drawn in turn, as large data is
     monkeypatch.setattr(calls.Session, "timed", lambda self: (events.append(("timed", len(self.sets))), timed(self)))
-    monkeypatch.setattr(problem.Problem, "draw", lambda self, seed, **kw: (events.append(seed), draw(self, seed, **kw))[1])
+    monkeypatch.setattr(problem.Problem, "draw", drawing)
     monkeypatch.setattr(judge, "free_cached", lambda: events.append("freed"))
     monkeypatch.setattr(judge, "baselines", at_baselines)
     rc, bench = _benchmark(monkeypatch, out, "--timing", "host_time", "--warmup", "2", "--trials", "6",
                            "--baselines", "none")
     assert rc == 0 and bench["input_sets"] == "fresh per call", bench.get("input_sets")
+    assert len(alive) > 8 and max(alive) == 1, alive
     at = events.index(("timed", 1))  # the first set alone, all the timed calls long
     assert isinstance(events[at + 1], int) and events[at + 2:] == ["freed", [read_json(out / "run.json")["seed"]]]
 

@@ -133,14 +133,16 @@ def rounds_loop(sess: Session, names: list[str], warmup: int, trials: int) -> di
         if r["failure"]:
             continue
         ds = feed.data(i)
+        vary = getattr(ds, "vary", None)
         res = sess.call(kid, ds, checked=i in checked)
+        del ds  # before the next call's draw: two large sets at once would not fit beside the others
         if res["failure"]:
             phase = "warmup" if c < warmup else "timed"
             r.update(failure=f"{kid}'s timed calls: call {c + 1} of {total} ({phase}) is wrong: {res['failure']}",
                      rows=res["rows"], call=c, raised=res.get("raised"))
             continue
         r["verified"] += i in checked
-        r["verified_moved"] += i in checked and getattr(ds, "vary", None) is not None  # drawn now or before the rounds
+        r["verified_moved"] += i in checked and vary is not None  # drawn now or before the rounds
         rep = res["reply"]
         if c < warmup:
             r["host"].append(rep["host_us"])
