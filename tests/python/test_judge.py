@@ -1168,35 +1168,42 @@ def test_the_checks_a_kernel_has_seen_never_lower_the_chance_of_the_next():
     assert len(after_many) > 300 and sum(after_many) / len(after_many) > timed.CHECK_P * 0.6, len(after_many)
 
 
+class RoundsSession:
+    """What rounds_loop and Feed read of a Session: ``fresh`` inputs or not; a verified call that may draw moved inputs
+    does (a data set with ``vary``); v1 is wrong on its ``fail_at``-th call; v2 takes twice as long as the others."""
+
+    def __init__(self, seed: int, fresh: bool, fail_at: int = 0):
+        import random
+        import types
+
+        self.judge = types.SimpleNamespace(rng=random.Random(seed))
+        self.fresh, self.fail_at, self.moved = fresh, fail_at, 0
+        self.first = types.SimpleNamespace(nbytes=lambda: {"x": 1024})
+        self.calls: list[tuple[str, bool]] = []
+
+    def pick(self, checked, *, moved=False):
+        import types
+
+        self.moved += bool(checked and moved and self.fresh)
+        return types.SimpleNamespace(vary="up" if checked and moved and self.fresh else None)
+
+    def call(self, kid, ds, *, checked):
+        self.calls.append((kid, checked))
+        bad = kid == "v1" and sum(1 for k, _ in self.calls if k == "v1") == self.fail_at
+        return {"failure": "wrong" if bad else None, "rows": [],
+                "reply": {"us": 2.0 if kid == "v2" else 1.0, "host_us": 3.0, "delay_us": 0.0}}
+
+
 def test_the_benchmark_times_its_kernels_in_rounds_and_one_that_fails_leaves_them():
     """Every round calls each kernel once in an order drawn for the round (a drift of the clocks moves every row
     alike, and the A/B of two versions is read from the same rounds instead of costing a loop of its own); each
     kernel is verified on its first and last call and at least MIN_CHECKS others; a kernel that is wrong on a call
     leaves the rounds and the others are timed to the end."""
-    import random
-    import types
-
     from kernel_loop.measure import timed
 
-    calls: list[tuple[str, bool]] = []
-
-    class Fake:
-        judge = types.SimpleNamespace(rng=random.Random(5))
-        fresh = False
-        first = types.SimpleNamespace(nbytes=lambda: {"inputs_bytes": 1})
-        moved = 0
-
-        def pick(self, checked, *, moved=False):
-            return checked
-
-        def call(self, kid, ds, *, checked):
-            calls.append((kid, checked))
-            bad = kid == "v1" and sum(1 for k, _ in calls if k == "v1") == 30
-            return {"failure": "wrong" if bad else None, "rows": [],
-                    "reply": {"us": 2.0 if kid == "v2" else 1.0, "host_us": 3.0, "delay_us": 0.0}}
-
     warmup, trials, names = 5, 60, ["v0", "v1", "v2"]
-    out = timed.rounds_loop(Fake(), names, warmup, trials)
+    sess = RoundsSession(5, False, fail_at=30)
+    out, calls = timed.rounds_loop(sess, names, warmup, trials), sess.calls
     rounds = [calls[i:i + 3] for i in range(0, 29 * 3, 3)]  # the rounds before v1's failure
     assert all(sorted(k for k, _ in r) == names for r in rounds)
     assert len({tuple(k for k, _ in r) for r in rounds}) > 2  # the order is drawn per round
@@ -1213,25 +1220,9 @@ def test_the_benchmark_times_its_kernels_in_rounds_and_one_that_fails_leaves_the
 def test_the_rounds_count_each_kernels_verified_calls_on_moved_inputs():
     """A red team's find: with the verified calls' data drawn before the rounds, the count taken around each call saw
     no move, and every kernel reported 0 verified calls on moved inputs."""
-    import random
-    import types
-
     from kernel_loop.measure import timed
 
-    class Fake:
-        judge = types.SimpleNamespace(rng=random.Random(3))
-        fresh = True
-        first = types.SimpleNamespace(nbytes=lambda: {"x": 1024})
-        moved = 0
-
-        def pick(self, checked, *, moved=False):
-            self.moved += checked and moved
-            return types.SimpleNamespace(vary="up" if checked and moved else None)
-
-        def call(self, kid, ds, *, checked):
-            return {"failure": None, "rows": [], "reply": {"us": 1.0, "host_us": 2.0, "delay_us": 0.5}}
-
-    sess = Fake()
+    sess = RoundsSession(3, True)
     out = timed.rounds_loop(sess, ["v0", "v1", "v2"], 2, 30)
     assert sess.moved > 0 and sum(r["verified_moved"] for r in out.values()) == sess.moved
 
