@@ -823,11 +823,14 @@ def test_a_kernel_reusing_its_buffer_once_the_returned_object_dies_fails(tmp_pat
 def test_a_result_a_compile_cache_keeps_is_read_again_after_the_later_shapes(tmp_path, worker_here, kernel, passes):
     """Found by a red team: a kernel that kept each shape's first result (as a compile cache would, noted) and used it
     as scratch in the next shape's calls, where no check looked: a user's result of one shape, changed by a call of
-    another.  The results a kernel keeps are read again after every later shape's calls."""
+    another.  The results a kernel keeps are read again after every later shape's calls.  (Where the kept result was
+    made in a call under inference_mode, the kernel's own later write to it raises instead: refused too, as a user's
+    inference call followed by a normal one would be; seen in CI and by a red team, now and then.)"""
     rc, data, md = _correctness(tmp_path, "ref_softmax.py", kernel, "M=8,N=64", "--extra-shapes", "M=4,N=32")
     assert (rc == 0) is passes, data["error"]
     if not passes:  # the kept result read after the later shape's calls, or the one the caller carried into them
-        assert "changed during the calls of a later shape" in data["error"], data["error"]
+        assert ("changed during the calls of a later shape" in data["error"]
+                or "Inplace update to inference tensor" in data["error"]), data["error"]
 
 
 @pytest.mark.parametrize("ref, kernel, dims, why", [
@@ -852,7 +855,8 @@ def test_a_kept_result_borrowed_as_scratch_until_the_next_call_fails(tmp_path, w
     was seen only where one of two reads drawn at random, or the read after the shape's last call, fell in the
     window.  Where the results are small, the kept ones are read back after every call."""
     rc, data, md = _correctness(tmp_path, "ref_softmax.py", "cheat_softmax_scratch_till_next_call.py", "M=8,N=64")
-    assert rc == 1 and "changed when the kernel was called again" in data["error"], data["error"]
+    assert rc == 1 and ("changed when the kernel was called again" in data["error"]  # or, kept from a call under
+                        or "Inplace update to inference tensor" in data["error"]), data["error"]  # inference_mode
 
 
 def test_a_kernel_right_only_while_every_result_is_kept_fails(tmp_path, worker_here):

@@ -527,7 +527,8 @@ def test_a_result_written_while_the_object_returned_lives_fails(tmp_path, judged
     passed.  A kept result is held as the object returned one time in two."""
     out = _init(tmp_path, _write(tmp_path / "kb_scaled.py", KB_SCALED), KB_SCALED + SCRATCH_WHILE_ALIVE)
     rc, data = _correctness(out)
-    assert rc == 1 and "changed when the kernel was called again" in data["error"], data["error"]
+    assert rc == 1 and ("changed when the kernel was called again" in data["error"]  # or, kept from a call under
+                        or "Inplace update to inference tensor" in data["error"]), data["error"]  # inference_mode
 
 
 def test_a_modelnew_that_reseeds_only_in_training_mode_fails(tmp_path, judged_here):
