@@ -343,19 +343,18 @@ class Session:
         the inputs' content is right on every call (seen: a GEMM memo keyed on a few elements, 310 us against the
         reference's 0.3 s, when a slow reference was counted in the drawing cost), so only the inputs' own cost counts,
         and the sets are drawn from seeds of the judge's secret generator: a kernel that drew the sets of the run's
-        public seed at import and served them from a memo hit every timed call (a red team's find).  Where the sets
-        would take more than 1/PARK_SHARE of the device (``large``), the first set is the first call's (the
-        correctness checked on it) and, drawn fresh, no second set is kept: seen on the H100 80GB, the l1norm
-        example's benchmark (16 GiB a set) ran the judge out of memory with both beside the fresh draws."""
+        public seed at import and served them from a memo hit every timed call (a red team's find).  Drawn fresh, no
+        set is kept but the first call's (seen on the H100 80GB: the l1norm example's benchmark, 16 GiB a set, ran the
+        judge out of memory with a second beside the fresh draws); two sets that would take more than 1/PARK_SHARE of
+        the device (``large``) are the first call's and one more."""
         rng = self.judge.rng
         t0 = time.monotonic()
         self.problem.draw(rng.randrange(1 << 30), reference=False)
         self.draw_s = time.monotonic() - t0
         self.fresh = self.draw_s * calls <= FRESH_DRAW_BUDGET_S
-        big = large(self.first, self.judge.device)
-        if self.fresh and big:  # every call draws its own
+        if self.fresh:  # every call draws its own
             self.sets = [self.first]
-        elif big:  # room for one set more
+        elif large(self.first, self.judge.device):  # room for one set more
             self.sets = [self.first, self.problem.draw(rng.randrange(1 << 30))]
         else:
             self.sets = [self.problem.draw(rng.randrange(1 << 30)) for _ in range(2)]
