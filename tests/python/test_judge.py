@@ -1029,6 +1029,23 @@ def reference(x):
 '''
 
 
+def test_no_correctness_trial_is_drawn_from_the_runs_seed_alone(tmp_path, verdict_here):
+    """The run's seed is the agent's to read, and every correctness trial was drawn from it and the trial's number: a
+    kernel could draw them all at import and answer from a memo.  A salt of the judge's own goes into every seed, so
+    two checks of one run draw other inputs, none of them a seed of the run alone."""
+    from kernel_loop.measure import judge
+
+    ref = REF_SLOW.replace("    time.sleep(0.1)\n", "")
+    out = _init(tmp_path, _write(tmp_path / "ref_double.py", ref), "def run_kernel(x):\n    return x * 2.0\n", "N=64")
+    seeds = []
+    for _ in range(2):
+        rc, data = _correctness(out)
+        assert rc == 0, data["error"]
+        seeds.append({t["seed"] for sh in data["shapes"] for t in sh["trials"]})
+    public = {judge.derive_seed(read_json(out / "run.json")["seed"], 0, t) for t in range(100)}
+    assert len(seeds[0]) > 5 and not seeds[0] & seeds[1] and not (seeds[0] | seeds[1]) & public
+
+
 @pytest.mark.parametrize("sets", ["fresh, large", "two"])
 def test_no_timed_call_is_on_inputs_the_kernel_can_draw_from_the_runs_seed(tmp_path, monkeypatch, verdict_here, sets):
     """The kernel above hit its memo on every timed call of a large problem timed on the run's seed and the next one,

@@ -15,13 +15,12 @@ For every call, warmup, timed or profiled alike, the judge
    refuses outputs that are expanded or views of an input where the reference's are not; two in three of a
    timed loop's verified calls between its first and last draw inputs moved to another range (conditions.py).
 
-Modes (``spec["mode"]``): ``correctness`` (every shape and trial), ``profile`` (the timing loop, then the
-run under ncu, both verified), ``benchmark`` (every version timed in the same rounds of one worker, the A/B
-transitions read from them, then the baselines in a worker that imports no kernel).  The result is written to
+Modes (``spec["mode"]``): ``correctness`` (every shape and trial), ``profile`` (the timing loop, then the run
+under ncu, both verified), ``benchmark`` (every version timed in the same rounds of one worker, the A/B
+transitions read from them, then the baselines in a worker that imports no kernel). The result is written to
 ``spec["result_path"]``: ``error`` is None on success, else the failure as text (``usage`` true for bad
-input).  The judge is the subreaper of its workers: a process a kernel starts is ended with its worker,
-before anything else is timed.
-"""
+input). The judge is the subreaper of its workers: a process a kernel starts is ended with its worker, before
+anything else is timed."""
 
 from __future__ import annotations
 
@@ -57,9 +56,9 @@ def _at() -> str:
     return f" (at {time.monotonic() - _T0:.1f} s)"
 
 
-def derive_seed(run_seed: int, shape_index: int, trial: int) -> int:
-    """The seed of one correctness trial: distinct per shape and trial, fixed by the run seed."""
-    return run_seed * 1000 + trial + 100_003 * shape_index
+def derive_seed(run_seed: int, shape_index: int, trial: int, salt: int = 0) -> int:
+    """The seed of one correctness trial: distinct per shape and trial, from the run seed and the judge's salt."""
+    return run_seed * 1000 + trial + 100_003 * shape_index + salt * 1_000_000_007
 
 
 # --- the judge ---------------------------------------------------------------------------------
@@ -74,6 +73,7 @@ class Judge:
         self.run_root = Path(spec["run_root"])
         self.deadline = started.deadline
         self.rng = random.SystemRandom()
+        self.salt = self.rng.randrange(1, 1 << 20)  # no correctness seed a kernel could draw and memoize at import
         self._tmp = started.tmp
         self._worker_tmp = started.worker_tmp
         self.folder = started.folder
@@ -237,7 +237,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
             if plan and time.monotonic() - said_at > PROGRESS_S:  # a long shape (large inputs, the CPU): say where
                 said_at = time.monotonic()
                 progress(f"shape {si + 1} of {len(spec['shapes'])}: call {t + 1} of {len(plan)}{_at()}")
-            seed = derive_seed(cfg.seed, si, t)
+            seed = derive_seed(cfg.seed, si, t, judge.salt)
             ds = prob.draw(seed, start=after if t in cont else None)
             if sess is None:
                 sess, first = Session(judge, worker, prob, {"k": (path, kind)}, ds, f"s{si}", keep=True, watch=watched), ds
