@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import proctree
-from ..common import MeasuredFailure, UsageError, progress, write_json
+from ..common import MeasuredFailure, UsageError, progress, sha256_text, write_json
 from ..compare import CONSTANT_REFERENCE, applied_tolerances
 from ..config import RunConfig
 from ..tensors import is_tensor
@@ -57,8 +57,8 @@ def _at() -> str:
 
 
 def derive_seed(run_seed: int, shape_index: int, trial: int, salt: int = 0) -> int:
-    """The seed of one correctness trial: distinct per shape and trial, from the run seed and the judge's salt."""
-    return run_seed * 1000 + trial + 100_003 * shape_index + salt * 1_000_000_007
+    """A trial's seed, hashed with the judge's 128-bit salt: one the worker is sent tells no other, nor the salt."""
+    return int(sha256_text(f"{run_seed}:{shape_index}:{trial}:{salt}")[:15], 16)
 
 
 # --- the judge ---------------------------------------------------------------------------------
@@ -73,7 +73,7 @@ class Judge:
         self.run_root = Path(spec["run_root"])
         self.deadline = started.deadline
         self.rng = random.SystemRandom()
-        self.salt = self.rng.randrange(1, 1 << 20)  # no correctness seed a kernel could draw and memoize at import
+        self.salt = self.rng.getrandbits(128)  # no correctness seed a kernel could draw and memoize at import
         self._tmp = started.tmp
         self._worker_tmp = started.worker_tmp
         self.folder = started.folder
@@ -296,7 +296,7 @@ def profile(judge: Judge) -> dict[str, Any]:
     timer.hello(cfg.impl)
     import_kernel(timer, "k", path, kind, cfg)
     prob = judge.problem(dict(cfg.dims), kernel)
-    first = prob.draw(cfg.seed)
+    first = prob.draw(judge.rng.randrange(1 << 30))  # a secret seed, as every timed call's
     sess = Session(judge, timer, prob, {"k": (path, kind)}, first, "t")
     sess.prepare_sets(cfg.warmup + cfg.trials)
     judge.mark("timer_ready")
@@ -356,7 +356,7 @@ def benchmark(judge: Judge) -> dict[str, Any]:
     w = judge.start_worker("kernel")
     w.hello(cfg.impl)
     prob = judge.problem(dict(cfg.dims), Path(spec["solution"]["kernel"]))
-    first = prob.draw(cfg.seed)
+    first = prob.draw(judge.rng.randrange(1 << 30))  # a secret seed, as every timed call's
     for name, (path, kind) in entries.items():
         try:
             import_kernel(w, name, path, kind, cfg)

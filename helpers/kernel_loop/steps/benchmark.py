@@ -6,7 +6,7 @@ in the same rounds of one worker (``choose_best``: the fastest correct median, t
 noise of it);
 the loop's CUDA-event medians (ncu.json) only pick the kernel timed as the solution before that, and name
 the best when no version row was timed.  A best that is v0, or byte-identical to an earlier version, is
-flagged.  One judge process (``measure.judge``, mode ``benchmark``) draws the data from the run's seed, builds
+flagged.  One judge process (``measure.judge``, mode ``benchmark``) draws the data from secret seeds, builds
 every version's library at once, and in one worker checks every version (and the solution, where no version has
 its bytes) against the reference (with the per-output tolerance correctness resolves: run.json, else ref.py's
 atol/rtol, else the dtype default), times them in rounds (``timed.rounds_loop``: each round calls every one once, in
