@@ -58,7 +58,7 @@ def _at() -> str:
 
 def derive_seed(run_seed: int, shape_index: int, trial: int, salt: int = 0) -> int:
     """A trial's seed, hashed with the judge's 128-bit salt: one the worker is sent tells no other, nor the salt."""
-    return int(sha256_text(f"{run_seed}:{shape_index}:{trial}:{salt}")[:15], 16)
+    return int(sha256_text(f"{run_seed}:{shape_index}:{trial}:{salt}")[:12], 16)  # 48 bits: room for offsets
 
 
 # --- the judge ---------------------------------------------------------------------------------
