@@ -300,8 +300,12 @@ def test_a_wrong_solution_fails_the_benchmark_checked_with_the_dtype_default_and
     monkeypatch.setattr(B, "check_final_gate", lambda rd, n: None)  # kernels and run.json change after the gate
     for path in [cpu_run / "run.json", *cpu_run.glob("v*/correctness.json")]:
         write_json(path, dict(read_json(path), tolerance=DTYPE_DEFAULT_TOL))
+    from kernel_loop.measure import launch
+
+    monkeypatch.setattr(launch, "BUILD_BEAT_S", 0.2)  # v2's "build" takes 0.8 s: one progress line for the builds
     for v, (body, _where) in WRONG_SOLUTIONS.items():
         note = "# built with torch.utils.cpp_extension elsewhere; not here\n" if v in ("v2", "v3") else ""
+        note += "import time\ntime.sleep(0.8)\n" if v == "v2" else ""
         (cpu_run / v / "kernel.py").write_text(note + "import torch\n_calls = []\n\n\ndef run_kernel(x, y):\n" + body)
     assert rf.cli(B, ["benchmark", str(cpu_run), "--version", "v3", *CPU_ARGS]) == 1
     bench = read_json(cpu_run / "benchmark.json")
@@ -326,7 +330,7 @@ def test_a_wrong_solution_fails_the_benchmark_checked_with_the_dtype_default_and
     err = capfd.readouterr().err
     assert "failed in the benchmark" in err
     # v2 and v3; the solution is v3's file, timed (and built) once as v3
-    assert "building 2 versions' libraries in parallel before timing" in err
+    assert "building 2 versions' libraries in parallel before timing" in err and "still building v2 (" in err
     assert judge_here == ["benchmark"]
     assert sorted(worker_here) == ["baselines", "build-v2", "build-v3", "kernel"]  # two short-lived builders
 
@@ -441,3 +445,20 @@ def test_a_slow_v0_is_flagged_in_benchmark_json():
     _recentre(res, "v0", 3 * 118.4, seed=9)
     b = B.finish(res, version="v3", selection="explicit", timing=TIMING, tolerance=None, env=None)
     assert any("v0 is 3.0x slower than PyTorch eager" in f for f in b["flags"])
+
+
+def test_a_build_workers_heartbeat_stays_in_its_tail(capfd):
+    """Five load_inline builds printed five 'still importing' lines every 15 s (an H100 run: 15 lines before the
+    timing); a build worker's are kept for its error message and prebuild prints one line for all."""
+    import collections
+    import types
+
+    from kernel_loop.measure import launch
+
+    lines = ["[kernel-loop] still importing v0/kernel.py (a load_inline / JIT build runs here): 15 s\n", "a warning\n"]
+    for quiet in (True, False):
+        w = types.SimpleNamespace(proc=types.SimpleNamespace(stdout=iter(lines)), tail=collections.deque(maxlen=9),
+                                  quiet_beats=quiet)
+        launch.WorkerProc._pump(w)
+        err = capfd.readouterr().err
+        assert len(w.tail) == 2 and "a warning" in err and ("still importing" in err) is not quiet

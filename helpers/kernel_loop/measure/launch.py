@@ -74,6 +74,7 @@ class WorkerProc:
         self.listener.listen(1)
         cmd = list(prefix or []) + [sys.executable, "-m", "kernel_loop.measure.worker"]
         self.tail: deque[str] = deque(maxlen=200)
+        self.quiet_beats = False  # its import's heartbeat lines kept in the tail only (prebuild says one for all)
         self.deadline = deadline
         self.timeout_s = max(0.0, deadline - time.monotonic())
         try:
@@ -93,7 +94,8 @@ class WorkerProc:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.tail.append(line.rstrip("\n"))
-            sys.stderr.write(line)
+            if not (self.quiet_beats and line.startswith("[kernel-loop] still importing")):
+                sys.stderr.write(line)
         sys.stderr.flush()
 
     def _connect(self) -> protocol.Channel:
@@ -257,6 +259,9 @@ def import_kernel(worker: WorkerProc, kid: str, path: Path, kind: str, cfg: RunC
                            "build": {"include_dirs": cfg.build.include_dirs, "nvcc_flags": cfg.build.nvcc_flags}})
 
 
+BUILD_BEAT_S = 15.0  # a progress line this often while the versions' libraries build
+
+
 def prebuild(judge: Any, entries: dict[str, tuple[Path, str]]) -> None:
     """Build every version's library (nvcc, load_inline) at once, each in its own short-lived worker, so that
     the timing worker loads them from the cache one after another without waiting on each build."""
@@ -280,6 +285,7 @@ def prebuild(judge: Any, entries: dict[str, tuple[Path, str]]) -> None:
     workers = []
     for n, (path, kind) in todo.items():
         w = judge.start_worker(f"build-{n}")
+        w.quiet_beats = True
         workers.append((w, n, path, kind))
     errors: list[str] = []
 
@@ -293,6 +299,13 @@ def prebuild(judge: Any, entries: dict[str, tuple[Path, str]]) -> None:
     threads = [threading.Thread(target=one, args=a) for a in workers]
     for t in threads:
         t.start()
+    beat = t0
+    while any(t.is_alive() for t in threads):  # one line for all the builds, not one per worker every 15 s
+        time.sleep(0.1)
+        if time.monotonic() - beat >= BUILD_BEAT_S:
+            beat = time.monotonic()
+            busy = [n for (_w, n, *_), t in zip(workers, threads, strict=True) if t.is_alive()]
+            progress(f"still building {', '.join(busy)} ({beat - t0:.0f} s; load_inline's cache: $TORCH_EXTENSIONS_DIR)")
     for t in threads:
         t.join()
     for w, *_ in workers:
