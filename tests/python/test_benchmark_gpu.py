@@ -88,7 +88,7 @@ def test_two_version_triton_run_benchmark_and_report(tmp_path):
 
     proc = _ok(klcli.run("benchmark", out, "--baselines", "pytorch-eager,torch-compile", "--trials", "40",
                          timeout=900))
-    assert "timing torch-compile" in proc.stderr and "A/B v0 -> v1" in proc.stderr
+    assert "timing torch-compile" in proc.stderr and "timing v0, v1 in" in proc.stderr  # in rounds, the A/B from them
     bench = json.loads((out / "benchmark.json").read_text())
     rows = {r["name"]: r for r in bench["rows"]}
     for name in ("solution", "pytorch-eager", "torch-compile", "v0", "v1"):
@@ -102,6 +102,7 @@ def test_two_version_triton_run_benchmark_and_report(tmp_path):
     assert bench["speedups"]["pytorch-eager"] == pytest.approx(rows["pytorch-eager"]["stats_us"]["median"] / sol)
     (ab,) = bench["ab"]
     assert (ab["from"], ab["to"]) == ("v0", "v1") and ab["n"] == [40, 40]
+    assert (ab["median_a_us"], ab["median_b_us"]) == (rows["v0"]["stats_us"]["median"], rows["v1"]["stats_us"]["median"])
     assert ab["ci95"][0] <= ab["speedup"] <= ab["ci95"][1]
     assert ab["verdict"] in ("faster", "slower", "within noise")
     roof = bench["roofline"]

@@ -175,7 +175,7 @@ def test_data_past_an_eighth_of_the_device_waits_on_the_host(tmp_path, gpu_memor
     did not fit.  A vadd whose data take more than 1/PARK_SHARE of the device passes, the first call's inputs parked
     on the host, every condition still checked or noted."""
     import torch
-    from kernel_loop.measure.held import PARK_SHARE
+    from kernel_loop.measure.calls import PARK_SHARE
 
     n = int(torch.cuda.get_device_properties(0).total_memory / PARK_SHARE / 12 * 1.1)
     rc, data, md = _run(tmp_path, "ref_vadd.py", "triton_vadd.py", "triton", f"N={n}")
