@@ -24,7 +24,7 @@ from ..common import MeasuredFailure, UsageError
 from ..compare import applied_tolerances, changed_input_row, compare, compare_outputs, first_failure
 from ..tensors import FLOAT_SENTINEL, fingerprint, is_tensor, poison_tensor, random_like
 from . import protocol
-from .conditions import VARIANTS, Condition, as_exact_as_the_reference, range_ok
+from .conditions import VARIANTS, Condition, as_exact_as_the_reference, free_cached, range_ok
 from .launch import KernelFailed, WorkerProc
 from .problem import DataSet, Problem, start_state
 
@@ -363,8 +363,6 @@ class Session:
         """After the timed calls: the sets go and the judge's cached memory with them, so that the check on
         fresh inputs that follows (a draw and its reference) has the room (seen on the H100 80GB: the l1norm example's
         benchmark, 16 GiB a set, ran the judge out of memory there)."""
-        from .conditions import free_cached
-
         self.sets = [self.first]
         free_cached()
 

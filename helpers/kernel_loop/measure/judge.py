@@ -1,12 +1,12 @@
 """The judge: the trusted side of a measurement.  It never imports the kernel file.
 
 ``python -m kernel_loop.measure.judge SPEC.json`` (started by ``session``) reads the step's spec, imports
-ref.py, draws every input and the model parameters from the run's seed (``problem``), allocates every
+ref.py, draws the model parameters from the run's seed and every input from secret ones (``problem``), allocates every
 buffer the kernel reads or writes, and starts the workers that call the kernel (``worker``) over a socket.
 For every call, warmup, timed or profiled alike, the judge
 
-1. puts a data set into the shared input buffers: a fresh draw for every call when drawing is cheap and the
-   data not large (calls.large), else one of two sets with different values, chosen at random;
+1. puts a data set into the shared input buffers: a fresh draw for every call when drawing is cheap, else one
+   of two sets with different values, chosen at random (calls.Session.prepare_sets);
 2. poisons every output buffer (NaN and a finite sentinel, alternating);
 3. asks for the call; the worker replies with its event time;
 4. screens the outputs for poison left behind, and on the calls it chose in secret beforehand (the first

@@ -1,6 +1,6 @@
 """The timed loops of the judge: which calls are verified (``drawn_checks``: each on a draw of its own), the data
-before each call (``Feed``: the same work whether the call is verified or not), one kernel's loop (``timed_loop``),
-several kernels timed in rounds (``rounds_loop``: the benchmark's rows and A/B pairs from one stretch of time), the
+before each call (``Feed``: the same work whether the call is verified or not), kernels timed in rounds (``rounds_loop``:
+the benchmark's rows and A/B pairs from one stretch of time; ``timed_loop``, one kernel's), the
 timing block a step records (``timing_block``) and what a failure of a timed loop says of its cause
 (``harness_hint``)."""
 
@@ -16,36 +16,13 @@ from .problem import DataSet
 MIN_CHECKS = 4                  # verified timed calls per loop, besides the first and the last (at least)
 CHECK_P = 0.1                   # the chance of each timed call to be verified, independently of the others
 PREPARED_BYTES = 8 << 30        # the verified calls' data drawn before a timed loop, at most
-ROUNDS_PROGRESS_S = 20          # a progress line at most this often during a benchmark's rounds
+ROUNDS_PROGRESS_S = 20          # a progress line at most this often during the timed calls
 
 
 def timed_loop(sess: Session, kid: str, warmup: int, trials: int, *, label: str) -> dict[str, Any]:
-    """``warmup`` then ``trials`` calls, verified: the first, the last and each other timed call on a draw of its
-    own (``drawn_checks``); the same work before every call (``Feed``).  The samples, host dispatch, failure."""
-    rng = sess.judge.rng
-    total = warmup + trials
-    checked = {0, total - 1} | drawn_checks(rng, range(warmup, total - 1))
-    sess.moved = 0
-    feed = Feed(sess, checked, lambda i: 0 < i < total - 1)
-    samples, host, delays, peak = [], [], [], 0
-    verified = 0
-    for i in range(total):
-        r = sess.call(kid, feed.data(i), checked=i in checked)
-        if r["failure"]:
-            phase = "warmup" if i < warmup else "timed"
-            return {"failure": f"{label}: call {i + 1} of {total} ({phase}) is wrong: {r['failure']}",
-                    "rows": r["rows"], "call": i, "raised": r.get("raised")}
-        verified += i in checked
-        rep = r["reply"]
-        (host if i < warmup else samples).append(rep["us"] if i >= warmup else rep["host_us"])
-        if i >= warmup:
-            delays.append(rep["delay_us"])
-        peak = max(peak, rep.get("peak_mem_bytes") or 0)
-    host_us = sorted(host)[len(host) // 2] if host else 0.0
-    return {"failure": None, "samples_us": samples, "host_overhead_us": host_us,
-            "device_delay_us": sorted(delays)[len(delays) // 2] if delays else 0.0, "verified": verified,
-            "verified_moved": sess.moved, "calls": total, "fresh_inputs": sess.fresh, "peak_mem_bytes": peak or None,
-            "prepared": feed.prepared}
+    """``warmup`` then ``trials`` calls of one kernel: ``rounds_loop`` with one kernel a round; ``label`` names the
+    calls in a failure."""
+    return rounds_loop(sess, [kid], warmup, trials, label=label)[kid]
 
 
 def drawn_checks(rng: Any, calls: range, minimum: int | None = None) -> set[int]:
@@ -104,13 +81,14 @@ def timing_block(loop: dict[str, Any], warmup: int, trials: int, device: str) ->
             "two, chosen at random per call", **summarize(loop["samples_us"])}
 
 
-def rounds_loop(sess: Session, names: list[str], warmup: int, trials: int) -> dict[str, dict[str, Any]]:
+def rounds_loop(sess: Session, names: list[str], warmup: int, trials: int, *, label: str = "{}'s timed calls"
+                ) -> dict[str, dict[str, Any]]:
     """``warmup`` then ``trials`` rounds, each calling every kernel of ``names`` once in an order drawn for the round:
     every row's samples come from the same stretch of time (a clock or temperature drift moves them all alike),
     and the A/B of any two kernels is read from the same rounds at no further cost.  Each kernel is verified as in
     ``timed_loop`` (its first and last call and each other on a draw of its own) and gets the same data work before
-    every call (``Feed``).  A kernel whose call fails leaves the rounds (its entry says why); the others go on.
-    {name: timed_loop's result}."""
+    every call (``Feed``).  A kernel whose call fails leaves the rounds (its entry says why, ``label`` naming its
+    calls); the others go on.  {name: {"failure", "samples_us", "host_overhead_us", "verified", ...}}."""
     rng = sess.judge.rng
     total = warmup + trials
     plan: list[tuple[int, str]] = []  # (round, which is each kernel's own call number; kernel)
@@ -138,7 +116,7 @@ def rounds_loop(sess: Session, names: list[str], warmup: int, trials: int) -> di
         del ds  # before the next call's draw: two large sets at once would not fit beside the others
         if res["failure"]:
             phase = "warmup" if c < warmup else "timed"
-            r.update(failure=f"{kid}'s timed calls: call {c + 1} of {total} ({phase}) is wrong: {res['failure']}",
+            r.update(failure=f"{label.format(kid)}: call {c + 1} of {total} ({phase}) is wrong: {res['failure']}",
                      rows=res["rows"], call=c, raised=res.get("raised"))
             continue
         r["verified"] += i in checked
@@ -152,7 +130,7 @@ def rounds_loop(sess: Session, names: list[str], warmup: int, trials: int) -> di
         r["peak"] = max(r["peak"], rep.get("peak_mem_bytes") or 0)
         if time.monotonic() - last > ROUNDS_PROGRESS_S and c + 1 < total:
             last = time.monotonic()
-            progress(f"rounds: {c + 1} of {total} done ({last - started:.0f} s)")
+            progress(f"timed calls: {c + 1} of {total} round(s) done ({last - started:.0f} s)")
     for r in out.values():
         host, delays = r.pop("host"), r.pop("delays")
         r.update(host_overhead_us=sorted(host)[len(host) // 2] if host else 0.0,
