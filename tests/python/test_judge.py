@@ -1047,6 +1047,21 @@ def test_no_correctness_trial_is_drawn_from_the_runs_seed_alone(tmp_path, verdic
     assert len(seeds[0]) > 5 and not seeds[0] & seeds[1] and not (seeds[0] | seeds[1]) & public
 
 
+def test_a_trial_seed_the_worker_is_sent_tells_no_other():
+    """Found by a review: the worker is sent a trial's seed with a nudge, a twin or a backward, and the first salted
+    seed was linear in the salt, so (seed - run_seed * 1000 - trial) // 1_000_000_007 gave the salt and every later
+    trial.  A hash of the salt gives neither."""
+    import random
+
+    from kernel_loop.measure import judge
+
+    salt = random.SystemRandom().getrandbits(128)
+    seen = judge.derive_seed(42, 0, 3, salt)
+    guess = (seen - 42 * 1000 - 3) // 1_000_000_007
+    assert judge.derive_seed(42, 0, 4, guess) != judge.derive_seed(42, 0, 4, salt)
+    assert 0 < seen < 1 << 48  # with room for the offsets added to it (a 60-bit seed overflowed an int64)
+
+
 @pytest.mark.parametrize("sets", ["fresh, large", "two", "two, large"])
 def test_no_timed_call_is_on_inputs_the_kernel_can_draw_from_the_runs_seed(tmp_path, monkeypatch, verdict_here, sets):
     """The kernel above hit its memo on every timed call of a large problem timed on the run's seed and the next one,
