@@ -1114,16 +1114,23 @@ def run_kernel(x, M, N):
 '''
 
 
-@pytest.mark.parametrize("large", [False, True])
-def test_the_timed_calls_are_verified_on_moved_inputs_too(tmp_path, monkeypatch, verdict_here, large):
+@pytest.mark.parametrize("size", ["small", "large", "unprepared"])
+def test_the_timed_calls_are_verified_on_moved_inputs_too(tmp_path, monkeypatch, verdict_here, size):
     """Found by a red team (2026-12-04): correctness checks moved inputs, the timed loops only the problem's own, so a
     kernel that counts its calls (or watches its results' lifetimes) passed both while wrong on moved inputs in every
     call after correctness.  Two in three verified timed calls now draw moved inputs where correctness could check them;
-    large data too (a red team's find: timed on two sets, it had no moved inputs)."""
+    large data too (a red team's find: timed on two sets, it had no moved inputs), and data too large to draw before
+    the loop, whose references are computed after each verified call."""
     from kernel_loop.measure import calls, timed
 
-    if large:
+    if size == "large":
         monkeypatch.setattr(calls, "PARK_SHARE", 1 << 40)
+    late: list[bool] = []
+    if size == "unprepared":
+        monkeypatch.setattr(timed, "PREPARED_BYTES", 0)
+        pick = calls.Session.pick
+        monkeypatch.setattr(calls.Session, "pick", lambda self, checked, **kw: (
+            late.append(checked and kw.get("reference") is False), pick(self, checked, **kw))[1])
 
     monkeypatch.setattr(timed, "MIN_CHECKS", 20)  # no late check on moved inputs: 3 runs in 10000 (simulated)
     out = _init(tmp_path, "ref_softmax.py", COUNTS_ITS_CALLS, "M=8,N=64")
@@ -1134,12 +1141,16 @@ def test_the_timed_calls_are_verified_on_moved_inputs_too(tmp_path, monkeypatch,
     sol = _rows(bench)["solution"]
     assert not (sol["correct"] and sol["correct_after_timing"]), sol
     assert "is wrong" in (sol.get("error") or ""), sol.get("error")
+    assert any(late) is (size == "unprepared"), late  # a verified call's reference after the call
 
 
-def test_with_data_too_large_to_prepare_an_unverified_call_waits_like_a_verified_one():
+def test_with_data_too_large_to_prepare_a_verified_call_waits_like_an_unverified_one():
     """Left open by a red team: when the verified calls' data is too large to draw before the loop, a verified call's
-    reference ran just before it, so its wait was longer.  An unverified call's draw is now followed by a pause as
-    long as one of the verified calls' draws took."""
+    reference ran just before it, so its wait was longer.  An unverified call's draw was then followed by a pause as
+    long as a verified draw took, and every call of the l1norm example's 8 GiB inputs waited for a reference (one round
+    of five calls a second on the H200).  A verified draw now leaves its reference until after the call, so both
+    waits are a draw; a reference that draws random numbers still runs before (the kernel's call must leave the
+    generators where it did), and an unverified call still pauses as long."""
     import random
     import time
     import types
@@ -1151,20 +1162,31 @@ def test_with_data_too_large_to_prepare_an_unverified_call_waits_like_a_verified
         fresh = True
         first = types.SimpleNamespace(nbytes=lambda: {"inputs_bytes": 1 << 40})  # too large to prepare
 
-        def pick(self, checked, *, moved=False):
-            time.sleep(0.03 if checked else 0.001)  # a reference only for a verified call
+        def __init__(self, draws):
+            self.problem = types.SimpleNamespace(seen={"draws": draws})
+            self.late: list[bool] = []
+
+        def pick(self, checked, *, moved=False, reference=True):
+            self.late.append(checked and not reference)
+            time.sleep(0.03 if checked and reference else 0.001)  # a reference only for a verified call
             return checked
 
     checked = {0, 3, 7, 11, 19}
-    feed = Feed(Fake(), checked, lambda i: False)
-    assert not feed.prepared
-    waits = {}
-    for i in range(20):
-        start = time.perf_counter()
-        assert feed.data(i) == (i in checked)
-        waits[i] = time.perf_counter() - start
-    unverified = [w for i, w in waits.items() if i not in checked]
-    assert min(unverified) > 0.025, waits  # before: 0.001 s against 0.03 s
+    for draws in (False, True):
+        sess = Fake(draws)
+        feed = Feed(sess, checked, lambda i: False)
+        assert not feed.prepared and feed.late is not draws
+        waits = {}
+        for i in range(20):
+            start = time.perf_counter()
+            assert feed.data(i) == (i in checked)
+            waits[i] = time.perf_counter() - start
+        unverified = [w for i, w in waits.items() if i not in checked]
+        verified = [w for i, w in waits.items() if i in checked]
+        if draws:  # the reference before the call, and every call waits as long
+            assert min(unverified) > 0.025 and not any(sess.late), waits  # before the pause: 0.001 s against 0.03 s
+        else:  # the reference after the call: no call waits for one
+            assert max(verified + unverified) < 0.02 and sum(sess.late) == len(checked), waits
 
 
 def test_the_checks_a_kernel_has_seen_never_lower_the_chance_of_the_next():
@@ -1182,7 +1204,7 @@ def test_the_checks_a_kernel_has_seen_never_lower_the_chance_of_the_next():
         fresh = False
         first = types.SimpleNamespace(nbytes=lambda: {"inputs_bytes": 1})
 
-        def pick(self, checked, *, moved=False):
+        def pick(self, checked, *, moved=False, reference=True):
             return checked
 
         def call(self, kid, ds, *, checked):
@@ -1215,7 +1237,7 @@ class RoundsSession:
         self.first = types.SimpleNamespace(nbytes=lambda: {"x": 1024})
         self.calls: list[tuple[str, bool]] = []
 
-    def pick(self, checked, *, moved=False):
+    def pick(self, checked, *, moved=False, reference=True):
         import types
 
         self.moved += bool(checked and moved and self.fresh)
@@ -1324,7 +1346,7 @@ def test_a_verified_timed_call_waits_as_long_as_any_other(tmp_path):
         first = types.SimpleNamespace(nbytes=lambda: {"inputs_bytes": 1 << 20, "outputs_bytes": 1 << 20})
         moved = 0
 
-        def pick(self, checked, *, moved=False):
+        def pick(self, checked, *, moved=False, reference=True):
             events.append(("draw", checked))
             return types.SimpleNamespace(checked=checked)
 

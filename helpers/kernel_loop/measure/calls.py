@@ -366,9 +366,10 @@ class Session:
         self.sets = [self.first]
         free_cached()
 
-    def pick(self, checked: bool, *, moved: bool = False) -> DataSet:
-        """The data of the next call: a fresh draw (with its reference when the call is verified), or one of
-        the two sets at random.  ``moved``: a verified call may draw, two times in three, inputs moved to another range
+    def pick(self, checked: bool, *, moved: bool = False, reference: bool = True) -> DataSet:
+        """The data of the next call: a fresh draw (with its reference when the call is verified, unless
+        ``reference`` is False: ``call`` then computes it after the kernel's call), or one of the two sets at random.
+        ``moved``: a verified call may draw, two times in three, inputs moved to another range
         (conditions.VARIANTS) where correctness could check them, so that a timed call is held to what a
         correctness call is (a kernel that tells the timed calls apart, by counting calls or by its results'
         lifetimes, must still be right on moved inputs)."""
@@ -377,11 +378,11 @@ class Session:
             seed = rng.randrange(1 << 30)
             if moved and checked and rng.random() < 2 / 3:
                 vary = rng.choice(sorted(VARIANTS))
-                ds = self.problem.draw(seed, vary=vary) if self._range_ok(vary) else None
+                ds = self.problem.draw(seed, vary=vary, reference=reference) if self._range_ok(vary) else None
                 if ds is not None:
                     self.moved += 1
                     return ds
-            return self.problem.draw(seed, reference=checked)
+            return self.problem.draw(seed, reference=checked and reference)
         return self.sets[rng.randrange(len(self.sets))]
 
     def _range_ok(self, vary: str) -> bool:
@@ -457,6 +458,8 @@ class Session:
             self.builds[kid] = reply["build"]
         out: dict[str, Any] = {"reply": reply, "failure": None, "rows": [], "warnings": []}
         why = screen(sh, self.first, self.variant, poisoned)
+        if checked and cond.expected is None and not ds.expected:  # drawn without its reference (pick): computed
+            self.problem.reference(ds)  # now, on the judge's own inputs, which the kernel never held
         if checked:
             exp = ds if cond.expected is None else dataclasses.replace(ds, expected=cond.expected)
             rows, warns = verify(sh, exp, reply.get("returned") or {}, self.judge.tolerance, self.judge.ref,

@@ -41,22 +41,26 @@ class Feed:
     """The data of a timed loop's calls.  With fresh inputs per call, the verified calls' data (with reference) is
     drawn before the loop and each of those calls still makes an unverified call's draw, so the wait before a call
     is the same (a red team's kernel timed it and cut corners on the short waits).  Data over PREPARED_BYTES is
-    drawn in turn (``prepared``), an unverified draw then followed by a pause as long as a verified draw took.
-    ``moved(i)``: whether verified call ``i`` may draw moved inputs (Session.pick)."""
+    drawn in turn (``prepared``): a verified call's draw then leaves its reference (and the fingerprints around it)
+    until after the kernel's call (``late``: seen on the H200, the l1norm example's 8 GiB inputs, when every call
+    paused as long as a draw with its reference, one round of five calls a second), unless the reference draws
+    random numbers (the kernel's call must leave the generators where it did); an unverified draw is followed by a
+    pause as long as a verified draw took.  ``moved(i)``: whether verified call ``i`` may draw moved inputs."""
 
     def __init__(self, sess: Any, checked: set[int], moved: Any):
         self.sess, self.checked, self.moved = sess, checked, moved
         self.prepared = not sess.fresh or sum(sess.first.nbytes().values()) * len(checked) <= PREPARED_BYTES
         self.ready = ({i: sess.pick(True, moved=moved(i)) for i in sorted(checked)}
                       if sess.fresh and self.prepared else {})
-        self.took: list[float] = []  # seconds of the verified calls' draws with their references, drawn in turn
+        self.late = sess.fresh and not self.prepared and not sess.problem.seen.get("draws")
+        self.took: list[float] = []  # seconds of the verified calls' draws, drawn in turn
 
     def data(self, i: int) -> DataSet:
         if i in self.ready:
             self.sess.pick(False)  # the draw an unverified call makes, thrown away
             return self.ready.pop(i)
         start = time.perf_counter()
-        ds = self.sess.pick(i in self.checked, moved=self.moved(i))
+        ds = self.sess.pick(i in self.checked, moved=self.moved(i), reference=not self.late)
         took = time.perf_counter() - start
         if not self.sess.fresh:
             return ds
