@@ -161,11 +161,21 @@ def test_kernelbench_sweep_at_own_sizes(tmp_path):
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=PARALLEL * len(lanes)) as pool:
         rows = list(pool.map(lambda ip: _one(tmp_path, ip[1], lanes[ip[0] % len(lanes)]), enumerate(problems)))
+    # a problem that ran out of device memory beside others on its GPU (seen: three level-1 problems of 8 GiB two at a
+    # time on an 80 GB H100) runs again alone, as a user runs it: the verdict counted is that one
+    again = [i for i, r in enumerate(rows) if PARALLEL > 1 and r["result"] != "PASS"
+             and "out of device memory" in str(r["why"])]
+    for i in again:
+        (tmp_path / "alone").mkdir(exist_ok=True)
+        rows[i] = _one(tmp_path / "alone", problems[i], lanes[i % len(lanes)])
+        rows[i]["problem"] += " (alone)"
     lines = [_line(r) for r in rows]
     passed = [r for r in rows if r["result"] == "PASS"]
     secs = [r["seconds"] for r in rows]
     lines.append(f"total: {len(passed)} of {len(rows)} PASS; correctness seconds median {statistics.median(secs):.1f}, "
-                 f"max {max(secs):.1f}; sweep wall {time.monotonic() - t0:.0f} s ({PARALLEL} problems at a time per GPU)")
+                 f"max {max(secs):.1f}; sweep wall {time.monotonic() - t0:.0f} s ({PARALLEL} problems at a time per GPU"
+                 + (f"; {len(again)} run again alone after running out of device memory beside others)" if again
+                    else ")"))
     _log(lines[-1])
     # problems through profile, spread over the list, one at a time, within the budget
     n = len(passed) if PROFILED == "all" else int(PROFILED)
