@@ -242,6 +242,18 @@ def caveat(pred: dict[str, Any]) -> str | None:
     return None
 
 
+def signed_drop(pred: dict[str, Any]) -> str | None:
+    """A signed change that predicts a throughput or occupancy falls by at least that much: meant so at times (fewer
+    bytes moved), but an agent's trial wrote 'dram_throughput_pct: -2' for "falls by at most 2" on its bottleneck."""
+    metric, x = pred["metric"], float(pred["value"])
+    if pred["op"] not in ("rel", "abs") or x >= 0 or not (metric.endswith("_throughput_pct") or "occupancy" in metric):
+        return None
+    name = f"{pred['kernel']}:{metric}" if pred.get("kernel") else metric
+    unit = "%" if pred["op"] == "rel" else " points"
+    return (f"predicts that {metric} falls by at least {-x:g}{unit} (a signed change is a lower bound on the move); "
+            f"for \"falls by at most {-x:g}{unit}\" write a bound, '{name}: >= N', N the lowest value you expect")
+
+
 def metric_value(metrics: dict[str, Any] | None, metric: str) -> float | None:
     """The value of ``metric`` in an ncu.json ``metrics`` dict (None if null or absent)."""
     if not metrics:

@@ -197,6 +197,13 @@ def test_predictions_that_cannot_be_compared_are_warned(run0, capsys):
     assert "smem_bank_conflicts_pct" in err and "no shared memory" in err
     assert rf.cli(hypothesis, full_args(run0, "--force")) == 0
     assert "per issued instruction" not in capsys.readouterr().err
+    # an agent's trial wrote '-2' for "falls by at most 2" on its bottleneck metric: said what it means
+    argv = full_args(run0, "--force", "--predict", "dram_throughput_pct: -2", "--predict", "duration: -5%")
+    assert rf.cli(hypothesis, argv) == 0
+    err = capsys.readouterr().err
+    assert "falls by at least 2 points" in err and "'dram_throughput_pct: >= N'" in err
+    argv = full_args(run0, "--force", "--predict", "dram_throughput_pct: >= 80", "--predict", "duration: -5%")
+    assert rf.cli(hypothesis, argv) == 0 and "falls by at least" not in capsys.readouterr().err
 
 
 def test_predictions_name_kernels_of_a_many_kernel_call(run0, capsys):

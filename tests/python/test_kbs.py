@@ -246,6 +246,19 @@ def test_query_json_and_log(corpus, tmp_path, monkeypatch, capsys):
     signed = [r for r in records.read(out) if r["step"] == "kbs"]  # each logged query is signed, file and hits
     assert len(signed) == 2 and signed[-1].files() == {"kbs_queries.jsonl": sha256_file(out / "v0" / "kbs_queries.jsonl")}
     assert set(signed[-1].hits()) == {h for x in lines for h in x["hits"]}
+    # an agent's trial: a page reached through a playbook's links could be cited only after a query aimed at it, and
+    # a query logged after kbs_evidence.md's draft was missing from its ## Queries without a word
+    (out / "v0" / "kbs_evidence.md").write_text("draft\n", encoding="utf-8")
+    capsys.readouterr()
+    assert run(["kbs", "get", "spill-fix", "--log", str(out)], monkeypatch) == 0
+    err = capsys.readouterr().err
+    assert "add it to its ## Queries (it returned spill-fix)" in err
+    last = json.loads((out / "v0" / "kbs_queries.jsonl").read_text().splitlines()[-1])
+    assert last["purpose"] == "extra" and last["hits"] == ["spill-fix"] and last["command"] == "kernel-loop kbs get spill-fix"
+    from kernel_loop.sidecars import query_hits
+
+    assert "spill-fix" in query_hits(out / "v0")  # hypothesis --evidence accepts it
+    assert len([r for r in records.read(out) if r["step"] == "kbs"]) == 3  # signed like a query
 
 
 def test_unknown_symptom_suggests(corpus, monkeypatch, capsys):

@@ -82,7 +82,8 @@ def register(sub) -> None:
                    help="a KBS page id used, which one of vK's logged queries must have returned (the gate "
                         "checks it; others are refused); one id per flag, repeat the flag for several "
                         "(default: the ids cited under ## Selected Evidence that a query returned)")
-    p.add_argument("--force", action="store_true", help="overwrite a hypothesis.txt that has no TODO left")
+    p.add_argument("--force", action="store_true", help="overwrite a hypothesis.txt that has no TODO left: a text option not "
+                   "passed keeps its earlier text; --predict lines, when any is passed, replace all the earlier ones")
     p.set_defaults(func=run, needs=("jinja2",))  # checked before it writes anything
 
 
@@ -187,9 +188,9 @@ def run(args) -> int:
             raise UsageError(f"--predict '{pr['text']}' {why}; nothing was written")
     focus = predictions.focus_record(ncu, recs)
     for pr in preds:
-        why = predictions.caveat(pr)
-        if why:
-            warn(f"--predict '{pr['text']}': {why}")
+        for why in (predictions.caveat(pr), predictions.signed_drop(pr)):
+            if why:
+                warn(f"--predict '{pr['text']}': {why}")
         if len(recs) > 1 and focus and not pr.get("kernel") and not predictions.on_solution(pr):
             warn(f"--predict '{pr['text']}' is on the focus kernel {focus['label']} (ncu.json focus): write "
                  f"'{focus['label']}:{pr['text']}' to say so, or name the kernel the change targets")

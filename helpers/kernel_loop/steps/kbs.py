@@ -79,7 +79,7 @@ def cmd_query(args) -> int:
     if rd is not None:
         path = search.log_query(rd, args.purpose, terms, filters, hits,
                                 search.query_command(terms, filters, roots), roots=roots)
-        progress(f"query logged to {path}")
+        _logged(path, hits)
     if args.json:
         print(json.dumps(hits, indent=2, default=str))
     elif not hits:
@@ -90,12 +90,27 @@ def cmd_query(args) -> int:
     return 0
 
 
+def _logged(path, hits: list[dict]) -> None:
+    """Where a logged query went, and that a kbs_evidence.md drafted before it lists it only once you add it."""
+    progress(f"query logged to {path}")
+    evidence = path.parent / "kbs_evidence.md"
+    if evidence.is_file():
+        ids = ", ".join(h["id"] for h in hits) or "no page"
+        progress(f"{evidence.name} was drafted before this query: add it to its ## Queries (it returned {ids}); "
+                 "its pages may be cited in hypothesis.txt's Evidence used")
+
+
 def cmd_get(args) -> int:
-    page = search.get(args.id, _corpus_args(args))
+    roots = _corpus_args(args)
+    page = search.get(args.id, roots)
     if page is None:
-        known = index.page_ids(index.open_index(_corpus_args(args)))
+        known = index.page_ids(index.open_index(roots))
         close = difflib.get_close_matches(args.id, known, n=5, cutoff=0.5)
         raise UsageError(f"no page with id '{args.id}'" + (f"; close matches: {', '.join(close)}" if close else ""))
+    if args.log:  # a page reached through another's links (related, a playbook's list) is cited like a query's hit
+        path = search.log_query(RunDir.open(args.log), "extra", "", {"page": page["id"]}, [page],
+                                f"kernel-loop kbs get {page['id']}", roots=roots)
+        _logged(path, [page])
     if args.json:
         print(json.dumps({**page, "claim_marks": schema.claim_marks(page["body"].strip())}, indent=2, default=str))
         return 0
@@ -254,6 +269,8 @@ def register(subparsers) -> None:
                        "and suggests close ids.")
     g.add_argument("id")
     g.add_argument("--json", action="store_true")
+    g.add_argument("--log", metavar="OUT", help="log the page to OUT/vK/kbs_queries.jsonl (current version) as an "
+                   "extra query's one hit, so that hypothesis.txt may cite a page reached through another's links")
     g.set_defaults(func=cmd_get)
 
     s = sub.add_parser("stats", parents=[common], help="page counts by kind, symptom, architecture, ...")
