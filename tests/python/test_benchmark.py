@@ -66,6 +66,8 @@ def test_roofline_fractions_and_missing_peaks():
     r = B.roofline(2.0e12, 3.3e9, 1000.0, "bfloat16", env)  # 2 TFLOP and 3.3 GB in 1 ms
     assert r["achieved_tflops"] == pytest.approx(2000.0) and r["tflops_fraction"] == pytest.approx(2000 / 989)
     assert r["achieved_gbs"] == pytest.approx(3300.0) and r["bandwidth_fraction"] == pytest.approx(1.0)
+    assert any("can pass 100 %" in n for n in r["notes"])  # near the copy bandwidth: what that yardstick is
+    assert not B.roofline(None, 1.65e9, 1000.0, "float32", env)["notes"]  # at half of it: nothing to say
     r = B.roofline(None, 3.3e9, 1000.0, "float8_e4m3fn", {})
     assert r["achieved_tflops"] is None and r["bandwidth_fraction"] is None
     assert "copy_bandwidth_gbps" in r["notes"][0]

@@ -746,3 +746,21 @@ def test_the_report_is_kept_compressed_and_whole(tmp_path):
     with pytest.raises(FileNotFoundError):
         profile._compress(tmp_path / "missing.ncu-rep", dest)
     assert dest.read_bytes() == before and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_the_launch_count_keeps_torchs_profiler_warning_out_of_the_output(recwarn):
+    """An agent's trial: profile printed torch's "Profiler clears events at the end of each cycle" UserWarning,
+    which read as an error; the launch count (a hint) reads its one cycle without it."""
+    import types
+    import warnings
+
+    from kernel_loop.timing import LaunchCount
+
+    def events():
+        warnings.warn("Warning: Profiler clears events at the end of each cycle.", UserWarning, stacklevel=2)
+        return [types.SimpleNamespace(device_type="DeviceType.CUDA", name="k", device_time=2.0)]
+
+    lc = LaunchCount("cpu")
+    lc.prof = types.SimpleNamespace(events=events)
+    assert lc.result() == {"launches": 1, "kernels": [["k", 1, 2.0]]}
+    assert not [w for w in recwarn if "Profiler clears" in str(w.message)]

@@ -430,3 +430,25 @@ def test_benchmark_md_says_why_no_transition_was_read(tmp_path, keep, words):
     benchmark.write_outputs(root, bench)
     section = (root / "benchmark.md").read_text().split("## Same-run A/B")[1].split("## Flags")[0]
     assert words in section and section.count("\n") < 5, section
+
+
+def test_ncu_rule_estimates_are_weighed_by_their_kernels_share_of_the_call(tmp_path):
+    """An agent's trial: "estimated speedup 100.0 %" on a 2.66 us kernel (0.8 % of the call) topped the remaining
+    opportunities.  An estimate is its kernel's: weighed by the kernel's share, the largest for the call comes first,
+    and one under 1 % of the call is counted, not listed."""
+    root = many_kernel_run(tmp_path)
+    ncu = read_json(root / "v1" / "ncu.json")
+    by_name = {k["name"]: k for k in ncu["kernels"]}
+    small = min(by_name.values(), key=lambda k: k["share"])
+    big = by_name["attn_fwd"]
+    small["rules"] = [{"section": "S", "rule": "HighPipeUtilization", "type": "OPT", "text": ".", "est_speedup_pct": 100.0}]
+    big["rules"] = [{"section": "S", "rule": "UncoalescedGlobalAccess", "type": "OPT", "text": ".", "est_speedup_pct": 20.0}]
+    if small["share"] * 100 >= 1:  # the fixture's smallest kernel is large: make the rule's share tiny
+        small["rules"][0]["est_speedup_pct"] = 0.9 / small["share"]
+    write_json(root / "v1" / "ncu.json", ncu)
+    rf.provenance.record(root / "v1", ["ncu.json"])
+    opp = render(root).split("## 7. Remaining opportunities")[1].split("## 8.")[0]
+    share = big["share"] * 100
+    assert (f"- ncu rule UncoalescedGlobalAccess (attn_fwd): estimated speedup 20.0 % of the kernel, about "
+            f"{20 * big['share']:.1f} % of the call (the kernel is {share:.1f} % of its kernel time)") in opp
+    assert "HighPipeUtilization" not in opp and "1 more ncu rule estimate(s) on kernels too small" in opp
