@@ -121,7 +121,8 @@ def test_a_remote_gpu_run_is_told_what_travels_and_what_needs_no_gpu(repo):
     _raw, body, _ = _split(repo)
     remote = body.split("**When the GPU is on another machine.**")[1].split("\n## ")[0]
     flat = " ".join(remote.split())
-    assert "KERNEL_LOOP_RECORD_KEY=<that folder>/keys/record.key" in flat and "comes back in the archive" in flat
+    assert "KERNEL_LOOP_RECORD_KEY=$PWD/keys/record.key` from that folder" in flat and "comes back in the archive" in flat
+    assert "smaller `--dims` only with the user" in flat  # an agent's trial cut the shapes to fit its device time
     assert "`kbs`, `hypothesis`, the gate" in flat and "need no GPU" in flat
     assert "N+2 GPU sessions" in flat
     assert "correctness, profile and `kbs evidence` together" not in flat
