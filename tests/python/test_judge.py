@@ -954,6 +954,57 @@ def test_a_slow_reference_does_not_make_the_timed_inputs_repeat(tmp_path, monkey
     assert rc == 0 and bench["input_sets"] == "fresh per call", bench.get("input_sets")
 
 
+WRITES_AFTER_THE_CALL = '''"""A red team's kernel against a reference computed after the call (2026-12-05): right while a user would test
+it, then each call returns zeros at once and a thread of its own writes the right values into the output buffer it
+was copied to, a moment later: out of the timed window, and before the judge has its reference to compare with."""
+import gc
+import threading
+import time
+
+import torch
+
+_calls = [0]
+
+
+def _fix(x, out, n):
+    time.sleep(0.02)
+    if _calls[0] != n:  # the judge went on to the next call at once: this one was not verified
+        return
+    right = x * 2.0
+    for o in gc.get_objects():  # the buffer the worker copied the result to: the zeros, not the returned tensor
+        if type(o) is torch.Tensor and o.shape == out.shape and o.data_ptr() != out.data_ptr() and not o.any():
+            o.copy_(right)
+
+
+def run_kernel(x):
+    _calls[0] += 1
+    if _calls[0] <= HONEST:
+        return x * 2.0
+    out = torch.zeros_like(x)
+    threading.Thread(target=_fix, args=(x.clone(), out, _calls[0]), daemon=True).start()
+    return out
+'''
+
+
+def test_an_output_written_after_the_call_returned_fails(tmp_path, monkeypatch, judge_here, no_static_check):
+    """Found by a red team of the reference computed after a verified timed call (39ed9f3): the judge then compared
+    the output a reference's time after the call, and a thread of the kernel's wrote the right values in between.
+    A verified call's outputs are fingerprinted as the call returns and again after the check: any change fails."""
+    from kernel_loop.measure import timed
+
+    monkeypatch.setattr(timed, "PREPARED_BYTES", 0)  # the reference after each verified timed call
+    monkeypatch.setattr(timed, "MIN_CHECKS", 10)
+    out = _init(tmp_path, _write(tmp_path / "ref_slow.py", REF_SLOW), WRITES_AFTER_THE_CALL.replace("HONEST", "100"),
+                "N=4096")
+    rc, data = _correctness(out)
+    assert rc == 0, data["error"]  # its first 100 calls are right
+    rc, bench = _benchmark(monkeypatch, out, "--timing", "host_time", "--warmup", "2", "--trials", "150",
+                           "--baselines", "none")
+    sol = _rows(bench)["solution"]
+    assert not (sol["correct"] and sol["correct_after_timing"]), sol
+    assert "changed after the call returned" in (sol.get("error") or ""), sol.get("error")
+
+
 def test_large_data_drawn_fresh_keeps_no_second_set_and_all_is_freed_before_the_baselines(tmp_path, monkeypatch,
                                                                                           verdict_here):
     """Seen on the H100 80GB: the l1norm example's benchmark (16 GiB a data set) ran the judge out of memory twice, in

@@ -457,6 +457,10 @@ class Session:
         if reply.get("build"):
             self.builds[kid] = reply["build"]
         out: dict[str, Any] = {"reply": reply, "failure": None, "rows": [], "warnings": []}
+        # a verified call's outputs as it returned, compared once checked: a thread of the kernel's wrote the right
+        # values a moment after the call, out of the timed window, while the judge computed its reference (a red team)
+        outs = dict(zip(self.first.expected, sh.outputs(self.first), strict=True))
+        held = {n: fingerprint(t) for n, t in outs.items()} if checked else {}
         why = screen(sh, self.first, self.variant, poisoned)
         if checked and cond.expected is None and not ds.expected:  # drawn without its reference (pick): computed
             self.problem.reference(ds)  # now, on the judge's own inputs, which the kernel never held
@@ -470,6 +474,9 @@ class Session:
             if cond.backward is not None and not first_failure(rows):
                 rows += gradient_rows(self, kid, ds, cond, reply.get("returned") or {}, out["notes"])
             rows += earlier_outputs(self, ds, cond)
+            rows += [bad_row(f"output '{n}'", t, f"output '{n}' changed after the call returned (a thread or a stream "
+                             "of the kernel's wrote it later, out of the timed window): a call's work is done when it "
+                             "returns") for n, t in outs.items() if fingerprint(t) != held[n]]
             why = first_failure(rows) or why
         out["failure"] = why
         return out
