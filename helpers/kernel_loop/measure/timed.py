@@ -44,8 +44,9 @@ class Feed:
     drawn in turn (``prepared``): a verified call's draw then leaves its reference (and the fingerprints around it)
     until after the kernel's call (``late``: seen on the H200, the l1norm example's 8 GiB inputs, when every call
     paused as long as a draw with its reference, one round of five calls a second), unless the reference draws
-    random numbers (the kernel's call must leave the generators where it did); an unverified draw is followed by a
-    pause as long as a verified draw took.  ``moved(i)``: whether verified call ``i`` may draw moved inputs."""
+    random numbers (the kernel's call must leave the generators where it did); every draw of plain inputs, verified
+    or not, is followed by a pause as long as a verified draw took.  ``moved(i)``: whether verified call ``i`` may
+    draw moved inputs."""
 
     def __init__(self, sess: Any, checked: set[int], moved: Any):
         self.sess, self.checked, self.moved = sess, checked, moved
@@ -66,7 +67,10 @@ class Feed:
             return ds
         if i in self.checked:
             self.took.append(took)
-        elif self.took:  # capped at twice the median: a first moved draw also decides its range (conditions.range_ok)
+        # every call on plain inputs, verified or not, pauses alike (a red team: a moved draw takes longer, so plain
+        # inputs after a long pause were unverified); capped at twice the median, a first moved draw also deciding its
+        # range (conditions.range_ok)
+        if self.took and getattr(ds, "vary", None) is None:
             cap = 2 * sorted(self.took)[len(self.took) // 2]
             time.sleep(max(0.0, min(self.sess.judge.rng.choice(self.took), cap) - took))
         return ds
