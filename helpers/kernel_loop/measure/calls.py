@@ -168,8 +168,8 @@ def changed_input(name: str, t) -> dict[str, Any]:
     return changed_input_row(name, t)
 
 
-def verify(shared: Shared, ds: DataSet, report: dict[str, Any], tolerance: Any, ref: Any, prob: Problem | None = None
-           ) -> tuple[list[dict], list[str]]:
+def verify(shared: Shared, ds: DataSet, report: dict[str, Any], tolerance: Any, ref: Any, prob: Problem | None = None,
+           held: dict[str, tuple] | None = None) -> tuple[list[dict], list[str]]:
     """Rows for every output and every input: the outputs against the reference, in the judge's
     buffers (against its float64 answer too where ``prob`` is given: as_exact_as_the_reference); the inputs as
     drawn; no output expanded or a view of an input unless the reference's is."""
@@ -177,8 +177,17 @@ def verify(shared: Shared, ds: DataSet, report: dict[str, Any], tolerance: Any, 
     bad = {r["name"] for r in rows}
     expected = {n: e for n, e in ds.expected.items() if n not in bad}
     more, warns = compare_outputs(got, expected, tolerance, ref) if expected else ([], [])
-    if prob is not None:
-        as_exact_as_the_reference(prob, ds, more, got)
+    # ``held``: the outputs' fingerprints as the call returned, taken again as soon as the values were read (a red team:
+    # a thread of the kernel's wrote right values a moment after the call, while the judge computed its reference)
+    more += [bad_row(f"output '{n}'", t, f"output '{n}' changed after the call returned (a thread or a stream of the "
+                     "kernel's wrote it later, out of the timed window): a call's work is done when it returns")
+             for n, t in got.items() if n in (held or {}) and is_tensor(t) and fingerprint(t) != held[n]]
+    if prob is not None:  # read again after a float64 reference: a private copy of what the call returned, else the
+        copies = {n: got[n].clone() for n in held or {} if is_tensor(got.get(n))  # thread could write right values
+                  and any(r["name"] == n and not r["passed"] for r in more)}  # for that read and undo them after
+        got.update(copies)
+        changed = {n for n, t in copies.items() if fingerprint(t) != held[n]}
+        as_exact_as_the_reference(prob, ds, [r for r in more if r["name"] not in changed], got)
     rows += more
     for row in rows:
         meta, props = report.get(row["name"]) or {}, ds.ref_props.get(row["name"]) or {}
@@ -457,9 +466,7 @@ class Session:
         if reply.get("build"):
             self.builds[kid] = reply["build"]
         out: dict[str, Any] = {"reply": reply, "failure": None, "rows": [], "warnings": []}
-        # a verified call's outputs as it returned, compared once checked: a thread of the kernel's wrote the right
-        # values a moment after the call, out of the timed window, while the judge computed its reference (a red team)
-        outs = dict(zip(self.first.expected, sh.outputs(self.first), strict=True))
+        outs = dict(zip(self.first.expected, sh.outputs(self.first), strict=True))  # as the call returned (verify)
         held = {n: fingerprint(t) for n, t in outs.items()} if checked else {}
         why = screen(sh, self.first, self.variant, poisoned)
         if checked and cond.expected is None and not ds.expected:  # drawn without its reference (pick): computed
@@ -467,16 +474,13 @@ class Session:
         if checked:
             exp = ds if cond.expected is None else dataclasses.replace(ds, expected=cond.expected)
             rows, warns = verify(sh, exp, reply.get("returned") or {}, self.judge.tolerance, self.judge.ref,
-                                 self.problem if cond.expected is None else None)
+                                 self.problem if cond.expected is None else None, held)
             if cond.buffers:
                 rows += buffer_rows(self, cond.buffers)
             out.update(rows=rows, warnings=warns, notes=[])
             if cond.backward is not None and not first_failure(rows):
                 rows += gradient_rows(self, kid, ds, cond, reply.get("returned") or {}, out["notes"])
             rows += earlier_outputs(self, ds, cond)
-            rows += [bad_row(f"output '{n}'", t, f"output '{n}' changed after the call returned (a thread or a stream "
-                             "of the kernel's wrote it later, out of the timed window): a call's work is done when it "
-                             "returns") for n, t in outs.items() if fingerprint(t) != held[n]]
             why = first_failure(rows) or why
         out["failure"] = why
         return out
