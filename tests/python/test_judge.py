@@ -994,11 +994,11 @@ def test_an_output_written_after_the_call_returned_fails(tmp_path, monkeypatch, 
 
     monkeypatch.setattr(timed, "PREPARED_BYTES", 0)  # the reference after each verified timed call
     monkeypatch.setattr(timed, "MIN_CHECKS", 10)
-    out = _init(tmp_path, _write(tmp_path / "ref_slow.py", REF_SLOW), WRITES_AFTER_THE_CALL.replace("HONEST", "100"),
+    out = _init(tmp_path, _write(tmp_path / "ref_slow.py", REF_SLOW), WRITES_AFTER_THE_CALL.replace("HONEST", "30"),
                 "N=4096")
     rc, data = _correctness(out)
-    assert rc == 0, data["error"]  # its first 100 calls are right
-    rc, bench = _benchmark(monkeypatch, out, "--timing", "host_time", "--warmup", "2", "--trials", "150",
+    assert rc == 0, data["error"]  # its first 30 calls are right
+    rc, bench = _benchmark(monkeypatch, out, "--timing", "host_time", "--warmup", "2", "--trials", "70",
                            "--baselines", "none")
     sol = _rows(bench)["solution"]
     assert not (sol["correct"] and sol["correct_after_timing"]), sol
@@ -1263,11 +1263,11 @@ def test_in_the_late_regime_a_plain_calls_pause_does_not_tell_whether_it_is_veri
             return types.SimpleNamespace(checked=checked, vary="up" if m else None)
 
     rng = random.Random(1)
-    checked = {0, 199} | {i for i in range(1, 199) if rng.random() < 0.15}
-    feed = Feed(Fake(), checked, lambda i: 0 < i < 199)
+    checked = {0, 119} | {i for i in range(1, 119) if rng.random() < 0.15}
+    feed = Feed(Fake(), checked, lambda i: 0 < i < 119)
     assert feed.late
     plain_verified, unverified = [], []
-    for i in range(200):
+    for i in range(120):
         start = time.perf_counter()
         ds = feed.data(i)
         if ds.vary is None:
