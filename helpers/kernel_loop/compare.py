@@ -467,3 +467,10 @@ def within_the_references_error(g, e, x, tol: dict[str, Any]) -> tuple[float, fl
         return worst, 0.0
     allowed = max(tol["rel_l2"], 2.0 * math.sqrt(sq_e / sq_x))
     return worst, math.sqrt(sq_g / sq_x) / allowed
+
+
+def numeric_miss(row: dict) -> bool:
+    """A failed output row whose values are off and nothing else: what the float64 re-check may forgive
+    (measure.conditions.as_exact_as_the_reference)."""
+    return not row["passed"] and bool(row.get("normwise_only") or row.get("mismatches") and not row.get("note")) \
+        and not row.get("nonfinite_unexpected")

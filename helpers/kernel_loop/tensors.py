@@ -424,3 +424,11 @@ def not_plain(value: Any, plain: tuple, depth: int = 0) -> str | None:
         if bad:
             return bad
     return None
+
+
+def clone_or_none(t: Any) -> Any:
+    """A copy of ``t``, or None where the device has no room for one (torch's OutOfMemoryError)."""
+    try:
+        return t.clone()
+    except RuntimeError:
+        return None

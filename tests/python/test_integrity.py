@@ -1002,6 +1002,17 @@ def test_an_output_as_exact_as_an_inexact_reference_passes_elementwise_too(tmp_p
         assert "as exact as the reference, or more" in md
 
 
+def test_the_float64_recheck_reads_a_copy_of_what_the_call_returned(tmp_path, worker_here, monkeypatch):
+    """Red team 13: the re-check read the shared output again after the float64 reference, so a kernel's thread could
+    write right values for that read and undo them.  It reads a private copy whose fingerprint is the call's return;
+    where the device has no room for the copy the output is not forgiven (here: no copy at all)."""
+    from kernel_loop import tensors
+
+    monkeypatch.setattr(tensors, "clone_or_none", lambda t: None)
+    rc, data, md = _correctness(tmp_path, "ref_shift_loses_digits.py", "honest_shift_exact.py", "N=4096")
+    assert rc == 1 and "as exact as the reference, or more" not in md, data["error"]
+
+
 @pytest.mark.parametrize("ref, kernel, dims, why", [
     ("ref_inexact_two_outputs.py", "cheat_two_outputs_one_tensor_inexact_ref.py", "N=4096", "shares memory with the output"),
     ("ref_inexact_row_sum_repeated.py", "cheat_row_sum_expanded_inexact_ref.py", "M=64,N=64", "expanded tensor"),

@@ -2,9 +2,8 @@
 
 ``Shared`` holds the judge's buffers (one per tensor argument, returned output and model parameter, and for
 correctness one more per returned output, where the worker hands back a result an earlier call returned);
-``Session`` puts a data set in them before every call, poisons every output, asks for the call, screens
-every call for poison left behind and verifies the calls the judge chose (``timed.timed_loop``: the first, the
-last, and each other timed call on a draw of its own, chosen at random beforehand).
+``Session`` puts a data set in them before every call, poisons every output, asks for the call, screens every call
+for poison left behind and verifies the calls the judge chose (``timed``), its outputs as they were when it returned.
 
 A correctness call can also vary what a user's call varies (``Condition``): what the outputs it is handed
 hold before the call (zeros, random values, the right answer of other inputs), the module's mode and
@@ -177,17 +176,12 @@ def verify(shared: Shared, ds: DataSet, report: dict[str, Any], tolerance: Any, 
     bad = {r["name"] for r in rows}
     expected = {n: e for n, e in ds.expected.items() if n not in bad}
     more, warns = compare_outputs(got, expected, tolerance, ref) if expected else ([], [])
-    # ``held``: the outputs' fingerprints as the call returned, taken again as soon as the values were read (a red team:
-    # a thread of the kernel's wrote right values a moment after the call, while the judge computed its reference)
+    # ``held``: the fingerprints as the call returned, again once read (a red team's thread wrote right values later)
     more += [bad_row(f"output '{n}'", t, f"output '{n}' changed after the call returned (a thread or a stream of the "
                      "kernel's wrote it later, out of the timed window): a call's work is done when it returns")
              for n, t in got.items() if n in (held or {}) and is_tensor(t) and fingerprint(t) != held[n]]
-    if prob is not None:  # read again after a float64 reference: a private copy of what the call returned, else the
-        copies = {n: got[n].clone() for n in held or {} if is_tensor(got.get(n))  # thread could write right values
-                  and any(r["name"] == n and not r["passed"] for r in more)}  # for that read and undo them after
-        got.update(copies)
-        changed = {n for n, t in copies.items() if fingerprint(t) != held[n]}
-        as_exact_as_the_reference(prob, ds, [r for r in more if r["name"] not in changed], got)
+    if prob is not None:
+        as_exact_as_the_reference(prob, ds, more, got, held)
     rows += more
     for row in rows:
         meta, props = report.get(row["name"]) or {}, ds.ref_props.get(row["name"]) or {}
@@ -218,6 +212,7 @@ def verify(shared: Shared, ds: DataSet, report: dict[str, Any], tolerance: Any, 
         if fingerprint(t) != ds.fingerprints[n]:
             rows.append(changed_input(n, t))
     return rows, warns
+
 
 def buffer_rows(sess: Session, buffers: dict[str, Any]) -> list[dict]:
     """Rows for ModelNew's buffers after a training-mode call, as the worker put them in the parameters' buffers,
