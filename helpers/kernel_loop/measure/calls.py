@@ -461,8 +461,8 @@ class Session:
         if reply.get("build"):
             self.builds[kid] = reply["build"]
         out: dict[str, Any] = {"reply": reply, "failure": None, "rows": [], "warnings": []}
-        outs = dict(zip(self.first.expected, sh.outputs(self.first), strict=True))  # as the call returned (verify)
-        held = {n: fingerprint(t) for n, t in outs.items()} if checked else {}
+        held = {n: fingerprint(t) for n, t in zip(self.first.expected, sh.outputs(self.first), strict=True)
+                } if checked else {}  # the outputs as the call returned (verify)
         why = screen(sh, self.first, self.variant, poisoned)
         if checked and cond.expected is None and not ds.expected:  # drawn without its reference (pick): computed
             self.problem.reference(ds)  # now, on the judge's own inputs, which the kernel never held
