@@ -75,6 +75,16 @@ def between_calls(first: DataSet, ds: DataSet, device: str, notes: list[str]) ->
     return None
 
 
+def lean_draw(first: DataSet | None, plan: list[str] | None, t: int, prob: Problem) -> bool:
+    """Whether call ``t``'s plain draw leaves its reference out: large data (the first call's waiting on the host,
+    ``between_calls``) meeting a layout or range condition, which computes the reference on the data it makes itself (seen
+    on the H100 80GB: the l1norm example's 8 GiB sets, a plain draw's reference beside a condition's ran the judge out of
+    memory).  A condition that falls back to a plain call has its reference computed after the call (Session.call), unless
+    the reference draws random numbers (then never left out: the kernel's call must leave the generators where it did)."""
+    return bool(first is not None and first.parked and plan and plan[t].startswith(("layout", "range"))
+                and not prob.seen.get("draws"))
+
+
 def kept_fingerprints(shared: Shared, ds: DataSet, report: dict[str, Any], moved: bool = False) -> dict[str, tuple]:
     """Fingerprints of the tensors a call returned, as the judge's buffers hold them right after it: what a
     caller that keeps them must still find after later calls (and what a kernel that keeps them must not change).

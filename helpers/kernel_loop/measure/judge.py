@@ -238,7 +238,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                 said_at = time.monotonic()
                 progress(f"shape {si + 1} of {len(spec['shapes'])}: call {t + 1} of {len(plan)}{_at()}")
             seed = derive_seed(cfg.seed, si, t, judge.salt)
-            ds = prob.draw(seed, start=after if t in cont else None)
+            ds = prob.draw(seed, start=after if t in cont else None, reference=not hold.lean_draw(first, plan, t, prob))
             if sess is None:
                 sess, first = Session(judge, worker, prob, {"k": (path, kind)}, ds, f"s{si}", keep=True, watch=watched), ds
                 plan = condition_plan(judge.rng, ds, prob, int(spec["trials"]))
@@ -275,7 +275,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
             notes += [n for n in r.get("notes") or [] if n not in notes]
             earlier = hold.between_calls(first, ds, judge.device, notes)
             after = ds.rng_after if passed and not cond.train and cond.expected is None else None
-            t += 1
+            t, ds, cond, r = t + 1, None, None, None  # freed before the next draw (H100 80GB: l1norm's 8 GiB sets)
         hold.after_the_calls(sess, prob, first, trials, held, notes, watched, kept)
         result["build"] = result["build"] or sess.builds.get("k")
 
