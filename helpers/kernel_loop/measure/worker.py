@@ -324,8 +324,8 @@ class Worker:
         if self.timer is None:
             self.timer = CallTimer(self.device)
         cuda = self.device.startswith("cuda")
-        if cuda and "keep" in msg:  # a correctness call: the allocator's unused memory given back (tensors.spare_cached)
-            tensors.spare_cached(torch, self.device)
+        if "keep" in msg:  # a correctness call: no automatic garbage collection, unused device memory given back
+            guards.correctness_call(torch, self.device)
         train, grad = bool(msg.get("train")), msg.get("grad")  # grad None: the kind's own (a function's: on)
         if k.model is not None and k.model.training != train:
             k.model.train(train)
