@@ -4,6 +4,7 @@ artifacts do not hold at all)."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,10 @@ def fmt(value: Any, digits: int = 2, suffix: str = "") -> str:
     return f"{value}{suffix}"
 
 
-def render(template: str, **ctx: Any) -> str:
+@functools.lru_cache(maxsize=1)
+def _environment() -> Any:
+    """One Jinja2 environment a process: it keeps the templates it compiled (30 ms each, on every render of a fresh
+    one: a sixth of a profile of the CPU test mode's judge tests)."""
     import jinja2
 
     env = jinja2.Environment(
@@ -69,7 +73,11 @@ def render(template: str, **ctx: Any) -> str:
     env.filters["fmt"] = fmt
     env.globals["NA"] = NA
     env.globals["UNKNOWN"] = UNKNOWN
-    return env.get_template(template).render(**ctx)
+    return env
+
+
+def render(template: str, **ctx: Any) -> str:
+    return _environment().get_template(template).render(**ctx)
 
 
 # --- the chart of a finished run (final_report.png) ----------------------------------------------------------

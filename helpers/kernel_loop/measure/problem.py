@@ -171,10 +171,10 @@ class Problem:
     def _build_model(self) -> None:
         torch = _torch()
         self._apply_dims()
-        torch.manual_seed(self.model_seed)
+        guards.seed_torch(torch, self.model_seed)
         self.init = list(self.ref.get_init_inputs()) if hasattr(self.ref, "get_init_inputs") else []
         with torch.device(self.device):  # parameters are created where they are used, from the run's seed
-            torch.manual_seed(self.model_seed)
+            guards.seed_torch(torch, self.model_seed)
             self.model = self.ref.Model(*self.init).to(self.device).eval()
         as_trained(self.model, self.model_seed)
 
@@ -213,7 +213,7 @@ class Problem:
     def _draw_kernelbench(self, seed: int) -> DataSet:
         torch = _torch()
         self._apply_dims()
-        torch.manual_seed(seed)
+        guards.seed_torch(torch, seed)
         with torch.device(self.device):  # drawn on the device under the trial's seed
             args = [a.to(self.device) if is_tensor(a) else a for a in self.ref.get_inputs()]
         return DataSet(seed, {f"arg{i}": a for i, a in enumerate(args)}, [])
@@ -223,7 +223,7 @@ class Problem:
         setup = getattr(self.ref, "setup", None)  # never the kernel's own: a kernel must not choose its inputs
         fn = self.reference_fn()
         if callable(setup):
-            torch.manual_seed(seed)
+            guards.seed_torch(torch, seed)
             extra = {"device": self.device} if "device" in inspect.signature(setup).parameters else {}
             with torch.device(self.device):
                 spec = loader.call_with(setup, self.dims, **extra)
@@ -241,7 +241,7 @@ class Problem:
             size = self.cfg.ptr_size
             if not size:
                 raise UsageError("ref.py has no setup(): set --ptr-size at init so flat buffers can be sized")
-            torch.manual_seed(seed)
+            guards.seed_torch(torch, seed)
             inputs = _flat_buffers(self.params or [], int(size), self.device)
             outs = [p.name for p in self.params or [] if p.is_output]
             inputs.update({p.name: lookup_int(p.name, self.dims, {}) for p in self.params or [] if not p.pointer})
@@ -284,7 +284,7 @@ class Problem:
         if seed is None:
             guards.set_torch_rng(torch, self.device, ds.start or start_state(torch, self.device, ds.seed))
         else:
-            torch.manual_seed(seed)
+            guards.seed_torch(torch, seed)
         before, other = guards.torch_rng(torch, self.device), guards.other_rng()
         out = self._call_reference(args, ds, model)
         self.rng_after = guards.torch_rng(torch, self.device)
@@ -414,7 +414,7 @@ def start_state(torch: Any, device: str, seed: int) -> bytes:
     import hashlib
 
     h = hashlib.sha256(f"kernel-loop start {seed}".encode()).digest()
-    torch.manual_seed(call_seed(seed))
+    guards.seed_torch(torch, call_seed(seed))
     torch.empty(1 + int.from_bytes(h[:2], "little") % (1 << 12), device="cpu").uniform_()
     state = bytearray(guards.torch_rng(torch, device))
     if device.startswith("cuda"):  # the device's: its seed, then its offset (a multiple of 4)
