@@ -173,9 +173,9 @@ _W = sys.modules["__main__"].Worker
 _orig = _W._stage_out
 
 
-def _late(self, k, value):
+def _late(self, k, value, *rest):
     x = next(t for t in self.local.values() if t.dim() == 2)
-    return _orig(self, k, torch.softmax(x, dim=-1))
+    return _orig(self, k, torch.softmax(x, dim=-1), *rest)
 
 
 _W._stage_out = _late
@@ -198,7 +198,8 @@ _copy = torch.Tensor.copy_
 def _late_copy(self, src, non_blocking=False):
     while _pending:
         x, y = _pending.pop()
-        _copy(y, torch.softmax(x, dim=-1))
+        with torch.inference_mode(y.is_inference()):  # a result made in a call under inference_mode
+            _copy(y, torch.softmax(x, dim=-1))
     return _copy(self, src, non_blocking)
 
 
@@ -292,18 +293,19 @@ MEMO_PTR = MEMO.replace("(x.data_ptr(), x._version)", "x.data_ptr()")
 
 @needs_gpu
 def test_cheats_that_skip_work_gain_nothing(tmp_path, monkeypatch):
-    """A kernel that computes a row only while its output still holds the poison, and one that returns a
-    result remembered by its input's identity and version: the judge poisons every call and writes the
-    inputs anew before each, so both do the whole work every call (no fake speedup); a result remembered by
-    the input's address alone is wrong on the second trial."""
+    """A kernel that computes a row only while its output still holds the poison fails correctness (its outputs are
+    handed zeros, random values or a stale answer in some calls: issue 42's output pre-state); one that returns a
+    result remembered by its input's identity and version does the whole work every call (the judge writes the
+    inputs anew before each: no fake speedup); a result remembered by the input's address alone is wrong on the
+    second trial."""
     got = {}
-    for name, ref, kernel in (("honest", REF_INTO, HONEST_INTO), ("skip_unpoisoned", REF_INTO, SKIP_UNPOISONED),
-                              ("memo", REF, MEMO)):
+    rc_c, _, _ = _profile(tmp_path / "skip_unpoisoned", REF_INTO, SKIP_UNPOISONED, monkeypatch)
+    assert rc_c == 1
+    for name, ref, kernel in (("honest", REF_INTO, HONEST_INTO), ("memo", REF, MEMO)):
         rc_c, rc_p, ncu = _profile(tmp_path / name, ref, kernel, monkeypatch)
         assert (rc_c, rc_p) == (0, 0), name
         got[name] = ncu["timing"]["median_us"]
     print(f"medians: {got}")
-    assert got["skip_unpoisoned"] > 0.9 * got["honest"]
     assert got["memo"] > 0.6 * got["honest"]  # torch.softmax returning its own tensor, against a copy into y
     rc_c, _, _ = _profile(tmp_path / "memo_ptr", REF, MEMO_PTR, monkeypatch)
     assert rc_c == 1
