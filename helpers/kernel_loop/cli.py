@@ -106,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         previous = signal.signal(signal.SIGTERM, _terminate)
     except ValueError:  # not the main thread (a caller's own thread): its SIGTERM stays its own
         previous = None
+    if hasattr(signal, "SIGUSR1"):  # `kill -USR1 PID` prints where a step is, every thread, on stderr (a step that hangs)
+        import faulthandler
+
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         return _main(argv)
     finally:
