@@ -109,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(signal, "SIGUSR1"):  # `kill -USR1 PID` prints where a step is, every thread, on stderr (a step that hangs)
         import faulthandler
 
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        try:
+            faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
+        except (AttributeError, OSError, ValueError, RuntimeError):  # no stderr with a file descriptor, not main thread
+            pass
     try:
         return _main(argv)
     finally:
