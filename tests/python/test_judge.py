@@ -1199,18 +1199,24 @@ def test_the_timed_calls_are_verified_on_moved_inputs_too(tmp_path, monkeypatch,
     assert any(late) is (size == "unprepared"), late  # a verified call's reference after the call
 
 
-def test_with_data_too_large_to_prepare_a_verified_call_waits_like_an_unverified_one():
+def test_with_data_too_large_to_prepare_a_verified_call_waits_like_an_unverified_one(monkeypatch):
     """Left open by a red team: when the verified calls' data is too large to draw before the loop, a verified call's
     reference ran just before it, so its wait was longer.  An unverified call's draw was then followed by a pause as
     long as a verified draw took, and every call of the l1norm example's 8 GiB inputs waited for a reference (one round
     of five calls a second on the H200).  A verified draw now leaves its reference until after the call, so both
     waits are a draw; a reference that draws random numbers still runs before (the kernel's call must leave the
-    generators where it did), and an unverified call still pauses as long."""
+    generators where it did), and an unverified call still pauses as long.  (On a clock of the test's own: a real one
+    failed once in a loaded full run.)"""
     import random
-    import time
     import types
 
+    from kernel_loop.measure import timed
     from kernel_loop.measure.timed import Feed
+
+    clock = types.SimpleNamespace(now=0.0)
+    time = types.SimpleNamespace(perf_counter=lambda: clock.now,
+                                 sleep=lambda s: setattr(clock, "now", clock.now + max(0.0, s)))
+    monkeypatch.setattr(timed, "time", time)
 
     class Fake:
         judge = types.SimpleNamespace(rng=random.Random(5))
