@@ -201,7 +201,7 @@ _MAMBA_NOTES = ["pr-state-spaces-mamba-905", "pr-state-spaces-mamba-965", "pr-st
                 "pr-ggml-org-llama-cpp-18505"]
 OP_FAMILY_SET: dict[str, dict] = {
     "conv": {
-        "relevant": ["playbook-conv", "tensor-core-math", "cp-async-multistage-pipeline", "gemm-epilogue-fusion",
+        "relevant": ["conv-transpose-stride-phase-gather", "conv-epilogue-tail-fusion", "playbook-conv-transpose", "playbook-conv", "tensor-core-math", "cp-async-multistage-pipeline", "gemm-epilogue-fusion",
                      "op-chain-fusion-plan", "smem-swizzle", "l2-tile-rasterization", "split-k-gemm",
                      "cutlass-collectives-schedules", "depthwise-conv-direct-kernel", "tma-bulk-copies",
                      "hopper-tma", "ampere-cp-async", "cute-copy-mma-atoms", "stream-k-scheduling",
@@ -216,7 +216,7 @@ OP_FAMILY_SET: dict[str, dict] = {
                     ("winograd convolution 3x3", {})],
     },
     "conv-transpose": {
-        "relevant": ["conv-transpose-gather-formulation", "playbook-conv", "op-chain-fusion-plan", "tensor-core-math",
+        "relevant": ["conv-transpose-stride-phase-gather", "conv-epilogue-tail-fusion", "playbook-conv-transpose", "conv-transpose-gather-formulation", "playbook-conv", "op-chain-fusion-plan", "tensor-core-math",
                      "gemm-epilogue-fusion", "coalesce-global-access", "depthwise-conv-direct-kernel",
                      "pr-pytorch-pytorch-48675", "pr-pytorch-pytorch-52351", "pr-ggml-org-llama-cpp-25310",
                      "pr-pytorch-pytorch-84543", "kernel-fusion", "spatial-norm-channel-statistics",
@@ -246,7 +246,7 @@ OP_FAMILY_SET: dict[str, dict] = {
                     ("causal depthwise conv1d short convolution", {})],
     },
     "mbconv": {
-        "relevant": ["mbconv-block-fusion", "depthwise-conv-direct-kernel", "op-chain-fusion-plan",
+        "relevant": ["mbconv-expanded-tensor-traffic", "mbconv-block-fusion", "depthwise-conv-direct-kernel", "op-chain-fusion-plan",
                      "spatial-norm-channel-statistics", "pooling-windowed-reduction", "kernel-fusion",
                      "launch-overhead-cuda-graphs", "playbook-conv"],
         "queries": [("MBConv block efficientnet", {}),
@@ -258,7 +258,7 @@ OP_FAMILY_SET: dict[str, dict] = {
                     ("efficientnet depthwise conv batchnorm relu6", {})],
     },
     "pooling": {
-        "relevant": ["pooling-windowed-reduction", "playbook-reductions", "pr-pytorch-pytorch-44211",
+        "relevant": ["pooling-tiled-halo-single-pass", "playbook-pooling", "pooling-windowed-reduction", "playbook-reductions", "pr-pytorch-pytorch-44211",
                      "coalesce-global-access", "vectorized-access", "op-chain-fusion-plan", "kernel-fusion",
                      "dram-near-peak-reduce-bytes", "argmax-value-index-reduction", "mbconv-block-fusion",
                      "pr-pytorch-pytorch-24872"],
@@ -271,7 +271,7 @@ OP_FAMILY_SET: dict[str, dict] = {
                     ("max pool 2d channels last", {})],
     },
     "rnn": {
-        "relevant": ["rnn-cell-fusion", "persistent-rnn-weights-on-chip", "launch-overhead-cuda-graphs",
+        "relevant": ["playbook-rnn", "rnn-cell-fusion", "persistent-rnn-weights-on-chip", "launch-overhead-cuda-graphs",
                      "kernel-fusion", "persistent-kernels", "gemm-epilogue-fusion", "small-grid-more-parallelism",
                      "playbook-gemm", "gemv-skinny-gemm-bandwidth", "cuda-cooperative-groups",
                      "pr-fla-org-flash-linear-attention-848", "pr-flashinfer-ai-flashinfer-4001",
@@ -334,7 +334,7 @@ OP_FAMILY_SET: dict[str, dict] = {
                     ("gemv very long K few rows split-K", {})],
     },
     "batched-gemm": {
-        "relevant": ["batched-gemm-one-launch", "playbook-gemm", "tail-effect-wave-quantization", "persistent-kernels",
+        "relevant": ["batched-gemm-small-matrices", "batched-gemm-one-launch", "playbook-gemm", "tail-effect-wave-quantization", "persistent-kernels",
                      "launch-overhead-cuda-graphs", "tensor-core-math", "small-grid-more-parallelism",
                      "split-k-gemm", "stream-k-scheduling", "pr-nvidia-cutlass-760", "playbook-moe",
                      "pr-nvidia-cutlass-3176", "pr-cupy-cupy-930", "pr-ggml-org-llama-cpp-24426"],
@@ -348,7 +348,7 @@ OP_FAMILY_SET: dict[str, dict] = {
                     ("batched gemm varying sizes grouped", {})],
     },
     "loss": {
-        "relevant": ["loss-kernels-fused-reduction", "online-softmax", "playbook-softmax", "playbook-reductions",
+        "relevant": ["playbook-loss", "loss-kernels-fused-reduction", "online-softmax", "playbook-softmax", "playbook-reductions",
                      "kernel-fusion", *_CE_NOTES],
         "queries": [("cross entropy loss", {}),
                     ("KL divergence loss", {}),
@@ -359,7 +359,7 @@ OP_FAMILY_SET: dict[str, dict] = {
                     ("loss reduction to a scalar", {"family": "loss"})],
     },
     "norm": {
-        "relevant": ["spatial-norm-channel-statistics", "playbook-layernorm-rmsnorm", "playbook-reductions",
+        "relevant": ["conv-epilogue-tail-fusion", "spatial-norm-channel-statistics", "playbook-layernorm-rmsnorm", "playbook-reductions",
                      "op-chain-fusion-plan", *_SPATIAL_NORM_NOTES, "pr-vllm-project-vllm-16",
                      "pr-nvidia-transformerengine-747", "warp-shuffle-reductions", "pr-linkedin-liger-kernel-1350",
                      "pr-dao-ailab-quack-7", "pr-nvidia-transformerengine-2013", "small-grid-more-parallelism"],
@@ -371,7 +371,7 @@ OP_FAMILY_SET: dict[str, dict] = {
                     ("layernorm rmsnorm row reduction", {"kernel_type": "norm"})],
     },
     "epilogue-fusion": {
-        "relevant": ["op-chain-fusion-plan", "gemm-epilogue-fusion", "kernel-fusion", "playbook-gemm", "playbook-conv",
+        "relevant": ["conv-epilogue-tail-fusion", "op-chain-fusion-plan", "gemm-epilogue-fusion", "kernel-fusion", "playbook-gemm", "playbook-conv",
                      "pr-nvidia-cutlass-942", "pr-nvidia-cutlass-838", "pr-nvidia-cutlass-892",
                      "pr-facebookresearch-xformers-58", "playbook-elementwise", "online-softmax",
                      "cutlass-collectives-schedules", "pr-pytorch-ao-1671", "pr-facebookresearch-xformers-283",
