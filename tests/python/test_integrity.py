@@ -752,30 +752,33 @@ def test_a_ring_of_returned_buffers_larger_than_the_calls_fails(tmp_path, worker
     assert not any("is stored where the result" in n for n in _failed(data)[1])  # no result was overwritten in time
 
 
-def test_a_correctness_call_turns_automatic_collection_off_and_collects_only_past_half_the_device(monkeypatch):
-    """guards.correctness_call: no automatic garbage collection in the worker's correctness calls (a ring that gives
-    itself back at a collection escaped when one ran between the calls); on a GPU a collection past half the device's
-    memory, so that garbage in reference cycles cannot run a large problem's calls out of it."""
+def test_every_call_turns_automatic_collection_off_and_collects_only_past_half_the_device(monkeypatch):
+    """guards.before_call: no automatic garbage collection in the worker's calls, correctness and timed alike (a ring
+    that gives itself back at a collection escaped when one ran between the calls; a kernel must not tell the two kinds
+    of call apart by gc.isenabled()); on a GPU a collection past half the device's memory, so that garbage in reference
+    cycles cannot run a large problem's calls out of it."""
     import gc
 
     import torch
     from kernel_loop.measure import guards
 
-    collected = []
+    collected, spared = [], []
     monkeypatch.setattr(gc, "collect", lambda *a: collected.append(1) or 0)
-    monkeypatch.setattr(guards.tensors, "spare_cached", lambda torch, device: None)
+    monkeypatch.setattr(guards.tensors, "spare_cached", lambda torch, device: spared.append(device))
     used = [10]
     cuda = types.SimpleNamespace(memory_allocated=lambda d: used[0],
                                  get_device_properties=lambda d: types.SimpleNamespace(total_memory=100))
     fake = types.SimpleNamespace(cuda=cuda)
     try:
-        guards.correctness_call(torch, "cpu")
-        assert not gc.isenabled() and not collected
-        guards.correctness_call(fake, "cuda:0")
-        assert not collected
+        for correctness in (True, False):
+            gc.enable()
+            guards.before_call(torch, "cpu", correctness)
+            assert not gc.isenabled() and not collected
+        guards.before_call(fake, "cuda:0", False)
+        assert not collected and not spared
         used[0] = 51
-        guards.correctness_call(fake, "cuda:0")
-        assert collected == [1] and not gc.isenabled()
+        guards.before_call(fake, "cuda:0", True)
+        assert collected == [1] and spared == ["cuda:0"] and not gc.isenabled()
     finally:
         gc.enable()
 

@@ -118,20 +118,23 @@ def same_grad_mode(value: Any, grad: bool, torch: Any) -> Any:
     return value
 
 
-def correctness_call(torch: Any, device: str) -> None:
-    """Before a correctness call: Python's automatic garbage collection off for the worker's calls that follow (the
-    held results are checked after a collection of the judge's own, tensors.still_held), and the device's cached
-    memory given back past an eighth of it (tensors.spare_cached).  A red team's ring of returned buffers gave itself
-    back whenever a collection freed a sentinel it kept in a reference cycle: it escaped the check of held results
-    in 10 of 12 CPU runs, where a collection ran at random between the calls (a user's calls can go on without one,
-    and then a result the caller holds is written again)."""
+def before_call(torch: Any, device: str, correctness: bool) -> None:
+    """Before every call of the kernel's (and of the baselines'): Python's automatic garbage collection off, in every
+    mode alike (a kernel that read gc.isenabled() would otherwise tell a correctness call from a timed one), so that
+    none runs between the calls: a red team's ring of returned buffers gave itself back whenever a collection freed a
+    sentinel it kept in a reference cycle, and escaped the check of held results in 10 of 12 CPU runs, where
+    collections ran at random between the calls (the held results are read after a collection of the judge's own,
+    tensors.still_held).  On a GPU, a collection once the worker holds past half the device (garbage in reference
+    cycles must not leave a large call short) and, before a correctness call, the device's cached memory given back
+    past an eighth of it (tensors.spare_cached)."""
     import gc
 
     gc.disable()
     if device.startswith("cuda"):
         if torch.cuda.memory_allocated(device) * 2 > torch.cuda.get_device_properties(device).total_memory:
-            gc.collect()  # past half the device: garbage in reference cycles must not leave a large call short
-        tensors.spare_cached(torch, device)
+            gc.collect()
+        if correctness:
+            tensors.spare_cached(torch, device)
 
 
 def seed_torch(torch: Any, seed: int) -> None:
