@@ -348,6 +348,8 @@ class _Checker(ast.NodeVisitor):
                 self.add(node, text, MEMBERS[a.name])
             elif a.name in METHODS:
                 self.add(node, text, METHODS[a.name])
+            elif a.name in REEXPORTS and module:  # `from torch.cuda.graphs import gc` (a red team's)
+                self.add(node, text, REEXPORTS[a.name])
 
     # -- names, attributes, calls --
     def visit_Name(self, node: ast.Name) -> None:

@@ -189,9 +189,12 @@ def test_os_reached_through_another_module_is_refused(tmp_path):
 
 
 def test_ctypes_reached_through_another_module_is_refused(tmp_path):
-    """Obfuscation: numpy's internals re-export ctypes, so `import ctypes` never appears."""
+    """Obfuscation: numpy's internals re-export ctypes, so `import ctypes` never appears; and a red team's
+    `from torch.cuda.graphs import gc` (torch's module imports gc, so the name is an attribute of it)."""
     _refused(tmp_path, "import numpy as np\n\nM = np.core._internal.ctypes.memmove\n", 3,
              "'np.core._internal.ctypes'")
+    _refused(tmp_path, "import torch\nfrom torch.cuda.graphs import gc as _g\n", 2,
+             "'from torch.cuda.graphs import gc'")
 
 
 @pytest.mark.parametrize("kw", ["start_new_session", "preexec_fn"])

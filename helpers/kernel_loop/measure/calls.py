@@ -401,7 +401,7 @@ class Session:
         return bool(self.problem.seen[key])
 
     def call(self, kid: str, ds: DataSet, *, checked: bool, nvtx: bool = False, cond: Condition | None = None,
-             inventory: bool = False) -> dict[str, Any]:
+             inventory: bool = False, quiet: bool = False) -> dict[str, Any]:
         """One call on ``ds``: {"reply", "failure": None or text, "rows", "warnings"}.  The inputs are
         written into the shared buffers before every call (the worker hands back what the call left in
         them), and every output is poisoned, or for a correctness call prepared as ``cond`` says."""
@@ -420,6 +420,8 @@ class Session:
         msg: dict[str, Any] = {"op": "call", "k": kid, "nvtx": nvtx, "bump": self.judge.rng.random() < 0.5}
         if inventory:  # the worker lists the kernels the call launched (torch's profiler): a hint, not a measure
             msg["inventory"] = True
+        if quiet:  # an unverified call of the ring probe's (held.cycle_rings): no garbage collection (guards.before_call)
+            msg["quiet"] = True
         if cond.train or cond.grad or cond.inference:
             msg.update(train=cond.train, grad=cond.grad, inference=cond.inference)
         if cond.nograd:  # a kernel function's call with autograd off (on by default)

@@ -118,23 +118,31 @@ def same_grad_mode(value: Any, grad: bool, torch: Any) -> Any:
     return value
 
 
-def before_call(torch: Any, device: str, correctness: bool) -> None:
-    """Before every call of the kernel's (and of the baselines'): Python's automatic garbage collection off, in every
-    mode alike (a kernel that read gc.isenabled() would otherwise tell a correctness call from a timed one), so that
-    none runs between the calls: a red team's ring of returned buffers gave itself back whenever a collection freed a
-    sentinel it kept in a reference cycle, and escaped the check of held results in 10 of 12 CPU runs, where
-    collections ran at random between the calls (the held results are read after a collection of the judge's own,
-    tensors.still_held).  On a GPU, a collection once the worker holds past half the device (garbage in reference
-    cycles must not leave a large call short) and, before a correctness call, the device's cached memory given back
-    past an eighth of it (tensors.spare_cached)."""
+_QUIET = [False]  # whether before_call turned automatic garbage collection off (a quiet call's)
+
+
+def before_call(torch: Any, device: str, msg: dict[str, Any]) -> None:
+    """Before every call of the kernel's: Python's automatic garbage collection as a user's process has it (on, unless
+    the kernel's own code turned it off), but in the ``quiet`` calls of held.cycle_rings, which are never verified:
+    there none runs, so that a ring of returned buffers that gives itself back when a collection frees a sentinel of its
+    (a red team's) wraps and writes a result its caller holds (with collections at random it escaped in 10 of 12 CPU
+    runs; turned off in every call, the judge's calls were told from a user's by a finalizer that never ran, another
+    red team's kernel).  Before a correctness call on a GPU, the device's cached memory given back past an eighth
+    (tensors.spare_cached)."""
     import gc
 
-    gc.disable()
-    if device.startswith("cuda"):
-        if torch.cuda.memory_allocated(device) * 2 > torch.cuda.get_device_properties(device).total_memory:
-            gc.collect()
-        if correctness:
-            tensors.spare_cached(torch, device)
+    if msg.get("quiet"):
+        if gc.isenabled():
+            gc.disable()
+            _QUIET[0] = True
+        if device.startswith("cuda") and torch.cuda.memory_allocated(device) * 2 > \
+                torch.cuda.get_device_properties(device).total_memory:
+            gc.collect()  # garbage in reference cycles must not leave a large call short
+    elif _QUIET[0]:
+        gc.enable()
+        _QUIET[0] = False
+    if device.startswith("cuda") and "keep" in msg:
+        tensors.spare_cached(torch, device)
 
 
 def seed_torch(torch: Any, seed: int) -> None:

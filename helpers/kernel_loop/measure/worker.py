@@ -324,7 +324,7 @@ class Worker:
         if self.timer is None:
             self.timer = CallTimer(self.device)
         cuda = self.device.startswith("cuda")
-        guards.before_call(torch, self.device, "keep" in msg)  # no automatic garbage collection, in any call
+        guards.before_call(torch, self.device, msg)  # automatic garbage collection as a user's, but in quiet calls
         train, grad = bool(msg.get("train")), msg.get("grad")  # grad None: the kind's own (a function's: on)
         if k.model is not None and k.model.training != train:
             k.model.train(train)
