@@ -728,6 +728,8 @@ def test_a_handed_output_is_what_is_checked(tmp_path, worker_here, kernel, passe
 @pytest.mark.parametrize("kernel, passes", [("cheat_softmax_ring.py", False),
                                             ("cheat_softmax_ring_every_5th.py", False),
                                             ("cheat_softmax_ring_freed_by_gc.py", False),
+                                            ("cheat_softmax_ring_idle_without_collections.py", False),
+                                            ("cheat_softmax_ring_idle_on_repeated_inputs.py", False),
                                             ("cheat_softmax_scratch_put_back.py", False),
                                             ("honest_softmax_compile_on_second_sight.py", True),
                                             ("honest_softmax_compile_per_variant.py", True),
@@ -740,7 +742,9 @@ def test_a_ring_of_returned_buffers_larger_than_the_calls_fails(tmp_path, worker
     on the H100: CuTe DSL's cute.compile keeps the tensors of the call that compiled, so the first call of each layout
     and module mode may stay held (noted); any other held call fails, however few (a red team's ring served every
     5th call).  The worker holds a result through an object of its own: a kernel that reuses its buffer once the
-    returned object dies (a weak reference) overwrote a caller's view of it, and fails."""
+    returned object dies (a weak reference) overwrote a caller's view of it, and fails.  Rings given back at a garbage
+    collection: the ring probe's calls freeze what lived before them out of collections (guards.before_call), each on
+    inputs of its own (a red team's rings stood still where no collection ran, or where the inputs repeated)."""
     rc, data, md = _correctness(tmp_path, "ref_softmax.py", kernel, "M=8,N=64")
     assert (rc == 0) is passes, data["error"]
     if passes:
@@ -753,10 +757,10 @@ def test_a_ring_of_returned_buffers_larger_than_the_calls_fails(tmp_path, worker
 
 
 def test_collection_runs_as_a_users_except_in_the_ring_probes_quiet_calls(tmp_path, monkeypatch):
-    """guards.before_call: Python's automatic garbage collection as a user's process has it in every verified call (a
-    red team's kernel, right only where no collection ran, passed a judge that turned it off in every call), off only
-    in the unverified calls of the ring probe (held.cycle_rings: a ring given back at a collection escaped where one ran
-    among them), and on again after; a collection the kernel turned off itself stays off."""
+    """guards.before_call: Python's garbage collection as a user's process has it in every verified call (a red team's
+    kernel, right only where no collection ran, passed a judge that turned it off in every call); in the unverified
+    calls of the ring probe (held.cycle_rings) what lived before each call is frozen out of collections, which go on
+    for what the call makes (another red team's ring stood still where none ran), and all goes back after them."""
     import gc
 
     import torch
@@ -765,15 +769,14 @@ def test_collection_runs_as_a_users_except_in_the_ring_probes_quiet_calls(tmp_pa
     rc, data, md = _correctness(tmp_path, "ref_softmax.py", "cheat_softmax_right_where_no_collection_runs.py", "M=8,N=64")
     assert rc == 1 and "outside tolerance" in data["error"], data["error"]
     try:
+        gc.unfreeze()
         guards.before_call(torch, "cpu", {"quiet": True})
-        assert not gc.isenabled()
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+        guards.before_call(torch, "cpu", {"quiet": True})
         guards.before_call(torch, "cpu", {"keep": True})
-        assert gc.isenabled()
-        gc.disable()  # the kernel's own
-        guards.before_call(torch, "cpu", {"quiet": True})
-        guards.before_call(torch, "cpu", {})
-        assert not gc.isenabled()
+        assert gc.isenabled() and gc.get_freeze_count() == 0
     finally:
+        gc.unfreeze()
         gc.enable()
 
 

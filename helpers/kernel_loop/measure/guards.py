@@ -118,29 +118,31 @@ def same_grad_mode(value: Any, grad: bool, torch: Any) -> Any:
     return value
 
 
-_QUIET = [False]  # whether before_call turned automatic garbage collection off (a quiet call's)
+_QUIET: list[Any] = []  # while the ring probe's quiet calls last: objects kept alive to set the collector's count
 
 
 def before_call(torch: Any, device: str, msg: dict[str, Any]) -> None:
-    """Before every call of the kernel's: Python's automatic garbage collection as a user's process has it (on, unless
-    the kernel's own code turned it off), but in the ``quiet`` calls of held.cycle_rings, which are never verified:
-    there none runs, so that a ring of returned buffers that gives itself back when a collection frees a sentinel of its
-    (a red team's) wraps and writes a result its caller holds (with collections at random it escaped in 10 of 12 CPU
-    runs; turned off in every call, the judge's calls were told from a user's by a finalizer that never ran, another
-    red team's kernel).  Before a correctness call on a GPU, the device's cached memory given back past an eighth
-    (tensors.spare_cached)."""
+    """Before every call of the kernel's: Python's garbage collection as a user's process has it (automatic, unless the
+    kernel's own code turned it off), but in the ``quiet`` calls of held.cycle_rings, which are never verified: there
+    everything alive before the call is frozen out of every collection (gc.freeze), so that a ring of returned buffers
+    that gives itself back when a collection frees a sentinel of its wraps and writes a result its caller holds (with
+    collections at random it escaped in 10 of 12 CPU runs).  Collections of what the call makes still run, from a count
+    drawn at random: a red team's kernel told the judge's calls from a user's where collection was off in every call (a
+    finalizer on a fresh cycle that never ran), another the quiet calls where it was off in them.  After the quiet calls,
+    everything frozen goes back.  Before a correctness call on a GPU, the device's cached memory given back past an
+    eighth of it (tensors.spare_cached)."""
     import gc
+    import secrets
 
     if msg.get("quiet"):
-        if gc.isenabled():
-            gc.disable()
-            _QUIET[0] = True
+        gc.freeze()
+        _QUIET[:] = [[] for _ in range(1 + secrets.randbelow(gc.get_threshold()[0] or 700))]
         if device.startswith("cuda") and torch.cuda.memory_allocated(device) * 2 > \
                 torch.cuda.get_device_properties(device).total_memory:
-            gc.collect()  # garbage in reference cycles must not leave a large call short
-    elif _QUIET[0]:
-        gc.enable()
-        _QUIET[0] = False
+            gc.collect()  # garbage in reference cycles made in these calls must not leave a large call short
+    elif _QUIET:
+        _QUIET.clear()
+        gc.unfreeze()
     if device.startswith("cuda") and "keep" in msg:
         tensors.spare_cached(torch, device)
 

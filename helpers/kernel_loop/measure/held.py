@@ -166,12 +166,13 @@ def read_watched(sess: Session, watched: list[dict], like: Any) -> None:
 def cycle_rings(sess: Session, n: int, notes: list[str]) -> None:
     """Before a shape's last call (``n`` calls): where the kernel holds results its caller kept or followed
     (tensors.held_elsewhere), RING_CALLS calls more (or ``n``) whose results nobody holds, on inputs of their own (on
-    an earlier call's, a ring would write a held result's own values again), without garbage collection (quiet: a
-    ring given back when a collection frees a sentinel escaped where one ran among them, guards.before_call)."""
+    an earlier call's, a ring would write a held result's own values again), with what lived before each frozen out of
+    garbage collection (quiet: a ring given back when a collection frees a sentinel escaped where one ran among them,
+    guards.before_call)."""
     if not sess.worker.request({"op": "release", "k": "k", "probe": True}).get("holding"):
         return
-    ds = sess.problem.draw(sess.judge.rng.randrange(1 << 30), reference=False)
-    for _ in range(max(RING_CALLS, n)):
+    for _ in range(max(RING_CALLS, n)):  # inputs of its own each (a red team's ring stood still while they repeated)
+        ds = sess.problem.draw(sess.judge.rng.randrange(1 << 30), reference=False)
         sess.call("k", ds, checked=False, cond=Condition(), quiet=True)
     notes.append(f"the kernel held results: {max(RING_CALLS, n)} calls more before the last one, their results not held")
 
