@@ -223,13 +223,14 @@ def worker_here(monkeypatch, judge_here) -> list[str]:
     """The judge in this process (judge_here) and its workers too, as threads running the real worker code
     (klcli.workers_in_this_process): for tests of a verdict on a kernel that does not act on its process.
     The worker process itself (its start, sandbox, environment, exit, hang, what it patches) is what the
-    tests without this fixture run.  Returns the names of the workers started as threads.  A call turns the process's
-    automatic garbage collection off (guards.before_call): on again after the test."""
+    tests without this fixture run.  Returns the names of the workers started as threads.  The ring probe's calls freeze
+    the process's objects out of garbage collection (guards.before_call): unfrozen after the test."""
     import gc
 
     import klcli
 
     yield klcli.workers_in_this_process(monkeypatch)
+    gc.unfreeze()
     gc.enable()
 
 
