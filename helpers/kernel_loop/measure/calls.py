@@ -420,7 +420,7 @@ class Session:
         msg: dict[str, Any] = {"op": "call", "k": kid, "nvtx": nvtx, "bump": self.judge.rng.random() < 0.5}
         if inventory:  # the worker lists the kernels the call launched (torch's profiler): a hint, not a measure
             msg["inventory"] = True
-        if quiet:  # an unverified call of the ring probe's (held.cycle_rings): no garbage collection (guards.before_call)
+        if quiet:  # an unverified call of the ring probe's (held.cycle_rings): what lives is frozen out of collections
             msg["quiet"] = True
         if cond.train or cond.grad or cond.inference:
             msg.update(train=cond.train, grad=cond.grad, inference=cond.inference)
