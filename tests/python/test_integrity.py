@@ -775,6 +775,16 @@ def test_collection_runs_as_a_users_except_in_the_ring_probes_quiet_calls(tmp_pa
         guards.before_call(torch, "cpu", {"quiet": True})
         guards.before_call(torch, "cpu", {"keep": True})
         assert gc.isenabled() and gc.get_freeze_count() == 0
+        collected, spared, used = [], [], [10]  # on a GPU: a collection in a quiet call past half the device's memory
+        monkeypatch.setattr(gc, "collect", lambda *a: collected.append(1) or 0)
+        monkeypatch.setattr(guards.tensors, "spare_cached", lambda torch, device: spared.append(device))
+        fake = types.SimpleNamespace(cuda=types.SimpleNamespace(
+            memory_allocated=lambda d: used[0], get_device_properties=lambda d: types.SimpleNamespace(total_memory=100)))
+        guards.before_call(fake, "cuda:0", {"quiet": True})
+        used[0] = 51
+        guards.before_call(fake, "cuda:0", {"quiet": True})
+        guards.before_call(fake, "cuda:0", {"keep": True})
+        assert collected == [1] and spared == ["cuda:0"] and gc.get_freeze_count() == 0
     finally:
         gc.unfreeze()
         gc.enable()
