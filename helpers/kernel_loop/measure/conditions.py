@@ -70,15 +70,13 @@ CONDITION_WORDS = {
     "range:sink": "inputs shifted down by 2 to 500 RMS (zeros kept)",
     "range:sink:lo": "inputs shifted down by 500 RMS, the far end of that range (zeros kept)",
     "range:sink:hi": "inputs shifted down by 2 RMS, the near end of that range (zeros kept)",
-    "layout:strided": "every input handed as a strided view (every other element of a wider tensor), as a user's "
-                      "slice with a step is",
+    "layout:strided": "every input handed as a strided view (every other element of a wider tensor), as a user's slice is",
     "layout:padded": "every input handed as rows of a wider tensor (a column slice, big[:, :n]: unit stride along "
                      "the last dim, rows further apart)",
-    "layout:moved": "every input (and every output it is handed) in memory of its own, at another address (as a "
-                    "user's next tensors are)",
+    "layout:moved": "every input (and every output it is handed) in memory of its own, at another address (a user's next)",
     "weights:updated": "the model's parameters changed in place before the call (as an optimizer step does), and put back",
-    "weights:twin": "a second instance of the model, with other weights, called in place of the first (as a network's "
-                    "second layer of one shape is); the first's calls go on after",
+    "weights:twin": "a second instance of the model, with other weights, called in place of the first (a network's second "
+                    "layer of one shape); the first is called next, its weights as they were",
 }
 
 
@@ -152,6 +150,9 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
     rng.shuffle(wanted)
     if wanted[-1:] == ["layout:moved"]:  # its handed outputs are read after the next call: never the last call
         wanted[0], wanted[-1] = wanted[-1], wanted[0]
+    if "weights:twin" in wanted:  # the first instance is called next at the twin's _version: a twin last, or before
+        wanted.remove("weights:twin")  # weights:updated's nudge, left a cache the two share unseen (4 seeds of 3000)
+        wanted.insert(rng.choice([i for i, c in enumerate(wanted) if c != "weights:updated"]), "weights:twin")
     start = "plain"
     if "mode:inference" in wanted and rng.random() < 0.5:  # a user's first call is often an evaluation's (a cache made
         wanted[wanted.index("mode:inference")], start = "plain", "mode:inference"  # there is an inference tensor)
@@ -207,8 +208,7 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         if why:
             notes.append(f"{CONDITION_WORDS[want]}: not compared: {why}")
             return Condition(keep=True), "plain", ds
-        cond.train, cond.grad, cond.expected = train, "grad" in value, expected
-        cond.inference = value == "inference"
+        cond.train, cond.grad, cond.expected, cond.inference = train, "grad" in value, expected, value == "inference"
         if cond.grad and prob.seen.get("backward") is not False:  # every call with autograd on: the gradients a user gets
             cond.backward = backward_expected(prob, ds, cond, seed, notes)
     elif aspect == "call":
