@@ -325,6 +325,23 @@ def _constant_but_rounding(exp) -> bool:
     return math.isfinite(lo) and math.isfinite(hi) and hi - lo <= 8 * torch.finfo(exp.dtype).eps * max(abs(lo), abs(hi))
 
 
+def constant_outputs(outputs: dict[str, Any], base: dict[str, Any]) -> str | None:
+    """Where every output of ``outputs`` is one value (up to its rounding) and some output of ``base`` is not, that
+    value in words (a range condition whose reference output is constant there, a ReLU'd tensor on inputs shifted
+    far down, tells little); else None."""
+    from .tensors import is_tensor
+
+    def flat(d):
+        return {n: t for n, t in d.items() if is_tensor(t) and t.numel() > 1 and not t.is_complex()}
+
+    mine = flat(outputs)
+    if not mine or not all(map(_constant_but_rounding, mine.values())) or all(map(_constant_but_rounding,
+                                                                                flat(base).values())):
+        return None
+    return ", ".join(f"'{n}' {v:g} everywhere" if isinstance(v := t.reshape(-1)[0].item(), float) else f"'{n}' {v} everywhere"
+                     for n, t in mine.items())
+
+
 PRESET_REL_L2_LIMIT = 1e-2  # under any preset: an output this far off as a whole is wrong, whatever atol allows
 
 

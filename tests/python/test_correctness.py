@@ -512,3 +512,15 @@ def test_a_long_shape_says_where_it_stands(tmp_path, monkeypatch, capsys):
     assert rc == 0, md
     lines = [ln for ln in capsys.readouterr().err.splitlines() if "shape 1 of 1: call " in ln]
     assert lines and all(" of 20 (at " in ln for ln in lines), lines
+
+
+def test_a_condition_whose_reference_output_is_constant_says_so():
+    """An agent read a range condition's rows of exact zeros as a pass that meant something: BatchNorm, ReLU and a
+    1x1 conv on inputs shifted 500 RMS down give 0 everywhere.  The note says the reference was constant there."""
+    base = {"out": torch.randn(4, 8), "idx": torch.arange(6)}
+    assert C.constant_outputs({"out": torch.zeros(4, 8), "idx": torch.full((6,), 3)}, base) == \
+        "'out' 0 everywhere, 'idx' 3 everywhere"
+    assert C.constant_outputs({"out": torch.full((4, 8), 2.5) + 1e-7 * torch.randn(4, 8)}, base) is not None  # rounding
+    assert C.constant_outputs({"out": torch.zeros(4, 8), "idx": torch.arange(6)}, base) is None  # one output varies
+    assert C.constant_outputs({"out": torch.zeros(4, 8)}, {"out": torch.ones(4, 8)}) is None  # constant there too
+    assert C.constant_outputs({"out": torch.zeros(1)}, base) is None  # one element says nothing

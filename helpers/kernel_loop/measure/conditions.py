@@ -33,7 +33,7 @@ import dataclasses
 import math
 from typing import Any
 
-from ..compare import applied_tolerances
+from ..compare import applied_tolerances, constant_outputs
 from ..tensors import is_tensor, normalize_outputs, nudge, nudge_scales, random_like, strided_view, upstream
 from . import guards
 from .problem import DataSet, Problem, start_state
@@ -82,13 +82,13 @@ CONDITION_WORDS = {
 
 @dataclasses.dataclass
 class Condition:
-    """How a correctness call differs from a plain one: ``pre``, what the outputs handed to the kernel hold
-    before it ("poison", "zeros", "random", "stale": ``stale``'s expected values); ``train``/``grad``, the
-    module's mode and autograd (with ``expected``, the reference's outputs in that mode when they differ);
-    ``keep``, the worker holds the returned tensors, as a caller would, to be checked after the later calls;
-    ``strided``, the worker hands every input as a strided view; after a training-mode call, ``buffers`` are
-    Model's buffers (running statistics) as the call leaves them, from the running statistics ``stats`` loaded
-    before it; ``backward``, a call with autograd whose gradients are compared (``Backward``)."""
+    """How a correctness call differs from a plain one: ``pre``, what the outputs handed to the kernel hold before it
+    ("poison", "zeros", "random", "stale": ``stale``'s expected values); ``train``/``grad``, the module's mode and
+    autograd (with ``expected``, the reference's outputs in that mode when they differ); ``keep``, the worker holds
+    the returned tensors, as a caller would, to be checked after the later calls; ``strided``, the worker hands every
+    input as a strided view; after a training-mode call, ``buffers`` are Model's buffers (running statistics) as the
+    call leaves them, from the running statistics ``stats`` loaded before it; ``backward``, a call with autograd
+    whose gradients are compared (``Backward``)."""
 
     pre: str = "poison"
     stale: DataSet | None = None
@@ -228,10 +228,11 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         return cond, want, varied
     elif aspect == "range":
         varied = prob.draw(seed, vary=value, start=ds.start)
-        why = range_ok(prob, first, varied, tolerance)
-        if why:
+        if why := range_ok(prob, first, varied, tolerance):
             notes.append(f"{CONDITION_WORDS[want]}: not checked: {why}")
             return cond, "plain", ds
+        if same := constant_outputs(varied.expected, first.expected):  # honest, if of little use: say so
+            notes.append(f"{CONDITION_WORDS[want]}: checked, though the reference's output there is constant ({same})")
         return cond, want, varied
     return cond, want or "plain", ds
 
@@ -297,8 +298,7 @@ def range_ok(prob: Problem, base: DataSet, varied: DataSet, tolerance: Any) -> s
         exact = exact_reference(prob, base)  # the base's outputs on the device (the first's may wait on the host)
         seen["base_error"] = {"why": "the reference cannot run in float64"} if exact is None else \
             error_units({n: v.to(prob.device) for n, v in base.expected.items()}, exact, tolerance, prob.ref)
-    base_err = seen["base_error"]
-    if "why" in base_err:
+    if "why" in (base_err := seen["base_error"]):
         return base_err["why"]
     if any(_nonfinite(v) > _nonfinite(base.expected[n]) for n, v in varied.expected.items()):
         return "the reference is not finite there"
