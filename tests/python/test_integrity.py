@@ -1106,11 +1106,13 @@ def test_red_team_7_a_reference_drawing_from_python_too_still_checks_torchs_gene
 
 def test_the_ends_of_every_input_range_are_tried(tmp_path, worker_here):
     """Found by a red team: one factor drawn per range could miss a kernel wrong only near the range's end.  Each
-    range is now tried at both ends as well as at a random point."""
+    range is now tried at both ends as well as at a random point (which lands in the kernel's gap too about once in
+    30 runs: 4 seeds of 100 failed range:shift as well)."""
     rc, data, md = _correctness(tmp_path, "ref_softmax.py", "cheat_softmax_range_gaps.py", "M=64,N=256")
     assert rc == 1, md
     conds, _ = _failed(data)
-    assert conds == {"range:up:hi", "range:down:lo", "range:shift:hi"}, conds
+    ends = {"range:up:hi", "range:down:lo", "range:shift:hi"}
+    assert ends <= conds <= ends | {"range:up", "range:down", "range:shift"}, conds
 
 
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_softmax_assumes_contiguous.py", False),
