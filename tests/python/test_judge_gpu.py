@@ -1,9 +1,10 @@
 """GPU: the judge that owns the data, on KernelBench models with parameters and on kernels written to cheat.
 
 - KernelBench as published (``ModelNew = Model``): two level-2 problems and a level-1 convolution through
-  correctness, profile, finish, the final gate and benchmark; a ModelNew with one weight changed fails
-  correctness; a ModelNew with a renamed parameter is refused in one line.  The problems are read from
-  ``$KERNEL_LOOP_KERNELBENCH_ROOT`` (a folder holding level1/ and level2/) or ``../shared/kernelbench``.
+  correctness, profile, finish, the final gate and benchmark, and level 3's LSTM (hundreds of launches a call)
+  likewise within the profile's budget; a ModelNew with one weight changed fails correctness; a ModelNew with a
+  renamed parameter is refused in one line.  The problems are read from ``$KERNEL_LOOP_KERNELBENCH_ROOT`` (a
+  folder holding level1/, level2/ and level3/) or ``../shared/kernelbench``.
 - Cheats (Triton and torch softmax, 4096 x 8192 fp32).  Each states the attack it stands for.  The static
   check (a first filter) is switched off for them, so what is tested is the defence behind it: the judge's
   verification of the timed and profiled calls, the ncu cross-check and the output-bytes floor.
@@ -91,6 +92,39 @@ def test_a_kernelbench_model_with_parameters_runs_the_whole_loop(tmp_path, level
           f"benchmark {rows['solution']['stats_us']['median']:.1f} us vs eager "
           f"{rows['pytorch-eager']['stats_us']['median']:.1f} us, compile "
           f"{rows['torch-compile']['stats_us']['median']:.1f} us; judge {ncu.get('judge')}")
+
+
+@needs_gpu
+def test_a_level_3_network_of_many_kernels_runs_the_whole_loop_within_the_profile_budget(tmp_path):
+    """Issue 43: KernelBench level 3's LSTM (cuDNN's RNN, hundreds of launches a call: its profile never ended when
+    ncu replayed every kernel) through the whole loop at its own sizes; the bounded profile ends within 90 s and the
+    version's folder stays under 10 MB, its ncu_summary.md a few KB."""
+    import time
+
+    from test_benchmark_gpu import fill_kbs
+
+    ref = _kb("level3", "35_LSTM")
+    out = _init(tmp_path, ref, ref.read_text() + "\n\nModelNew = Model\n")
+    _ok(klcli.run("correctness", out, timeout=900))
+    t0 = time.monotonic()
+    _ok(klcli.run("profile", out, timeout=900))
+    took = time.monotonic() - t0
+    v0 = out / "v0"
+    data = json.loads((v0 / "ncu.json").read_text())
+    inv, size = data["inventory"], sum(p.stat().st_size for p in v0.rglob("*") if p.is_file())
+    print(f"35_LSTM: profile {took:.1f} s, {inv['launches']} launches ({inv['source']}), {len(data['kernels'])} "
+          f"profiled, folder {size / 2**20:.2f} MiB, ncu_summary.md {(v0 / 'ncu_summary.md').stat().st_size} bytes")
+    assert took < 90 and size < 10 * 2**20 and (v0 / "ncu_summary.md").stat().st_size < 8192
+    assert inv["launches"] > len(data["kernels"]) >= 1 and data["focus"]["label"]
+    _ok(klcli.run("kbs", "evidence", out, timeout=300))
+    fill_kbs(v0, "The final version; nothing follows it.")
+    _ok(klcli.run("finish", out, "--reason", "ModelNew = Model: a check of the harness on a level-3 network"))
+    _ok(__import__("subprocess").run(["bash", str(rundir.gate_script()), str(v0), "--final"], capture_output=True,
+                                     text=True))
+    _ok(klcli.run("benchmark", out, "--trials", "20", "--warmup", "3", timeout=900))
+    rows = {r["name"]: r for r in json.loads((out / "benchmark.json").read_text())["rows"]}
+    for name in ("solution", "pytorch-eager", "torch-compile"):
+        assert rows[name]["correct"] and rows[name]["correct_after_timing"], rows[name]["error"]
 
 
 def test_a_modelnew_with_one_weight_changed_fails_correctness(tmp_path):
