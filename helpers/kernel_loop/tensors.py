@@ -110,15 +110,29 @@ def nudge(model, seed: int, scales: dict[str, float], keep: bool = True) -> dict
     return saved
 
 
-def twin(model, init: list, seed: int, scales: dict[str, float], device: str):
+def spare_instance(model, init: list, device: str):
+    """A second instance of ``model``'s class (None when it has no parameters), built as ``model`` was and before its
+    first call, as a user builds every layer of a network before the first forward (a tenth red team's ModelNew made
+    every instance built before its first call share the first one's weights; the judge's twin came after).  Built
+    under a fork of torch's generators."""
+    torch = _torch()
+    if next(iter(model.parameters()), None) is None:
+        return None
+    with torch.random.fork_rng(devices=[torch.device(device)] if device.startswith("cuda") else []), \
+            torch.device(device):
+        return type(model)(*init)
+
+
+def twin(model, init: list, seed: int, scales: dict[str, float], device: str, made=None):
     """A second instance of ``model``'s class, built as a user builds a network's second layer of one shape
-    (``cls(*init)``), with ``model``'s parameters nudged (``nudge``, as the judge changes its Model copy's) and loaded
-    as ``model``'s were (load_state_dict): a cache a kernel shares across instances (keyed on shapes, or on _version)
-    gives one instance the other's (a ninth red team's ModelNew).  Built under a fork of torch's generators."""
+    (``cls(*init)``; ``made``, one built before ``model``'s first call, spare_instance), with ``model``'s parameters
+    nudged (``nudge``, as the judge changes its Model copy's) and loaded as ``model``'s were (load_state_dict): a cache
+    a kernel shares across instances (keyed on shapes, or on _version) gives one instance the other's (a ninth red
+    team's ModelNew).  Built under a fork of torch's generators."""
     torch = _torch()
     with torch.random.fork_rng(devices=[torch.device(device)] if device.startswith("cuda") else []), \
             torch.device(device):
-        scratch, made = type(model)(*init), type(model)(*init)
+        scratch, made = type(model)(*init), type(model)(*init) if made is None else made
     scratch.load_state_dict(model.state_dict())
     nudge(scratch, seed, scales, keep=False)
     made.load_state_dict(scratch.state_dict())

@@ -465,7 +465,8 @@ def _kb(tmp_path, ref, kernel, dims, *extra):
     ("kb_ref_layernorm.py", "kb_cheat_layernorm_no_affine.py", "batch_size=16,features=64", False),
     ("kb_ref_layernorm.py", "kb_new_layernorm.py", "batch_size=16,features=64", True),
     ("kb_ref_linear_relu.py", "kb_new_linear_cached_weight_t.py", "batch_size=32,features=64", True),
-    ("kb_ref_linear_relu.py", "kb_cheat_linear_cache_shared_by_instances.py", "batch_size=32,features=64", False)])
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_cache_shared_by_instances.py", "batch_size=32,features=64", False),
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_group_before_forward.py", "batch_size=32,features=64", False)])
 def test_a_modelnew_gets_trained_weights_not_its_initial_ones(tmp_path, worker_here, ref, kernel, dims, passes):
     """Found by a red team: the weights were always the ones Model is built with, so a ModelNew that kept a copy made
     in __init__ and a LayerNorm without its affine transform (weight 1, bias 0 at init) passed.  Model's learnable
@@ -474,6 +475,33 @@ def test_a_modelnew_gets_trained_weights_not_its_initial_ones(tmp_path, worker_h
     second, with other weights, is called in place of the first once a shape."""
     rc, data, md = _kb(tmp_path, ref, kernel, dims)
     assert (rc == 0) is passes, data["error"]
+
+
+class _EveryCoinAt(random.Random):
+    """The judge's draws from a seed, every coin at ``at``."""
+
+    def __init__(self, at: float):
+        super().__init__(5)
+        self.at = at
+
+    def random(self) -> float:
+        return self.at
+
+
+@pytest.mark.parametrize("kernel, coin, noted", [("kb_cheat_linear_detaches_nonleaf_input.py", 0.0, True),
+                                                 ("kb_cheat_linear_detaches_nonleaf_input.py", 0.99, False),
+                                                 ("kb_new_linear_cached_weight_t.py", 0.0, False)])
+def test_a_model_whose_backward_skips_a_nonleaf_input_is_seen(tmp_path, worker_here, monkeypatch, kernel, coin, noted):
+    """Found by a tenth red team: the inputs of a call with autograd on were always leaves, so a ModelNew that detached
+    a non-leaf input (a layer inside a network gets one: the layers before it never train) had its input's gradient
+    "compared" and right.  One such call in two now hands its inputs as tensors autograd made (coin 0.99: leaves), and
+    the gradient a user's backward() would not get is said, as for a kernel without a backward (a forward kernel
+    passes: the verdict is on the outputs)."""
+    monkeypatch.setattr(judge_mod.random, "SystemRandom", lambda: _EveryCoinAt(coin))
+    rc, data, md = _kb(tmp_path, "kb_ref_linear_relu.py", kernel, "batch_size=32,features=64")
+    notes = [n for s in data["shapes"] for n in s.get("notes") or []]
+    assert rc == 0, data["error"]
+    assert any("input 'arg0': not compared: ModelNew's output does not reach it" in n for n in notes) is noted, notes
 
 
 class _TwinLastAfterAnUpdate(random.Random):

@@ -59,7 +59,7 @@ class Kernel:
         self.pending: tuple | None = None     # a call's outputs and input leaves, until its backward() (op_backward)
         self.consts: dict[str, Any] = {}  # the module's constants the run's dims change, as imported (loader)
         self.model_state: list[str] = []  # the names of the tensors Model keeps on its modules (tensors.uninfer)
-        self.init, self.args, self.twin = [], [], None  # ModelNew's constructor and call arguments; (spec, its twin's call)
+        self.init, self.args, self.twin, self.spare = [], [], None, None  # ModelNew's init and call args; its twin
 
 
 class Worker:
@@ -199,7 +199,6 @@ class Worker:
             def run(grad=None, fn=fn, pool=pool, extra=extra, user=k.kind == "py"):  # a user's process has autograd on
                 with torch.set_grad_enabled(on := user if grad is None else bool(grad)):
                     return guards.same_grad_mode(loader.call_with(fn, pool, **extra), on, torch)
-
             k.fn, k.slots = run, {n: (pool, n) for n in call.get("scalars") or {}}
             handed = set(call.get("out_names") or [])
             k.inputs = [(pool, a, b) for a, b in (call.get("tensors") or {}).items() if a not in handed]
@@ -238,12 +237,12 @@ class Worker:
             k.inputs = [(args, i, b) for i, b in enumerate(plan) if isinstance(b, str)]
             k.slots = {f"arg{i}": (args, i) for i, b in enumerate(plan) if not isinstance(b, str)}
             k.model, k.model_state, k.init, k.args, k.twin = model, list(call.get("model_state") or []), init, args, None
+            k.spare = tensors.spare_instance(model, init, self.device) if k.kind == "kb" else None  # before any call
             target = torch.compile(model) if call.get("compile") else model
 
             def forward(grad=False, target=target, args=args):
                 with torch.set_grad_enabled(bool(grad)):
                     return guards.same_grad_mode(target(*args), bool(grad), torch)
-
             k.fn = forward
             return {}
         if k.kind == "cu":
@@ -268,7 +267,6 @@ class Worker:
                 err = lib.kl_last_error()
                 if err:
                     raise RuntimeError(f"CUDA launch error {err}: {lib.kl_error_string(err).decode()}")
-
             k.fn, k.slots = solve, {a["name"]: (args, i) for i, a in enumerate(call["args"]) if "name" in a}
             return {}
         raise protocol.ProtocolError(f"cannot bind a kernel of kind {k.kind!r}")
@@ -348,6 +346,9 @@ class Worker:
                   if msg.get("backward") and box[key].dtype.is_floating_point]
         for _, t in leaves:
             t.requires_grad_(True)
+        for box, key, buf in k.inputs if msg.get("backward") == "nonleaf" else ():  # made by autograd, as a layer in a
+            if box[key].requires_grad:  # network gets a previous one's output (a red team's kernel detached those)
+                box[key] = views[buf] = box[key].clone()  # what the call leaves in it goes back into the buffer
         if cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
         rid: list[Any] = []
@@ -363,7 +364,6 @@ class Worker:
                 return fn(grad)
             with torch.inference_mode():
                 return fn(False)
-
         hint = LaunchCount(self.device) if msg.get("inventory") and cuda else None  # the call alone; not a sample
         call = hint.around(call) if hint is not None else call
         if msg.get("rng_state"):  # a reference that draws did from this state (problem.start_state)
@@ -414,7 +414,7 @@ class Worker:
     def _twin(self, k: Kernel, spec: dict) -> Any:
         """The call of a second ModelNew with other weights, in place of the first's (tensors.twin; built once a spec)."""
         if k.twin is None or k.twin[0] != spec:
-            m = tensors.twin(k.model, k.init, int(spec["seed"]), spec["scales"], self.device)
+            m = tensors.twin(k.model, k.init, int(spec["seed"]), spec["scales"], self.device, made=k.spare)
 
             def forward(grad=False, m=m, args=k.args, torch=self.torch):
                 with torch.set_grad_enabled(bool(grad)):
