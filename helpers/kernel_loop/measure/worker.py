@@ -429,7 +429,8 @@ class Worker:
                 prior = self.shared.get(k.kept_bufs.get(next((n for n, b in k.outputs.items() if b == buf), ""), ""))
                 if prior is not None:  # a handed output's own buffer, as the call left it: the judge checks it
                     prior.copy_(self.local[buf])
-                self.local[buf].copy_(views[buf])
+                with self.torch.no_grad():  # a leaf that requires grad too (after a call that raised)
+                    self.local[buf].copy_(views[buf])
                 box[key] = self.local[buf]
 
     def _end_backward(self, k: Kernel) -> None:
