@@ -348,7 +348,7 @@ class Worker:
             t.requires_grad_(True)
         for box, key, buf in k.inputs if msg.get("backward") == "nonleaf" else ():  # made by autograd, as a layer in a
             if box[key].requires_grad:  # network gets a previous one's output (a red team's kernel detached those)
-                box[key] = views[buf] = box[key].clone()  # what the call leaves in it goes back into the buffer
+                box[key] = views[buf] = box[key].view_as(box[key])  # no copy: an input may be 8 GiB
         if cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
         rid: list[Any] = []
@@ -429,8 +429,8 @@ class Worker:
                 prior = self.shared.get(k.kept_bufs.get(next((n for n, b in k.outputs.items() if b == buf), ""), ""))
                 if prior is not None:  # a handed output's own buffer, as the call left it: the judge checks it
                     prior.copy_(self.local[buf])
-                with self.torch.no_grad():  # a leaf that requires grad too (after a call that raised)
-                    self.local[buf].copy_(views[buf])
+                if views[buf].data_ptr() != self.local[buf].data_ptr():  # a nonleaf view over the buffer stays as
+                    self.local[buf].copy_(views[buf])  # it is (a copy onto itself would bump what the backward saved)
                 box[key] = self.local[buf]
 
     def _end_backward(self, k: Kernel) -> None:
