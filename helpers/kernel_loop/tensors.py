@@ -130,9 +130,8 @@ def twin(model, init: list, seed: int, scales: dict[str, float], device: str, ma
     a kernel shares across instances (keyed on shapes, or on _version) gives one instance the other's (a ninth red
     team's ModelNew).  Built under a fork of torch's generators."""
     torch = _torch()
-    with torch.random.fork_rng(devices=[torch.device(device)] if device.startswith("cuda") else []), \
-            torch.device(device):
-        scratch, made = type(model)(*init), type(model)(*init) if made is None else made
+    scratch = spare_instance(model, init, device)
+    made = made if made is not None else spare_instance(model, init, device)
     scratch.load_state_dict(model.state_dict())
     nudge(scratch, seed, scales, keep=False)
     made.load_state_dict(scratch.state_dict())
