@@ -445,3 +445,23 @@ def clone_or_none(t: Any) -> Any:
         return t.clone()
     except RuntimeError:
         return None
+
+
+DISCRETE_VALUES = 16  # a float input with at most this many distinct values (a mask, +-1 labels) keeps its values
+
+
+def continuous(t) -> bool:
+    """Whether an input takes continuous values: a float tensor with more than DISCRETE_VALUES distinct values
+    among its first 65536, or one of fewer elements whose values are all distinct and not all whole numbers (a
+    slope, a scale, a per-channel vector: found by a red team, a PReLU right only for slopes up to 1 passed while
+    every input of at most 16 elements kept its range).  A mask or +-1 labels (values that repeat) and whole
+    numbers keep their values, and have no gradient."""
+    import torch
+
+    if not is_tensor(t) or not t.dtype.is_floating_point or t.numel() == 0:
+        return False
+    head = t.detach().reshape(-1)[:65536].double()
+    values = torch.unique(head)
+    if values.numel() > DISCRETE_VALUES:
+        return True
+    return values.numel() == head.numel() and not bool(torch.all(values == values.round()))

@@ -13,7 +13,8 @@ Every piece of user code runs in a child process.  Two kinds of process take par
 record key, nothing of the run directory but the files it was given, no tracing of the judge.
 ``protocol`` is what passes between them (JSON messages over a Unix socket, tensors by CUDA IPC or
 shared files); ``problem`` builds the judge's data from ref.py; ``conditions`` are the conditions of a
-user's call that correctness varies (output pre-states, the module's mode, input ranges); ``calls`` makes
+user's call that correctness varies (output pre-states, the module's mode, input ranges), ``modes`` what Model
+gives in a module's mode (training, eval, its gradients); ``calls`` makes
 the calls on one worker and checks them; ``held``, the results a caller holds (kept, let go, kept by the kernel); ``under_ncu`` runs a worker under ncu (and reads ncu's census of a
 call of many kernels to choose what gets full sections); ``session`` is the CLI's side: it starts
 the judge, waits for it with the run's timeout and ends every process the step started.

@@ -1,0 +1,155 @@
+"""A KernelBench model's mode in a correctness call: what Model gives there, for ModelNew to match.
+
+A user calls a module as built (training mode, autograd on), in eval(), under no_grad or inference_mode, after
+a training step has moved its running statistics, and trains through it.  ``running_stats`` draws the statistics
+a trained model holds; ``train_expected`` and ``eval_expected`` are Model's outputs (and buffers) in a mode from
+them; ``backward_expected`` Model's gradients, which a call with autograd on is checked against.
+
+Runs in the judge only (``conditions`` chooses the calls).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from ..tensors import continuous, is_tensor, normalize_outputs, upstream
+from . import guards
+from .problem import DataSet, Problem, start_state
+
+if TYPE_CHECKING:
+    from .conditions import Condition
+
+
+@dataclasses.dataclass
+class Backward:
+    """The gradients a user's backward() gives on a call with autograd on: ``seed`` draws the gradient of each output
+    (``upstream``), ``grads`` are Model's, by name ("input 'arg0'", "parameter 'fc.weight'"); ``carries``, whether
+    Model's output carries a gradient at all; ``exact``, Model's in float64 (None where they could not be made)."""
+
+    seed: int
+    grads: dict[str, Any]
+    carries: bool
+    exact: dict[str, Any] | None = None
+
+
+def free_cached() -> None:
+    """The judge's cached device memory given back: what it drew or computed for one call (float64 references, moved
+    inputs) must not leave the worker short (seen on the H200: ConvTranspose2d, the judge holding 75 GiB)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def running_stats(prob: Problem, seed: int) -> dict[str, Any]:
+    """Running statistics for a training-mode call to start from, drawn from ``seed``: every BatchNorm-like
+    module's (torch's _NormBase that tracks them) running mean (normal) and variance (0.5 to 1.5), as a trained
+    model holds them.  Those a model is built with (zeros and ones) equal the statistics of randn inputs, so a
+    kernel that never updated them would be right within any tolerance there."""
+    import torch
+    from torch.nn.modules.batchnorm import _NormBase
+
+    gen = torch.Generator().manual_seed(seed)
+    out: dict[str, Any] = {}
+    for prefix, mod in prob.model.named_modules():
+        if not isinstance(mod, _NormBase) or not mod.track_running_stats or mod.running_mean is None:
+            continue
+        for name, t in (("running_mean", mod.running_mean), ("running_var", mod.running_var)):
+            r = torch.rand(t.shape, generator=gen) + 0.5 if name == "running_var" else torch.randn(t.shape, generator=gen)
+            out[f"{prefix}.{name}" if prefix else name] = r.to(device=t.device, dtype=t.dtype)
+    return out
+
+
+def model_copy(prob: Problem, train: bool, stats: dict[str, Any] | None):
+    """The judge's Model copied (its own state stays as loaded), in training mode or eval(), with ``stats`` loaded."""
+    import torch
+
+    m = copy.deepcopy(prob.model).train(train)
+    if stats:
+        state = m.state_dict()
+        with torch.no_grad():
+            for n, t in stats.items():
+                state[n].copy_(t)
+    return m
+
+
+def train_expected(prob: Problem, ds: DataSet, tolerance: Any, cond: Condition
+                   ) -> tuple[dict[str, Any] | None, str | None]:
+    """A KernelBench model's expected outputs in training mode on ``ds``: (outputs, None), and ``cond.buffers``
+    set to Model's buffers after that call (from ``cond.stats``); (None, why) when training mode cannot be
+    compared because Model's output there is random (dropout)."""
+    from ..compare import compare_outputs
+
+    def run(seed: int) -> tuple[dict[str, Any], Any]:
+        m = model_copy(prob, True, cond.stats)
+        out = prob.run_reference(ds.args, ds, m, seed)
+        prob.seen["train_draws"] = prob.seen.get("train_draws") or any(prob.drew)  # Model in training mode draws
+        return out, m
+
+    first, model = run(prob.cfg.seed + 1)
+    if "train" not in prob.seen:
+        same = all(r["passed"] for r in compare_outputs(first, ds.expected, tolerance, prob.ref)[0])
+        again = all(r["passed"] for r in compare_outputs(run(prob.cfg.seed + 2)[0], first, tolerance, prob.ref)[0])
+        prob.seen["train"] = "same" if same else ("differs" if again else "random")
+    if prob.seen["train"] == "random":
+        return None, ("Model's output in training mode changes from call to call (dropout, say), so ModelNew is "
+                      "compared in eval() only")
+    names = {n for n, _ in model.named_buffers()}
+    cond.buffers = {n: t.detach().clone() for n, t in model.state_dict().items() if n in names}
+    return (ds.expected if prob.seen["train"] == "same" else first), None
+
+
+def eval_expected(prob: Problem, ds: DataSet, cond: Condition) -> dict[str, Any]:
+    """Model's outputs in eval() on ``ds`` from the running statistics ``cond.stats`` (a ModelNew that assumed
+    the statistics a model is built with, mean 0 and variance 1, is wrong here)."""
+    return prob.run_reference(ds.args, ds, model_copy(prob, False, cond.stats))
+
+
+def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, notes: list[str]) -> Backward | None:
+    """Model's gradients on ``ds`` in ``cond``'s mode: of every continuous float input (made to require grad, as a
+    user's that trains through it does; zero where the input is exactly zero) and every parameter, for the outputs' gradients ``upstream`` draws.  None, with a
+    note, where they cannot be computed (the notes say why: memory, a Model without backward)."""
+    import torch
+
+    prob.seen["backward"] = True  # False after a backward that cannot run: not tried again
+
+    def grads_of(m, wide: bool) -> dict[str, Any] | None:
+        guards.set_torch_rng(torch, prob.device, start_state(torch, prob.device, ds.seed))  # the worker's call's start
+        args = [(ds.args[n].detach().double() if wide and ds.args[n].dtype.is_floating_point else
+                 ds.args[n].detach().clone()).requires_grad_(continuous(ds.args[n]))
+                if is_tensor(ds.args[n]) else ds.args[n] for n in ds.args]
+        with torch.enable_grad():
+            out = [t for t in normalize_outputs(m(*args), []).values() if is_tensor(t)]
+            carries = [t for t in out if t.requires_grad]
+            leaves = {**{f"parameter '{n}'": p for n, p in m.named_parameters() if p.requires_grad},
+                      **{f"input '{n}'": a for n, a in zip(ds.args, args, strict=True)
+                         if is_tensor(a) and a.requires_grad}}
+            if not carries or not leaves:
+                return None
+            got = torch.autograd.grad(carries, list(leaves.values()), [upstream(seed, i, t) for i, t in
+                                      enumerate(out) if t.requires_grad], allow_unused=True)
+        grads = {n: (g if g is not None else torch.zeros_like(p)).detach()
+                 for (n, p), g in zip(leaves.items(), got, strict=True)}
+        for n in ds.args:  # an input's exact zeros may be structure (a triangle, a mask): no gradient is owed there
+            if f"input '{n}'" in grads:
+                grads[f"input '{n}'"] = torch.where(ds.args[n] != 0, grads[f"input '{n}'"], 0)
+        return grads
+
+    try:
+        grads = grads_of(model_copy(prob, cond.train, cond.stats), False)
+        if grads is None:
+            return Backward(seed, {}, False)
+        try:  # Model's own gradients in float64: how far its float32 ones are from exact (rounding, cancellation)
+            exact = grads_of(model_copy(prob, cond.train, cond.stats).double(), True)
+        except Exception:  # memory, an op without float64: compared with the float32 gradients alone
+            exact = None
+            free_cached()
+        return Backward(seed, grads, True, exact)
+    except Exception as exc:
+        text = " ".join(str(exc).split())[:160]
+        notes.append(f"gradients: not checked: Model's backward() could not run ({type(exc).__name__}: {text})")
+        prob.seen["backward"] = False
+        free_cached()
+        return None
