@@ -466,7 +466,8 @@ def _kb(tmp_path, ref, kernel, dims, *extra):
     ("kb_ref_layernorm.py", "kb_new_layernorm.py", "batch_size=16,features=64", True),
     ("kb_ref_linear_relu.py", "kb_new_linear_cached_weight_t.py", "batch_size=32,features=64", True),
     ("kb_ref_linear_relu.py", "kb_cheat_linear_cache_shared_by_instances.py", "batch_size=32,features=64", False),
-    ("kb_ref_linear_relu.py", "kb_cheat_linear_group_before_forward.py", "batch_size=32,features=64", False)])
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_group_before_forward.py", "batch_size=32,features=64", False),
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_memo_by_content.py", "batch_size=32,features=64", False)])
 def test_a_modelnew_gets_trained_weights_not_its_initial_ones(tmp_path, worker_here, ref, kernel, dims, passes):
     """Found by a red team: the weights were always the ones Model is built with, so a ModelNew that kept a copy made
     in __init__ and a LayerNorm without its affine transform (weight 1, bias 0 at init) passed.  Model's learnable
@@ -749,6 +750,22 @@ def test_eval_mode_starts_from_a_trained_models_running_statistics(tmp_path, wor
     assert (rc == 0) is passes, data["error"]
     if not passes:
         assert "eval()" in data["error"] and len(data["error"].splitlines()) == 1, data["error"]
+
+
+@pytest.mark.parametrize("kernel, passes", [("kb_cheat_bn_fold_kept_past_training.py", False),
+                                            ("kb_new_batchnorm_module.py", True), ("kb_new_batchnorm.py", True)])
+def test_eval_right_after_a_training_call_starts_from_the_statistics_it_left(tmp_path, worker_here, kernel, passes):
+    """Found by an eleventh red team: the worker put back every training call's statistics (copy_, a new _version)
+    before the next call, so a ModelNew that wrote them at their _version and kept a fold made in eval() passed.  A
+    training call now leaves them, after a call in eval(), and the eval() call right after it starts from them."""
+    rc, data, md = _kb(tmp_path, "kb_ref_batchnorm.py", kernel, "batch_size=32,features=16")
+    conds = [t["condition"] for t in data["shapes"][0]["trials"]]
+    assert (rc == 0) is passes, data["error"]
+    if passes:
+        at = conds.index("mode:train-step")
+        assert conds[at - 1:at + 2] == ["plain", "mode:train-step", "mode:after-train"], conds
+    else:
+        assert "eval() right after that training-mode call" in data["error"], data["error"]
 
 
 def test_a_model_wrong_in_every_plain_call_is_told_they_run_in_eval(tmp_path, worker_here):

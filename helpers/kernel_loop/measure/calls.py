@@ -453,6 +453,8 @@ class Session:
             for n, t in cond.stats.items():
                 sh.bufs[sh.names[f"param:{n}"]].copy_(t)
             msg["stats"] = sorted(cond.stats)
+        if cond.after:  # a training call's statistics left as it updated them, for the eval() call after it
+            msg["after"] = cond.after  # (a red team's ModelNew wrote them at their _version and kept a stale fold)
         if cond.backward is not None and cond.backward.carries:  # inputs as a layer inside a network gets them (not
             msg["backward"] = "nonleaf" if self.judge.rng.random() < 0.5 else True  # leaves): a red team's kernel detached those
         try:

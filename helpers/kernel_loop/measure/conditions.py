@@ -81,9 +81,14 @@ CONDITION_WORDS = {
     "layout:padded": "every input handed as rows of a wider tensor (a column slice, big[:, :n]: unit stride along "
                      "the last dim, rows further apart)",
     "layout:moved": "every input (and every output it is handed) in memory of its own, at another address (a user's next)",
-    "weights:updated": "the model's parameters changed in place before the call (as an optimizer step does), and put back",
-    "weights:twin": "a second instance of the model, with other weights, called in place of the first (a network's second "
-                    "layer of one shape); the first is called next, its weights as they were",
+    "mode:train-step": "the model in training mode, autograd off, from the running statistics it held, left as the call "
+                       "updates them (nothing put back: a user's training step), after a call in eval()",
+    "mode:after-train": "the model in eval() right after that training-mode call, from the statistics it left",
+    "weights:updated": "the model's parameters changed in place before the call (as an optimizer step does), on the "
+                       "inputs of the call before it, and put back",
+    "weights:twin": "a second instance of the model, with other weights, called in place of the first on the inputs "
+                    "of the call before it (a network's second layer of one shape); the first is called next, its "
+                    "weights as they were",
 }
 
 
@@ -94,7 +99,7 @@ class Condition:
     autograd (with ``expected``, the reference's outputs in that mode when they differ); ``keep``, the worker holds
     the returned tensors, as a caller would, to be checked after the later calls; ``strided``, the worker hands every
     input as a strided view; after a training-mode call, ``buffers`` are Model's buffers (running statistics) as the
-    call leaves them, from the running statistics ``stats`` loaded before it; ``backward``, a call with autograd
+    call leaves them, from the running statistics ``stats`` loaded before it (``after``: left for the next call); ``backward``, a call with autograd
     whose gradients are compared (``Backward``)."""
 
     pre: str = "poison"
@@ -109,6 +114,7 @@ class Condition:
     nudge: dict[str, Any] | None = None  # {"seed", "scales"}: the parameters changed in place first (tensors.nudge)
     twin: dict[str, Any] | None = None  # {"seed", "scales"}: a second instance so nudged is called (tensors.twin)
     stats: dict[str, Any] | None = None
+    after: str | None = None  # "leave": the statistics the call updates stay for the next; "restore": then put back
     buffers: dict[str, Any] | None = None
     backward: Backward | None = None
 
@@ -148,6 +154,9 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
     if "weights:twin" in wanted:  # the first instance is called next at the twin's _version: a twin last, or before
         wanted.remove("weights:twin")  # weights:updated's nudge, left a cache the two share unseen (4 seeds of 3000)
         wanted.insert(rng.choice([i for i, c in enumerate(wanted) if c != "weights:updated"]), "weights:twin")
+    if prob.model is not None and running_stats(prob, 0):  # a ModelNew folded its statistics in eval() and kept the
+        at = rng.randrange(len(wanted) + 1)  # fold while its own training call wrote them at the same _version: right
+        wanted[at:at] = ["plain", "mode:train-step", "mode:after-train"]  # while every training call's were put back
     start = "plain"
     if "mode:inference" in wanted and rng.random() < 0.5:  # a user's first call is often an evaluation's (a cache made
         wanted[wanted.index("mode:inference")], start = "plain", "mode:inference"  # there is an inference tensor)
@@ -185,21 +194,32 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
                 ds.args[n] = random_like(ds.args[n])
             prob.reference(ds)
     elif aspect == "mode":
-        train = "train" in value
+        train, left = "train" in value and value != "after-train", prob.seen.pop("left", None)
         cond.stats = running_stats(prob, seed) or None  # in eval() too: a trained model's statistics are not 0 and 1
+        if value in ("train-step", "after-train"):  # the statistics the model holds, then what the training call left
+            cond.stats, cond.after = ({} if train else left), ("leave" if train else "restore")
+            if cond.stats is None:
+                notes.append(f"{CONDITION_WORDS[want]}: not compared: the training-mode call before it was not")
+                return Condition(keep=True), "plain", ds
         if train:
             expected, why = train_expected(prob, ds, tolerance, cond)
         else:
-            expected, why = (eval_expected(prob, ds, cond) if cond.stats else None), None
+            expected, why = (eval_expected(prob, ds, cond) if cond.stats else None), None  # ("after-train": always)
         if why:
             notes.append(f"{CONDITION_WORDS[want]}: not compared: {why}")
             return Condition(keep=True), "plain", ds
+        prob.seen["left"] = cond.buffers if cond.after == "leave" else None
+        cond.stats = None if cond.after == "restore" else cond.stats  # nothing loaded: the call starts where it was left
         cond.train, cond.grad, cond.expected, cond.inference = train, "grad" in value, expected, value == "inference"
         if cond.grad and prob.seen.get("backward") is not False:  # every call with autograd on: the gradients a user gets
             cond.backward = backward_expected(prob, ds, cond, seed, notes)
     elif aspect == "call":
         cond.nograd, cond.inference = True, value == "inference"
-    elif aspect == "weights":
+    elif aspect == "weights":  # on inputs a call has just had: a memo keyed on their values, blind to the weights
+        base = earlier or first  # and the instance (a red team's), hands back the earlier call's answer
+        ds = dataclasses.replace(ds, args={n: base.args[n].to(v.device) if n in ds.input_names() else v
+                                           for n, v in ds.args.items()}, ref_props={}, vary=None)
+        prob.reference(ds)
         scales = nudge_scales(prob.model)
         m = model_copy(prob, False, None)
         nudge(m, seed, scales)

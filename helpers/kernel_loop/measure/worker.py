@@ -400,11 +400,11 @@ class Worker:
                 torch.cuda.synchronize(self.device)
             for r in rid:
                 torch.cuda.nvtx.range_end(r)
-            if (train or msg.get("stats")) and k.buffers:  # statistics loaded or updated: the next call starts from the judge's
-                state = k.model.state_dict()
+            if (train or msg.get("stats") or msg.get("after")) and k.buffers:  # loaded or updated: the next call starts
+                state = k.model.state_dict()  # from the judge's, unless this call's are left for it (after: "leave")
                 for n in k.buffers if msg.get("stats") is not None else ():  # compared with Model's after the same call
                     k.state_bufs[n].copy_(state[n])
-                k.restore = True  # after the backward, if one comes: BatchNorm's backward reads the statistics it saved
+                k.restore = msg.get("after") != "leave"  # after the backward, if one comes: BatchNorm's reads them
                 if k.pending is None:
                     self._end_backward(k)
         peak = int(torch.cuda.max_memory_allocated(self.device)) if cuda else None
