@@ -9,7 +9,8 @@ the correctness calls of each shape vary, in an order drawn at random (``conditi
   mode without, eval() with autograd, eval() under inference_mode, each against Model in the same mode (``train_expected``; a Model
   whose training-mode output is random, dropout, is compared in eval() only, and the notes say so); a
   training-mode call starts from random running statistics (``running_stats``) and the buffers it leaves are
-  compared with Model's; every call with autograd on is followed by backward() (normal or expanded output
+  compared with Model's; one training call (a user's step) starts from the statistics the model holds and leaves
+  them for an eval() call right after it; every call with autograd on is followed by backward() (normal or expanded output
   gradients, tensors.upstream), and the gradients of the parameters and inputs compared with Model's (``backward_expected``);
 - a KernelBench model's inputs handed as strided views (``layout:strided``): right, or a refusal (it raises); every
   kernel's inputs handed in memory of their own, at another address (``layout:moved``): right;
@@ -128,7 +129,8 @@ def forget(prob: Problem) -> None:
 def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]:
     """The condition of each correctness call of a shape: the first is plain (a model's, one time in two, under
     inference_mode); every condition that applies to this problem is met once, in an order drawn at random (a kernel
-    cannot tell which comes when), spread over the trials and, past them, in calls of their own."""
+    cannot tell which comes when), spread over the trials and, past them, in calls of their own; a model with running
+    statistics also gets, somewhere, a call in eval(), a training step that leaves them, and a call in eval() again."""
     wanted: list[str] = []
     if first.write_only():
         wanted += ["pre:zeros", "pre:random", "pre:stale"]
