@@ -467,7 +467,9 @@ def _kb(tmp_path, ref, kernel, dims, *extra):
     ("kb_ref_linear_relu.py", "kb_new_linear_cached_weight_t.py", "batch_size=32,features=64", True),
     ("kb_ref_linear_relu.py", "kb_cheat_linear_cache_shared_by_instances.py", "batch_size=32,features=64", False),
     ("kb_ref_linear_relu.py", "kb_cheat_linear_group_before_forward.py", "batch_size=32,features=64", False),
-    ("kb_ref_linear_relu.py", "kb_cheat_linear_memo_by_content.py", "batch_size=32,features=64", False)])
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_memo_by_content.py", "batch_size=32,features=64", False),
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_cache_fresh_on_repeats.py", "batch_size=32,features=64", False),
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_shared_cache_fresh_on_repeats.py", "batch_size=32,features=64", False)])
 def test_a_modelnew_gets_trained_weights_not_its_initial_ones(tmp_path, worker_here, ref, kernel, dims, passes):
     """Found by a red team: the weights were always the ones Model is built with, so a ModelNew that kept a copy made
     in __init__ and a LayerNorm without its affine transform (weight 1, bias 0 at init) passed.  Model's learnable
@@ -479,7 +481,8 @@ def test_a_modelnew_gets_trained_weights_not_its_initial_ones(tmp_path, worker_h
 
 
 class _EveryCoinAt(random.Random):
-    """The judge's draws from a seed, every coin at ``at``."""
+    """The judge's draws from a seed, every coin at ``at`` (choices, samples and shuffles from the seed: with random()
+    alone overridden, Random draws indices from it too, and a sample of distinct calls never ends)."""
 
     def __init__(self, at: float):
         super().__init__(5)
@@ -487,6 +490,9 @@ class _EveryCoinAt(random.Random):
 
     def random(self) -> float:
         return self.at
+
+    def getrandbits(self, k: int) -> int:
+        return super().getrandbits(k)
 
 
 @pytest.mark.parametrize("kernel, coin, noted", [("kb_cheat_linear_detaches_nonleaf_input.py", 0.0, True),
@@ -527,12 +533,12 @@ def test_a_cache_shared_by_instances_fails_whatever_the_order_of_the_conditions(
     assert conds[conds.index("weights:twin") + 1] != "weights:updated", conds
 
 
-class _FirstCallUnderInference(random.Random):
+class _FirstCallUnderInference(_EveryCoinAt):
     """The judge's draws from a seed, every coin at 0: a model's first call under inference_mode (and every call but
     a shape's last letting go of its results)."""
 
-    def random(self) -> float:
-        return 0.0
+    def __init__(self, seed: int = 5):
+        super().__init__(0.0)
 
 
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_linear_cache_made_in_any_mode.py", False),
@@ -753,19 +759,40 @@ def test_eval_mode_starts_from_a_trained_models_running_statistics(tmp_path, wor
 
 
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_bn_fold_kept_past_training.py", False),
+                                            ("kb_cheat_bn_fold_at_first_step.py", False),
+                                            ("kb_cheat_bn_stats_at_first_step_only.py", False),
                                             ("kb_new_batchnorm_module.py", True), ("kb_new_batchnorm.py", True)])
 def test_eval_right_after_a_training_call_starts_from_the_statistics_it_left(tmp_path, worker_here, kernel, passes):
     """Found by an eleventh red team: the worker put back every training call's statistics (copy_, a new _version)
     before the next call, so a ModelNew that wrote them at their _version and kept a fold made in eval() passed.  A
-    training call now leaves them, after a call in eval(), and the eval() call right after it starts from them."""
+    training call now leaves them, after a call in eval(), and the eval() call right after it starts from them.  Two
+    or three such steps in a row: the same red team's fold made at the first step, and statistics updated at the
+    first step only, passed one step."""
     rc, data, md = _kb(tmp_path, "kb_ref_batchnorm.py", kernel, "batch_size=32,features=16")
     conds = [t["condition"] for t in data["shapes"][0]["trials"]]
     assert (rc == 0) is passes, data["error"]
     if passes:
-        at = conds.index("mode:train-step")
-        assert conds[at - 1:at + 2] == ["plain", "mode:train-step", "mode:after-train"], conds
+        at, steps = conds.index("mode:train-step"), conds.count("mode:train-step")
+        assert conds[at - 1:at + steps + 1] == ["plain", *["mode:train-step"] * steps, "mode:after-train"], conds
+        assert steps in (2, 3), conds
     else:
-        assert "eval() right after that training-mode call" in data["error"], data["error"]
+        assert ("eval() right after that training-mode call" in data["error"]
+                or "buffer 'bn.running_mean'" in data["error"]), data["error"]
+
+
+@pytest.mark.parametrize("kernel, passes", [("kb_cheat_bn_dropout_training_as_eval.py", False),
+                                            ("kb_new_bn_dropout_bn.py", True)])
+def test_a_model_with_dropout_has_its_deterministic_buffers_compared_in_training_mode(tmp_path, worker_here, kernel,
+                                                                                      passes):
+    """Found by an eleventh red team: where Model's training-mode output is random (dropout), no training call was
+    compared, so a ModelNew that ran eval() in training mode passed.  The buffers that do not depend on the draw (a
+    BatchNorm's before the dropout) are now compared after every training call; the outputs are not."""
+    rc, data, md = _kb(tmp_path, "kb_ref_bn_dropout_bn.py", kernel, "batch_size=32,features=16")
+    notes = [n for s in data["shapes"] for n in s.get("notes") or []]
+    assert (rc == 0) is passes, data["error"]
+    assert any(n.startswith("outputs in training mode: not compared") for n in notes), notes
+    if not passes:
+        assert "buffer 'bn1.running_mean'" in data["error"], data["error"]
 
 
 def test_a_model_wrong_in_every_plain_call_is_told_they_run_in_eval(tmp_path, worker_here):

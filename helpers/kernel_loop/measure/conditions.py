@@ -37,6 +37,7 @@ from typing import Any
 from ..compare import applied_tolerances, constant_outputs
 from ..tensors import continuous, is_tensor, nudge, nudge_scales, random_like, strided_view
 from .modes import (
+    RANDOM_TRAINING,
     Backward,
     backward_expected,
     eval_expected,
@@ -85,11 +86,14 @@ CONDITION_WORDS = {
     "mode:train-step": "the model in training mode, autograd off, from the running statistics it held, left as the call "
                        "updates them (nothing put back: a user's training step), after a call in eval()",
     "mode:after-train": "the model in eval() right after that training-mode call, from the statistics it left",
-    "weights:updated": "the model's parameters changed in place before the call (as an optimizer step does), on the "
-                       "inputs of the call before it, and put back",
-    "weights:twin": "a second instance of the model, with other weights, called in place of the first on the inputs "
-                    "of the call before it (a network's second layer of one shape); the first is called next, its "
-                    "weights as they were",
+    "weights:updated": "the model's parameters changed in place before the call (as an optimizer step does), and put back",
+    "weights:updated:again": "the model's parameters changed in place before the call, on the inputs of the call before "
+                             "it, and put back",
+    "weights:twin": "a second instance of the model, with other weights, called in place of the first (a network's second "
+                    "layer of one shape); the first is called next, its weights as they were",
+    "weights:twin:again": "a second instance of the model, with other weights, called on the inputs of the call before "
+                          "it; the first is called next",
+    "input:again": "the inputs of the call before it again (a user's repeated batch)",
 }
 
 
@@ -139,7 +143,8 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
     if prob.model is not None:
         wanted += ["mode:train+grad", "mode:train", "mode:grad", "mode:inference"]
         if nudge_scales(prob.model):  # a red team's ModelNew copied its weights on its first call and kept the copy
-            wanted += ["weights:updated", "weights:twin"]  # a ninth's ModelNew shared a cache across instances
+            wanted += ["weights:updated", "weights:twin"]  # a ninth's ModelNew shared a cache across instances; an
+            wanted += ["weights:updated:again", "weights:twin:again", "input:again"]  # eleventh's memo, by values
     elif prob.kind == "py":  # a function's caller may run without autograd (a red team's was right only with it)
         wanted += ["call:nograd", "call:inference"]
     if any(first.args[n].dtype.is_floating_point for n in first.input_names()):
@@ -153,12 +158,13 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
     rng.shuffle(wanted)
     if wanted[-1:] == ["layout:moved"]:  # its handed outputs are read after the next call: never the last call
         wanted[0], wanted[-1] = wanted[-1], wanted[0]
-    if "weights:twin" in wanted:  # the first instance is called next at the twin's _version: a twin last, or before
-        wanted.remove("weights:twin")  # weights:updated's nudge, left a cache the two share unseen (4 seeds of 3000)
-        wanted.insert(rng.choice([i for i, c in enumerate(wanted) if c != "weights:updated"]), "weights:twin")
+    for twin in [c for c in wanted if c.startswith("weights:twin")]:  # the first instance is called next, at the
+        wanted.remove(twin)  # twin's _version: a twin last, or before a nudge, left a cache the two share unseen
+        wanted.insert(rng.choice([i for i, c in enumerate(wanted) if not c.startswith("weights:")]), twin)
     if prob.model is not None and running_stats(prob, 0):  # a ModelNew folded its statistics in eval() and kept the
         at = rng.randrange(len(wanted) + 1)  # fold while its own training call wrote them at the same _version: right
-        wanted[at:at] = ["plain", "mode:train-step", "mode:after-train"]  # while every training call's were put back
+        wanted[at:at] = ["plain", *["mode:train-step"] * rng.choice((2, 3)), "mode:after-train"]  # while every
+        # training call's were put back; two steps or more (an eleventh red team's fold was made at the first)
     start = "plain"
     if "mode:inference" in wanted and rng.random() < 0.5:  # a user's first call is often an evaluation's (a cache made
         wanted[wanted.index("mode:inference")], start = "plain", "mode:inference"  # there is an inference tensor)
@@ -198,8 +204,8 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
     elif aspect == "mode":
         train, left = "train" in value and value != "after-train", prob.seen.pop("left", None)
         cond.stats = running_stats(prob, seed) or None  # in eval() too: a trained model's statistics are not 0 and 1
-        if value in ("train-step", "after-train"):  # the statistics the model holds, then what the training call left
-            cond.stats, cond.after = ({} if train else left), ("leave" if train else "restore")
+        if value in ("train-step", "after-train"):  # the statistics the model holds, then what the training calls left
+            cond.stats, cond.after = ((left or {}) if train else left), ("leave" if train else "restore")
             if cond.stats is None:
                 notes.append(f"{CONDITION_WORDS[want]}: not compared: the training-mode call before it was not")
                 return Condition(keep=True), "plain", ds
@@ -210,23 +216,28 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         if why:
             notes.append(f"{CONDITION_WORDS[want]}: not compared: {why}")
             return Condition(keep=True), "plain", ds
+        if expected == {} and (said := f"outputs in training mode: not compared: {RANDOM_TRAINING}; the buffers it "
+                               "leaves are") not in notes:  # (RANDOM_TRAINING: no gradients either)
+            notes.append(said)
         prob.seen["left"] = cond.buffers if cond.after == "leave" else None
-        cond.stats = None if cond.after == "restore" else cond.stats  # nothing loaded: the call starts where it was left
+        if cond.after:  # nothing loaded: the call starts where the model was left (the judge's copy_ is a new _version)
+            cond.stats = {} if cond.after == "leave" else None
         cond.train, cond.grad, cond.expected, cond.inference = train, "grad" in value, expected, value == "inference"
-        if cond.grad and prob.seen.get("backward") is not False:  # every call with autograd on: the gradients a user gets
+        if cond.grad and expected != {} and prob.seen.get("backward") is not False:  # every call with autograd on: the gradients a user gets
             cond.backward = backward_expected(prob, ds, cond, seed, notes)
     elif aspect == "call":
         cond.nograd, cond.inference = True, value == "inference"
-    elif aspect == "weights":  # on inputs a call has just had: a memo keyed on their values, blind to the weights
-        base = earlier or first  # and the instance (a red team's), hands back the earlier call's answer
+    elif (want or "").endswith(":again"):  # inputs a call has just had, with weights changed or not: a memo keyed on their
+        base = earlier or first  # values, blind to the weights and the instance (a red team's), is stale
         ds = dataclasses.replace(ds, args={n: base.args[n].to(v.device) if n in ds.input_names() else v
                                            for n, v in ds.args.items()}, ref_props={}, vary=None)
         prob.reference(ds)
+    if aspect == "weights":
         scales = nudge_scales(prob.model)
         m = model_copy(prob, False, None)
         nudge(m, seed, scales)
         cond.expected, spec = prob.run_reference(ds.args, ds, m), {"seed": seed, "scales": scales}
-        cond.nudge, cond.twin = (spec, None) if value == "updated" else (None, spec)
+        cond.nudge, cond.twin = (spec, None) if value.startswith("updated") else (None, spec)
     elif aspect == "layout":
         kind = {"padded": "pad", "moved": "moved"}.get(value, "step")
         varied = dataclasses.replace(ds, args={n: strided_view(v, kind) if n in ds.input_names() else v

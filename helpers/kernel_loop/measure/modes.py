@@ -78,8 +78,10 @@ def model_copy(prob: Problem, train: bool, stats: dict[str, Any] | None):
 def train_expected(prob: Problem, ds: DataSet, tolerance: Any, cond: Condition
                    ) -> tuple[dict[str, Any] | None, str | None]:
     """A KernelBench model's expected outputs in training mode on ``ds``: (outputs, None), and ``cond.buffers``
-    set to Model's buffers after that call (from ``cond.stats``); (None, why) when training mode cannot be
-    compared because Model's output there is random (dropout)."""
+    set to Model's buffers after that call (from ``cond.stats``); ({}, None) when Model's output there is random
+    (dropout) and its buffers are not: those buffers alone are compared; (None, why) when all are random."""
+    import torch
+
     from ..compare import compare_outputs
 
     def run(seed: int) -> tuple[dict[str, Any], Any]:
@@ -93,12 +95,20 @@ def train_expected(prob: Problem, ds: DataSet, tolerance: Any, cond: Condition
         same = all(r["passed"] for r in compare_outputs(first, ds.expected, tolerance, prob.ref)[0])
         again = all(r["passed"] for r in compare_outputs(run(prob.cfg.seed + 2)[0], first, tolerance, prob.ref)[0])
         prob.seen["train"] = "same" if same else ("differs" if again else "random")
-    if prob.seen["train"] == "random":
-        return None, ("Model's output in training mode changes from call to call (dropout, say), so ModelNew is "
-                      "compared in eval() only")
     names = {n for n, _ in model.named_buffers()}
     cond.buffers = {n: t.detach().clone() for n, t in model.state_dict().items() if n in names}
+    if prob.seen["train"] == "random":  # its buffers may not be (a BatchNorm before the dropout): compared alone; a red
+        other = run(prob.cfg.seed + 2)[1].state_dict()  # team's ModelNew ran eval() in training mode and passed
+        same = {n: t for n, t in cond.buffers.items() if torch.equal(t, other[n])}
+        if not same:
+            return None, RANDOM_TRAINING + ", so ModelNew is compared in eval() only"
+        if len(same) < len(cond.buffers):  # some after the dropout: an eval() call from what it left is not compared
+            cond.after, cond.buffers = None, same
+        return {}, None
     return (ds.expected if prob.seen["train"] == "same" else first), None
+
+
+RANDOM_TRAINING = "Model's output in training mode changes from call to call (dropout, say)"
 
 
 def eval_expected(prob: Problem, ds: DataSet, cond: Condition) -> dict[str, Any]:
