@@ -589,7 +589,7 @@ def test_a_modelnew_whose_weights_change_between_calls_must_follow_them(tmp_path
     parameter's _version moves on still passes (test_a_modelnew_gets_trained_weights_not_its_initial_ones)."""
     rc, data, md = _kb(tmp_path, "kb_ref_linear_relu.py", "kb_cheat_weights_cached_for_good.py", "batch_size=32,features=64")
     assert rc == 1 and "weights:updated" in _failed(data)[0], data["error"]
-    assert "changed in place before the call" in data["error"]
+    assert "changed in place before the call" in data["error"] or "a second instance" in data["error"], data["error"]
 
 
 def test_a_more_exact_modelnew_passes_the_gradient_comparison(tmp_path, worker_here):
