@@ -795,6 +795,19 @@ def test_a_model_with_dropout_has_its_deterministic_buffers_compared_in_training
         assert "buffer 'bn1.running_mean'" in data["error"], data["error"]
 
 
+@pytest.mark.parametrize("kernel, passes", [("kb_cheat_linear_rows_of_first_call.py", False),
+                                            ("kb_new_linear_cached_weight_t.py", True)])
+def test_one_instance_is_called_at_every_batch_size_of_the_run(tmp_path, worker_here, kernel, passes):
+    """Found by an eleventh red team: each shape got a ModelNew of its own, so one sized at its first call (a grid, a
+    workspace) passed every shape.  A shape whose constructor arguments and Model's constants are the same as the
+    previous shape's calls the same instance, its weights loaded again, as a user's next batch of another size."""
+    rc, data, md = _kb(tmp_path, "kb_ref_linear_relu.py", kernel, "batch_size=32,features=64", "--extra-shapes",
+                       "batch_size=48")
+    assert (rc == 0) is passes, data["error"]
+    if not passes:
+        assert "batch_size=48" in data["error"], data["error"]
+
+
 def test_a_model_wrong_in_every_plain_call_is_told_they_run_in_eval(tmp_path, worker_here):
     """A new user's BatchNorm that always normalised with the batch's statistics failed with no word of the mode:
     every plain call of a KernelBench model is in eval() without autograd, and the message now says so, and that

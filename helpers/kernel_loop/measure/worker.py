@@ -59,7 +59,8 @@ class Kernel:
         self.pending: tuple | None = None     # a call's outputs and input leaves, until its backward() (op_backward)
         self.consts: dict[str, Any] = {}  # the module's constants the run's dims change, as imported (loader)
         self.model_state: list[str] = []  # the names of the tensors Model keeps on its modules (tensors.uninfer)
-        self.init, self.args, self.twin, self.spare = [], [], None, None  # ModelNew's init and call args; its twin
+        self.init, self.args, self.twin, self.spare, self.made = [], [], None, None, None  # ModelNew's init, call
+        # args, its twin, the twin's instance, and what it was made from (a next shape's calls keep it if the same)
 
 
 class Worker:
@@ -70,9 +71,7 @@ class Worker:
         self.local: dict[str, Any] = {}    # judge buffer name -> this process's staged copy
         self.device = "cpu"
         self.folder = ""
-        self.torch = None
-        self.timer = None
-        self.plain: tuple = ()
+        self.torch, self.timer, self.plain = None, None, ()
         self.modes: tuple = ()  # the two mode stacks' lengths, read before any kernel code ran
         self.no_function_mode: Any = None  # torch._C.DisableTorchFunction, read before any kernel code ran
         self.settings: dict[str, Any] = {}  # guards.process_settings(), read before any kernel code ran
@@ -100,9 +99,7 @@ class Worker:
             import torch
         except ImportError:
             raise UsageError("torch is not installed: pip install torch (a CUDA build)") from None
-        self.torch = torch
-        self.device = str(msg["device"])
-        self.folder = str(msg["folder"])
+        self.torch, self.device, self.folder = torch, str(msg["device"]), str(msg["folder"])
         if self.device.startswith("cuda"):
             if not torch.cuda.is_available():
                 raise UsageError("no CUDA GPU is visible to the worker")
@@ -213,10 +210,11 @@ class Worker:
             init = protocol.decode_value(call.get("init") or [])
             loader.set_constants(k.module, k.consts, {n: [protocol.decode_value(v) for v in pair]
                                                      for n, pair in (call.get("module_dims") or {}).items()})
+            same = k.kind == "kb" and k.model is not None and k.made == (init, call.get("module_dims"))
             torch.manual_seed(int(call.get("seed") or 0))
-            with torch.device(self.device):
-                try:
-                    model = cls(*init)
+            with torch.device(self.device):  # a shape's batch sizes alone changed: the same instance, as a user's
+                try:  # (a red team's ModelNew fixed its batch at its first call)
+                    model = k.model if same else cls(*init)
                 except TypeError as exc:
                     raise guards.KernelDefect(f"{cls_name}({', '.join(map(repr, init))}) failed ({exc}): {cls_name} "
                                               "must take the same constructor arguments as Model") from None
@@ -237,7 +235,8 @@ class Worker:
             k.inputs = [(args, i, b) for i, b in enumerate(plan) if isinstance(b, str)]
             k.slots = {f"arg{i}": (args, i) for i, b in enumerate(plan) if not isinstance(b, str)}
             k.model, k.model_state, k.init, k.args, k.twin = model, list(call.get("model_state") or []), init, args, None
-            k.spare = tensors.spare_instance(model, init, self.device) if k.kind == "kb" else None  # before any call
+            k.spare = k.spare if same else tensors.spare_instance(model, init, self.device) if k.kind == "kb" else None
+            k.made = (init, call.get("module_dims"))  # its twin's instance too is built before any call
             target = torch.compile(model) if call.get("compile") else model
 
             def forward(grad=False, target=target, args=args):
