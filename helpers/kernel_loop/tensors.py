@@ -135,10 +135,11 @@ def twin(model, init: list, seed: int, scales: dict[str, float], device: str, ma
     scratch.load_state_dict(model.state_dict())
     nudge(scratch, seed, scales, keep=False)
     made.load_state_dict(scratch.state_dict())
-    theirs = model.state_dict()
-    for name, p in made.state_dict().items():  # at ``model``'s _version too, as two layers built alike are
-        while name in theirs and p._version < theirs[name]._version:
-            torch.autograd.graph.increment_version(p)
+    theirs, mine = model.state_dict(), made.state_dict()
+    for name, p in mine.items():  # at ``model``'s _version too, as two layers built alike are (whichever is behind
+        for low, high in ((p, theirs.get(name)), (theirs.get(name), p)) if name in theirs else ():  # moves on: a
+            while low._version < high._version:  # second twin of one spare is ahead of the first instance)
+                torch.autograd.graph.increment_version(low)
     return made.to(device).eval()
 
 

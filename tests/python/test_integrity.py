@@ -469,7 +469,8 @@ def _kb(tmp_path, ref, kernel, dims, *extra):
     ("kb_ref_linear_relu.py", "kb_cheat_linear_group_before_forward.py", "batch_size=32,features=64", False),
     ("kb_ref_linear_relu.py", "kb_cheat_linear_memo_by_content.py", "batch_size=32,features=64", False),
     ("kb_ref_linear_relu.py", "kb_cheat_linear_cache_fresh_on_repeats.py", "batch_size=32,features=64", False),
-    ("kb_ref_linear_relu.py", "kb_cheat_linear_shared_cache_fresh_on_repeats.py", "batch_size=32,features=64", False)])
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_shared_cache_fresh_on_repeats.py", "batch_size=32,features=64", False),
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_shared_cache_in_inference_mode.py", "batch_size=32,features=64", False)])
 def test_a_modelnew_gets_trained_weights_not_its_initial_ones(tmp_path, worker_here, ref, kernel, dims, passes):
     """Found by a red team: the weights were always the ones Model is built with, so a ModelNew that kept a copy made
     in __init__ and a LayerNorm without its affine transform (weight 1, bias 0 at init) passed.  Model's learnable
@@ -761,23 +762,33 @@ def test_eval_mode_starts_from_a_trained_models_running_statistics(tmp_path, wor
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_bn_fold_kept_past_training.py", False),
                                             ("kb_cheat_bn_fold_at_first_step.py", False),
                                             ("kb_cheat_bn_stats_at_first_step_only.py", False),
+                                            ("kb_cheat_bn_stats_frozen_after_three_batches.py", False),
+                                            ("kb_cheat_bn_fold_in_inference_mode_stale.py", False),
+                                            ("kb_cheat_bn_fold_stale_after_autograd_steps.py", False),
                                             ("kb_new_batchnorm_module.py", True), ("kb_new_batchnorm.py", True)])
 def test_eval_right_after_a_training_call_starts_from_the_statistics_it_left(tmp_path, worker_here, kernel, passes):
     """Found by an eleventh red team: the worker put back every training call's statistics (copy_, a new _version)
     before the next call, so a ModelNew that wrote them at their _version and kept a fold made in eval() passed.  A
     training call now leaves them, after a call in eval(), and the eval() call right after it starts from them.  Two
-    or three such steps in a row: the same red team's fold made at the first step, and statistics updated at the
-    first step only, passed one step."""
+    or three such steps in a row, one with autograd on, then eval() with and without inference_mode: the same red
+    team's fold made at the first step, statistics updated at the first step only, a fold kept in inference_mode
+    alone and writes at the same _version in autograd's steps alone passed one step without autograd.  And
+    statistics that stopped at a count of three batches: every call starts from a trained model's count."""
     rc, data, md = _kb(tmp_path, "kb_ref_batchnorm.py", kernel, "batch_size=32,features=16")
     conds = [t["condition"] for t in data["shapes"][0]["trials"]]
     assert (rc == 0) is passes, data["error"]
     if passes:
-        at, steps = conds.index("mode:train-step"), conds.count("mode:train-step")
-        assert conds[at - 1:at + steps + 1] == ["plain", *["mode:train-step"] * steps, "mode:after-train"], conds
-        assert steps in (2, 3), conds
+        kinds = set()
+        for at in [i for i, c in enumerate(conds) if c == "mode:after-train"]:
+            steps = conds[at - 3:at] if conds[at - 3].startswith("mode:train-step") else conds[at - 2:at]
+            assert len(set(steps)) == 1 and steps[0].startswith("mode:train-step"), conds
+            assert conds[at - len(steps) - 2:at - len(steps)] == ["plain", "mode:inference:held"], conds
+            assert conds[at + 1] == "mode:after-train:inference", conds
+            kinds.add(steps[0])
+        assert kinds == {"mode:train-step", "mode:train-step+grad"}, conds
     else:
-        assert ("eval() right after that training-mode call" in data["error"]
-                or "buffer 'bn.running_mean'" in data["error"]), data["error"]
+        assert ("after training-mode call" in data["error"] or "right after that training-mode call" in data["error"]
+                or "buffer 'bn.running_" in data["error"]), data["error"]
 
 
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_bn_dropout_training_as_eval.py", False),

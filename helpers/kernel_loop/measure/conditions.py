@@ -85,14 +85,19 @@ CONDITION_WORDS = {
     "layout:moved": "every input (and every output it is handed) in memory of its own, at another address (a user's next)",
     "mode:train-step": "the model in training mode, autograd off, from the running statistics it held, left as the call "
                        "updates them (nothing put back: a user's training step), after a call in eval()",
+    "mode:inference:held": "the model in eval() under torch.inference_mode(), from the running statistics it holds",
+    "mode:train-step+grad": "the model in training mode with autograd on, from the running statistics it held, left as "
+                            "the call updates them, and backward() (a user's training step)",
     "mode:after-train": "the model in eval() right after that training-mode call, from the statistics it left",
+    "mode:after-train:inference": "the model in eval() under torch.inference_mode(), after training-mode calls, from "
+                                  "the statistics they left",
     "weights:updated": "the model's parameters changed in place before the call (as an optimizer step does), and put back",
     "weights:updated:again": "the model's parameters changed in place before the call, on the inputs of the call before "
                              "it, and put back",
     "weights:twin": "a second instance of the model, with other weights, called in place of the first (a network's second "
                     "layer of one shape); the first is called next, its weights as they were",
-    "weights:twin:again": "a second instance of the model, with other weights, called on the inputs of the call before "
-                          "it; the first is called next",
+    "weights:twin:again": "a second instance of the model, with other weights, called under torch.inference_mode() on the "
+                          "inputs of the call before it; the first is called next",
     "input:again": "the inputs of the call before it again (a user's repeated batch)",
 }
 
@@ -158,13 +163,21 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
     rng.shuffle(wanted)
     if wanted[-1:] == ["layout:moved"]:  # its handed outputs are read after the next call: never the last call
         wanted[0], wanted[-1] = wanted[-1], wanted[0]
-    for twin in [c for c in wanted if c.startswith("weights:twin")]:  # the first instance is called next, at the
-        wanted.remove(twin)  # twin's _version: a twin last, or before a nudge, left a cache the two share unseen
-        wanted.insert(rng.choice([i for i, c in enumerate(wanted) if not c.startswith("weights:")]), twin)
+    if "weights:twin" in wanted:  # the first instance is called next, at the twin's _version: a twin last, or before
+        wanted.remove("weights:twin")  # a nudge, left a cache the two share unseen (4 seeds of 3000)
+        wanted.insert(rng.choice([i for i, c in enumerate(wanted) if not c.startswith("weights:")]), "weights:twin")
+    if "weights:twin:again" in wanted:  # in inference_mode, the first next in inference_mode too (a red team's cache
+        wanted.remove("weights:twin:again")  # the instances shared there alone)
+        at = rng.choice([i for i in range(len(wanted) + 1) if wanted[i - 1:i] != ["weights:twin"]])
+        wanted[at:at] = ["weights:twin:again", "mode:inference:held"]
     if prob.model is not None and running_stats(prob, 0):  # a ModelNew folded its statistics in eval() and kept the
-        at = rng.randrange(len(wanted) + 1)  # fold while its own training call wrote them at the same _version: right
-        wanted[at:at] = ["plain", *["mode:train-step"] * rng.choice((2, 3)), "mode:after-train"]  # while every
-        # training call's were put back; two steps or more (an eleventh red team's fold was made at the first)
+        spots = [i for i in range(len(wanted) + 1) if wanted[i - 1:i] != ["weights:twin:again"]]
+        spots = [rng.choice(spots) for _ in range(2)]  # fold while its own training call wrote them at
+        blocks = [["plain", "mode:inference:held", *[step] * rng.choice((2, 3)), "mode:after-train",
+                   "mode:after-train:inference"] for step in ("mode:train-step+grad", "mode:train-step")]
+        for at, block in sorted(zip(spots, blocks, strict=True), reverse=True):  # the same _version: right
+            wanted[at:at] = block  # while every training call's were put back; red teams' folds made at the first
+            # of several steps, in one mode, or kept past steps of one kind: two or three steps of each kind
     start = "plain"
     if "mode:inference" in wanted and rng.random() < 0.5:  # a user's first call is often an evaluation's (a cache made
         wanted[wanted.index("mode:inference")], start = "plain", "mode:inference"  # there is an inference tensor)
@@ -202,13 +215,15 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
                 ds.args[n] = random_like(ds.args[n])
             prob.reference(ds)
     elif aspect == "mode":
-        train, left = "train" in value and value != "after-train", prob.seen.pop("left", None)
+        train, left = value.startswith("train"), prob.seen.pop("left", None)
         cond.stats = running_stats(prob, seed) or None  # in eval() too: a trained model's statistics are not 0 and 1
-        if value in ("train-step", "after-train"):  # the statistics the model holds, then what the training calls left
-            cond.stats, cond.after = ((left or {}) if train else left), ("leave" if train else "restore")
+        cond.stats = None if value == "inference:held" else cond.stats
+        if value.startswith(("train-step", "after-train")):  # the statistics the model holds, then what steps left
+            last = value == "after-train:inference"  # the last call of the block puts them back
+            cond.stats, cond.after = ((left or {}) if train else left), ("leave" if train or not last else "restore")
             if cond.stats is None:
                 notes.append(f"{CONDITION_WORDS[want]}: not compared: the training-mode call before it was not")
-                return Condition(keep=True), "plain", ds
+                return Condition(keep=True, after="restore" if last else None), "plain", ds
         if train:
             expected, why = train_expected(prob, ds, tolerance, cond)
         else:
@@ -219,12 +234,13 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         if expected == {} and (said := f"outputs in training mode: not compared: {RANDOM_TRAINING}; the buffers it "
                                "leaves are") not in notes:  # (RANDOM_TRAINING: no gradients either)
             notes.append(said)
-        prob.seen["left"] = cond.buffers if cond.after == "leave" else None
-        if cond.after:  # nothing loaded: the call starts where the model was left (the judge's copy_ is a new _version)
-            cond.stats = {} if cond.after == "leave" else None
-        cond.train, cond.grad, cond.expected, cond.inference = train, "grad" in value, expected, value == "inference"
+        prob.seen["left"] = (cond.buffers if train else left) if cond.after == "leave" else None
+        cond.train, cond.grad, cond.expected = train, "grad" in value, expected
+        cond.inference = "inference" in value
         if cond.grad and expected != {} and prob.seen.get("backward") is not False:  # every call with autograd on: the gradients a user gets
             cond.backward = backward_expected(prob, ds, cond, seed, notes)
+        if cond.after:  # nothing loaded: the call starts where the model was left (the judge's copy_ is a new _version)
+            cond.stats = {} if cond.after == "leave" else None
     elif aspect == "call":
         cond.nograd, cond.inference = True, value == "inference"
     elif (want or "").endswith(":again"):  # inputs a call has just had, with weights changed or not: a memo keyed on their
@@ -238,6 +254,7 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         nudge(m, seed, scales)
         cond.expected, spec = prob.run_reference(ds.args, ds, m), {"seed": seed, "scales": scales}
         cond.nudge, cond.twin = (spec, None) if value.startswith("updated") else (None, spec)
+        cond.inference = value == "twin:again"  # a red team's shared cache lived in inference_mode calls alone
     elif aspect == "layout":
         kind = {"padded": "pad", "moved": "moved"}.get(value, "step")
         varied = dataclasses.replace(ds, args={n: strided_view(v, kind) if n in ds.input_names() else v

@@ -45,8 +45,8 @@ def free_cached() -> None:
 
 def running_stats(prob: Problem, seed: int) -> dict[str, Any]:
     """Running statistics for a training-mode call to start from, drawn from ``seed``: every BatchNorm-like
-    module's (torch's _NormBase that tracks them) running mean (normal) and variance (0.5 to 1.5), as a trained
-    model holds them.  Those a model is built with (zeros and ones) equal the statistics of randn inputs, so a
+    module's (torch's _NormBase that tracks them) running mean (normal), variance (0.5 to 1.5) and batch count (10
+    to 100000), as a trained model holds them.  Those a model is built with (zeros and ones) equal the statistics of randn inputs, so a
     kernel that never updated them would be right within any tolerance there."""
     import torch
     from torch.nn.modules.batchnorm import _NormBase
@@ -59,6 +59,9 @@ def running_stats(prob: Problem, seed: int) -> dict[str, Any]:
         for name, t in (("running_mean", mod.running_mean), ("running_var", mod.running_var)):
             r = torch.rand(t.shape, generator=gen) + 0.5 if name == "running_var" else torch.randn(t.shape, generator=gen)
             out[f"{prefix}.{name}" if prefix else name] = r.to(device=t.device, dtype=t.dtype)
+        if mod.num_batches_tracked is not None:  # a trained model's count (a red team's stopped updating at 3 batches)
+            n = torch.randint(10, 100000, (), generator=gen).to(mod.num_batches_tracked)
+            out[f"{prefix}.num_batches_tracked" if prefix else "num_batches_tracked"] = n
     return out
 
 

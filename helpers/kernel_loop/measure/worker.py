@@ -390,8 +390,8 @@ class Worker:
             del value
             views.clear()
             tensors.put_back(k.model, saved)
-            if inference and k.model is not None:
-                tensors.uninfer(k.model, k.model_state)
+            for m in (k.model, k.spare) if inference else ():  # the twin's instance too (its call may be the one)
+                tensors.uninfer(m, k.model_state) if m is not None else None
             if "keep" in msg:  # a keeping session's checked calls, one each: held, or followed without holding it
                 k.kept.append(held if msg["keep"] else {n: tensors.WeakHold(t) for n, t in held.items()})
             del held
