@@ -210,7 +210,8 @@ class Worker:
             init = protocol.decode_value(call.get("init") or [])
             loader.set_constants(k.module, k.consts, {n: [protocol.decode_value(v) for v in pair]
                                                      for n, pair in (call.get("module_dims") or {}).items()})
-            same = k.kind == "kb" and k.model is not None and k.made == (init, call.get("module_dims"))
+            same = k.kind == "kb" and k.model is not None and k.made == (init, call.get("module_dims")) and set(
+                call.get("model_state") or ()) <= set(call.get("state") or ())  # no state of Model's own to carry
             torch.manual_seed(int(call.get("seed") or 0))
             with torch.device(self.device):  # a shape's batch sizes alone changed: the same instance, as a user's
                 try:  # (a red team's ModelNew fixed its batch at its first call)
