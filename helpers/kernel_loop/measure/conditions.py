@@ -9,8 +9,8 @@ the correctness calls of each shape vary, in an order drawn at random (``conditi
   mode without, eval() with autograd, eval() under inference_mode, each against Model in the same mode (``train_expected``; a Model
   whose training-mode output is random, dropout, is compared in eval() only, and the notes say so); a
   training-mode call starts from random running statistics (``running_stats``) and the buffers it leaves are
-  compared with Model's; one training call (a user's step) starts from the statistics the model holds and leaves
-  them for an eval() call right after it; every call with autograd on is followed by backward() (normal or expanded output
+  compared with Model's; two runs of two or three training calls (a user's steps, with autograd in one run,
+  without in the other) start from the statistics the model holds and leave them for the eval() calls after them; every call with autograd on is followed by backward() (normal or expanded output
   gradients, tensors.upstream), and the gradients of the parameters and inputs compared with Model's (``backward_expected``);
 - a KernelBench model's inputs handed as strided views (``layout:strided``): right, or a refusal (it raises); every
   kernel's inputs handed in memory of their own, at another address (``layout:moved``): right;
@@ -84,11 +84,12 @@ CONDITION_WORDS = {
                      "the last dim, rows further apart)",
     "layout:moved": "every input (and every output it is handed) in memory of its own, at another address (a user's next)",
     "mode:train-step": "the model in training mode, autograd off, from the running statistics it held, left as the call "
-                       "updates them (nothing put back: a user's training step), after a call in eval()",
+                       "updates them (nothing put back: a user's training step)",
     "mode:inference:held": "the model in eval() under torch.inference_mode(), from the running statistics it holds",
     "mode:train-step+grad": "the model in training mode with autograd on, from the running statistics it held, left as "
                             "the call updates them, and backward() (a user's training step)",
-    "mode:after-train": "the model in eval() right after that training-mode call, from the statistics it left",
+    "mode:after-train": "the model in eval() right after that training-mode call and the steps before it, from the "
+                        "statistics they left",
     "mode:after-train:inference": "the model in eval() under torch.inference_mode(), after training-mode calls, from "
                                   "the statistics they left",
     "weights:updated": "the model's parameters changed in place before the call (as an optimizer step does), and put back",
@@ -139,7 +140,7 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
     """The condition of each correctness call of a shape: the first is plain (a model's, one time in two, under
     inference_mode); every condition that applies to this problem is met once, in an order drawn at random (a kernel
     cannot tell which comes when), spread over the trials and, past them, in calls of their own; a model with running
-    statistics also gets, somewhere, a call in eval(), a training step that leaves them, and a call in eval() again."""
+    statistics also gets two runs of calls in eval(), training steps that leave them, and eval() again."""
     wanted: list[str] = []
     if first.write_only():
         wanted += ["pre:zeros", "pre:random", "pre:stale"]
