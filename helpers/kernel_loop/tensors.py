@@ -123,24 +123,25 @@ def spare_instance(model, init: list, device: str):
         return type(model)(*init)
 
 
-def twin(model, init: list, seed: int, scales: dict[str, float], device: str, made=None):
+def twin(model, init: list, spec: dict[str, Any], device: str, made=None):
     """A second instance of ``model``'s class, built as a user builds a network's second layer of one shape
     (``cls(*init)``; ``made``, one built before ``model``'s first call, spare_instance), with ``model``'s parameters
-    nudged (``nudge``, as the judge changes its Model copy's) and loaded as ``model``'s were (load_state_dict): a cache
-    a kernel shares across instances (keyed on shapes, or on _version) gives one instance the other's (a ninth red
-    team's ModelNew).  Built under a fork of torch's generators."""
+    nudged (``nudge`` from ``spec``'s seed and scales, as the judge changes its Model copy's) and loaded as
+    ``model``'s were (load_state_dict), in eval() or, where ``spec`` says "train", training mode: a cache a kernel
+    shares across instances (keyed on shapes, or on _version) gives one instance the other's (a ninth red team's
+    ModelNew; an eleventh's shared it in training mode alone).  Built under a fork of torch's generators."""
     torch = _torch()
     scratch = spare_instance(model, init, device)
     made = made if made is not None else spare_instance(model, init, device)
     scratch.load_state_dict(model.state_dict())
-    nudge(scratch, seed, scales, keep=False)
+    nudge(scratch, int(spec["seed"]), spec["scales"], keep=False)
     made.load_state_dict(scratch.state_dict())
     theirs, mine = model.state_dict(), made.state_dict()
     for name, p in mine.items():  # at ``model``'s _version too, as two layers built alike are (whichever is behind
         for low, high in ((p, theirs.get(name)), (theirs.get(name), p)) if name in theirs else ():  # moves on: a
             while low._version < high._version:  # second twin of one spare is ahead of the first instance)
                 torch.autograd.graph.increment_version(low)
-    return made.to(device).eval()
+    return made.to(device).train(bool(spec.get("train")))
 
 
 def put_back(model, saved: dict[str, Any]) -> None:

@@ -470,7 +470,8 @@ def _kb(tmp_path, ref, kernel, dims, *extra):
     ("kb_ref_linear_relu.py", "kb_cheat_linear_memo_by_content.py", "batch_size=32,features=64", False),
     ("kb_ref_linear_relu.py", "kb_cheat_linear_cache_fresh_on_repeats.py", "batch_size=32,features=64", False),
     ("kb_ref_linear_relu.py", "kb_cheat_linear_shared_cache_fresh_on_repeats.py", "batch_size=32,features=64", False),
-    ("kb_ref_linear_relu.py", "kb_cheat_linear_shared_cache_in_inference_mode.py", "batch_size=32,features=64", False)])
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_shared_cache_in_inference_mode.py", "batch_size=32,features=64", False),
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_shared_cache_in_training_mode.py", "batch_size=32,features=64", False)])
 def test_a_modelnew_gets_trained_weights_not_its_initial_ones(tmp_path, worker_here, ref, kernel, dims, passes):
     """Found by a red team: the weights were always the ones Model is built with, so a ModelNew that kept a copy made
     in __init__ and a LayerNorm without its affine transform (weight 1, bias 0 at init) passed.  Model's learnable
@@ -479,6 +480,8 @@ def test_a_modelnew_gets_trained_weights_not_its_initial_ones(tmp_path, worker_h
     second, with other weights, is called in place of the first once a shape."""
     rc, data, md = _kb(tmp_path, ref, kernel, dims)
     assert (rc == 0) is passes, data["error"]
+    if "training_mode" in kernel:  # an eleventh red team's: shared in training mode alone, while twins ran in eval()
+        assert "training mode, autograd off; right after a second instance" in data["error"], data["error"]
 
 
 class _EveryCoinAt(random.Random):

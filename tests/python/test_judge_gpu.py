@@ -158,6 +158,42 @@ def test_a_modelnew_with_a_renamed_parameter_is_refused(tmp_path):
     assert not (out / "v0" / "correctness.json").exists()
 
 
+@pytest.mark.parametrize("stem", ["33_Gemm_Scale_BatchNorm", "73_Conv2d_BatchNorm_Scaling",
+                                  "66_Matmul_Dropout_Softmax"])
+def test_a_kernelbench_model_whose_output_depends_on_the_mode_passes_at_two_batch_sizes(tmp_path, stem):
+    """Model itself, in the states a user calls it in on the GPU: BatchNorm's training steps (statistics left for
+    the eval() call after them, with and without autograd), dropout's deterministic buffers, one instance called at
+    its own batch size and at half of it."""
+    import re
+
+    ref = _kb("level2", stem)
+    text = ref.read_text()
+    half = int(re.search(r"^batch_size = (\d+)", text, re.M).group(1)) // 2
+    out = _init(tmp_path, ref, text + "\n\nModelNew = Model\n", "--extra-shapes", f"batch_size={half}")
+    _ok(klcli.run("correctness", out, timeout=900))
+    data = json.loads((out / "v0" / "correctness.json").read_text())
+    conds = [t["condition"] for s in data["shapes"] for t in s["trials"]]
+    notes = [n for s in data["shapes"] for n in s.get("notes") or []]
+    print(f"{stem}: {len(data['shapes'])} shapes, {len(conds)} calls, {sorted(set(conds))}; notes {notes}")
+    assert data["result"] == "PASS" and len(data["shapes"]) == 2
+    if "BatchNorm" in stem:
+        assert {"mode:train-step", "mode:train-step+grad", "mode:after-train", "weights:twin"} <= set(conds)
+    else:
+        assert any(n.startswith("outputs in training mode: not compared") for n in notes), notes
+
+
+@pytest.mark.parametrize("kernel, passes", [("kb_cheat_bn_fold_kept_past_training.py", False),
+                                            ("kb_cheat_bn_stats_frozen_after_three_batches.py", False),
+                                            ("kb_new_batchnorm.py", True)])
+def test_a_batchnorm_fold_kept_past_training_is_refused_on_the_gpu(tmp_path, kernel, passes):
+    out = _init(tmp_path, klcli.KERNELS / "kb_ref_batchnorm.py", (klcli.KERNELS / kernel).read_text(), "--dims",
+                "batch_size=256,features=512")
+    proc = klcli.run("correctness", out, timeout=600)
+    assert proc.returncode == (0 if passes else 1), proc.stderr[-3000:]
+    if not passes:
+        assert "training-mode call" in proc.stderr or "buffer 'bn.running_" in proc.stderr, proc.stderr[-3000:]
+
+
 # --- cheats -------------------------------------------------------------------------------------------------
 REF = '''import torch
 

@@ -34,7 +34,7 @@ import dataclasses
 import math
 from typing import Any
 
-from ..compare import applied_tolerances, constant_outputs
+from ..compare import applied_tolerances, compare_outputs, constant_outputs
 from ..tensors import continuous, is_tensor, nudge, nudge_scales, random_like, strided_view
 from .modes import (
     RANDOM_TRAINING,
@@ -97,6 +97,8 @@ CONDITION_WORDS = {
                              "it, and put back",
     "weights:twin": "a second instance of the model, with other weights, called in place of the first (a network's second "
                     "layer of one shape); the first is called next, its weights as they were",
+    "weights:twin:train": "a second instance of the model, with other weights, called in training mode without autograd "
+                          "in place of the first (a network's second layer of one shape); the first is called next",
     "weights:twin:again": "a second instance of the model, with other weights, called under torch.inference_mode() on the "
                           "inputs of the call before it; the first is called next",
     "input:again": "the inputs of the call before it again (a user's repeated batch)",
@@ -123,7 +125,7 @@ class Condition:
     nograd: bool = False  # a kernel function called with autograd off (it is on by default, as in a user's process)
     strided: str | None = None  # "step", "pad" or "moved" (tensors.strided_view)
     nudge: dict[str, Any] | None = None  # {"seed", "scales"}: the parameters changed in place first (tensors.nudge)
-    twin: dict[str, Any] | None = None  # {"seed", "scales"}: a second instance so nudged is called (tensors.twin)
+    twin: dict[str, Any] | None = None  # {"seed", "scales", "train"?}: a second instance so nudged is called (tensors.twin)
     stats: dict[str, Any] | None = None
     after: str | None = None  # "leave": the statistics the call updates stay for the next; "restore": then put back
     buffers: dict[str, Any] | None = None
@@ -136,9 +138,12 @@ def forget(prob: Problem) -> None:
         free_cached()
 
 
+TWIN_TRAIN = ["weights:twin:train"]
+
+
 def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]:
     """The condition of each correctness call of a shape: the first is plain (a model's, one time in two, under
-    inference_mode); every condition that applies to this problem is met once, in an order drawn at random (a kernel
+    inference_mode, then with autograd in training mode); every condition that applies to this problem is met once, in an order drawn at random (a kernel
     cannot tell which comes when), spread over the trials and, past them, in calls of their own; a model with running
     statistics also gets two runs of calls in eval(), training steps that leave them, and eval() again."""
     wanted: list[str] = []
@@ -149,8 +154,9 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
     if prob.model is not None:
         wanted += ["mode:train+grad", "mode:train", "mode:grad", "mode:inference"]
         if nudge_scales(prob.model):  # a red team's ModelNew copied its weights on its first call and kept the copy
-            wanted += ["weights:updated", "weights:twin"]  # a ninth's ModelNew shared a cache across instances; an
-            wanted += ["weights:updated:again", "weights:twin:again", "input:again"]  # eleventh's memo, by values
+            wanted += ["weights:updated", "weights:twin", "weights:twin:train"]  # a ninth's ModelNew shared a cache
+            wanted += ["weights:updated:again", "weights:twin:again", "input:again"]  # across instances (one in training
+            # mode alone passed while twins ran in eval()); an eleventh's memo, by values
     elif prob.kind == "py":  # a function's caller may run without autograd (a red team's was right only with it)
         wanted += ["call:nograd", "call:inference"]
     if any(first.args[n].dtype.is_floating_point for n in first.input_names()):
@@ -167,12 +173,15 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
     if "weights:twin" in wanted:  # the first instance is called next, at the twin's _version: a twin last, or before
         wanted.remove("weights:twin")  # a nudge, left a cache the two share unseen (4 seeds of 3000)
         wanted.insert(rng.choice([i for i, c in enumerate(wanted) if not c.startswith("weights:")]), "weights:twin")
+    if "weights:twin:train" in wanted:  # right before the first's training-mode call without autograd: a cache the
+        wanted.remove("weights:twin:train")  # two shared in that mode alone gave the first the twin's (a red team's)
+        wanted.insert(wanted.index("mode:train"), "weights:twin:train")
     if "weights:twin:again" in wanted:  # in inference_mode, the first next in inference_mode too (a red team's cache
         wanted.remove("weights:twin:again")  # the instances shared there alone)
-        at = rng.choice([i for i in range(len(wanted) + 1) if wanted[i - 1:i] != ["weights:twin"]])
+        at = rng.choice([i for i in range(len(wanted) + 1) if wanted[i - 1:i] not in (["weights:twin"], TWIN_TRAIN)])
         wanted[at:at] = ["weights:twin:again", "mode:inference:held"]
     if prob.model is not None and running_stats(prob, 0):  # a ModelNew folded its statistics in eval() and kept the
-        spots = [i for i in range(len(wanted) + 1) if wanted[i - 1:i] != ["weights:twin:again"]]
+        spots = [i for i in range(len(wanted) + 1) if wanted[i - 1:i] not in (["weights:twin:again"], TWIN_TRAIN)]
         spots = [rng.choice(spots) for _ in range(2)]  # fold while its own training call wrote them at
         blocks = [["plain", "mode:inference:held", *[step] * rng.choice((2, 3)), "mode:after-train",
                    "mode:after-train:inference"] for step in ("mode:train-step+grad", "mode:train-step")]
@@ -181,7 +190,8 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
             # of several steps, in one mode, or kept past steps of one kind: two or three steps of each kind
     start = "plain"
     if "mode:inference" in wanted and rng.random() < 0.5:  # a user's first call is often an evaluation's (a cache made
-        wanted[wanted.index("mode:inference")], start = "plain", "mode:inference"  # there is an inference tensor)
+        wanted[wanted.index("mode:inference")], start = "plain", "mode:inference"  # there is an inference tensor),
+        wanted.insert(0, "mode:train+grad")  # then training, before a new _version (a sixth red team's, 1 in 3 before)
     return [start, *wanted, *["plain"] * max(trials - 1 - len(wanted), 0)]
 
 
@@ -250,10 +260,16 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
                                            for n, v in ds.args.items()}, ref_props={}, vary=None)
         prob.reference(ds)
     if aspect == "weights":
-        scales = nudge_scales(prob.model)
-        m = model_copy(prob, False, None)
-        nudge(m, seed, scales)
-        cond.expected, spec = prob.run_reference(ds.args, ds, m), {"seed": seed, "scales": scales}
+        scales, train = nudge_scales(prob.model), value == "twin:train"
+
+        def nudged() -> Any:
+            m = model_copy(prob, train, None)
+            nudge(m, seed, scales)
+            return m
+        runs = [prob.run_reference(ds.args, ds, nudged(), s) for s in (None, prob.cfg.seed + 2)[:1 + train]]
+        if train and not all(r["passed"] for r in compare_outputs(runs[1], runs[0], tolerance, prob.ref)[0]):
+            return _condition(tolerance, prob, first, ds, "weights:twin", earlier, seed, notes)  # random (dropout)
+        cond.expected, spec = runs[0], {"seed": seed, "scales": scales, **({"train": True} if train else {})}
         cond.nudge, cond.twin = (spec, None) if value.startswith("updated") else (None, spec)
         cond.inference = value == "twin:again"  # a red team's shared cache lived in inference_mode calls alone
     elif aspect == "layout":

@@ -412,9 +412,9 @@ class Worker:
                 "build": k.build, "inventory": hint.result() if hint is not None else None}
 
     def _twin(self, k: Kernel, spec: dict) -> Any:
-        """The call of a second ModelNew with other weights, in place of the first's (tensors.twin; built once a spec)."""
+        """A second ModelNew with other weights called in place of the first's (tensors.twin; built once a spec)."""
         if k.twin is None or k.twin[0] != spec:
-            m = tensors.twin(k.model, k.init, int(spec["seed"]), spec["scales"], self.device, made=k.spare)
+            m = tensors.twin(k.model, k.init, spec, self.device, made=k.spare)
 
             def forward(grad=False, m=m, args=k.args, torch=self.torch):
                 with torch.set_grad_enabled(bool(grad)):

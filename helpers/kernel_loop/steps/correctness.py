@@ -99,6 +99,9 @@ def _overall(res: dict) -> tuple[str, str | None]:
             right = [m.split(":", 1)[1].replace("+", " with ") for m, ok in modes.items() if ok and "train" in m]
             when = " (the model in eval() without autograd, as in every plain call" + (
                 f"; it passes in {' and '.join(right)}" if right else "") + ")"
+        before = next((s["trials"][i - 1] for s in res["shapes"] for i, x in enumerate(s["trials"]) if x is t and i), {})
+        if str(before.get("condition")).startswith("weights:twin"):  # the instances share what the twin left?
+            when = (when[:-1] + "; " if when else " (") + "right after a second instance, with other weights, was called)"
         return "FAIL", (f"{len(failed)} of {len(trials)} calls failed; first: dims {shown} seed {t['seed']}{when} "
                         f"output '{o['name']}': {what}")
     return "PASS", None
