@@ -78,6 +78,7 @@ class RunConfig:
     dims: dict[str, int]
     kernel_type: str = "any"
     extra_shapes: list[dict[str, int]] = field(default_factory=list)
+    batch_shapes: list[dict[str, int]] = field(default_factory=list)  # the judge calls one (init.batch_shapes)
     seed: int = DEFAULT_SEED
     tolerance: dict[str, Any] = field(default_factory=dict)
     gpu: int = DEFAULT_GPU
@@ -106,7 +107,8 @@ class RunConfig:
         kw["ncu"] = NcuConfig.from_json(data.get("ncu"))
         kw["build"] = BuildConfig.from_json(data.get("build"))
         kw["dims"] = {str(k): int(v) for k, v in dict(data["dims"]).items()}
-        kw["extra_shapes"] = [{str(k): int(v) for k, v in s.items()} for s in data.get("extra_shapes") or []]
+        for name in ("extra_shapes", "batch_shapes"):
+            kw[name] = [{str(k): int(v) for k, v in s.items()} for s in data.get(name) or []]
         kw["tolerance"] = dict(data.get("tolerance") or {})
         if data.get("ptr_size") is None:
             kw.pop("ptr_size", None)
@@ -120,7 +122,7 @@ class RunConfig:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         extra = out.pop("extra")
-        order = ["schema", "kernel", "kernel_type", "impl", "device", "dims", "extra_shapes", "seed", "tolerance",
+        order = ["schema", "kernel", "kernel_type", "impl", "device", "dims", "extra_shapes", "batch_shapes", "seed", "tolerance",
                  "gpu", "iterations", "warmup", "trials", "correctness_trials", "ptr_size", "timeout_s", "ncu",
                  "build", "baseline", "created"]
         return {**{k: out[k] for k in order}, **extra}
@@ -182,6 +184,18 @@ def parse_dims(text: str, what: str = "--dims", positive: bool = True) -> dict[s
     if positive:  # a caller that checks the names first checks the limits after them
         check_dim_limits(dims, what)
     return dims
+
+
+def batch_shapes(dims: dict[str, int], shapes: list[dict[str, int]],
+                 complete: Callable[[dict[str, int]], dict[str, int]] | None) -> list[dict[str, int]]:
+    """A KernelBench file's run dims at other batch sizes (half its ``batch_size``, and a quarter more), ``complete``
+    making each whole: correctness calls them after the run's shapes on the instance those called (held.other_batches),
+    as a user's next batch is often of another size (a red team's kernel sized by its first call passed).  None for
+    other refs (``complete`` None), without a batch_size, or where an --extra-shapes entry changes it already."""
+    b = dims.get("batch_size", 0)
+    if complete is None or b < 1 or any(s.get("batch_size") != b for s in shapes):
+        return []
+    return [complete({"batch_size": v}) for v in sorted({b // 2, b + max(1, b // 4)} - {0})]
 
 
 def parse_extra_shapes(text: str | None, dims: dict[str, int],

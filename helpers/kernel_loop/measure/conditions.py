@@ -102,6 +102,8 @@ CONDITION_WORDS = {
     "weights:twin:again": "a second instance of the model, with other weights, called under torch.inference_mode() on the "
                           "inputs of the call before it; the first is called next",
     "input:again": "the inputs of the call before it again (a user's repeated batch)",
+    "batch:other": "a batch size other than the run's, on the instance the run's shapes called, as a user's next "
+                   "batch",
 }
 
 
@@ -139,6 +141,7 @@ def forget(prob: Problem) -> None:
 
 
 TWIN_TRAIN = ["weights:twin:train"]
+OTHER_BATCH = "batch:other"  # held.other_batches
 
 
 def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]:

@@ -211,13 +211,29 @@ def _watch(watched: list[dict], trials: list[dict], i: int, name: str, w: int, p
                     "like": (tuple(e.shape), tuple(e.stride()), e.dtype, e.device)})
 
 
-def after_the_calls(sess: Session, prob: Problem, first: DataSet, trials: list[dict], held: list[dict],
+OTHER_FIT = 0.35  # the share of the device's memory the run shape's peak, scaled to a larger batch, may take
+
+
+def other_batches(cfg: Any, done: list[dict], device: str):
+    """The shapes correctness adds after the run's (init.batch_shapes: its dims at a smaller and a larger batch
+    size), three calls each on the instance the run's shapes called: a red team's kernel sized by its first call's
+    batch passed every run of one shape.  The larger only where the peak memory of the run's calls (``done``),
+    scaled to it, stays under OTHER_FIT of the device's.  A generator: read once the run's shapes are done."""
+    b = cfg.dims.get("batch_size") or 1
+    peak = max((t.get("peak_mem_bytes") or 0 for s in done for t in s["trials"]), default=0)
+    yield from (s for s in cfg.batch_shapes if s["batch_size"] < b or peak * s["batch_size"] / b
+                <= OTHER_FIT * device_memory(device))
+
+
+def after_the_calls(sess: Session | None, prob: Problem, first: DataSet, trials: list[dict], held: list[dict],
                     notes: list[str], watched: list[dict], kept: set[int]) -> None:
     """What a shape's correctness calls are checked for once they are all made: the model's parameters and buffers as
     loaded (a user's model keeps its weights); every result a caller kept still holding its bytes (``held``: per
     call, the fingerprints of what it returned; ``kept``: the calls whose results the caller held); then, the caller
     letting go, the results the kernel still holds (module docstring), and the earlier shapes' (``watched``, to which
-    this shape's are added).  A failure marks the call it belongs to."""
+    this shape's are added).  A failure marks the call it belongs to.  No session: no call was made."""
+    if sess is None:
+        return
     like = next(iter(first.expected.values()))
     forget(prob)
     if prob.seen.get("overwrites"):

@@ -30,6 +30,7 @@ import random
 import shutil
 import sys
 import time
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from ..tensors import is_tensor
 from . import guards, protocol
 from . import held as hold
 from .calls import Session, bad_row
-from .conditions import CONDITION_WORDS, condition, condition_plan, free_cached
+from .conditions import CONDITION_WORDS, OTHER_BATCH, condition, condition_plan, free_cached
 from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
 from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
 from .timed import harness_hint, rounds_loop, timed_loop, timing_block
@@ -66,17 +67,11 @@ class Judge:
     def __init__(self, spec: dict[str, Any], started: Started):
         import torch
 
-        self.torch = torch
-        self.spec = spec
-        self.cfg = RunConfig.from_json(spec["cfg"])
-        self.device = spec["device"]
-        self.run_root = Path(spec["run_root"])
-        self.deadline = started.deadline
+        self.torch, self.spec, self.cfg = torch, spec, RunConfig.from_json(spec["cfg"])
+        self.device, self.run_root, self.deadline = spec["device"], Path(spec["run_root"]), started.deadline
         self.rng = random.SystemRandom()
         self.salt = self.rng.getrandbits(128)  # no correctness seed a kernel could draw and memoize at import
-        self._tmp = started.tmp
-        self._worker_tmp = started.worker_tmp
-        self.folder = started.folder
+        self._tmp, self._worker_tmp, self.folder = started.tmp, started.worker_tmp, started.folder
         self._fresh: list = []  # the baselines' own folders (private_dir), removed at close
         self.workers: list[WorkerProc] = list(started.workers.values())
         self.seen: list[WorkerProc] = list(self.workers)  # every worker of the step, for what its sandbox said
@@ -224,11 +219,11 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
     result["build"] = imp.get("build")
     result["conditions"] = CONDITION_WORDS
     watched: list[dict] = []  # results a compile cache kept (held.after_the_calls), read after every later shape
-    for si, dims in enumerate(spec["shapes"]):
-        prob = judge.problem(dims, kernel)
-        trials: list[dict] = []
-        notes: list[str] = []
-        shapes.append({"dims": dims, "trials": trials, "notes": notes})
+    for si, dims in enumerate(chain(spec["shapes"], hold.other_batches(cfg, shapes, judge.device))):
+        own = si >= len(spec["shapes"])  # another batch size (init.batch_shapes): a short plan; a refusal is noted,
+        unfit = (Exception,) if own else ()  # and so is a Model that cannot run there (a view of a fixed size)
+        prob, trials, notes = judge.problem(dims, kernel), [], []
+        shapes.append({"dims": dims, "trials": trials, "notes": notes, **({"own": True} if own else {})})
         sess = earlier = first = plan = after = None  # the previous call's data set ("stale" pre-state), its rng's end
         held: list[dict] = []  # per call, the fingerprints of what it returned (kept by the caller or followed)
         keep, kept, checks, cont, t = set(), set(), set(), set(), 0  # the calls that keep results; the trials that did
@@ -238,10 +233,14 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                 said_at = time.monotonic()
                 progress(f"shape {si + 1} of {len(spec['shapes'])}: call {t + 1} of {len(plan)}{_at()}")
             seed = derive_seed(cfg.seed, si, t, judge.salt)
-            ds = prob.draw(seed, start=after if t in cont else None, reference=not hold.lean_draw(first, plan, t, prob))
+            try:
+                ds = prob.draw(seed, start=after if t in cont else None, reference=not hold.lean_draw(first, plan, t, prob))
+            except unfit as exc:
+                notes.append(f"{CONDITION_WORDS[OTHER_BATCH]}: not checked: the reference cannot run there ({exc})"[:300])
+                break
             if sess is None:
                 sess, first = Session(judge, worker, prob, {"k": (path, kind)}, ds, f"s{si}", keep=True, watch=watched), ds
-                plan = condition_plan(judge.rng, ds, prob, int(spec["trials"]))
+                plan = [OTHER_BATCH] * 3 if own else condition_plan(judge.rng, ds, prob, int(spec["trials"]))
                 keep, checks = hold.calls_to_keep(judge.rng, len(plan), ds, judge.device, notes)
                 cont = hold.continue_plan(judge.rng, plan, prob, notes)
                 notes += prob.constants_note()
@@ -250,10 +249,10 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
             hold.cycle_rings(sess, len(plan), notes) if t == len(plan) - 1 > 0 else None
             free_cached()
             r = sess.call("k", ds, checked=True, cond=cond)
-            if r.get("raised") and cond.strided in ("step", "pad"):  # a refusal of a strided view: noted, not counted
-                notes.append(f"{CONDITION_WORDS[said]}: the kernel refused non-contiguous inputs (it raised: "
-                             f"{r['raised'].splitlines()[0][:200]})")
-                t += 1
+            if r.get("raised") and (cond.strided in ("step", "pad") or own):  # a refusal of a strided view, or of
+                notes.append(f"{CONDITION_WORDS[said]}: the kernel refused {'it' if own else 'non-contiguous inputs'} "
+                             f"(it raised: {r['raised'].splitlines()[0][:200]})")  # another batch size: noted
+                t += len(plan) if own else 1
                 continue
             if r.get("raised"):
                 result["error"] = hold.out_of_memory(r["raised"], ds, len(kept), judge.device) + (
@@ -277,7 +276,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
             after = ds.rng_after if passed and not cond.train and cond.expected is None else None
             t, ds, cond, r = t + 1, None, None, None  # freed before the next draw (H100 80GB: l1norm's 8 GiB sets)
         hold.after_the_calls(sess, prob, first, trials, held, notes, watched, kept)
-        result["build"] = result["build"] or sess.builds.get("k")
+        result["build"] = result["build"] or (sess.builds.get("k") if sess else None)
 
 
 def profile(judge: Judge) -> dict[str, Any]:

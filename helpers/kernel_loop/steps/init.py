@@ -41,6 +41,7 @@ from ..config import (
     BuildConfig,
     NcuConfig,
     RunConfig,
+    batch_shapes,
     check_dim_limits,
     format_dims,
     parse_dims,
@@ -53,9 +54,7 @@ from ..rundir import RunDir, copy_new, what_path_is
 from ..sidecars import RUN_JSON
 from ..vocab import IMPL_SUFFIXES, IMPLS, KERNEL_TYPES
 
-# Name fragments -> kernel type, checked in order (first match wins).
-# Keys that do not define the configuration (compared when re-running init).
-_VOLATILE = ("created",)
+_VOLATILE = ("created",)  # keys that do not define the configuration (compared when re-running init)
 # --device cpu: tensors the problem draws beyond this make each correctness trial take minutes (warned at init)
 CPU_WARN_BYTES = 256 * 2**20
 
@@ -143,11 +142,12 @@ def _kb_checked(changes: dict[str, int], what: str, tree: ast.Module) -> dict[st
     return changes
 
 
-def run_shapes(args: argparse.Namespace, ref_info: dict) -> tuple[dict[str, int], list[dict[str, int]]]:
-    """The run dims and the extra shapes, each complete.  --dims is required except for a KernelBench file,
-    whose size constants are the dims (--dims changes some by name).  Each --extra-shapes entry names only
-    the dims it changes; the others keep the run dims, and in a KernelBench file constants derived from the
-    changed ones follow (``kb_dims.shape_dims``)."""
+def run_shapes(args: argparse.Namespace, ref_info: dict) -> tuple[dict[str, int], list[dict[str, int]], list]:
+    """The run dims, the extra shapes and the batch shapes (config.batch_shapes), each complete.  --dims is required
+    except for a KernelBench file, whose size constants are the dims (--dims changes some by name).  Each
+    --extra-shapes entry names only the dims it changes; the others keep the run dims, and in a KernelBench file
+    constants derived from the changed ones follow (``kb_dims.shape_dims``)."""
+    complete = None
     if _is_kb(ref_info):
         tree = ref_info["kb_tree"]
         pinned = {} if args.dims is None else _kb_checked(parse_dims(args.dims, "--dims", positive=False),
@@ -168,7 +168,7 @@ def run_shapes(args: argparse.Namespace, ref_info: dict) -> tuple[dict[str, int]
         shapes = parse_extra_shapes(args.extra_shapes, dims)
     for shape in shapes:  # complete shapes: a changed dim and those it keeps or derives, together
         check_dim_limits(shape, "--extra-shapes", product=not _is_kb(ref_info))
-    return dims, shapes
+    return dims, shapes, batch_shapes(dims, shapes, complete)
 
 
 def check_inputs_fit(ref_info: dict[str, Any], shapes: list[dict[str, int]], gpu: dict[str, Any] | None) -> None:
@@ -228,7 +228,7 @@ def _budget(text: str | None) -> dict[str, Any]:
 
 
 def build_config(args: argparse.Namespace, ref_info: dict) -> dict[str, Any]:
-    dims, extra_shapes = run_shapes(args, ref_info)
+    dims, extra_shapes, others = run_shapes(args, ref_info)
     tolerance = resolve_run_tolerance(args.atol, args.rtol, ref_info["atol"], ref_info["rtol"],
                                       args.rel_l2, ref_info["rel_l2"])
     if args.preset == "kernelbench":
@@ -236,7 +236,7 @@ def build_config(args: argparse.Namespace, ref_info: dict) -> dict[str, Any]:
     cfg = RunConfig(
         kernel=args.kernel, impl=args.impl, dims=dims,
         kernel_type=args.kernel_type or guess_kernel_type(args.kernel),
-        extra_shapes=extra_shapes, seed=args.seed,
+        extra_shapes=extra_shapes, batch_shapes=others, seed=args.seed,
         tolerance=tolerance,
         gpu=args.gpu, device=args.device, iterations=args.iterations, warmup=args.warmup, trials=args.trials,
         correctness_trials=args.correctness_trials, ptr_size=args.ptr_size, timeout_s=args.timeout,
@@ -311,7 +311,7 @@ def _validate(args: argparse.Namespace) -> tuple[Path, Path, dict]:
         raise UsageError(f"--impl {args.impl} needs a CUDA GPU, whatever the kernel file's suffix: the cpu test mode "
                          "(--device cpu) runs Triton under TRITON_INTERPRET=1 and plain PyTorch only")
     _check_kernel_language(baseline, args.impl)
-    dims, extra_shapes = run_shapes(args, ref_info)
+    dims, extra_shapes, _ = run_shapes(args, ref_info)
     if baseline.suffix == ".py" or ref_info["has_setup"]:
         check_dims_against_ref(dims, ref_info)
     for shape in extra_shapes:
