@@ -160,22 +160,24 @@ def test_a_modelnew_with_a_renamed_parameter_is_refused(tmp_path):
 
 @pytest.mark.parametrize("stem", ["33_Gemm_Scale_BatchNorm", "73_Conv2d_BatchNorm_Scaling",
                                   "66_Matmul_Dropout_Softmax"])
-def test_a_kernelbench_model_whose_output_depends_on_the_mode_passes_at_two_batch_sizes(tmp_path, stem):
+def test_a_kernelbench_model_whose_output_depends_on_the_mode_passes_at_three_batch_sizes(tmp_path, stem):
     """Model itself, in the states a user calls it in on the GPU: BatchNorm's training steps (statistics left for
     the eval() call after them, with and without autograd), dropout's deterministic buffers, one instance called at
-    its own batch size and at half of it."""
+    its own batch size, then at half of it and a quarter more (held.other_batches)."""
     import re
 
     ref = _kb("level2", stem)
     text = ref.read_text()
-    half = int(re.search(r"^batch_size = (\d+)", text, re.M).group(1)) // 2
-    out = _init(tmp_path, ref, text + "\n\nModelNew = Model\n", "--extra-shapes", f"batch_size={half}")
+    b = int(re.search(r"^batch_size = (\d+)", text, re.M).group(1))
+    out = _init(tmp_path, ref, text + "\n\nModelNew = Model\n")
     _ok(klcli.run("correctness", out, timeout=900))
     data = json.loads((out / "v0" / "correctness.json").read_text())
     conds = [t["condition"] for s in data["shapes"] for t in s["trials"]]
     notes = [n for s in data["shapes"] for n in s.get("notes") or []]
-    print(f"{stem}: {len(data['shapes'])} shapes, {len(conds)} calls, {sorted(set(conds))}; notes {notes}")
-    assert data["result"] == "PASS" and len(data["shapes"]) == 2
+    print(f"{stem}: {[s['dims']['batch_size'] for s in data['shapes']]} batch sizes, {len(conds)} calls, "
+          f"{sorted(set(conds))}; notes {notes}")
+    assert data["result"] == "PASS" and [s["dims"]["batch_size"] for s in data["shapes"]] == [b, b // 2, b + b // 4]
+    assert [len(s["trials"]) for s in data["shapes"][1:]] == [3, 3]
     if "BatchNorm" in stem:
         assert {"mode:train-step", "mode:train-step+grad", "mode:after-train", "weights:twin"} <= set(conds)
     else:
