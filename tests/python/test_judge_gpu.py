@@ -180,8 +180,8 @@ def test_a_kernelbench_model_whose_output_depends_on_the_mode_passes_at_three_ba
     assert [len(s["trials"]) for s in data["shapes"][1:]] == [3, 3]
     if "BatchNorm" in stem:
         assert {"mode:train-step", "mode:train-step+grad", "mode:after-train", "weights:twin"} <= set(conds)
-    else:
-        assert any(n.startswith("outputs in training mode: not compared") for n in notes), notes
+    else:  # dropout, and no buffer: training mode is not compared
+        assert any("not compared: Model's output in training mode changes from call to call" in n for n in notes)
 
 
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_bn_fold_kept_past_training.py", False),

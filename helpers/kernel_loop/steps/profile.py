@@ -286,7 +286,8 @@ def run(args: argparse.Namespace) -> int:
         warn(profile["library_fallback"])
     m = profile["metrics"]
     level = f" at {profile['bottleneck_level']}" if profile.get("bottleneck_level") else ""
-    print(f"{vdir.name}: {profile['bottleneck']}{level}; ncu duration {m['duration_us']:.2f} us, event median "
+    dur = "unknown (ncu's census read part of the call)" if m["duration_us"] is None else f"{m['duration_us']:.2f} us"
+    print(f"{vdir.name}: {profile['bottleneck']}{level}; ncu duration {dur}, event median "
           f"{m['event_median_us']:.2f} us; tags: {', '.join(s['tag'] for s in profile['symptoms']) or 'none'}")
     print(f"wrote {', '.join(str(f.relative_to(rd.root)) for f in files)} and {report.relative_to(rd.root)}")
     return 0
