@@ -838,31 +838,41 @@ def test_one_instance_is_called_at_every_batch_size_of_the_run(tmp_path, worker_
 
 @pytest.mark.parametrize("ref, kernel, passes", [
     ("kb_ref_linear_relu.py", "kb_cheat_linear_rows_of_first_call.py", False),
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_raises_then_wrong.py", False),
+    ("kb_ref_batchnorm.py", "kb_cheat_bn_stats_first_rows.py", False),
+    ("kb_ref_batchnorm.py", "kb_cheat_bn_stats_to_first_instance.py", False),
     ("kb_ref_linear_relu.py", "kb_new_linear_cached_weight_t.py", True),
     ("kb_ref_linear_relu.py", "kb_new_linear_one_batch_size.py", True),
+    ("kb_ref_batchnorm.py", "kb_new_bn_training_one_batch_size.py", True),
     ("kb_ref_fixed_batch_view.py", "ModelNew = Model", True)])
 def test_a_kernelbench_model_is_called_at_other_batch_sizes_on_the_same_instance(tmp_path, worker_here, ref, kernel,
                                                                                   passes):
     """The eleventh red team's kernel sized by its first call passed every run without --extra-shapes.  Correctness now
-    calls the instance at half the run's batch size and a quarter more, three calls each: silently wrong there fails;
-    a refusal (it raises) is noted, and so is a Model that cannot run there itself."""
+    calls the instance at half the run's batch size and a quarter more (plain calls around one in training mode, one
+    with autograd, one after the parameters changed), then at the run's again: silently wrong there fails.  A refusal
+    (it raises) is noted, every call there must raise too or be right (a twelfth red team's raised once, then was
+    wrong; its statistics of a first training batch's rows, and of every instance in the first, passed before), and
+    so is a Model that cannot run there itself."""
     if kernel == "ModelNew = Model":
         kernel = tmp_path / "model_new.py"
         kernel.write_text((KERNELS / ref).read_text() + "\n\nModelNew = Model\n")
-    rc, data, md = _kb(tmp_path, ref, kernel, "batch_size=32,features=64")
+    b = 16 if "batchnorm" in ref else 64
+    rc, data, md = _kb(tmp_path, ref, kernel, f"batch_size=32,features={b}")
     assert (rc == 0) is passes, data["error"]
     others = [s for s in data["shapes"] if s.get("own")]
-    assert [s["dims"] for s in others] == [{"batch_size": 16, "features": 64}, {"batch_size": 40, "features": 64}]
-    notes = [n for s in others for n in s["notes"]]
+    assert [s["dims"] for s in others] == [{"batch_size": n, "features": b} for n in (16, 40, 32)]
+    notes = [n for s in others[:2] for n in s["notes"] if "refused" in n or "not checked" in n]
     if not passes:
-        assert "dims batch_size=40" in data["error"] and "a batch size other than the run's" in data["error"]
+        err = data["error"]  # at another batch size; the statistics of every instance in the first one, already
+        assert ("a second instance" in err) if "first_instance" in kernel else "batch_size=32," not in err, err  # at
+        # the twin's training call, its buffers compared
     elif "fixed_batch" in ref:
         assert len(notes) == 2 and all("not checked: the reference cannot run there" in n for n in notes), notes
+        assert len(others[2]["trials"]) == 2 and not others[2]["notes"]
     elif "one_batch_size" in str(kernel):
-        assert len(notes) == 2 and all("the kernel refused it (it raised: ValueError: this kernel is specialised"
-                                       in n for n in notes), notes
+        assert notes and all("the kernel refused its batch size (it raised: ValueError:" in n for n in notes), notes
     else:
-        assert [len(s["trials"]) for s in others] == [3, 3] and not notes, notes
+        assert [len(s["trials"]) for s in others] == [5, 5, 2] and not notes, notes
 
 
 def test_a_model_wrong_in_every_plain_call_is_told_they_run_in_eval(tmp_path, worker_here):

@@ -104,6 +104,7 @@ CONDITION_WORDS = {
     "input:again": "the inputs of the call before it again (a user's repeated batch)",
     "batch:other": "a batch size other than the run's, on the instance the run's shapes called, as a user's next "
                    "batch",
+    "batch:back": "the run's batch size again, after calls at other sizes and a change of the parameters there",
 }
 
 
@@ -142,6 +143,18 @@ def forget(prob: Problem) -> None:
 
 TWIN_TRAIN = ["weights:twin:train"]
 OTHER_BATCH = "batch:other"  # held.other_batches
+
+
+def other_plan(rng, back: bool) -> list[str]:
+    """The calls at a batch size of the judge's own (held.other_batches): plain calls around a training call without
+    autograd (its buffers compared), one with autograd (its gradients) and one after the parameters changed, in an
+    order drawn at random; then, ``back`` at the run's batch size, two plain calls (a red team's caches per batch
+    size, one stamp of the weights' _version for all, were stale there after the update at another size)."""
+    if back:
+        return ["batch:back"] * 2
+    middle = ["mode:train", "mode:train+grad", "weights:updated"]
+    rng.shuffle(middle)
+    return [OTHER_BATCH, *middle, OTHER_BATCH]
 
 
 def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]:
@@ -273,6 +286,9 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         if train and not all(r["passed"] for r in compare_outputs(runs[1], runs[0], tolerance, prob.ref)[0]):
             return _condition(tolerance, prob, first, ds, "weights:twin", earlier, seed, notes)  # random (dropout)
         cond.expected, spec = runs[0], {"seed": seed, "scales": scales, **({"train": True} if train else {})}
+        if train and (names := {n for n, _ in prob.model.named_buffers()}):  # the first instance's buffers stay as
+            cond.stats, cond.after = {}, "restore"  # loaded while the twin trains (a red team's wrote its own there)
+            cond.buffers = {n: t.detach().clone() for n, t in prob.model.state_dict().items() if n in names}
         cond.nudge, cond.twin = (spec, None) if value.startswith("updated") else (None, spec)
         cond.inference = value == "twin:again"  # a red team's shared cache lived in inference_mode calls alone
     elif aspect == "layout":

@@ -59,8 +59,7 @@ class Kernel:
         self.pending: tuple | None = None     # a call's outputs and input leaves, until its backward() (op_backward)
         self.consts: dict[str, Any] = {}  # the module's constants the run's dims change, as imported (loader)
         self.model_state: list[str] = []  # the names of the tensors Model keeps on its modules (tensors.uninfer)
-        self.init, self.args, self.twin, self.spare, self.made = [], [], None, None, None  # ModelNew's init, call
-        # args, its twin, the twin's instance, and what it was made from (a next shape's calls keep it if the same)
+        self.init, self.args, self.twin, self.spare, self.made = [], [], None, None, None  # (op_bind, _twin)
 
 
 class Worker:
@@ -324,8 +323,7 @@ class Worker:
         cuda = self.device.startswith("cuda")
         guards.before_call(torch, self.device, msg)  # automatic garbage collection as a user's, but in quiet calls
         train, grad = bool(msg.get("train")), msg.get("grad")  # grad None: the kind's own (a function's: on)
-        if k.model is not None and k.model.training != train:
-            k.model.train(train)
+        k.model.train(train) if k.model is not None and k.model.training != train else None
         self._stage_in(bool(msg.get("bump")))
         saved = tensors.nudge(k.model, int(msg["nudge"]["seed"]), msg["nudge"]["scales"]) if msg.get("nudge") else {}
         for n, v in (msg.get("scalars") or {}).items():  # this data set's own (setup() may draw a scalar per seed)
@@ -373,6 +371,8 @@ class Worker:
             value, us, host, delay = self.timer.time(call, msg["k"], nvtx=nvtx if msg.get("nvtx") else None)
         except BaseException:
             self._unstride(k, views)
+            tensors.put_back(k.model, saved)  # the model as a call that raised leaves a user's: its weights, and
+            k.restore = k.restore or bool(msg.get("stats"))  # its statistics as loaded (before the next call)
             for _, t in leaves:
                 t.requires_grad_(False)
             raise
