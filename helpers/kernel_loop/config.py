@@ -190,8 +190,8 @@ def batch_shapes(dims: dict[str, int], shapes: list[dict[str, int]],
                  complete: Callable[[dict[str, int]], dict[str, int]] | None) -> list[dict[str, int]]:
     """A KernelBench file's run dims at other batch sizes (half its ``batch_size``, and a quarter more), ``complete``
     making each whole: correctness calls them after the run's shapes on the instance those called (held.other_batches),
-    as a user's next batch is often of another size (a red team's kernel sized by its first call passed).  None for
-    other refs (``complete`` None), without a batch_size, or where an --extra-shapes entry changes it already."""
+    as a user's next batch is often of another size (a red team's kernel sized by its first call passed).  No shapes
+    for other refs (``complete`` None), without a batch_size, or where an --extra-shapes entry changes it already."""
     b = dims.get("batch_size", 0)
     if complete is None or b < 1 or any(s.get("batch_size") != b for s in shapes):
         return []

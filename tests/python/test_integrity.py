@@ -844,7 +844,9 @@ def test_one_instance_is_called_at_every_batch_size_of_the_run(tmp_path, worker_
     ("kb_ref_linear_relu.py", "kb_new_linear_cached_weight_t.py", True),
     ("kb_ref_linear_relu.py", "kb_new_linear_one_batch_size.py", True),
     ("kb_ref_batchnorm.py", "kb_new_bn_training_one_batch_size.py", True),
-    ("kb_ref_fixed_batch_view.py", "ModelNew = Model", True)])
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_breaks_after_another_size.py", False),
+    ("kb_ref_fixed_batch_view.py", "ModelNew = Model", True),
+    ("kb_ref_rows_table.py", "ModelNew = Model", True)])
 def test_a_kernelbench_model_is_called_at_other_batch_sizes_on_the_same_instance(tmp_path, worker_here, ref, kernel,
                                                                                   passes):
     """The eleventh red team's kernel sized by its first call passed every run without --extra-shapes.  Correctness now
@@ -864,9 +866,11 @@ def test_a_kernelbench_model_is_called_at_other_batch_sizes_on_the_same_instance
     notes = [n for s in others[:2] for n in s["notes"] if "refused" in n or "not checked" in n]
     if not passes:
         err = data["error"]  # at another batch size; the statistics of every instance in the first one, already
-        assert ("a second instance" in err) if "first_instance" in kernel else "batch_size=32," not in err, err  # at
-        # the twin's training call, its buffers compared
-    elif "fixed_batch" in ref:
+        if "breaks_after" in kernel:  # a raise at the run's batch size again is the kernel's failure
+            assert "workspace sized for the first batch" in err and "the run's batch size again" in err, err
+        else:  # at another batch size; the statistics of every instance in the first one, already at the twin's
+            assert ("a second instance" in err) if "first_instance" in kernel else "batch_size=32," not in err, err
+    elif "fixed_batch" in ref or "rows_table" in ref:
         assert len(notes) == 2 and all("not checked: the reference cannot run there" in n for n in notes), notes
         assert len(others[2]["trials"]) == 2 and not others[2]["notes"]
     elif "one_batch_size" in str(kernel):

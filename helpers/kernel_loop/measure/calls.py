@@ -25,11 +25,11 @@ from ..tensors import FLOAT_SENTINEL, fingerprint, is_tensor, poison_tensor, ran
 from . import protocol
 from .conditions import VARIANTS, Condition, as_exact_as_the_reference, free_cached, range_ok
 from .launch import KernelFailed, WorkerProc
+from .modes import grad_slack
 from .problem import DataSet, Problem, start_state
 
 FRESH_DRAW_BUDGET_S = 20.0      # a fresh data set for every call while drawing them all costs no more
 PARK_SHARE = 8                  # a data set past 1/PARK_SHARE of the device's memory is large (held.between_calls)
-ZERO_GRAD = 1e-3                # a gradient zero in float64 may hold rounding of this share of the call's largest
 
 
 # --- the buffers a worker sees -------------------------------------------------------------------
@@ -276,11 +276,9 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, returned: d
         tol = dict(tols[n], rel_l2=None)
         row = {"name": f"gradient of {n}", **compare(got, exp, tol["atol"], tol["rtol"]), "tolerance": tol}
         exact = (back.exact or {}).get(n)
-        if not row["passed"] and exact is not None:  # held to float64, with twice Model's own float32 error as slack;
-            slack = 2 * float((exp.double() - exact).abs().max())  # zero by the math (a bias that feeds a BatchNorm,
-            scale = max(float(e.abs().max()) for e in back.exact.values())  # seen on the H100): what is left is
-            slack = max(slack, ZERO_GRAD * scale) if float(exact.abs().max()) <= 1e-9 * scale else slack  # rounding
-            wide = dict(tol, atol=tol["atol"] + slack, source=f"{tol['source']}; + 2x Model's float32 error ({slack:.3g})")
+        if not row["passed"] and exact is not None:  # held to float64, with a slack (modes.grad_slack)
+            slack, by = grad_slack(back, exp, exact)
+            wide = dict(tol, atol=tol["atol"] + slack, source=f"{tol['source']}; + {by} ({slack:.3g})")
             row = {"name": f"gradient of {n}", **compare(got, exact, wide["atol"], wide["rtol"]), "tolerance": wide}
         if not row["passed"]:
             row["note"] = (f"the {row['name']} after backward() in {mode} differs from Model's ("

@@ -188,7 +188,8 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
         wanted[0], wanted[-1] = wanted[-1], wanted[0]
     if "weights:twin" in wanted:  # the first instance is called next, at the twin's _version: a twin last, or before
         wanted.remove("weights:twin")  # a nudge, left a cache the two share unseen (4 seeds of 3000)
-        wanted.insert(rng.choice([i for i, c in enumerate(wanted) if not c.startswith("weights:")]), "weights:twin")
+        wanted.insert(rng.choice([i for i, c in enumerate(wanted) if not c.startswith("weights:") and c != "mode:train"]),
+                      "weights:twin")  # (before the first's training call: the twin's training call comes there)
     if "weights:twin:train" in wanted:  # right before the first's training-mode call without autograd: a cache the
         wanted.remove("weights:twin:train")  # two shared in that mode alone gave the first the twin's (a red team's)
         wanted.insert(wanted.index("mode:train"), "weights:twin:train")

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..tensors import fingerprint, is_tensor
 from .calls import PARK_SHARE, Session, Shared, bad_row, changed_state, device_memory
-from .conditions import Condition, forget
+from .conditions import CONDITION_WORDS, OTHER_BATCH, Condition, forget
 from .problem import DataSet, Problem
 
 KEEP_SHARE = 4  # the results a shape's calls hold in the kernel's worker stay within 1/KEEP_SHARE of the device's memory
@@ -225,6 +225,33 @@ def other_batches(cfg: Any, done: list[dict], device: str):
                 <= OTHER_FIT * device_memory(device))
     if cfg.batch_shapes:  # then the run's batch size again (conditions.other_plan)
         yield dict(cfg.dims)
+
+
+def problem_at(judge: Any, dims: dict, kernel: Any, notes: list[str], unfit: tuple) -> Problem | None:
+    """The judge's Problem at ``dims``, or None where building it raised one of ``unfit`` (noted: Model cannot run
+    at the judge's own batch size, e.g. a layer sized from the file's batch_size)."""
+    try:
+        return judge.problem(dims, kernel)
+    except unfit as exc:
+        cannot_run(notes, exc)
+        return None
+
+
+def cannot_run(notes: list[str], exc: BaseException) -> None:
+    notes.append(f"{CONDITION_WORDS[OTHER_BATCH]}: not checked: the reference cannot run there ({exc})"[:300])
+
+
+def refused(notes: list[str], words: str, own: bool, raised: str) -> None:
+    """Note a call that raised on a strided view or at the judge's own batch size (once per condition)."""
+    said = (f"{words}: the kernel refused {'its batch size' if own else 'non-contiguous inputs'} (it raised: "
+            f"{raised.splitlines()[0][:200]})")
+    notes += [said] if said not in notes else []
+
+
+def refusal(raised: str) -> bool:
+    """Whether what a call at the judge's own batch size raised is a refusal (noted), not a crash: a CUDA error
+    (an illegal address, a device-side assert) is the kernel's failure there."""
+    return not any(s in raised for s in ("CUDA error", "illegal memory access", "device-side assert", "cudaError"))
 
 
 def after_the_calls(sess: Session | None, prob: Problem, first: DataSet, trials: list[dict], held: list[dict],

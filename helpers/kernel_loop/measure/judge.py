@@ -42,7 +42,7 @@ from ..tensors import is_tensor
 from . import guards, protocol
 from . import held as hold
 from .calls import Session, bad_row
-from .conditions import CONDITION_WORDS, OTHER_BATCH, condition, condition_plan, free_cached, other_plan
+from .conditions import CONDITION_WORDS, condition, condition_plan, free_cached, other_plan
 from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
 from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
 from .timed import harness_hint, rounds_loop, timed_loop, timing_block
@@ -221,8 +221,11 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
     watched: list[dict] = []  # results a compile cache kept (held.after_the_calls), read after every later shape
     for si, dims in enumerate(chain(spec["shapes"], hold.other_batches(cfg, shapes, judge.device))):
         own = si >= len(spec["shapes"])  # another batch size (held.other_batches): a short plan; a refusal is noted,
-        prob, trials, notes, unfit = judge.problem(dims, kernel), [], [], (Exception,) if own else ()  # and a Model
+        back, trials, notes = own and dims == spec["shapes"][0], [], []  # and so is a Model that cannot run there;
+        unfit = (Exception,) if own and not back else ()  # at the run's batch size again (back), neither
         shapes.append({"dims": dims, "trials": trials, "notes": notes, **({"own": True} if own else {})})
+        if (prob := hold.problem_at(judge, dims, kernel, notes, unfit)) is None:
+            continue
         sess = earlier = first = plan = after = None  # the previous call's data set ("stale" pre-state), its rng's end
         held: list[dict] = []  # per call, the fingerprints of what it returned (kept by the caller or followed)
         keep, kept, checks, cont, t = set(), set(), set(), set(), 0  # the calls that keep results; the trials that did
@@ -230,17 +233,16 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
         while plan is None or t < len(plan):
             if plan and time.monotonic() - said_at > PROGRESS_S:  # a long shape (large inputs, the CPU): say where
                 said_at = time.monotonic()
-                progress(f"shape {si + 1} of {len(spec['shapes'])}: call {t + 1} of {len(plan)}{_at()}")
+                progress(f"shape {si + 1}{'' if own else ' of ' + str(len(spec['shapes']))}: call {t + 1} of {len(plan)}{_at()}")
             seed = derive_seed(cfg.seed, si, t, judge.salt)
             try:
                 ds = prob.draw(seed, start=after if t in cont else None, reference=not hold.lean_draw(first, plan, t, prob))
             except unfit as exc:  # that cannot run there (a view of a fixed size)
-                notes.append(f"{CONDITION_WORDS[OTHER_BATCH]}: not checked: the reference cannot run there ({exc})"[:300])
+                hold.cannot_run(notes, exc)
                 break
             if sess is None:
                 sess, first = Session(judge, worker, prob, {"k": (path, kind)}, ds, f"s{si}", keep=True, watch=watched), ds
-                plan = other_plan(judge.rng, dims == spec["shapes"][0]) if own else condition_plan(
-                    judge.rng, ds, prob, int(spec["trials"]))
+                plan = other_plan(judge.rng, back) if own else condition_plan(judge.rng, ds, prob, int(spec["trials"]))
                 keep, checks = hold.calls_to_keep(judge.rng, len(plan), ds, judge.device, notes)
                 cont = hold.continue_plan(judge.rng, plan, prob, notes)
                 notes += prob.constants_note()
@@ -249,11 +251,9 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
             hold.cycle_rings(sess, len(plan), notes) if t == len(plan) - 1 > 0 else None
             free_cached()
             r = sess.call("k", ds, checked=True, cond=cond)
-            if r.get("raised") and (cond.strided in ("step", "pad") or own):  # a refusal of a strided view, or of
-                said = (f"{CONDITION_WORDS[said]}: the kernel refused {'its batch size' if own else 'non-contiguous inputs'}"
-                        f" (it raised: {r['raised'].splitlines()[0][:200]})")  # another batch size: noted, and every
-                notes += [said] if said not in notes else []  # call there must raise too or be right (a red team's
-                t += 1  # raised once, then was wrong)
+            if r.get("raised") and (cond.strided in ("step", "pad") or bool(unfit) and hold.refusal(r["raised"])):
+                hold.refused(notes, CONDITION_WORDS[said], own, r["raised"])  # noted; at another batch size every
+                t += 1  # call must raise too or be right (a red team's raised once, then was wrong)
                 continue
             if r.get("raised"):
                 result["error"] = hold.out_of_memory(r["raised"], ds, len(kept), judge.device) + (

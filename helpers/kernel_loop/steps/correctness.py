@@ -147,7 +147,7 @@ def run_correctness(args: argparse.Namespace) -> int:
     spec = {"cfg": cfg.to_json(), "device": device, "run_root": str(rd.root), "kernel": str(kernel),
             "shapes": shapes, "trials": cfg.correctness_trials}
     timeout = float(cfg.timeout_s)
-    others = ", ".join(str(b["batch_size"]) for b in cfg.batch_shapes)  # held.other_batches: 3 calls each
+    others = ", ".join(str(b["batch_size"]) for b in cfg.batch_shapes)  # held.other_batches: 5 calls each
     progress(f"v{k}: checking {kernel.name} on {device}: {len(shapes)} shape(s) x {spec['trials']} trial(s), "
              + (f"batch_size {others} on the same instance, " if others else "") + "and the conditions a user's call can differ in (output pre-states, the module's mode, input ranges); the "
              "data and the verdicts are a judge process's, which never imports the kernel")
@@ -164,7 +164,7 @@ def run_correctness(args: argparse.Namespace) -> int:
         sdims = parse_dims(args.sanitize_dims, "--sanitize-dims") if args.sanitize_dims else dict(cfg.dims)
         if set(sdims) != set(cfg.dims):
             raise UsageError(f"--sanitize-dims must name exactly the dims {', '.join(cfg.dims)}")
-        sspec = dict(spec, shapes=[sdims], trials=1)
+        sspec = dict(spec, shapes=[sdims], trials=1, cfg={**spec["cfg"], "batch_shapes": []})  # the given dims alone
         tools = ["memcheck"] + (["racecheck"] if kernel.suffix == ".cu" else [])
         runs = [run_sanitizer(t, sspec, timeout) for t in tools]
         total = sum(r["errors"] or 0 for r in runs)

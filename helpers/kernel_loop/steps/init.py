@@ -54,7 +54,7 @@ from ..rundir import RunDir, copy_new, what_path_is
 from ..sidecars import RUN_JSON
 from ..vocab import IMPL_SUFFIXES, IMPLS, KERNEL_TYPES
 
-_VOLATILE = ("created",)  # keys that do not define the configuration (compared when re-running init)
+_VOLATILE = ("created", "batch_shapes")  # not compared when re-running init (runs made before batch_shapes have none)
 # --device cpu: tensors the problem draws beyond this make each correctness trial take minutes (warned at init)
 CPU_WARN_BYTES = 256 * 2**20
 
