@@ -1343,3 +1343,29 @@ def test_every_call_with_autograd_on_is_followed_by_a_checked_backward(tmp_path,
     rc, data, md = _kb(tmp_path, "kb_ref_linear_relu.py", "kb_cheat_grad_first_only.py", "batch_size=32,features=64")
     assert rc != 0 and "gradient of" in data["error"], data["error"]
 
+
+
+def test_the_twin_in_eval_is_never_followed_by_the_twin_in_training_mode():
+    """A twelfth session's review: the twin in eval() could land right before the first instance's training call, and
+    the twin's training call was then inserted between them, so the first instance was not called next."""
+    import torch
+    from kernel_loop.measure.conditions import condition_plan
+
+    first = types.SimpleNamespace(write_only=lambda: False, accumulates=[], args={"x": torch.randn(8, 4)},
+                                  input_names=lambda: ["x"])
+    for model in (torch.nn.Linear(4, 4), torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))):
+        prob = types.SimpleNamespace(model=model, kind="kb")
+        for seed in range(300):
+            plan = condition_plan(random.Random(seed), first, prob, 5)
+            at = plan.index("weights:twin")
+            assert not plan[at + 1].startswith("weights:"), plan
+            assert plan[plan.index("weights:twin:train") + 1] == "mode:train", plan
+
+
+def test_a_cuda_error_at_another_batch_size_is_a_crash_not_a_refusal():
+    from kernel_loop.measure import held
+
+    assert held.refusal("ValueError: this kernel is specialised for batch_size 32")
+    for text in ("RuntimeError: CUDA error: an illegal memory access was encountered",
+                 "torch.AcceleratorError: CUDA error: device-side assert triggered"):
+        assert not held.refusal(text)
