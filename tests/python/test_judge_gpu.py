@@ -177,7 +177,7 @@ def test_a_kernelbench_model_whose_output_depends_on_the_mode_passes_at_three_ba
     print(f"{stem}: {[s['dims']['batch_size'] for s in data['shapes']]} batch sizes, {len(conds)} calls, "
           f"{sorted(set(conds))}; notes {notes}")
     assert data["result"] == "PASS" and [s["dims"]["batch_size"] for s in data["shapes"]] == [b, b // 2, b + b // 4, b]
-    assert [len(s["trials"]) for s in data["shapes"][1:]] == [5, 5, 2]
+    assert all(len(s["trials"]) >= 8 for s in data["shapes"][1:3]) and len(data["shapes"][3]["trials"]) == 2
     if "BatchNorm" in stem:
         assert {"mode:train-step", "mode:train-step+grad", "mode:after-train", "weights:twin"} <= set(conds)
     else:  # dropout, and no buffer: training mode is not compared

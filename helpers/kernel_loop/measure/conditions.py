@@ -145,15 +145,23 @@ TWIN_TRAIN = ["weights:twin:train"]
 OTHER_BATCH = "batch:other"  # held.other_batches
 
 
-def other_plan(rng, back: bool) -> list[str]:
-    """The calls at a batch size of the judge's own (held.other_batches): plain calls around a training call without
-    autograd (its buffers compared), one with autograd (its gradients) and one after the parameters changed, in an
-    order drawn at random; then, ``back`` at the run's batch size, two plain calls (a red team's caches per batch
-    size, one stamp of the weights' _version for all, were stale there after the update at another size)."""
+def other_plan(rng, back: bool, prob: Problem) -> list[str]:
+    """The calls at a batch size of the judge's own (held.other_batches), in an order drawn at random between two
+    plain ones: a training call without autograd (its buffers compared) and one with it (its gradients), eval() with
+    autograd and under inference_mode, one after the parameters changed, a second instance, 0 to 3 more plain calls
+    (a twelfth red team's kernels changed after a fixed number of calls, or in a mode checked at the run's size
+    alone), and for a model with running statistics a run of training steps that leave them, then eval() from them;
+    ``back``, at the run's batch size again, two plain calls."""
     if back:
         return ["batch:back"] * 2
-    middle = ["mode:train", "mode:train+grad", "weights:updated"]
+    middle = ["mode:train", "mode:train+grad", "mode:grad", "mode:inference", "weights:updated",
+              *[OTHER_BATCH] * rng.randint(0, 3)]
     rng.shuffle(middle)
+    middle.insert(rng.choice([i for i, c in enumerate(middle) if not c.startswith("weights:")]), "weights:twin")
+    if running_stats(prob, 0):  # (condition_plan's block: the first instance next after the twin)
+        at = rng.choice([i for i in range(len(middle) + 1) if middle[i - 1:i] != ["weights:twin"]])
+        middle[at:at] = ["plain", "mode:inference:held", *[rng.choice(("mode:train-step", "mode:train-step+grad"))]
+                         * rng.choice((2, 3)), "mode:after-train", "mode:after-train:inference"]
     return [OTHER_BATCH, *middle, OTHER_BATCH]
 
 

@@ -241,17 +241,23 @@ def cannot_run(notes: list[str], exc: BaseException) -> None:
     notes.append(f"{CONDITION_WORDS[OTHER_BATCH]}: not checked: the reference cannot run there ({exc})"[:300])
 
 
-def refused(notes: list[str], words: str, own: bool, raised: str) -> None:
-    """Note a call that raised on a strided view or at the judge's own batch size (once per condition)."""
+def refused(notes: list[str], words: str, own: bool, raised: str, plan: list[str], t: int, seen: dict) -> list[str]:
+    """Note a call that raised on a strided view or at the judge's own batch size (once per condition); the calls to
+    add to the shape's plan: at another batch size, the refused call once more at its end, as a user retries (a
+    twelfth red team's kernel raised on its first two training calls there, then was wrong)."""
     said = (f"{words}: the kernel refused {'its batch size' if own else 'non-contiguous inputs'} (it raised: "
             f"{raised.splitlines()[0][:200]})")
     notes += [said] if said not in notes else []
+    seen.pop("left", None)  # a training step that raised left no statistics: the eval() calls after it start from the loaded
+    return [plan[t]] if own and plan[t] not in plan[t + 1:] and plan.count(plan[t]) < 3 else []
 
 
 def refusal(raised: str) -> bool:
-    """Whether what a call at the judge's own batch size raised is a refusal (noted), not a crash: a CUDA error
-    (an illegal address, a device-side assert) is the kernel's failure there."""
-    return not any(s in raised for s in ("CUDA error", "illegal memory access", "device-side assert", "cudaError"))
+    """Whether what a call at the judge's own batch size raised is a refusal (noted), not a crash: a CUDA error that
+    breaks the context (an illegal address or instruction, a device-side assert) is the kernel's failure there; a
+    launch refused for its configuration (too many threads or resources) is a refusal."""
+    return not any(s in raised for s in ("illegal memory access", "illegal address", "device-side assert",
+                                         "misaligned address", "illegal instruction", "unspecified launch failure"))
 
 
 def after_the_calls(sess: Session | None, prob: Problem, first: DataSet, trials: list[dict], held: list[dict],

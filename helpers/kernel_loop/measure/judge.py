@@ -242,7 +242,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                 break
             if sess is None:
                 sess, first = Session(judge, worker, prob, {"k": (path, kind)}, ds, f"s{si}", keep=True, watch=watched), ds
-                plan = other_plan(judge.rng, back) if own else condition_plan(judge.rng, ds, prob, int(spec["trials"]))
+                plan = other_plan(judge.rng, back, prob) if own else condition_plan(judge.rng, ds, prob, int(spec["trials"]))
                 keep, checks = hold.calls_to_keep(judge.rng, len(plan), ds, judge.device, notes)
                 cont = hold.continue_plan(judge.rng, plan, prob, notes)
                 notes += prob.constants_note()
@@ -252,8 +252,8 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
             free_cached()
             r = sess.call("k", ds, checked=True, cond=cond)
             if r.get("raised") and (cond.strided in ("step", "pad") or bool(unfit) and hold.refusal(r["raised"])):
-                hold.refused(notes, CONDITION_WORDS[said], own, r["raised"])  # noted; at another batch size every
-                t += 1  # call must raise too or be right (a red team's raised once, then was wrong)
+                plan += hold.refused(notes, CONDITION_WORDS[said], own, r["raised"], plan, t, prob.seen)  # noted
+                t += 1  # at another size every call must raise too or be right, a refused one retried at the end
                 continue
             if r.get("raised"):
                 result["error"] = hold.out_of_memory(r["raised"], ds, len(kept), judge.device) + (

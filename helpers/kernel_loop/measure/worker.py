@@ -372,7 +372,7 @@ class Worker:
         except BaseException:
             self._unstride(k, views)
             tensors.put_back(k.model, saved)  # the model as a call that raised leaves a user's: its weights, and
-            k.restore = k.restore or bool(msg.get("stats"))  # its statistics as loaded (before the next call)
+            k.restore = k.restore or msg.get("stats") is not None  # its statistics as loaded (before the next call)
             for _, t in leaves:
                 t.requires_grad_(False)
             raise
