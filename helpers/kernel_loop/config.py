@@ -78,7 +78,7 @@ class RunConfig:
     dims: dict[str, int]
     kernel_type: str = "any"
     extra_shapes: list[dict[str, int]] = field(default_factory=list)
-    batch_shapes: list[dict[str, int]] = field(default_factory=list)  # the judge calls one (init.batch_shapes)
+    batch_shapes: list[dict[str, int]] = field(default_factory=list)  # correctness calls each (held.other_batches)
     seed: int = DEFAULT_SEED
     tolerance: dict[str, Any] = field(default_factory=dict)
     gpu: int = DEFAULT_GPU

@@ -157,12 +157,25 @@ def other_plan(rng, back: bool, prob: Problem) -> list[str]:
     middle = ["mode:train", "mode:train+grad", "mode:grad", "mode:inference", "weights:updated",
               *[OTHER_BATCH] * rng.randint(0, 3)]
     rng.shuffle(middle)
-    middle.insert(rng.choice([i for i, c in enumerate(middle) if not c.startswith("weights:")]), "weights:twin")
-    if running_stats(prob, 0):  # (condition_plan's block: the first instance next after the twin)
+    middle.insert(_twin_spot(rng, middle), "weights:twin")
+    if running_stats(prob, 0):  # (the first instance next after the twin)
         at = rng.choice([i for i in range(len(middle) + 1) if middle[i - 1:i] != ["weights:twin"]])
-        middle[at:at] = ["plain", "mode:inference:held", *[rng.choice(("mode:train-step", "mode:train-step+grad"))]
-                         * rng.choice((2, 3)), "mode:after-train", "mode:after-train:inference"]
+        middle[at:at] = _steps(rng, rng.choice(("mode:train-step", "mode:train-step+grad")))
     return [OTHER_BATCH, *middle, OTHER_BATCH]
+
+
+def _twin_spot(rng, plan: list[str]) -> int:
+    """Where a second instance's call goes: before a call of the first instance (the first is called next, at the
+    twin's _version: a twin last, or before a nudge, left a cache the two share unseen, 4 seeds of 3000), never before
+    the first's training call, where the twin's own training call comes."""
+    return rng.choice([i for i, c in enumerate(plan) if not c.startswith("weights:") and c != "mode:train"])
+
+
+def _steps(rng, step: str) -> list[str]:
+    """A user's run of training steps: eval() without and with inference mode, two or three ``step`` calls that leave
+    the running statistics, then eval() from them without and with inference mode."""
+    return ["plain", "mode:inference:held", *[step] * rng.choice((2, 3)), "mode:after-train",
+            "mode:after-train:inference"]
 
 
 def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]:
@@ -194,10 +207,9 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
     rng.shuffle(wanted)
     if wanted[-1:] == ["layout:moved"]:  # its handed outputs are read after the next call: never the last call
         wanted[0], wanted[-1] = wanted[-1], wanted[0]
-    if "weights:twin" in wanted:  # the first instance is called next, at the twin's _version: a twin last, or before
-        wanted.remove("weights:twin")  # a nudge, left a cache the two share unseen (4 seeds of 3000)
-        wanted.insert(rng.choice([i for i, c in enumerate(wanted) if not c.startswith("weights:") and c != "mode:train"]),
-                      "weights:twin")  # (before the first's training call: the twin's training call comes there)
+    if "weights:twin" in wanted:
+        wanted.remove("weights:twin")
+        wanted.insert(_twin_spot(rng, wanted), "weights:twin")
     if "weights:twin:train" in wanted:  # right before the first's training-mode call without autograd: a cache the
         wanted.remove("weights:twin:train")  # two shared in that mode alone gave the first the twin's (a red team's)
         wanted.insert(wanted.index("mode:train"), "weights:twin:train")
@@ -208,8 +220,7 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
     if prob.model is not None and running_stats(prob, 0):  # a ModelNew folded its statistics in eval() and kept the
         spots = [i for i in range(len(wanted) + 1) if wanted[i - 1:i] not in (["weights:twin:again"], TWIN_TRAIN)]
         spots = [rng.choice(spots) for _ in range(2)]  # fold while its own training call wrote them at
-        blocks = [["plain", "mode:inference:held", *[step] * rng.choice((2, 3)), "mode:after-train",
-                   "mode:after-train:inference"] for step in ("mode:train-step+grad", "mode:train-step")]
+        blocks = [_steps(rng, step) for step in ("mode:train-step+grad", "mode:train-step")]
         for at, block in sorted(zip(spots, blocks, strict=True), reverse=True):  # the same _version: right
             wanted[at:at] = block  # while every training call's were put back; red teams' folds made at the first
             # of several steps, in one mode, or kept past steps of one kind: two or three steps of each kind

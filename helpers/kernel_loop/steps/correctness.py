@@ -147,7 +147,7 @@ def run_correctness(args: argparse.Namespace) -> int:
     spec = {"cfg": cfg.to_json(), "device": device, "run_root": str(rd.root), "kernel": str(kernel),
             "shapes": shapes, "trials": cfg.correctness_trials}
     timeout = float(cfg.timeout_s)
-    others = ", ".join(str(b["batch_size"]) for b in cfg.batch_shapes)  # held.other_batches: 5 calls each
+    others = ", ".join(str(b["batch_size"]) for b in cfg.batch_shapes)  # held.other_batches, conditions.other_plan
     progress(f"v{k}: checking {kernel.name} on {device}: {len(shapes)} shape(s) x {spec['trials']} trial(s), "
              + (f"batch_size {others} on the same instance, " if others else "") + "and the conditions a user's call can differ in (output pre-states, the module's mode, input ranges); the "
              "data and the verdicts are a judge process's, which never imports the kernel")
