@@ -122,8 +122,8 @@ class RunConfig:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         extra = out.pop("extra")
-        order = ["schema", "kernel", "kernel_type", "impl", "device", "dims", "extra_shapes", "batch_shapes", "seed", "tolerance",
-                 "gpu", "iterations", "warmup", "trials", "correctness_trials", "ptr_size", "timeout_s", "ncu",
+        order = ["schema", "kernel", "kernel_type", "impl", "device", "dims", "extra_shapes", "batch_shapes", "seed",
+                 "tolerance", "gpu", "iterations", "warmup", "trials", "correctness_trials", "ptr_size", "timeout_s", "ncu",
                  "build", "baseline", "created"]
         return {**{k: out[k] for k in order}, **extra}
 

@@ -149,8 +149,9 @@ def run_correctness(args: argparse.Namespace) -> int:
     timeout = float(cfg.timeout_s)
     others = ", ".join(str(b["batch_size"]) for b in cfg.batch_shapes)  # held.other_batches, conditions.other_plan
     progress(f"v{k}: checking {kernel.name} on {device}: {len(shapes)} shape(s) x {spec['trials']} trial(s), "
-             + (f"batch_size {others} on the same instance, " if others else "") + "and the conditions a user's call can differ in (output pre-states, the module's mode, input ranges); the "
-             "data and the verdicts are a judge process's, which never imports the kernel")
+             + (f"batch_size {others} on the same instance, " if others else "")
+             + "and the conditions a user's call can differ in (output pre-states, the module's mode, input ranges); "
+             "the data and the verdicts are a judge process's, which never imports the kernel")
     with judge_tmpdir() as scratch:
         outcome = run_judge("correctness", spec, timeout, env=scratch)
     outcome.raise_usage()  # bad input or environment: nothing was measured
