@@ -1375,3 +1375,16 @@ def test_a_cuda_error_at_another_batch_size_is_a_crash_not_a_refusal():
     for text in ("RuntimeError: CUDA error: an illegal memory access was encountered",
                  "torch.AcceleratorError: CUDA error: device-side assert triggered"):
         assert not held.refusal(text)
+
+
+def test_init_again_on_a_run_made_before_the_judges_batch_sizes_changes_nothing(tmp_path):
+    """A twelfth session's review: init run again on a KernelBench run whose run.json has no batch_shapes (made before
+    them) refused it as another configuration."""
+    out = tmp_path / "run"
+    args = ("init", out, "--kernel", "k", "--ref", KERNELS / "kb_ref_linear_relu.py", "--impl", "triton", "--baseline",
+            KERNELS / "kb_new_linear_cached_weight_t.py", "--dims", "batch_size=32,features=64", "--skip-env")
+    assert klcli.main(*args) == 0
+    data = json.loads((out / "run.json").read_text())
+    assert [s["batch_size"] for s in data.pop("batch_shapes")] == [16, 40]
+    (out / "run.json").write_text(json.dumps(data, indent=2) + "\n")
+    assert klcli.main(*args) == 0
