@@ -851,13 +851,16 @@ def test_one_instance_is_called_at_every_batch_size_of_the_run(tmp_path, worker_
     ("kb_ref_linear_relu.py", "kb_cheat_linear_shared_cache_at_other_sizes.py", False),
     ("kb_ref_batchnorm.py", "kb_cheat_bn_stale_stats_at_other_sizes.py", False),
     ("kb_ref_linear_relu.py", "kb_new_linear_launch_config_refusal.py", True),
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_stale_per_batch_cache.py", False),
     ("kb_ref_fixed_batch_view.py", "ModelNew = Model", True),
     ("kb_ref_rows_table.py", "ModelNew = Model", True)])
 def test_a_kernelbench_model_is_called_at_other_batch_sizes_on_the_same_instance(tmp_path, worker_here, ref, kernel,
                                                                                   passes):
     """The eleventh red team's kernel sized by its first call passed every run without --extra-shapes.  Correctness now
     calls the instance at half the run's batch size and a quarter more (plain calls around one in training mode, one
-    with autograd, one after the parameters changed), then at the run's again: silently wrong there fails.  A refusal
+    with autograd, one after the parameters changed), then at the run's again: silently wrong there fails.  A training
+    step there stays for the calls at the run's size again (a cache per batch size with one stamp, the thirteenth
+    session's, made only the stepped size's copy again).  A refusal
     (it raises) is noted, every call there must raise too or be right (a twelfth red team's raised once, then was
     wrong; its statistics of a first training batch's rows, and of every instance in the first, passed before), and
     so is a Model that cannot run there itself."""
@@ -874,6 +877,8 @@ def test_a_kernelbench_model_is_called_at_other_batch_sizes_on_the_same_instance
         err = data["error"]  # at another batch size; the statistics of every instance in the first one, already
         if "breaks_after" in kernel:  # a raise at the run's batch size again is the kernel's failure
             assert "workspace sized for the first batch" in err and "the run's batch size again" in err, err
+        elif "stale_per_batch" in kernel:  # the step at the other sizes, seen there: its first copy at the run's size
+            assert "the run's batch size again, after calls at other sizes and a change of the parameters" in err, err
         else:  # at another batch size; the statistics of every instance in the first one, already at the twin's
             assert ("a second instance" in err) if "first_instance" in kernel else "batch_size=32," not in err, err
     elif "fixed_batch" in ref or "rows_table" in ref:

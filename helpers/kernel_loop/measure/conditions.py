@@ -102,6 +102,8 @@ CONDITION_WORDS = {
     "weights:twin:again": "a second instance of the model, with other weights, called under torch.inference_mode() on the "
                           "inputs of the call before it; the first is called next",
     "input:again": "the inputs of the call before it again (a user's repeated batch)",
+    "weights:stepped": "the model's parameters changed in place before the call and left so (an optimizer step), then "
+                       "called at the run's batch size again with no other change",
     "batch:other": "a batch size other than the run's, on the instance the run's shapes called, as a user's next "
                    "batch",
     "batch:back": "the run's batch size again, after calls at other sizes and a change of the parameters there",
@@ -155,13 +157,23 @@ def other_plan(rng, back: bool, prob: Problem) -> list[str]:
     if back:
         return ["batch:back"] * 2
     middle = ["mode:train", "mode:train+grad", "mode:grad", "mode:inference", "weights:updated",
-              *[OTHER_BATCH] * rng.randint(0, 3)]
+              *[OTHER_BATCH] * rng.randint(0, 3), *["weights:stepped"] * bool(nudge_scales(prob.model))]
     rng.shuffle(middle)
     middle.insert(_twin_spot(rng, middle), "weights:twin")
     if running_stats(prob, 0):  # (the first instance next after the twin)
         at = rng.choice([i for i in range(len(middle) + 1) if middle[i - 1:i] != ["weights:twin"]])
         middle[at:at] = _steps(rng, rng.choice(("mode:train-step", "mode:train-step+grad")))
     return [OTHER_BATCH, *middle, OTHER_BATCH]
+
+
+def step(prob: Problem, spec: dict[str, Any]) -> None:
+    """A training step's change of the parameters that stays (``weights:stepped``): the judge's Model takes it too, and
+    the shapes after this one (held.problem_at, which replays ``seen["steps"]`` on their Model; their bind carries the
+    worker's weights over, problem.call_plan: a reload would be a new _version, which the stale cache would see)."""
+    spec["stays"] = True
+    nudge(prob.model, int(spec["seed"]), spec["scales"], keep=False)
+    prob.seen.pop("model64", None)  # a float64 copy from before
+    prob.seen.setdefault("steps", []).append(spec)
 
 
 def _twin_spot(rng, plan: list[str]) -> int:
@@ -309,7 +321,9 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         if train and (names := {n for n, _ in prob.model.named_buffers()}):  # the first instance's buffers stay as
             cond.stats, cond.after = {}, "restore"  # loaded while the twin trains (a red team's wrote its own there)
             cond.buffers = {n: t.detach().clone() for n, t in prob.model.state_dict().items() if n in names}
-        cond.nudge, cond.twin = (spec, None) if value.startswith("updated") else (None, spec)
+        cond.nudge, cond.twin = (spec, None) if value.startswith(("updated", "stepped")) else (None, spec)
+        if value == "stepped":  # the judge's Model too, and at the next sizes (held.problem_at): a thirteenth red
+            step(prob, spec)  # team's per-batch-size cache, stamped once, was stale at the size it had not been called
         cond.inference = value == "twin:again"  # a red team's shared cache lived in inference_mode calls alone
     elif aspect == "layout":
         kind = {"padded": "pad", "moved": "moved"}.get(value, "step")

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..tensors import fingerprint, is_tensor
 from .calls import PARK_SHARE, Session, Shared, bad_row, changed_state, device_memory
-from .conditions import CONDITION_WORDS, OTHER_BATCH, Condition, forget
+from .conditions import CONDITION_WORDS, OTHER_BATCH, Condition, forget, step
 from .problem import DataSet, Problem
 
 KEEP_SHARE = 4  # the results a shape's calls hold in the kernel's worker stay within 1/KEEP_SHARE of the device's memory
@@ -228,14 +228,19 @@ def other_batches(cfg: Any, done: list[dict], device: str):
         yield dict(cfg.dims)
 
 
-def problem_at(judge: Any, dims: dict, kernel: Any, notes: list[str], unfit: tuple) -> Problem | None:
+def problem_at(judge: Any, dims: dict, kernel: Any, notes: list[str], unfit: tuple, before: Problem | None
+               ) -> Problem | None:
     """The judge's Problem at ``dims``, or None where building it raised one of ``unfit`` (noted: Model cannot run
-    at the judge's own batch size, e.g. a layer sized from the file's batch_size)."""
+    at the judge's own batch size, e.g. a layer sized from the file's batch_size).  Its Model with the training steps
+    of the shape ``before`` it and of those before that (conditions.step), as the instance the worker carries over."""
     try:
-        return judge.problem(dims, kernel)
+        prob = judge.problem(dims, kernel)
     except unfit as exc:
         cannot_run(notes, exc)
         return None
+    for spec in (before.seen.get("steps") or []) if before is not None and before is not prob else []:
+        step(prob, dict(spec))
+    return prob
 
 
 def cannot_run(notes: list[str], exc: BaseException) -> None:

@@ -218,13 +218,13 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
     imp = import_kernel(worker, "k", path, kind, cfg)
     result["build"] = imp.get("build")
     result["conditions"] = CONDITION_WORDS
-    watched: list[dict] = []  # results a compile cache kept (held.after_the_calls), read after every later shape
+    watched, prob = [], None  # results a compile cache kept (held.after_the_calls), read after every later shape
     for si, dims in enumerate(chain(spec["shapes"], hold.other_batches(cfg, shapes, judge.device))):
         own = si >= len(spec["shapes"])  # another batch size (held.other_batches): a short plan; a refusal is noted,
         back, trials, notes = own and dims == spec["shapes"][0], [], []  # and so is a Model that cannot run there;
         unfit = (Exception,) if own and not back else ()  # at the run's batch size again (back), neither
         shapes.append({"dims": dims, "trials": trials, "notes": notes, **({"own": True} if own else {})})
-        if (prob := hold.problem_at(judge, dims, kernel, notes, unfit)) is None:
+        if (prob := hold.problem_at(judge, dims, kernel, notes, unfit, prob)) is None:
             continue
         sess = earlier = first = plan = after = None  # the previous call's data set ("stale" pre-state), its rng's end
         held: list[dict] = []  # per call, the fingerprints of what it returned (kept by the caller or followed)

@@ -365,7 +365,7 @@ class Problem:
                     "module_dims": {n: [encode_value(was), encode_value(now)] for n, (was, now) in self.changes().items()},
                     "model_state": state_names(self.model) if self.model is not None else [],
                     "state": {n: buffers[f"param:{n}"] for n in self.state()}, "outputs": outputs, "kept": kept,
-                    "out_names": [], "compile": compile}
+                    "out_names": [], "compile": compile, "carry": bool(self.seen.get("steps"))}
         if kind == "cu":
             args = []
             for p in self.params or []:

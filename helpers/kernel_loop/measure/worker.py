@@ -1,16 +1,16 @@
 """The worker: the untrusted side.  It imports the kernel, maps the judge's buffers and calls the kernel
 when told.  It decides nothing: every verdict, and every figure that is checked, comes from the judge.
 
-Started by the judge as ``python -m kernel_loop.measure.worker`` (under ncu or compute-sanitizer when the
-judge wraps it), with nothing on its command line; it connects to the socket named in its environment and
-serves one request at a time:
+Started by the judge as ``python -m kernel_loop.measure.worker`` (under ncu or compute-sanitizer when the judge
+wraps it), with nothing on its command line; it serves, over the socket its environment names, one request at a time:
 
 - ``hello``: the device; the timing primitives were bound before any user code ran (``timing.bind``);
   the sandbox the judge asks for (``sandbox.apply``) is put in place, and the reply says whether it held;
 - ``import``: import a kernel file (``.py``, run from its hashed bytes) or build and load a ``.cu``
   library; a baseline worker imports ref.py instead (the judge never asks a kernel's worker for that);
 - ``bind``: map the judge's tensors and make each kernel's call: ``run_kernel(**inputs)``, ``solve(...)``,
-  ``ModelNew(*init)`` with the judge's parameters loaded, or the reference for a baseline;
+  ``ModelNew(*init)`` with the judge's parameters loaded (the same instance at another batch size: those a step
+  left, ``carry``, are not loaded again), or the reference for a baseline;
 - ``call``: one call, always the same way: the judge's tensors staged into this process's own buffers, a
   device-side delay, an L2 flush, CUDA events around the call (an NVTX range too when asked), the
   results copied back into the judge's buffers, a synchronize.  The reply gives the event time and the
@@ -68,8 +68,7 @@ class Worker:
         self.kernels: dict[str, Kernel] = {}
         self.shared: dict[str, Any] = {}   # judge buffer name -> the judge's tensor, mapped here
         self.local: dict[str, Any] = {}    # judge buffer name -> this process's staged copy
-        self.device = "cpu"
-        self.folder = ""
+        self.device, self.folder = "cpu", ""
         self.torch, self.timer, self.plain = None, None, ()
         self.modes: tuple = ()  # the two mode stacks' lengths, read before any kernel code ran
         self.no_function_mode: Any = None  # torch._C.DisableTorchFunction, read before any kernel code ran
@@ -128,8 +127,7 @@ class Worker:
             prefix = "ref" if kind.startswith("ref") else "kernel"
             module = loader.import_file(path, prefix)
             self._no_mode(f"{path.name} left active at import")
-            if prefix == "kernel":
-                self._same_settings(f"{path.name}'s import")
+            self._same_settings(f"{path.name}'s import") if prefix == "kernel" else None
             self.kernels[msg["id"]] = Kernel(kind, module=module)
             return {}
         if kind == "cu":
@@ -226,8 +224,9 @@ class Worker:
             ours = {n: list(t.shape) for n, t in mine.items()}
             if ours != theirs:
                 raise UsageError(guards.state_mismatch(cls_name, ours, theirs))
-            if state:
-                model.load_state_dict(state)
+            if state:  # on the same instance, the parameters a step at another batch size left (carry): no new _version
+                keep = {n for n, _ in model.named_parameters()} if same and call.get("carry") else set()
+                model.load_state_dict({n: t for n, t in state.items() if n not in keep}, strict=not keep)
             buffer_names = {n for n, _ in model.named_buffers()}
             k.buffers = {n: t.detach().clone() for n, t in model.state_dict().items() if n in buffer_names}
             plan = call.get("args") or []  # a judge buffer's name, or {"value": ...} for a get_inputs() scalar
@@ -325,7 +324,8 @@ class Worker:
         train, grad = bool(msg.get("train")), msg.get("grad")  # grad None: the kind's own (a function's: on)
         k.model.train(train) if k.model is not None and k.model.training != train else None
         self._stage_in(bool(msg.get("bump")))
-        saved = tensors.nudge(k.model, int(msg["nudge"]["seed"]), msg["nudge"]["scales"]) if msg.get("nudge") else {}
+        step = msg.get("nudge") or {}  # put back after the call, unless it "stays" (a step; raised or not)
+        saved = tensors.nudge(k.model, int(step["seed"]), step["scales"], keep=not step.get("stays")) if step else {}
         for n, v in (msg.get("scalars") or {}).items():  # this data set's own (setup() may draw a scalar per seed)
             box, key = k.slots.get(n, ({}, n))  # one it does not take (a solve() without it) goes nowhere
             box[key] = protocol.decode_value(v)
