@@ -15,7 +15,7 @@ from typing import Any
 
 from ..tensors import fingerprint, is_tensor
 from .calls import PARK_SHARE, Session, Shared, bad_row, changed_state, device_memory
-from .conditions import CONDITION_WORDS, OTHER_BATCH, Condition, forget, step
+from .conditions import CONDITION_WORDS, OTHER_BATCH, Condition, forget, free_cached, step
 from .problem import DataSet, Problem
 
 KEEP_SHARE = 4  # the results a shape's calls hold in the kernel's worker stay within 1/KEEP_SHARE of the device's memory
@@ -233,6 +233,7 @@ def problem_at(judge: Any, dims: dict, kernel: Any, notes: list[str], unfit: tup
     """The judge's Problem at ``dims``, or None where building it raised one of ``unfit`` (noted: Model cannot run
     at the judge's own batch size, e.g. a layer sized from the file's batch_size).  Its Model with the training steps
     of the shape ``before`` it and of those before that (conditions.step), as the instance the worker carries over."""
+    free_cached()  # the last shape's buffers, which its worker let go of (after_the_calls)
     try:
         prob = judge.problem(dims, kernel)
     except unfit as exc:
@@ -241,6 +242,24 @@ def problem_at(judge: Any, dims: dict, kernel: Any, notes: list[str], unfit: tup
     for spec in (before.seen.get("steps") or []) if before is not None and before is not prob else []:
         step(prob, dict(spec))
     return prob
+
+
+def judge_failed_at(exc: BaseException, shapes: list[dict], device: str) -> str:
+    """The correctness step's error where the judge itself raised (guards.judge_failed), with the shape and call it
+    stood at and the judge's device memory; a kernel's failure and a usage error raise on."""
+    from ..common import MeasuredFailure, UsageError
+    from .guards import judge_failed
+
+    if isinstance(exc, (MeasuredFailure, UsageError)):
+        raise exc
+    where = [f"shape {len(shapes)} ({', '.join(f'{k}={v}' for k, v in shapes[-1]['dims'].items())}), after "
+             f"{len(shapes[-1]['trials'])} call(s)"] if shapes else []
+    if device.startswith("cuda"):
+        import torch
+
+        where.append(f"the judge holding {torch.cuda.memory_allocated(device) / (1 << 30):.1f} GiB (its peak "
+                     f"{torch.cuda.max_memory_allocated(device) / (1 << 30):.1f} GiB)")
+    return f"at {', '.join(where)}: {judge_failed(exc)}" if where else judge_failed(exc)
 
 
 def cannot_run(notes: list[str], exc: BaseException) -> None:
@@ -315,3 +334,4 @@ def after_the_calls(sess: Session | None, prob: Problem, first: DataSet, trials:
         notes.append(f"the kernel still holds the results of call(s) {', '.join(str(i + 1) for i in noted)} after its "
                      "caller let go of them (as a compile cache keeps the tensors it compiled with); they never "
                      "changed, through the calls after them and the later shapes' calls")
+    sess.worker.request({"op": "unbind"})  # the judge frees this shape's buffers before the next one's (problem_at)

@@ -71,8 +71,7 @@ class Judge:
         self.device, self.run_root, self.deadline = spec["device"], Path(spec["run_root"]), started.deadline
         self.rng = random.SystemRandom()
         self.salt = self.rng.getrandbits(128)  # no correctness seed a kernel could draw and memoize at import
-        self._tmp, self._worker_tmp, self.folder = started.tmp, started.worker_tmp, started.folder
-        self._fresh: list = []  # the baselines' own folders (private_dir), removed at close
+        self._tmp, self._worker_tmp, self.folder, self._fresh = started.tmp, started.worker_tmp, started.folder, []
         self.workers: list[WorkerProc] = list(started.workers.values())
         self.seen: list[WorkerProc] = list(self.workers)  # every worker of the step, for what its sandbox said
         self._early = dict(started.workers)
@@ -204,6 +203,8 @@ def correctness(judge: Judge) -> dict[str, Any]:
     worker = judge.start_worker("kernel")
     try:  # the worker leaves in order (a wrapper such as compute-sanitizer writes its summary at its exit)
         _correctness(judge, worker, path, kind, result)
+    except Exception as exc:  # the judge's own failure (out of device memory): the shapes so far stay, and where
+        result["error"] = hold.judge_failed_at(exc, shapes, judge.device)  # (a kernel's and a usage error raised)
     finally:
         judge.end_worker(worker)
     result.update(judge.isolation())
@@ -224,9 +225,9 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
         back, trials, notes = own and dims == spec["shapes"][0], [], []  # and so is a Model that cannot run there;
         unfit = (Exception,) if own and not back else ()  # at the run's batch size again (back), neither
         shapes.append({"dims": dims, "trials": trials, "notes": notes, **({"own": True} if own else {})})
+        sess = earlier = first = plan = after = None  # the previous call's data set ("stale" pre-state), its rng's end
         if (prob := hold.problem_at(judge, dims, kernel, notes, unfit, prob)) is None:
             continue
-        sess = earlier = first = plan = after = None  # the previous call's data set ("stale" pre-state), its rng's end
         held: list[dict] = []  # per call, the fingerprints of what it returned (kept by the caller or followed)
         keep, kept, checks, cont, t = set(), set(), set(), set(), 0  # the calls that keep results; the trials that did
         said_at = time.monotonic()
@@ -489,8 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     Path(argv[0]).unlink(missing_ok=True)  # read once, before any worker starts: no kernel reads the step's settings
     seal = spec.pop("seal", None)  # written into the result alone (session.read_result): no worker is told it
     proctree.become_subreaper()
-    judge = None
-    started = None
+    judge = started = None
     try:
         started = Started(spec)
         try:

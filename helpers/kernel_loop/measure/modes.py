@@ -54,6 +54,7 @@ def free_cached() -> None:
     import torch
 
     if torch.cuda.is_available():
+        torch.cuda.ipc_collect()  # blocks a worker mapped, once it let go of them (protocol.let_go)
         torch.cuda.empty_cache()
 
 

@@ -319,3 +319,19 @@ def hand_back(w: Any, k: Any, i: int, watch: dict[str, int] | None) -> dict[str,
     if w.device.startswith("cuda"):
         w.torch.cuda.synchronize(w.device)
     return out
+
+
+def let_go(w: Any) -> dict:
+    """A shape's end (``unbind``) or the worker's (``bye``): every reference the worker ``w`` holds to the judge's
+    buffers, and its staged copies of them, dropped (the instances and the results a caller keeps stay).  A CUDA IPC
+    block stays allocated in the judge while any process maps it: seen on the H100 80GB, the next shape's buffers
+    (another batch size) did not fit beside the last one's, which the worker still mapped."""
+    w.shared.clear(), w.local.clear()
+    for k in w.kernels.values():
+        w._end_backward(k)
+        k.inputs, k.handed, k.args, k.state_bufs, k.slots, k.fn, k.twin = [], [], [], {}, {}, None, None
+    if w.torch is not None and w.device.startswith("cuda"):
+        w.torch.cuda.synchronize(w.device)
+        w.torch.cuda.ipc_collect()
+        w.torch.cuda.empty_cache()
+    return {}

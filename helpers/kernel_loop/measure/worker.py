@@ -18,6 +18,7 @@ wraps it), with nothing on its command line; it serves, over the socket its envi
   profiled one (the NVTX range is asked for under ncu only, where it marks what ncu measures);
 - ``backward``: backward() after a correctness call that asked for it, the gradients into the judge's buffers;
 - ``kept``/``release``: the results a caller holds, handed back; then let go of, saying which the kernel still holds;
+- ``unbind``: a shape's end, the judge's buffers let go (``protocol.let_go``);
 - ``state``: fingerprints of what this process holds (parameters, inputs), for the judge's diagnosis; ``bye``.
 
 This module imports support code (loader, build, timing, tensors), ``protocol`` and ``guards``; never the judge.
@@ -113,11 +114,10 @@ class Worker:
         return {"pid": os.getpid(), "torch": torch.__version__, "isolated": isolated, "isolation": how}
 
     def op_bye(self, msg: dict) -> dict:
-        self.shared.clear(), self.local.clear()  # the judge's memory is released before it ends
-        if self.torch is not None and self.device.startswith("cuda"):
-            self.torch.cuda.synchronize(self.device)
-            self.torch.cuda.ipc_collect()
-        return {}
+        return protocol.let_go(self)  # the judge's memory is released before it ends
+
+    def op_unbind(self, msg: dict) -> dict:
+        return protocol.let_go(self)  # a shape's end: the judge frees its buffers once no process maps them
 
     def op_import(self, msg: dict) -> dict:
         from .. import loader
