@@ -367,18 +367,20 @@ MEMO_PTR = MEMO.replace("(x.data_ptr(), x._version)", "x.data_ptr()")
 def test_cheats_that_skip_work_gain_nothing(tmp_path, monkeypatch):
     """A kernel that computes a row only while its output still holds the poison fails correctness (its outputs are
     handed zeros, random values or a stale answer in some calls: issue 42's output pre-state); one that returns a
-    result remembered by its input's identity and version does the whole work every call (the judge writes the
-    inputs anew before each: no fake speedup); a result remembered by the input's address alone is wrong on the
-    second trial."""
+    result remembered by its input's identity and version fails correctness where an input is refilled without a new
+    version, or else does the whole work every call (no fake speedup); a result remembered by the input's address
+    alone is wrong on the second trial."""
     got = {}
     rc_c, _, _ = _profile(tmp_path / "skip_unpoisoned", REF_INTO, SKIP_UNPOISONED, monkeypatch)
     assert rc_c == 1
     for name, ref, kernel in (("honest", REF_INTO, HONEST_INTO), ("memo", REF, MEMO)):
         rc_c, rc_p, ncu = _profile(tmp_path / name, ref, kernel, monkeypatch)
+        if name == "memo" and rc_c == 1:  # caught before any timing (seen on the H100): a call whose input was
+            continue  # refilled at the same address without a new _version, as through .data, got the last result
         assert (rc_c, rc_p) == (0, 0), name
         got[name] = ncu["timing"]["median_us"]
     print(f"medians: {got}")
-    assert got["memo"] > 0.6 * got["honest"]  # torch.softmax returning its own tensor, against a copy into y
+    assert "memo" not in got or got["memo"] > 0.6 * got["honest"]  # torch.softmax's own tensor, against a copy into y
     rc_c, _, _ = _profile(tmp_path / "memo_ptr", REF, MEMO_PTR, monkeypatch)
     assert rc_c == 1
 

@@ -240,7 +240,7 @@ def test_write_profile_artifacts(tmp_path):
     assert [f.name for f in files] == ["ncu_summary.md", "ncu_details.md", "ncu.json"]
     summary = (tmp_path / "ncu_summary.md").read_text()
     assert "**memory-bound at DRAM**" in summary
-    assert "dram-near-peak" in summary and "dram_throughput_pct >= 80" in summary
+    assert "dram-near-peak" in summary and "dram_throughput_pct >= 80" in (tmp_path / "ncu_details.md").read_text()
     assert "HighPipeUtilization" in summary and "87.3%" in summary
     assert "Not evaluated" in summary
     details = (tmp_path / "ncu_details.md").read_text()
@@ -492,16 +492,20 @@ def test_a_census_profile_sums_every_launch_and_stays_small_to_read():
     rows = {r["label"]: r for r in p["inventory"]["rows"]}
     assert len(rows) == 302 and rows["softmax_kernel"]["profiled"] and not rows["lib_kernel_0"]["profiled"]
     text = ncu_json.render_summary(p)
-    assert len(text.encode()) < 12_000, len(text.encode())  # the same few KB as a one-kernel profile
+    assert len(text.encode()) < 8_000, len(text.encode())  # the same few KB as a one-kernel profile
+    many = ncu_json.render_summary({**p, "symptoms": p["symptoms"] * 5})  # a level-3 network's (35_LSTM's ran to 14 KB)
+    assert f"{len(p['symptoms']) * 5 - ncu_json.SUMMARY_SYMPTOMS} more (the kernels of smaller shares)" in many
+    assert len(many.encode()) < 8_000 and "What each key means: ncu_details.md" in text
     fewer = ncu_json.build_profile(_text("two_kernels_detailed_raw.csv"), _text("two_kernels_detailed_details.csv"),
                                   None, {"version": "v3", "kernel_file": "kernel.py", "defined_kernels": ["row_max_kernel"],
                                          "budget": {"kernels": 8, "share": 0.9, "configs": 16}},
                                   _census_of_two_kernels(20))
     assert abs(len(text) - len(ncu_json.render_summary(fewer))) < 300  # 300 kernels read like 20
-    assert "| 290 more |" in text and "`lib_kernel_0`" in text
+    assert f"| {302 - ncu_json.SUMMARY_ROWS} more |" in text and "`lib_kernel_0`" in text
     assert "(from ncu's census of every launch" in text
     details = ncu_json.render_details(p)
     assert details.count("## Kernel ") == 2 and "Raw counters: in ncu_raw.csv" in details
+    assert all(f"- **{s['tag']}**" in details for s in p["symptoms"]) and "## What the metric KEYs mean" in details
 
 
 def test_a_census_sum_above_the_event_time_refuses_the_timing():

@@ -22,9 +22,10 @@ from . import classify, inventory, metrics, ncu_parse
 from .kernel_names import library_note, matrix_work
 
 COVERAGE_WARN = 0.90
-SUMMARY_ROWS = 12   # kernels listed by name in ncu_summary.md (the rest in one row)
-SUMMARY_RULES = 8   # ncu rule findings in ncu_summary.md, largest estimated speedup first (all in ncu_details.md)
-RULE_CHARS = 320    # a finding's text in ncu_summary.md (whole in ncu_details.md)
+SUMMARY_ROWS = 10   # kernels listed by name in ncu_summary.md (the rest in one row)
+SUMMARY_RULES = 5   # ncu rule findings in ncu_summary.md, largest estimated speedup first (all in ncu_details.md)
+SUMMARY_SYMPTOMS = 5  # symptom tags in ncu_summary.md, in the order classify ranks them (all in ncu_details.md)
+RULE_CHARS = 200    # a finding's text in ncu_summary.md (whole in ncu_details.md)
 PROTOCOL_FIELDS = ("clock_control", "cache_control", "set", "sections", "gpu")
 TOOL_FIELDS = ("ncu_version", "command", "set", "sections", "clock_control", "cache_control")
 
@@ -242,12 +243,12 @@ def render_summary(profile: dict[str, Any]) -> str:
                  for k in profile["kernels"] for r in k["rules"]]
     rule_rows.sort(key=lambda nr: -(nr[1]["est_speedup_pct"] or 0.0))
     return render("ncu_summary.md.j2", p=profile, cats=cats, keys=metrics.KEYS, rule_rows=rule_rows[:SUMMARY_RULES],
-                  rows_shown=SUMMARY_ROWS,
+                  rows_shown=SUMMARY_ROWS, symptoms_shown=SUMMARY_SYMPTOMS, unevaluated=[n.split(":", 1)[0] for n in profile.get("not_evaluated") or []],
                   stalls=_top_stalls(profile["metrics"]), warp_latency=profile["metrics"].get("warp_latency_cycles"))
 
 
 def render_details(profile: dict[str, Any]) -> str:
-    return render("ncu_details.md.j2", p=profile, raw_groups=_raw_groups)
+    return render("ncu_details.md.j2", p=profile, raw_groups=_raw_groups, keys=metrics.KEYS)
 
 
 def write_profile_artifacts(vdir: Path, profile: dict[str, Any]) -> list[Path]:
