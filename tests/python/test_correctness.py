@@ -359,6 +359,25 @@ def test_large_data_sets_wait_on_the_host_between_calls(monkeypatch):
     assert guards.judge_failed(ValueError("x")).startswith("the judge failed: ValueError: x")
 
 
+def test_a_judge_failure_keeps_the_shapes_so_far_and_says_where_it_stood(tmp_path, cpu_mode):
+    """A judge that raised (out of device memory, on the H100 80GB, at another batch size) lost every shape it had
+    checked: the result held the error alone, "0 shape(s), 0 call(s)".  The shapes so far stay, and the error says at
+    which shape and call the judge stood."""
+    ref = tmp_path / "ref_fails_at_2048.py"
+    ref.write_text((klcli.KERNELS / "ref_vadd.py").read_text().replace(
+        "def reference(x, y, out):\n", "def reference(x, y, out):\n    if x.numel() == 2048:\n"
+        "        raise RuntimeError('the reference cannot take 2048')\n"))
+    out = tmp_path / "run"
+    assert klcli.main("init", out, "--kernel", "k", "--ref", ref, "--impl", "triton", "--baseline", klcli.KERNELS / "py_vadd.py",
+                      "--dims", "N=1024", "--extra-shapes", "N=2048", "--skip-env") == 0
+    assert klcli.main("correctness", out) == 1
+    data = json.loads((out / "v0" / "correctness.json").read_text())
+    assert data["error"].startswith("at shape 2 (N=2048), after 0 call(s): the judge failed: RuntimeError: the "
+                                    "reference cannot take 2048"), data["error"]
+    assert len(data["shapes"]) == 2 and len(data["shapes"][0]["trials"]) >= 5
+    assert all(t["passed"] for t in data["shapes"][0]["trials"])
+
+
 @pytest.mark.parametrize("ref, kernel, dims, passes", [
     ("ref_softmax.py", "honest_softmax_compile_keeps_args.py", "M=8,N=64", True),
     ("kb_ref_linear_relu.py", "kb_new_linear_cached_weight_t.py", "batch_size=32,features=64", True),

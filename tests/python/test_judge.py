@@ -1463,3 +1463,23 @@ def test_a_verified_timed_call_waits_as_long_as_any_other(tmp_path):
     loop = events[start:]
     # during the loop: exactly one unverified draw before every call, verified or not
     assert loop[0::2] == [("draw", False)] * 105 and [e[0] for e in loop[1::2]] == ["call"] * 105
+
+
+def test_a_worker_lets_go_of_every_judge_buffer_at_a_shapes_end():
+    """On the H100 80GB the other batch sizes' buffers did not fit beside the last shape's: a CUDA IPC block stays
+    allocated in the judge while a worker maps it, and the worker held the last shape's until the next bind.  At a
+    shape's end (``unbind``) it drops every reference it has to them, staged copies included; the model stays."""
+    import weakref
+
+    from kernel_loop.measure.worker import Kernel, Worker
+
+    w = Worker.__new__(Worker)
+    buf, local = torch.zeros(4), torch.zeros(4)
+    k = Kernel("kb")
+    k.model, k.args, k.inputs = torch.nn.Linear(2, 2), [local], [([local], 0, "a0")]
+    k.state_bufs, k.fn, k.twin, k.pending = {"weight": buf}, (lambda g, a=local: a), ("spec", lambda a=local: a), None
+    w.shared, w.local, w.kernels, w.torch, w.device = {"a0": buf}, {"a0": local}, {"k": k}, None, "cpu"
+    refs = weakref.ref(buf), weakref.ref(local)
+    del buf, local
+    assert protocol.let_go(w) == {} and k.model is not None
+    assert [r() for r in refs] == [None, None], "the worker still holds a judge buffer or its staged copy"
