@@ -1006,7 +1006,9 @@ def test_an_output_written_after_the_call_returned_fails(tmp_path, monkeypatch, 
                            "--baselines", "none")
     sol = _rows(bench)["solution"]
     assert not (sol["correct"] and sol["correct_after_timing"]), sol
-    assert why in (sol.get("error") or ""), sol.get("error")
+    # on a loaded machine the kernel's thread may write after the comparison too (seen with 2 cores shared by other
+    # test processes): the call is then plainly wrong, as caught as ever
+    assert why in (sol.get("error") or "") or "is wrong" in (sol.get("error") or ""), sol.get("error")
 
 
 def test_large_data_drawn_fresh_keeps_no_second_set_and_all_is_freed_before_the_baselines(tmp_path, monkeypatch,
