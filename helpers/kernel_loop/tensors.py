@@ -81,33 +81,47 @@ def strided_view(t, kind: str = "step"):
     return view
 
 
-def nudge_scales(model, spread: float = 0.1, constant: float = 0.1) -> dict[str, float]:
-    """Per learnable float parameter of ``model`` (frozen ones and buffers aside), the size of the change ``nudge``
-    makes: ``spread`` times the parameter's spread, or where it is constant ``constant`` times its magnitude (at
-    least 1).  For a condition, computed once by the judge and sent to the worker."""
+def nudge_scales(model, spread: float = 0.1, constant: float = 0.1, every: bool = False) -> dict[str, float]:
+    """Per learnable float parameter of ``model`` (with ``every``, frozen ones and the running means of its norms
+    too: a second instance's differ as well; never other buffers, which hold a model's structure, a causal mask say),
+    the size of the change ``nudge`` makes: ``spread`` times the parameter's spread, or where it is constant
+    ``constant`` times its magnitude (at least 1).  For a condition, computed once by the judge and sent to the worker."""
+    from torch.nn.modules.batchnorm import _NormBase
+
+    means = [(f"{p}.running_mean" if p else "running_mean", m.running_mean) for p, m in model.named_modules()
+             if every and isinstance(m, _NormBase) and m.running_mean is not None]
     out = {}
-    for name, p in sorted(model.named_parameters()):
-        if p.requires_grad and p.dtype.is_floating_point and p.numel():
+    for name, p in sorted([*model.named_parameters(), *means], key=lambda np: np[0]):
+        if (p.requires_grad or every) and p.dtype.is_floating_point and p.numel():
             flat = p.detach().reshape(-1).double()
             std = float(flat.std()) if p.numel() > 1 else 0.0
             out[name] = spread * std if std > 0 else constant * max(abs(float(flat.mean())), 1.0)
     return out
 
 
-def nudge(model, seed: int, scales: dict[str, float], keep: bool = True) -> dict[str, Any]:
-    """Change ``model``'s parameters in place, as an optimizer step does (their ``_version`` moves on): normal noise
-    of ``scales``' size, drawn on the CPU from ``seed`` and each parameter's place in ``scales`` so that the judge
-    (for Model) and the worker (for ModelNew) make the same change.  Returns the parameters as they were (``keep``)."""
+def nudge(model, seed: int, scales: dict[str, float], keep: bool = True, sparse: bool = False) -> dict[str, Any]:
+    """Change ``model``'s parameters (or buffers) named in ``scales`` in place, as an optimizer step does (their
+    ``_version`` moves on): normal noise of ``scales``' size (``sparse``: on about half the elements, as a step whose
+    gradient is zero elsewhere), drawn on the CPU from ``seed`` and each name's place in ``scales`` so that the judge
+    (for Model) and the worker (for ModelNew) make the same change.  A tied parameter is found under any of its names
+    (a ModelNew may register it first under another).  Returns what they were (``keep``)."""
     torch = _torch()
-    params, saved = dict(model.named_parameters()), {}
+    params, saved = _named(model), {}
     with torch.no_grad():
         for i, (name, scale) in enumerate(sorted(scales.items())):
             p = params[name]
             if keep:
                 saved[name] = p.detach().clone()
             gen = torch.Generator().manual_seed((seed * 7919 + i) % (1 << 63))
-            p.add_(torch.randn(tuple(p.shape), generator=gen).mul_(scale).to(device=p.device, dtype=p.dtype))
+            step = torch.randn(tuple(p.shape), generator=gen).mul_(scale)
+            step = step.mul_(torch.rand(tuple(p.shape), generator=gen) < 0.5) if sparse else step
+            p.add_(step.to(device=p.device, dtype=p.dtype))
     return saved
+
+
+def _named(model) -> dict[str, Any]:
+    """``model``'s parameters under every name they have (tied ones under each), then its buffers."""
+    return {**dict(model.named_parameters(remove_duplicate=False)), **dict(model.named_buffers())}
 
 
 def spare_instance(model, init: list, device: str):
@@ -134,7 +148,7 @@ def twin(model, init: list, spec: dict[str, Any], device: str, made=None):
     scratch = spare_instance(model, init, device)
     made = made if made is not None else spare_instance(model, init, device)
     scratch.load_state_dict(model.state_dict())
-    nudge(scratch, int(spec["seed"]), spec["scales"], keep=False)
+    nudge(scratch, int(spec["seed"]), spec["scales"], keep=False, sparse=bool(spec.get("sparse")))
     made.load_state_dict(scratch.state_dict())
     theirs, mine = model.state_dict(), made.state_dict()
     for name, p in mine.items():  # at ``model``'s _version too, as two layers built alike are (whichever is behind
@@ -146,7 +160,7 @@ def twin(model, init: list, spec: dict[str, Any], device: str, made=None):
 
 def put_back(model, saved: dict[str, Any]) -> None:
     """``model``'s parameters as ``nudge`` found them."""
-    params = dict(model.named_parameters()) if saved else {}
+    params = _named(model) if saved else {}
     for name, t in saved.items():
         params[name].detach().copy_(t)
 

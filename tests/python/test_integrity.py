@@ -758,8 +758,9 @@ def test_eval_mode_starts_from_a_trained_models_running_statistics(tmp_path, wor
     statistics drawn at random (a trained model's), and Model in the same state gives the expected outputs."""
     rc, data, md = _kb(tmp_path, "kb_ref_batchnorm.py", kernel, "batch_size=32,features=16")
     assert (rc == 0) is passes, data["error"]
-    if not passes:
-        assert "eval()" in data["error"] and len(data["error"].splitlines()) == 1, data["error"]
+    if not passes:  # (or first at a second instance, whose running means differ: a thirteenth red team's)
+        assert ("eval()" in data["error"] or "a second instance" in data["error"]) and len(
+            data["error"].splitlines()) == 1, data["error"]
 
 
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_bn_fold_kept_past_training.py", False),
@@ -870,9 +871,11 @@ def test_a_kernelbench_model_is_called_at_other_batch_sizes_on_the_same_instance
     b = 16 if "batchnorm" in ref else 64
     rc, data, md = _kb(tmp_path, ref, kernel, f"batch_size=32,features={b}")
     assert (rc == 0) is passes, data["error"]
-    others = [s for s in data["shapes"] if s.get("own")]
-    assert [s["dims"] for s in others] == [{"batch_size": n, "features": b} for n in (16, 40, 32)]
-    notes = [n for s in others[:2] for n in s["notes"] if "refused" in n or "not checked" in n]
+    others = [s for s in data["shapes"] if s.get("own")]  # the run's size again after each (a red team's cache of two)
+    want = [{"batch_size": n, "features": b} for n in (16, 32, 40, 32)]  # (a failure ends the calls)
+    assert [s["dims"] for s in others] == want[:len(others)] and (len(others) == 4 or not passes)
+    sizes, backs = others[0::2], others[1::2]
+    notes = [n for s in sizes for n in s["notes"] if "refused" in n or "not checked" in n]
     if not passes:
         err = data["error"]  # at another batch size; the statistics of every instance in the first one, already
         if "breaks_after" in kernel:  # a raise at the run's batch size again is the kernel's failure
@@ -883,11 +886,39 @@ def test_a_kernelbench_model_is_called_at_other_batch_sizes_on_the_same_instance
             assert ("a second instance" in err) if "first_instance" in kernel else "batch_size=32," not in err, err
     elif "fixed_batch" in ref or "rows_table" in ref:
         assert len(notes) == 2 and all("not checked: the reference cannot run there" in n for n in notes), notes
-        assert len(others[2]["trials"]) == 2 and not others[2]["notes"]
+        assert all(len(s["trials"]) == 2 and not s["notes"] for s in backs)
     elif "one_batch_size" in str(kernel) or "launch_config" in str(kernel):
         assert notes and all("the kernel refused its batch size (it raised: " in n for n in notes), notes
     else:  # 8 to 11 calls at each other size (and a run of training steps for BatchNorm), two at the run's again
-        assert all(len(s["trials"]) >= 8 for s in others[:2]) and len(others[2]["trials"]) == 2 and not notes, notes
+        assert all(len(s["trials"]) >= 8 for s in sizes) and all(len(s["trials"]) == 2 for s in backs) and not notes, notes
+
+
+@pytest.mark.parametrize("ref, kernel, passes", [
+    ("kb_ref_mlp2.py", "kb_cheat_mlp_stamp_first_layer.py", False),
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_bias_stamped_on_weight.py", False),
+    ("kb_ref_batchnorm.py", "kb_cheat_bn_fold_ignores_affine.py", False),
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_two_sizes_one_stamp.py", False),
+    ("kb_ref_frozen_proj.py", "kb_cheat_frozen_class_cache.py", False),
+    ("kb_ref_tied.py", "kb_new_tied_other_order.py", True),
+    ("kb_ref_ema_buffer.py", "ModelNew = Model", True),
+    ("kb_ref_frozen_proj.py", "ModelNew = Model", True)])
+def test_a_cache_must_follow_every_parameter_and_every_instance(tmp_path, worker_here, ref, kernel, passes):
+    """The thirteenth session's red team: caches stamped with one parameter's _version (the first layer's, the weight's
+    and not the bias's, the Linear's and not the BatchNorm's) passed, since every change the judge made moved all the
+    parameters at once: a weights:updated call now changes one parameter alone, each in turn through the run's shapes
+    (on half its elements).  A cache of the last two batch sizes under one stamp passed, the run's size gone by the
+    time it came back: the run's size now comes back after each other size.  A class cache of a frozen parameter
+    passed: a second instance differs in its frozen parameters (and norms' running means) too.  Honest: tied weights
+    registered in another order (the judge raised on the name), and a buffer other than a norm's that training
+    updates (never copied back, so compared with the loaded one)."""
+    if kernel == "ModelNew = Model":
+        kernel = tmp_path / "model_new.py"
+        kernel.write_text((KERNELS / ref).read_text() + "\n\nModelNew = Model\n")
+    rc, data, md = _kb(tmp_path, ref, kernel, "batch_size=32," + ("features=16" if "batchnorm" in ref else "features=64"))
+    assert (rc == 0) is passes, data["error"]
+    why = {"two_sizes": "the run's batch size again, after calls at other sizes", "frozen": "a second instance of the "
+           "model"}  # (the stamped caches' first wrong call varies: a change of one parameter, or a call after it)
+    assert passes or all(w in data["error"] for k, w in why.items() if k in str(kernel)), data["error"]
 
 
 def test_a_model_wrong_in_every_plain_call_is_told_they_run_in_eval(tmp_path, worker_here):

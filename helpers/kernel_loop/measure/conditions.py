@@ -92,7 +92,8 @@ CONDITION_WORDS = {
                         "statistics they left",
     "mode:after-train:inference": "the model in eval() under torch.inference_mode(), after training-mode calls, from "
                                   "the statistics they left",
-    "weights:updated": "the model's parameters changed in place before the call (as an optimizer step does), and put back",
+    "weights:updated": "one of the model's parameters changed in place before the call, on about half its elements (as "
+                       "an optimizer step training part of the model does), and put back",
     "weights:updated:again": "the model's parameters changed in place before the call, on the inputs of the call before "
                              "it, and put back",
     "weights:twin": "a second instance of the model, with other weights, called in place of the first (a network's second "
@@ -174,6 +175,20 @@ def step(prob: Problem, spec: dict[str, Any]) -> None:
     nudge(prob.model, int(spec["seed"]), spec["scales"], keep=False)
     prob.seen.pop("model64", None)  # a float64 copy from before
     prob.seen.setdefault("steps", []).append(spec)
+
+
+def alone(prob: Problem, scales: dict[str, float], seed: int) -> str:
+    """The parameter a ``weights:updated`` call changes alone (on half its elements): every one in turn, in an order
+    drawn once from the first such call's secret seed and carried through the run's shapes (held.problem_at), as a
+    user trains one layer, the biases or a norm's weights alone.  Red teams' caches stamped with one parameter's
+    _version (the first layer's, the weight's and not the bias's, the Linear's and not the BatchNorm's) passed every
+    change of all of them at once."""
+    import random
+
+    turn = prob.seen.setdefault("alone", {"order": random.Random(seed).sample(sorted(scales), len(scales)), "next": 0})
+    order = [n for n in turn["order"] if n in scales] or sorted(scales)
+    turn["next"] += 1
+    return order[(turn["next"] - 1) % len(order)]
 
 
 def _twin_spot(rng, plan: list[str]) -> int:
@@ -276,6 +291,9 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
     elif aspect == "mode":
         train, left = value.startswith("train"), prob.seen.pop("left", None)
         cond.stats = running_stats(prob, seed) or None  # in eval() too: a trained model's statistics are not 0 and 1
+        if cond.stats is None and train and next(prob.model.buffers(), None) is not None:  # other buffers a training
+            cond.stats = {}  # call updates (an EMA's, spectral_norm's) are compared too, loaded as they were: a red
+            # team's honest EMA failed against them, never copied back
         cond.stats = None if value == "inference:held" else cond.stats
         if value.startswith(("train-step", "after-train")):  # the statistics the model holds, then what steps left
             last = value == "after-train:inference"  # the last call of the block puts them back
@@ -307,17 +325,20 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         ds = dataclasses.replace(ds, args={n: base.args[n].to(v.device) if n in ds.input_names() else v
                                            for n, v in ds.args.items()}, ref_props={}, vary=None)
         prob.reference(ds)
-    if aspect == "weights":
-        scales, train = nudge_scales(prob.model), value == "twin:train"
+    if aspect == "weights":  # a second instance differs in its frozen parameters and norms' means too (a red team's
+        scales, train = nudge_scales(prob.model, every=value.startswith("twin")), value == "twin:train"  # class cache)
+        sparse = value == "updated" and len(scales) > 1  # one parameter alone, in turn (a red team's caches checked
+        scales = {(name := alone(prob, scales, seed)): scales[name]} if sparse else scales  # one's stamp)
 
         def nudged() -> Any:
             m = model_copy(prob, train, None)
-            nudge(m, seed, scales)
+            nudge(m, seed, scales, sparse=sparse)
             return m
         runs = [prob.run_reference(ds.args, ds, nudged(), s) for s in (None, prob.cfg.seed + 2)[:1 + train]]
         if train and not all(r["passed"] for r in compare_outputs(runs[1], runs[0], tolerance, prob.ref)[0]):
             return _condition(tolerance, prob, first, ds, "weights:twin", earlier, seed, notes)  # random (dropout)
-        cond.expected, spec = runs[0], {"seed": seed, "scales": scales, **({"train": True} if train else {})}
+        cond.expected, spec = runs[0], {"seed": seed, "scales": scales, **({"train": True} if train else {}),
+                                        **({"sparse": True} if sparse else {})}
         if train and (names := {n for n, _ in prob.model.named_buffers()}):  # the first instance's buffers stay as
             cond.stats, cond.after = {}, "restore"  # loaded while the twin trains (a red team's wrote its own there)
             cond.buffers = {n: t.detach().clone() for n, t in prob.model.state_dict().items() if n in names}

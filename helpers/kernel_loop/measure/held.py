@@ -222,10 +222,10 @@ def other_batches(cfg: Any, done: list[dict], device: str):
     once the run's shapes are done."""
     b = cfg.dims.get("batch_size") or 1
     peak = max((t.get("peak_mem_bytes") or 0 for s in done for t in s["trials"]), default=0)
-    yield from (s for s in cfg.batch_shapes if s["batch_size"] < b or peak * s["batch_size"] / b
-                <= OTHER_FIT * device_memory(device))
-    if cfg.batch_shapes:  # then the run's batch size again (conditions.other_plan)
-        yield dict(cfg.dims)
+    for s in cfg.batch_shapes:  # each followed by the run's batch size again (conditions.other_plan): a red team's
+        if s["batch_size"] < b or peak * s["batch_size"] / b <= OTHER_FIT * device_memory(device):  # cache of the two
+            yield s  # sizes last called, one stamp for both, had let the run's go by the time it came back
+            yield dict(cfg.dims)
 
 
 def problem_at(judge: Any, dims: dict, kernel: Any, notes: list[str], unfit: tuple, before: Problem | None
@@ -239,8 +239,11 @@ def problem_at(judge: Any, dims: dict, kernel: Any, notes: list[str], unfit: tup
     except unfit as exc:
         cannot_run(notes, exc)
         return None
-    for spec in (before.seen.get("steps") or []) if before is not None and before is not prob else []:
-        step(prob, dict(spec))
+    if before is not None and before is not prob:  # (the run's own Problem, met again, has taken the first steps)
+        for spec in (before.seen.get("steps") or [])[len(prob.seen.get("steps") or []):]:
+            step(prob, dict(spec))
+        if "alone" in before.seen:  # the turn of conditions.alone
+            prob.seen["alone"] = before.seen["alone"]
     return prob
 
 

@@ -225,7 +225,7 @@ class Worker:
             if ours != theirs:
                 raise UsageError(guards.state_mismatch(cls_name, ours, theirs))
             if state:  # on the same instance, the parameters a step at another batch size left (carry): no new _version
-                keep = {n for n, _ in model.named_parameters()} if same and call.get("carry") else set()
+                keep = {n for n, _ in model.named_parameters(remove_duplicate=False)} if same and call.get("carry") else set()
                 model.load_state_dict({n: t for n, t in state.items() if n not in keep}, strict=not keep)
             buffer_names = {n for n, _ in model.named_buffers()}
             k.buffers = {n: t.detach().clone() for n, t in model.state_dict().items() if n in buffer_names}
@@ -325,7 +325,7 @@ class Worker:
         k.model.train(train) if k.model is not None and k.model.training != train else None
         self._stage_in(bool(msg.get("bump")))
         step = msg.get("nudge") or {}  # put back after the call, unless it "stays" (a step; raised or not)
-        saved = tensors.nudge(k.model, int(step["seed"]), step["scales"], keep=not step.get("stays")) if step else {}
+        saved = tensors.nudge(k.model, int(step["seed"]), step["scales"], not step.get("stays"), bool(step.get("sparse"))) if step else {}
         for n, v in (msg.get("scalars") or {}).items():  # this data set's own (setup() may draw a scalar per seed)
             box, key = k.slots.get(n, ({}, n))  # one it does not take (a solve() without it) goes nowhere
             box[key] = protocol.decode_value(v)
@@ -455,7 +455,7 @@ class Worker:
         k = self.kernels[msg["k"]]
         if k.pending is None or k.model is None:
             raise protocol.ProtocolError("backward without a call that asked for it")
-        params = dict(k.model.named_parameters())
+        params = dict(k.model.named_parameters(remove_duplicate=False))  # a tied one under Model's name too
         targets = [(n, params[key], k.state_bufs[key]) if kind == "parameter" else (n, k.pending[1][key], self.shared[key])
                    for n, kind, key in msg["targets"]]
         try:
