@@ -452,6 +452,15 @@ def test_a_result_that_computes_when_read_is_refused_naming_its_type(tmp_path, w
     assert len(data["error"].splitlines()) == 1
 
 
+def _same_model(tmp_path, ref, kernel):
+    """``kernel``, or where it says "ModelNew = Model", a file of ref.py's text with that line added."""
+    if kernel != "ModelNew = Model":
+        return kernel
+    path = tmp_path / "model_new.py"
+    path.write_text((KERNELS / ref).read_text() + "\n\nModelNew = Model\n")
+    return path
+
+
 def _kb(tmp_path, ref, kernel, dims, *extra):
     out = tmp_path / "run"
     assert klcli.main("init", out, "--kernel", "k", "--ref", KERNELS / ref, "--impl", "triton", "--baseline",
@@ -865,9 +874,7 @@ def test_a_kernelbench_model_is_called_at_other_batch_sizes_on_the_same_instance
     (it raises) is noted, every call there must raise too or be right (a twelfth red team's raised once, then was
     wrong; its statistics of a first training batch's rows, and of every instance in the first, passed before), and
     so is a Model that cannot run there itself."""
-    if kernel == "ModelNew = Model":
-        kernel = tmp_path / "model_new.py"
-        kernel.write_text((KERNELS / ref).read_text() + "\n\nModelNew = Model\n")
+    kernel = _same_model(tmp_path, ref, kernel)
     b = 16 if "batchnorm" in ref else 64
     rc, data, md = _kb(tmp_path, ref, kernel, f"batch_size=32,features={b}")
     assert (rc == 0) is passes, data["error"]
@@ -911,9 +918,7 @@ def test_a_cache_must_follow_every_parameter_and_every_instance(tmp_path, worker
     passed: a second instance differs in its frozen parameters (and norms' running means) too.  Honest: tied weights
     registered in another order (the judge raised on the name), and a buffer other than a norm's that training
     updates (never copied back, so compared with the loaded one)."""
-    if kernel == "ModelNew = Model":
-        kernel = tmp_path / "model_new.py"
-        kernel.write_text((KERNELS / ref).read_text() + "\n\nModelNew = Model\n")
+    kernel = _same_model(tmp_path, ref, kernel)
     rc, data, md = _kb(tmp_path, ref, kernel, "batch_size=32," + ("features=16" if "batchnorm" in ref else "features=64"))
     assert (rc == 0) is passes, data["error"]
     why = {"two_sizes": "the run's batch size again, after calls at other sizes", "frozen": "a second instance of the "
