@@ -94,6 +94,9 @@ def nudge_scales(model, spread: float = 0.1, constant: float = 0.1, every: bool 
     for name, p in sorted([*model.named_parameters(), *means], key=lambda np: np[0]):
         if (p.requires_grad or every) and p.dtype.is_floating_point and p.numel():
             flat = p.detach().reshape(-1).double()
+            if not bool(flat.isfinite().all()) or not p.requires_grad and "running_mean" not in name and int(
+                    flat.unique().numel()) <= 2:  # a frozen mask or constant (a -inf fill, a 0/1 causal mask): structure
+                continue
             std = float(flat.std()) if p.numel() > 1 else 0.0
             out[name] = spread * std if std > 0 else constant * max(abs(float(flat.mean())), 1.0)
     return out
@@ -121,7 +124,7 @@ def nudge(model, seed: int, scales: dict[str, float], keep: bool = True, sparse:
 
 def _named(model) -> dict[str, Any]:
     """``model``'s parameters under every name they have (tied ones under each), then its buffers."""
-    return {**dict(model.named_parameters(remove_duplicate=False)), **dict(model.named_buffers())}
+    return {**dict(model.named_parameters(remove_duplicate=False)), **dict(model.named_buffers(remove_duplicate=False))}
 
 
 def spare_instance(model, init: list, device: str):

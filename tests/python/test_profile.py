@@ -494,7 +494,7 @@ def test_a_census_profile_sums_every_launch_and_stays_small_to_read():
     text = ncu_json.render_summary(p)
     assert len(text.encode()) < 8_000, len(text.encode())  # the same few KB as a one-kernel profile
     many = ncu_json.render_summary({**p, "symptoms": p["symptoms"] * 5})  # a level-3 network's (35_LSTM's ran to 14 KB)
-    assert f"{len(p['symptoms']) * 5 - ncu_json.SUMMARY_SYMPTOMS} more (the kernels of smaller shares)" in many
+    assert f"{len(p['symptoms']) * 5 - ncu_json.SUMMARY_SYMPTOMS} more (further down the ranking)" in many
     assert len(many.encode()) < 8_000 and "What each key means: ncu_details.md" in text
     fewer = ncu_json.build_profile(_text("two_kernels_detailed_raw.csv"), _text("two_kernels_detailed_details.csv"),
                                   None, {"version": "v3", "kernel_file": "kernel.py", "defined_kernels": ["row_max_kernel"],

@@ -130,7 +130,7 @@ class Condition:
     inference: bool = False
     nograd: bool = False  # a kernel function called with autograd off (it is on by default, as in a user's process)
     strided: str | None = None  # "step", "pad" or "moved" (tensors.strided_view)
-    nudge: dict[str, Any] | None = None  # {"seed", "scales"}: the parameters changed in place first (tensors.nudge)
+    nudge: dict[str, Any] | None = None  # {"seed", "scales", "sparse"?, "stays"?}: parameters changed first (tensors.nudge)
     twin: dict[str, Any] | None = None  # {"seed", "scales", "train"?}: a second instance so nudged is called (tensors.twin)
     stats: dict[str, Any] | None = None
     after: str | None = None  # "leave": the statistics the call updates stay for the next; "restore": then put back
@@ -153,14 +153,17 @@ def other_plan(rng, back: bool, prob: Problem) -> list[str]:
     plain ones: a training call without autograd (its buffers compared) and one with it (its gradients), eval() with
     autograd and under inference_mode, one after the parameters changed, a second instance, 0 to 3 more plain calls
     (a twelfth red team's kernels changed after a fixed number of calls, or in a mode checked at the run's size
-    alone), and for a model with running statistics a run of training steps that leave them, then eval() from them;
-    ``back``, at the run's batch size again, two plain calls."""
+    alone), one after a change of the parameters that stays (``weights:stepped``: the shapes after it keep it), and for a
+    model with running statistics a run of training steps that leave them, then eval() from them; ``back``, at the
+    run's batch size again, two plain calls."""
     if back:
         return ["batch:back"] * 2
-    middle = ["mode:train", "mode:train+grad", "mode:grad", "mode:inference", "weights:updated",
-              *[OTHER_BATCH] * rng.randint(0, 3), *["weights:stepped"] * bool(nudge_scales(prob.model))]
+    weights = bool(nudge_scales(prob.model))  # (a model without parameters has no second instance of its own)
+    middle = ["mode:train", "mode:train+grad", "mode:grad", "mode:inference", *["weights:updated"] * weights,
+              *[OTHER_BATCH] * rng.randint(0, 3), *["weights:stepped"] * weights]
     rng.shuffle(middle)
-    middle.insert(_twin_spot(rng, middle), "weights:twin")
+    if weights:
+        middle.insert(_twin_spot(rng, middle), "weights:twin")
     if running_stats(prob, 0):  # (the first instance next after the twin)
         at = rng.choice([i for i in range(len(middle) + 1) if middle[i - 1:i] != ["weights:twin"]])
         middle[at:at] = _steps(rng, rng.choice(("mode:train-step", "mode:train-step+grad")))

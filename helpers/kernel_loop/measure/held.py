@@ -216,8 +216,8 @@ OTHER_FIT = 0.35  # the share of the device's memory the run shape's peak, scale
 
 def other_batches(cfg: Any, done: list[dict], device: str):
     """The shapes correctness adds after the run's (config.batch_shapes: its dims at a smaller and a larger batch
-    size), called on the instance the run's shapes called, then the run's dims again (conditions.other_plan): a red
-    team's kernel sized by its first call's batch passed every run of one shape.  The larger only where the peak
+    size), called on the instance the run's shapes called, each followed by the run's dims again (conditions.other_plan):
+    a red team's kernel sized by its first call's batch passed every run of one shape.  The larger only where the peak
     memory of the run's calls (``done``), scaled to it, stays under OTHER_FIT of the device's.  A generator: read
     once the run's shapes are done."""
     b = cfg.dims.get("batch_size") or 1

@@ -254,8 +254,8 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
             r = sess.call("k", ds, checked=True, cond=cond)
             if r.get("raised") and (cond.strided in ("step", "pad") or bool(unfit) and hold.refusal(r["raised"])):
                 plan += hold.refused(notes, CONDITION_WORDS[said], own, r["raised"], plan, t, prob.seen)  # noted
-                t += 1  # at another size every call must raise too or be right, a refused one retried at the end
-                continue
+                t, ds, cond, r = t + 1, None, None, None  # at another size every call must raise or be right, a refused
+                continue  # one retried at the end
             if r.get("raised"):
                 result["error"] = hold.out_of_memory(r["raised"], ds, len(kept), judge.device) + (
                     f" (in the call where {CONDITION_WORDS[said]})" if said != "plain" else "")
