@@ -911,7 +911,8 @@ def test_a_kernelbench_model_is_called_at_other_batch_sizes_on_the_same_instance
     ("kb_ref_frozen_proj.py", "ModelNew = Model", True),
     ("kb_ref_causal_mask.py", "kb_new_causal_tril.py", True),
     ("kb_ref_additive_mask.py", "ModelNew = Model", True),
-    ("kb_ref_relu_only.py", "ModelNew = Model", True)])
+    ("kb_ref_relu_only.py", "ModelNew = Model", True),
+    ("kb_ref_constant_fill.py", "ModelNew = Model", True)])
 def test_a_cache_must_follow_every_parameter_and_every_instance(tmp_path, worker_here, ref, kernel, passes):
     """The thirteenth session's red team: caches stamped with one parameter's _version (the first layer's, the weight's
     and not the bias's, the Linear's and not the BatchNorm's) passed, since every change the judge made moved all the
