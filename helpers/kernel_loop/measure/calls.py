@@ -219,9 +219,11 @@ def buffer_rows(sess: Session, buffers: dict[str, Any]) -> list[dict]:
     """Rows for ModelNew's buffers after a training-mode call, as the worker put them in the parameters' buffers,
     against Model's after the same call (``buffers``) with the run's tolerance: the running statistics a user's
     model is left with."""
-    sh = sess.shared  # equal bytes (a constant -inf fill): no tolerance to apply, nor the all-poison rule
-    got = {n: sh.bufs[sh.names[f"param:{n}"]] for n in buffers if fingerprint(sh.bufs[sh.names[f"param:{n}"]]) != fingerprint(buffers[n])}
-    rows, _ = compare_outputs(got, {n: buffers[n] for n in got}, sess.judge.tolerance, sess.judge.ref)
+    sh = sess.shared  # equal bytes (a constant -inf fill) compared without their non-finite values: no all-poison rule
+    got = {n: sh.bufs[sh.names[f"param:{n}"]] for n in buffers}
+    same = {n for n, t in got.items() if fingerprint(t) == fingerprint(buffers[n])}
+    rows, _ = compare_outputs({n: t.nan_to_num() if n in same else t for n, t in got.items()},
+                              {n: t.nan_to_num() if n in same else t for n, t in buffers.items()}, sess.judge.tolerance, sess.judge.ref)
     for row in rows:
         row["name"] = f"buffer '{row['name']}'"
         if not row["passed"]:
