@@ -249,12 +249,9 @@ def problem_at(judge: Any, dims: dict, kernel: Any, notes: list[str], unfit: tup
 
 def judge_failed_at(exc: BaseException, shapes: list[dict], device: str) -> str:
     """The correctness step's error where the judge itself raised (guards.judge_failed), with the shape and call it
-    stood at and the judge's device memory; a kernel's failure and a usage error raise on."""
-    from ..common import MeasuredFailure, UsageError
+    stood at and the judge's device memory."""
     from .guards import judge_failed
 
-    if isinstance(exc, (MeasuredFailure, UsageError)):
-        raise exc
     where = [f"shape {len(shapes)} ({', '.join(f'{k}={v}' for k, v in shapes[-1]['dims'].items())}), after "
              f"{len(shapes[-1]['trials'])} call(s)"] if shapes else []
     if device.startswith("cuda"):

@@ -193,9 +193,7 @@ def _memory(ds: DataSet, peak: int | None) -> dict[str, Any]:
 
 def correctness(judge: Judge) -> dict[str, Any]:
     """Every shape x trial: fresh seeded inputs, one call, every output and input verified."""
-    spec = judge.spec
-    kernel = Path(spec["kernel"])
-    path, kind = _kernel_entry(judge, kernel)
+    path, kind = _kernel_entry(judge, Path(judge.spec["kernel"]))
     shapes: list[dict] = []
     gpu = judge.gpu_info()
     result: dict[str, Any] = {"device": judge.device, "shapes": shapes, "warnings": [], "error": None, "build": None,
@@ -203,8 +201,10 @@ def correctness(judge: Judge) -> dict[str, Any]:
     worker = judge.start_worker("kernel")
     try:  # the worker leaves in order (a wrapper such as compute-sanitizer writes its summary at its exit)
         _correctness(judge, worker, path, kind, result)
+    except (MeasuredFailure, UsageError):  # the kernel's failure, a usage error: said as they are (main)
+        raise
     except Exception as exc:  # the judge's own failure (out of device memory): the shapes so far stay, and where
-        result["error"] = hold.judge_failed_at(exc, shapes, judge.device)  # (a kernel's and a usage error raised)
+        result["error"] = hold.judge_failed_at(exc, shapes, judge.device)
     finally:
         judge.end_worker(worker)
     result.update(judge.isolation())
@@ -254,8 +254,8 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
             r = sess.call("k", ds, checked=True, cond=cond)
             if r.get("raised") and (cond.strided in ("step", "pad") or bool(unfit) and hold.refusal(r["raised"])):
                 plan += hold.refused(notes, CONDITION_WORDS[said], own, r["raised"], plan, t, prob.seen)  # noted
-                t, ds, cond, r = t + 1, None, None, None  # at another size every call must raise or be right, a refused
-                continue  # one retried at the end
+                t, ds, cond, r = t + 1, None, None, None  # every call there must raise or be right (refused: retried)
+                continue
             if r.get("raised"):
                 result["error"] = hold.out_of_memory(r["raised"], ds, len(kept), judge.device) + (
                     f" (in the call where {CONDITION_WORDS[said]})" if said != "plain" else "")
