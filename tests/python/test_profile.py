@@ -508,6 +508,33 @@ def test_a_census_profile_sums_every_launch_and_stays_small_to_read():
     assert all(f"- **{s['tag']}**" in details for s in p["symptoms"]) and "## What the metric KEYs mean" in details
 
 
+def test_the_summary_stays_within_its_bytes_at_a_networks_worst():
+    """Seen on the H100: 35_LSTM's ncu_summary.md was 9,482 bytes at the first rung (warp stalls, the GPU state
+    table, cuDNN's rule findings, the census's warnings).  Every part a network can grow, grown at once: the summary
+    takes fewer rows and shorter texts until it fits, and ncu_details.md keeps each whole."""
+    p = ncu_json.build_profile(_text("two_kernels_detailed_raw.csv"), _text("two_kernels_detailed_details.csv"),
+                              _timing(1000.0), {"version": "v3", "kernel_file": "kernel.py",
+                                                "defined_kernels": ["row_max_kernel"],
+                                                "budget": {"kernels": 8, "share": 0.9, "configs": 16}},
+                              _census_of_two_kernels(300))
+    state = {w: {"available": True, "throttle_reasons": ["sw_thermal_slowdown", "sw_power_cap"], "sm_clock_mhz": 1980,
+                 "mem_clock_mhz": 2619, "temperature_c": 60, "power_w": 500.0} for w in ("before", "after")}
+    state["ncu_sm_clock_hz"] = 1.98e9
+    long = "a warning of a network's profile that goes on, " * 12 + "and ends here"
+    rules = [dict(r, text=r["text"] * 4) for r in p["kernels"][0]["rules"]] * 6
+    kernels = [{**k, "rules": rules} for k in p["kernels"]]
+    p.update(symptoms=p["symptoms"] * 5, warnings=[long] * 5, gpu_state=state, kernels=kernels,
+             metrics={**p["metrics"], **{f"stall_{r}": 3.0 + i for i, r in enumerate(
+                 ("long_scoreboard", "barrier", "short_scoreboard", "mio_throttle", "wait", "math_pipe_throttle"))},
+                 "warp_latency_cycles": 40.0})
+    text = ncu_json.render_summary(p)
+    assert len(text.encode()) <= ncu_json.SUMMARY_BYTES, len(text.encode())
+    assert "Warp stalls" in text and "sw_power_cap" in text and "| **all** |" in text and "## Warnings" in text
+    assert "... (whole in ncu_details.md)" in text and long not in text
+    details = ncu_json.render_details(p)
+    assert details.count(long) == 5 and rules[0]["text"] in details
+
+
 def test_a_census_sum_above_the_event_time_refuses_the_timing():
     """The census is ncu's count of every launch, taken outside the kernel's process: an event time well below it
     (a forged timer, or work left running after the call) is refused, whatever the detailed pass covered."""

@@ -235,16 +235,35 @@ def _raw_groups(raw: dict[str, dict[str, Any]]) -> dict[str, list[tuple[str, dic
     return groups
 
 
+SUMMARY_BYTES = 7_500  # ncu_summary.md's most: past it, fewer rows and shorter texts (every one whole in ncu_details.md)
+# (kernel rows, symptom tags, rule findings, a finding's characters, a warning's characters) from the first rung on;
+# seen on the H100: 35_LSTM's summary at the first rung was 9,482 bytes (stalls, GPU state, cuDNN's rule findings)
+SUMMARY_RUNGS = ((SUMMARY_ROWS, SUMMARY_SYMPTOMS, SUMMARY_RULES, RULE_CHARS, 0), (8, 4, 4, 160, 400),
+                 (6, 3, 3, 120, 240), (4, 2, 2, 80, 160), (3, 1, 1, 60, 120))
+
+
+def _cut(text: str, chars: int) -> str:
+    return text if not chars or len(text) <= chars else text[:chars].rsplit(" ", 1)[0] + " ... (whole in ncu_details.md)"
+
+
 def render_summary(profile: dict[str, Any]) -> str:
+    """ncu_summary.md: at the first rung of SUMMARY_RUNGS whose text fits SUMMARY_BYTES (the last rung's text
+    otherwise), whatever the number of kernels, symptoms, findings and warnings."""
     cats = metrics.by_category()
     cats.pop("warp stalls")
-    rule_rows = [(k["label"], r if len(r["text"]) <= RULE_CHARS else
-                  {**r, "text": r["text"][:RULE_CHARS].rsplit(" ", 1)[0] + " ... (whole in ncu_details.md)"})
-                 for k in profile["kernels"] for r in k["rules"]]
-    rule_rows.sort(key=lambda nr: -(nr[1]["est_speedup_pct"] or 0.0))
-    return render("ncu_summary.md.j2", p=profile, cats=cats, keys=metrics.KEYS, rule_rows=rule_rows[:SUMMARY_RULES],
-                  rows_shown=SUMMARY_ROWS, symptoms_shown=SUMMARY_SYMPTOMS, unevaluated=[n.split(":", 1)[0] for n in profile.get("not_evaluated") or []],
-                  stalls=_top_stalls(profile["metrics"]), warp_latency=profile["metrics"].get("warp_latency_cycles"))
+    found = sorted(((k["label"], r) for k in profile["kernels"] for r in k["rules"]),
+                   key=lambda nr: -(nr[1]["est_speedup_pct"] or 0.0))
+    text = ""
+    for rows, symptoms, rules, rule_chars, warn_chars in SUMMARY_RUNGS:
+        text = render("ncu_summary.md.j2", p=profile, cats=cats, keys=metrics.KEYS,
+                      rule_rows=[(n, {**r, "text": _cut(r["text"], rule_chars)}) for n, r in found[:rules]],
+                      rows_shown=rows, symptoms_shown=symptoms,
+                      warnings=[_cut(w, warn_chars) for w in profile.get("warnings") or []],
+                      unevaluated=[n.split(":", 1)[0] for n in profile.get("not_evaluated") or []],
+                      stalls=_top_stalls(profile["metrics"]), warp_latency=profile["metrics"].get("warp_latency_cycles"))
+        if len(text.encode()) <= SUMMARY_BYTES:
+            break
+    return text
 
 
 def render_details(profile: dict[str, Any]) -> str:
