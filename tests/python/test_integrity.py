@@ -622,6 +622,51 @@ def test_a_modelnew_right_only_in_eval_without_autograd_fails(tmp_path, worker_h
     assert "training mode" in data["error"] or "autograd on" in data["error"]
 
 
+def test_the_judge_synchronizes_after_its_last_write_into_a_shared_buffer_before_each_request(tmp_path, monkeypatch,
+                                                                                              worker_here):
+    """On the H100 an honest BatchNorm model failed 1 call in 81 (41_Gemm_BatchNorm_GELU_ReLU at 20480 rows, its
+    running_mean wholly off; 11_ConvTranspose2d_BatchNorm_Tanh_MaxPool_GroupNorm in eval() likewise): the judge
+    copied a call's running statistics into the shared buffers after its synchronize, so the copy could still be
+    queued behind the judge's reference when the worker read them.  On the CPU a copy is done when it returns: this
+    test follows the order instead: every judge write into a shared buffer has a synchronize after it before the
+    worker's next request (the bind's parameters too)."""
+    import threading
+
+    import torch
+    from kernel_loop.measure import judge as judge_mod
+    from kernel_loop.measure import launch
+
+    events: list[str] = []
+    copy, sync, request = torch.Tensor.copy_, judge_mod.Judge.sync, launch.WorkerProc.request
+
+    def copy_(self, *a, **kw):
+        if threading.current_thread() is threading.main_thread() and self.is_shared():
+            events.append("write")
+        return copy(self, *a, **kw)
+
+    def synced(self):
+        events.append("sync")
+        return sync(self)
+
+    def requested(self, msg):
+        events.append(f"request:{msg.get('op')}")
+        return request(self, msg)
+
+    monkeypatch.setattr(torch.Tensor, "copy_", copy_)
+    monkeypatch.setattr(judge_mod.Judge, "sync", synced)
+    monkeypatch.setattr(launch.WorkerProc, "request", requested)
+    rc, data, _ = _kb(tmp_path, "kb_ref_batchnorm.py", "kb_new_batchnorm.py", "batch_size=32,features=16")
+    assert rc == 0, data["error"]
+    assert events.count("write") > 20 and "request:bind" in events and "request:call" in events
+    unsynced = []
+    for i, e in enumerate(events):
+        if e.startswith("request:") and "write" in events[:i]:
+            last_write = max(j for j in range(i) if events[j] == "write")
+            if "sync" not in events[last_write:i]:
+                unsynced.append((i, e))
+    assert not unsynced, unsynced[:5]
+
+
 def test_a_modelnew_whose_output_depends_on_the_mode_is_compared_in_the_same_mode(tmp_path, worker_here):
     """BatchNorm: training mode normalises with the batch's statistics; ModelNew is held to Model in training
     mode there (and its running statistics are restored after, so the next eval() call starts from the
