@@ -81,10 +81,45 @@ def strided_view(t, kind: str = "step"):
     return view
 
 
-def nudge_scales(model, spread: float = 0.1, constant: float = 0.1, every: bool = False) -> dict[str, float]:
+SHUFFLE = -1.0  # a scale that asks nudge for its elements in another order: a buffer drawn per instance
+
+
+def drawn_buffers(model, init: list) -> list[str]:
+    """The buffers of ``model`` that a second instance built alike (``cls(*init)``, on the CPU, under a fork of
+    torch's generators) draws otherwise: random per instance (a projection, a permutation), where the others are
+    structure every instance shares (a causal mask, a sine table).  Cached per class and arguments."""
+    torch = _torch()
+    key = (type(model), repr(init))
+    if key not in _DRAWN:
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0x5EED)
+                other = dict(type(model)(*init).named_buffers(remove_duplicate=False))
+        except Exception:  # the judge's Model was built; a second one here is a probe, not the judge's check
+            other = {}
+        out = []
+        for name, b in model.named_buffers(remove_duplicate=False):
+            o = other.get(name)
+            if o is None or o.shape != b.shape or o.dtype != b.dtype or not o.numel():
+                continue
+            mine = b.detach().cpu()
+            if mine.is_floating_point() and not bool(mine.isfinite().all()):
+                continue  # a -inf fill: structure
+            if not torch.equal(mine, o.detach()):
+                out.append(name)
+        _DRAWN[key] = out
+    return _DRAWN[key]
+
+
+_DRAWN: dict[tuple, list[str]] = {}
+
+
+def nudge_scales(model, spread: float = 0.1, constant: float = 0.1, every: bool = False,
+                 init: list | None = None) -> dict[str, float]:
     """Per learnable float parameter of ``model`` (with ``every``, frozen ones and the running means of its norms
-    too: a second instance's differ as well; never other buffers, which hold a model's structure, a causal mask say),
-    the size of the change ``nudge`` makes: ``spread`` times the parameter's spread, or where it is constant
+    too: a second instance's differ as well; of other buffers, with ``init``, those drawn per instance
+    (drawn_buffers), put in another order (SHUFFLE); never the rest, which hold a model's structure, a causal mask
+    say), the size of the change ``nudge`` makes: ``spread`` times the parameter's spread, or where it is constant
     ``constant`` times its magnitude (at least 1).  For a condition, computed once by the judge and sent to the worker."""
     from torch.nn.modules.batchnorm import _NormBase
 
@@ -99,6 +134,8 @@ def nudge_scales(model, spread: float = 0.1, constant: float = 0.1, every: bool 
                 continue
             std = float(flat.std()) if p.numel() > 1 else 0.0
             out[name] = spread * std if std > 0 else constant * max(abs(float(flat.mean())), 1.0)
+    if every and init is not None:  # a thirteenth red team's class caches of a random buffer, float or integer
+        out.update({n: SHUFFLE for n in drawn_buffers(model, init) if n not in out})
     return out
 
 
@@ -116,6 +153,10 @@ def nudge(model, seed: int, scales: dict[str, float], keep: bool = True, sparse:
             if keep:
                 saved[name] = p.detach().clone()
             gen = torch.Generator().manual_seed((seed * 7919 + i) % (1 << 63))
+            if scale == SHUFFLE:  # its own elements in another order: still a draw of its kind (indices stay indices)
+                order = torch.randperm(p.numel(), generator=gen).to(p.device)
+                p.copy_(p.reshape(-1)[order].reshape(p.shape))
+                continue
             step = torch.randn(tuple(p.shape), generator=gen).mul_(scale)
             step = step.mul_(torch.rand(tuple(p.shape), generator=gen) < 0.5) if sparse else step
             p.add_(step.to(device=p.device, dtype=p.dtype))

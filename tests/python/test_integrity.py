@@ -957,7 +957,12 @@ def test_a_kernelbench_model_is_called_at_other_batch_sizes_on_the_same_instance
     ("kb_ref_causal_mask.py", "kb_new_causal_tril.py", True),
     ("kb_ref_additive_mask.py", "ModelNew = Model", True),
     ("kb_ref_relu_only.py", "ModelNew = Model", True),
-    ("kb_ref_constant_fill.py", "ModelNew = Model", True)])
+    ("kb_ref_constant_fill.py", "ModelNew = Model", True),
+    ("kb_ref_proj_buffer.py", "kb_cheat_proj_buffer_class_cache.py", False),
+    ("kb_ref_perm_buffer.py", "kb_cheat_perm_buffer_class_cache.py", False),
+    ("kb_ref_proj_buffer.py", "ModelNew = Model", True),
+    ("kb_ref_perm_buffer.py", "ModelNew = Model", True),
+    ("kb_ref_sincos_table.py", "kb_new_sincos_computed.py", True)])
 def test_a_cache_must_follow_every_parameter_and_every_instance(tmp_path, worker_here, ref, kernel, passes):
     """The thirteenth session's red team: caches stamped with one parameter's _version (the first layer's, the weight's
     and not the bias's, the Linear's and not the BatchNorm's) passed, since every change the judge made moved all the
@@ -968,10 +973,14 @@ def test_a_cache_must_follow_every_parameter_and_every_instance(tmp_path, worker
     registered in another order (the judge raised on the name), and a buffer other than a norm's that training
     updates (never copied back, so compared with the loaded one); and, from the review after: frozen masks (0/1, or
     -inf above the diagonal) are structure the second instance keeps, and a model without parameters gets no second
-    instance at another batch size (it was noted as the kernel refusing it)."""
+    instance at another batch size (it was noted as the kernel refusing it).  The second red team: a class cache of a
+    buffer drawn per instance (a random projection, a permutation) passed, buffers never differing between instances:
+    the second instance holds such a buffer's elements in another order, and keeps a buffer every instance builds alike
+    (a sine table an honest kernel computes again)."""
     kernel = _same_model(tmp_path, ref, kernel)
     rc, data, md = _kb(tmp_path, ref, kernel, "batch_size=32," + ("features=64" if "linear" in ref or "mlp" in ref
-                                                                  or "proj" in ref or "tied" in ref or "ema" in ref else "features=16"))
+                                                                  or "proj" in ref or "tied" in ref or "ema" in ref or "perm" in ref
+                                                                  or "sincos" in ref else "features=16"))
     assert (rc == 0) is passes, data["error"]
     why = {"two_sizes": "the run's batch size again, after calls at other sizes", "frozen": "a second instance of the "
            "model"}  # (the stamped caches' first wrong call varies: a change of one parameter, or a call after it)

@@ -129,18 +129,24 @@ def test_a_cu_kernel_against_a_kernelbench_ref_is_refused(tmp_path):
         _problem(tmp_path, ref="kb_ref.py", kernel="cu_vadd.cu")
 
 
-def test_a_reference_output_at_a_freed_outputs_address_is_not_a_reused_buffer(tmp_path):
+def test_a_reference_output_at_a_freed_outputs_address_is_not_a_reused_buffer(tmp_path, monkeypatch):
     """The allocator gives a freed result's address to the next one: only a previous result still alive (the
     reference keeps it) makes the next at its address a reused buffer, cloned and allowed to the kernel."""
     p = _problem(tmp_path)
     ds = p.draw(1)
-    first = ds.expected["out"]
     (name, (hold, fp, _)), = p._prev_out.items()
     nxt = p.draw(2, reference=False)
-    ptr = tensors.storage_ptr(nxt.args["x"] + nxt.args["y"])  # where a fresh result of that size lands
-    p._prev_out = {name: (hold, fp, ptr)}  # the first result, at the address the next one will take
-    del ds, first  # the caller let go of it: freed
+    result = nxt.args["x"] + nxt.args["y"]
+    monkeypatch.setattr(p, "run_reference", lambda args, ds, *a, **kw: {"out": result})
+    p._prev_out = {name: (hold, fp, tensors.storage_ptr(result))}  # the first result, at the next one's address
+    del ds  # the caller let go of the first result: freed
     assert hold.ref.expired()
     p.reference(nxt)
-    assert tensors.storage_ptr(nxt.expected["out"]) == ptr  # the case this test is about
-    assert not nxt.ref_props["out"]["reuses"]
+    assert not nxt.ref_props["out"]["reuses"] and nxt.expected["out"] is result  # not cloned
+    kept = p.draw(3)  # one the reference still holds, at the next one's address: reused
+    (name, (hold, fp, _)), = p._prev_out.items()
+    again = p.draw(4, reference=False)
+    monkeypatch.setattr(p, "run_reference", lambda args, ds, *a, **kw: {"out": kept.expected["out"]})
+    p._prev_out = {name: (hold, fp, tensors.storage_ptr(kept.expected["out"]))}
+    p.reference(again)
+    assert again.ref_props["out"]["reuses"] and again.expected["out"] is not kept.expected["out"]

@@ -328,8 +328,8 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         ds = dataclasses.replace(ds, args={n: base.args[n].to(v.device) if n in ds.input_names() else v
                                            for n, v in ds.args.items()}, ref_props={}, vary=None)
         prob.reference(ds)
-    if aspect == "weights":  # a second instance differs in its frozen parameters and norms' means too (a red team's
-        scales, train = nudge_scales(prob.model, every=value.startswith("twin")), value == "twin:train"  # class cache)
+    if aspect == "weights":  # a second instance differs in its frozen parameters, norms' means and drawn buffers too (class caches)
+        scales, train = nudge_scales(prob.model, every=value.startswith("twin"), init=prob.init), value == "twin:train"
         sparse = value == "updated" and len(scales) > 1  # one parameter alone, in turn (a red team's caches checked
         scales = {(name := alone(prob, scales, seed)): scales[name]} if sparse else scales  # one's stamp)
 
