@@ -87,9 +87,8 @@ SHUFFLE = -1.0  # a scale that asks nudge for its elements in another order: a b
 def drawn_buffers(model, init: list) -> list[str]:
     """The buffers of ``model`` that a second instance built alike (``cls(*init)``, on the CPU, under a fork of
     torch's generators) draws otherwise: random per instance (a projection, a permutation), where the others are
-    structure every instance shares (a causal mask, a sine table).  Cached per class and arguments."""
-    torch = _torch()
-    key = (type(model), repr(init))
+    structure every instance shares (a causal mask, a sine table; a -inf fill).  Cached per class and arguments."""
+    torch, key = _torch(), (type(model), repr(init))
     if key not in _DRAWN:
         try:
             with torch.random.fork_rng(devices=[]):
@@ -97,17 +96,10 @@ def drawn_buffers(model, init: list) -> list[str]:
                 other = dict(type(model)(*init).named_buffers(remove_duplicate=False))
         except Exception:  # the judge's Model was built; a second one here is a probe, not the judge's check
             other = {}
-        out = []
-        for name, b in model.named_buffers(remove_duplicate=False):
-            o = other.get(name)
-            if o is None or o.shape != b.shape or o.dtype != b.dtype or not o.numel():
-                continue
-            mine = b.detach().cpu()
-            if mine.is_floating_point() and not bool(mine.isfinite().all()):
-                continue  # a -inf fill: structure
-            if not torch.equal(mine, o.detach()):
-                out.append(name)
-        _DRAWN[key] = out
+        mine = {n: b.detach().cpu() for n, b in model.named_buffers(remove_duplicate=False)}
+        _DRAWN[key] = [n for n, b in mine.items() if (o := other.get(n)) is not None and o.shape == b.shape and
+                       o.dtype == b.dtype and b.numel() and not (b.is_floating_point() and not bool(b.isfinite().all()))
+                       and not torch.equal(b, o.detach())]
     return _DRAWN[key]
 
 

@@ -941,8 +941,12 @@ def test_a_kernelbench_model_is_called_at_other_batch_sizes_on_the_same_instance
         assert all(len(s["trials"]) == 2 and not s["notes"] for s in backs)
     elif "one_batch_size" in str(kernel) or "launch_config" in str(kernel):
         assert notes and all("the kernel refused its batch size (it raised: " in n for n in notes), notes
-    else:  # 8 to 11 calls at each other size (and a run of training steps for BatchNorm), two at the run's again
+    else:  # 8 to 11 calls at each other size (and a run of training steps for BatchNorm), two at the run's again: a
+        # plain one, then one with a parameter changed alone (six such calls a run with the run's own two)
         assert all(len(s["trials"]) >= 8 for s in sizes) and all(len(s["trials"]) == 2 for s in backs) and not notes, notes
+        assert all([t["condition"] for t in s["trials"]] == ["batch:back", "weights:updated"] for s in backs), backs
+        conds = [t["condition"] for s in data["shapes"] for t in s["trials"]]
+        assert conds.count("weights:updated") == 6, conds
 
 
 @pytest.mark.parametrize("ref, kernel, passes", [

@@ -119,6 +119,10 @@ def _one(tmp: Path, ref: Path, env: dict | None = None) -> dict:
          "why": None if proc.returncode == 0 else (data.get("error") or proc.stderr.strip()[-400:]),
          "out": str(out), "env": env}
     _log(_line(r))
+    target, md = os.environ.get("KERNEL_LOOP_BENCH_OUT"), out / "v0" / "correctness.md"
+    if target and proc.returncode != 0 and md.exists():  # a failure's whole correctness.md comes back with the log
+        (Path(target) / "md").mkdir(exist_ok=True)
+        (Path(target) / "md" / f"{ref.stem}.md").write_text(md.read_text())
     return r
 
 

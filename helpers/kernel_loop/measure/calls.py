@@ -151,8 +151,7 @@ def count_poison(torch, t, variant: int) -> int:
     if flat.numel() == 0:
         return 0
     sentinel = max(FLOAT_SENTINEL, -torch.finfo(t.dtype).max if t.dtype.is_floating_point else FLOAT_SENTINEL)
-    # one read of the output: amin is NaN when any element is NaN, so a minimum above the sentinel proves that
-    # no element holds either poison; an output with a NaN or a value at or below the sentinel is counted
+    # one read: amin is NaN where any element is, so a minimum above the sentinel proves no element holds either poison
     one_pass = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # the dtypes amin reduces
     if flat.dtype in one_pass and bool(torch.amin(flat) > sentinel):
         return 0
@@ -338,7 +337,7 @@ class Session:
         for kid, (_path, kind) in kernels.items():
             extra = (baseline or {}).get(kid) or {}
             calls[kid] = problem.call_plan(first, kind, self.shared.names, **extra)
-        judge.sync()  # the parameters' copies into their shared buffers done before the worker loads them
+        judge.sync()  # the parameters' copies into the shared buffers done before the worker loads them
         self.reply = worker.request({"op": "bind", "buffers": self.shared.descriptors, "calls": calls})
         self.sets: list[DataSet] = [first]
         self.fresh = False
@@ -456,10 +455,7 @@ class Session:
             for n, t in cond.stats.items():
                 sh.bufs[sh.names[f"param:{n}"]].copy_(t)
             msg["stats"] = sorted(cond.stats)
-        # every write into the shared buffers done before the worker reads them: a copy still queued on the judge's
-        # stream is not (seen on the H100: 41_Gemm_BatchNorm_GELU_ReLU's worker, once in 81 calls, started from the
-        # previous call's statistics while the copy of this one's waited behind the judge's reference at 20480 rows)
-        self.judge.sync()
+        self.judge.sync()  # every write above done before the worker reads (a queued copy of the statistics: an H100 race)
         if cond.after:  # a training call's statistics left as it updated them, for the eval() call after it
             msg["after"] = cond.after  # (a red team's ModelNew wrote them at their _version and kept a stale fold)
         if cond.backward is not None and cond.backward.carries:  # inputs as a layer inside a network gets them (not
