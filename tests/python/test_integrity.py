@@ -966,7 +966,9 @@ def test_a_kernelbench_model_is_called_at_other_batch_sizes_on_the_same_instance
     ("kb_ref_perm_buffer.py", "kb_cheat_perm_buffer_class_cache.py", False),
     ("kb_ref_proj_buffer.py", "ModelNew = Model", True),
     ("kb_ref_perm_buffer.py", "ModelNew = Model", True),
-    ("kb_ref_sincos_table.py", "kb_new_sincos_computed.py", True)])
+    ("kb_ref_sincos_table.py", "kb_new_sincos_computed.py", True),
+    ("kb_ref_h0_attribute.py", "ModelNew = Model", True),
+    ("kb_ref_h0_attribute.py", "kb_cheat_h0_class_cache.py", False)])
 def test_a_cache_must_follow_every_parameter_and_every_instance(tmp_path, worker_here, ref, kernel, passes):
     """The thirteenth session's red team: caches stamped with one parameter's _version (the first layer's, the weight's
     and not the bias's, the Linear's and not the BatchNorm's) passed, since every change the judge made moved all the
@@ -980,7 +982,9 @@ def test_a_cache_must_follow_every_parameter_and_every_instance(tmp_path, worker
     instance at another batch size (it was noted as the kernel refusing it).  The second red team: a class cache of a
     buffer drawn per instance (a random projection, a permutation) passed, buffers never differing between instances:
     the second instance holds such a buffer's elements in another order, and keeps a buffer every instance builds alike
-    (a sine table an honest kernel computes again)."""
+    (a sine table an honest kernel computes again).  An older KernelBench RNN's h0, a tensor attribute drawn in
+    __init__ (outside the state): the judge's second Model is built as the worker builds its second ModelNew, its own
+    h0 drawn (ModelNew = Model failed every call of the second instance)."""
     kernel = _same_model(tmp_path, ref, kernel)
     rc, data, md = _kb(tmp_path, ref, kernel, "batch_size=32," + ("features=64" if "linear" in ref or "mlp" in ref
                                                                   or "proj" in ref or "tied" in ref or "ema" in ref or "perm" in ref

@@ -334,7 +334,7 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         scales = {(name := alone(prob, scales, seed)): scales[name]} if sparse else scales  # one's stamp)
 
         def nudged() -> Any:
-            m = model_copy(prob, train, None)
+            m = model_copy(prob, train, None, twin=value.startswith("twin"))
             nudge(m, seed, scales, sparse=sparse)
             return m
         runs = [prob.run_reference(ds.args, ds, nudged(), s) for s in (None, prob.cfg.seed + 2)[:1 + train]]

@@ -80,11 +80,16 @@ def running_stats(prob: Problem, seed: int) -> dict[str, Any]:
     return out
 
 
-def model_copy(prob: Problem, train: bool, stats: dict[str, Any] | None):
-    """The judge's Model copied (its own state stays as loaded), in training mode or eval(), with ``stats`` loaded."""
+def model_copy(prob: Problem, train: bool, stats: dict[str, Any] | None, twin: bool = False):
+    """The judge's Model copied (its own state stays as loaded), in training mode or eval(), with ``stats`` loaded;
+    ``twin``: a second instance's, its tensors outside the state its own (``prob.spare``), the state the first's."""
     import torch
 
-    m = copy.deepcopy(prob.model).train(train)
+    if twin and prob.spare is not None:
+        m = copy.deepcopy(prob.spare).train(train)
+        m.load_state_dict(prob.model.state_dict())
+    else:
+        m = copy.deepcopy(prob.model).train(train)
     if stats:
         state = m.state_dict()
         with torch.no_grad():

@@ -38,6 +38,7 @@ from ..tensors import (
     nudge,
     nudge_scales,
     poison_tensor,
+    spare_instance,
     state_names,
     storage_ptr,
 )
@@ -120,6 +121,7 @@ class Problem:
         self.cfg, self.ref, self.dims, self.device, self.kind = cfg, ref, dict(dims), device, kind
         self.params = build.parse_signature(kernel_text) if kind == "cu" and kernel_text is not None else None
         self.model = None
+        self.spare = None  # a second Model built as the worker builds its second instance (_build_model)
         self.init: list[Any] = []
         self.seen: dict[str, Any] = {}     # what the correctness conditions learnt of this problem (conditions.py)
         self.drew: tuple[bool, bool] = (False, False)  # the last run_reference's draws: torch's; Python's or NumPy's
@@ -176,6 +178,10 @@ class Problem:
         with torch.device(self.device):  # parameters are created where they are used, from the run's seed
             guards.seed_torch(torch, self.model_seed)
             self.model = self.ref.Model(*self.init).to(self.device).eval()
+        # a tensor drawn in __init__ outside the state (an older KernelBench RNN's h0): a second instance has its own, so
+        # the judge's is built as the worker builds ModelNew's (tensors.spare_instance, right after, same generators)
+        self.spare = spare_instance(self.model, self.init, self.device) if any(
+            isinstance(v, torch.Tensor) for m in self.model.modules() for v in vars(m).values()) else None
         as_trained(self.model, self.model_seed)
 
     def state(self) -> dict[str, Any]:
