@@ -99,7 +99,7 @@ def drawn_buffers(model, init: list) -> list[str]:
         mine = {n: b.detach().cpu() for n, b in model.named_buffers(remove_duplicate=False)}
         _DRAWN[key] = [n for n, b in mine.items() if (o := other.get(n)) is not None and o.shape == b.shape and
                        o.dtype == b.dtype and b.numel() and not (b.is_floating_point() and not bool(b.isfinite().all()))
-                       and not torch.equal(b, o.detach())]
+                       and not torch.equal(b, o.detach().cpu())]
     return _DRAWN[key]
 
 
