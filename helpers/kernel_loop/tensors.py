@@ -81,38 +81,22 @@ def strided_view(t, kind: str = "step"):
     return view
 
 
-SHUFFLE = -1.0  # a scale that asks nudge for its elements in another order: a buffer drawn per instance
+def drawn_buffers(model, spare) -> list[str]:
+    """The state's buffers in which ``spare`` (a second instance built as ``model`` was, right after it:
+    spare_instance) differs from ``model``: drawn per instance (a projection, a permutation, sorted thresholds),
+    where the others are structure every instance builds alike (a causal mask, a sine table)."""
+    torch = _torch()
+    theirs = spare.state_dict() if spare is not None else {}
+    return [n for n, b in model.state_dict().items() if n in dict(model.named_buffers(remove_duplicate=False))
+            and (o := theirs.get(n)) is not None and (o.shape != b.shape or not torch.equal(o, b))]
 
 
-def drawn_buffers(model, init: list) -> list[str]:
-    """The buffers of ``model`` that a second instance built alike (``cls(*init)``, on the CPU, under a fork of
-    torch's generators) draws otherwise: random per instance (a projection, a permutation), where the others are
-    structure every instance shares (a causal mask, a sine table; a -inf fill).  Cached per class and arguments."""
-    torch, key = _torch(), (type(model), repr(init))
-    if key not in _DRAWN:
-        try:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(0x5EED)
-                other = dict(type(model)(*init).named_buffers(remove_duplicate=False))
-        except Exception:  # the judge's Model was built; a second one here is a probe, not the judge's check
-            other = {}
-        mine = {n: b.detach().cpu() for n, b in model.named_buffers(remove_duplicate=False)}
-        _DRAWN[key] = [n for n, b in mine.items() if (o := other.get(n)) is not None and o.shape == b.shape and
-                       o.dtype == b.dtype and b.numel() and not (b.is_floating_point() and not bool(b.isfinite().all()))
-                       and not torch.equal(b, o.detach().cpu())]
-    return _DRAWN[key]
-
-
-_DRAWN: dict[tuple, list[str]] = {}
-
-
-def nudge_scales(model, spread: float = 0.1, constant: float = 0.1, every: bool = False,
-                 init: list | None = None) -> dict[str, float]:
+def nudge_scales(model, spread: float = 0.1, constant: float = 0.1, every: bool = False) -> dict[str, float]:
     """Per learnable float parameter of ``model`` (with ``every``, frozen ones and the running means of its norms
-    too: a second instance's differ as well; of other buffers, with ``init``, those drawn per instance
-    (drawn_buffers), put in another order (SHUFFLE); never the rest, which hold a model's structure, a causal mask
-    say), the size of the change ``nudge`` makes: ``spread`` times the parameter's spread, or where it is constant
-    ``constant`` times its magnitude (at least 1).  For a condition, computed once by the judge and sent to the worker."""
+    too: a second instance's differ as well; never other buffers, which hold a model's structure, a causal mask say,
+    or are drawn per instance: a second instance's own draw, drawn_buffers), the size of the change ``nudge`` makes:
+    ``spread`` times the parameter's spread, or where it is constant ``constant`` times its magnitude (at least 1).
+    For a condition, computed once by the judge and sent to the worker."""
     from torch.nn.modules.batchnorm import _NormBase
 
     means = [(f"{p}.running_mean" if p else "running_mean", m.running_mean) for p, m in model.named_modules()
@@ -126,8 +110,6 @@ def nudge_scales(model, spread: float = 0.1, constant: float = 0.1, every: bool 
                 continue
             std = float(flat.std()) if p.numel() > 1 else 0.0
             out[name] = spread * std if std > 0 else constant * max(abs(float(flat.mean())), 1.0)
-    if every and init is not None:  # a thirteenth red team's class caches of a random buffer, float or integer
-        out.update({n: SHUFFLE for n in drawn_buffers(model, init) if n not in out})
     return out
 
 
@@ -145,10 +127,6 @@ def nudge(model, seed: int, scales: dict[str, float], keep: bool = True, sparse:
             if keep:
                 saved[name] = p.detach().clone()
             gen = torch.Generator().manual_seed((seed * 7919 + i) % (1 << 63))
-            if scale == SHUFFLE:  # its own elements in another order: still a draw of its kind (indices stay indices)
-                order = torch.randperm(p.numel(), generator=gen).to(p.device)
-                p.copy_(p.reshape(-1)[order].reshape(p.shape))
-                continue
             step = torch.randn(tuple(p.shape), generator=gen).mul_(scale)
             step = step.mul_(torch.rand(tuple(p.shape), generator=gen) < 0.5) if sparse else step
             p.add_(step.to(device=p.device, dtype=p.dtype))
@@ -173,19 +151,23 @@ def spare_instance(model, init: list, device: str):
         return type(model)(*init)
 
 
-def twin(model, init: list, spec: dict[str, Any], device: str, made=None):
+def twin(model, init: list, spec: dict[str, Any], device: str, made=None, own: dict[str, Any] | None = None):
     """A second instance of ``model``'s class, built as a user builds a network's second layer of one shape
     (``cls(*init)``; ``made``, one built before ``model``'s first call, spare_instance), with ``model``'s parameters
     nudged (``nudge`` from ``spec``'s seed and scales, as the judge changes its Model copy's) and loaded as
     ``model``'s were (load_state_dict), in eval() or, where ``spec`` says "train", training mode: a cache a kernel
     shares across instances (keyed on shapes, or on _version) gives one instance the other's (a ninth red team's
-    ModelNew; an eleventh's shared it in training mode alone).  Built under a fork of torch's generators."""
+    ModelNew; an eleventh's shared it in training mode alone).  ``own``: the buffers drawn per instance, as the judge's
+    second Model drew them (drawn_buffers).  Built under a fork of torch's generators."""
     torch = _torch()
     scratch = spare_instance(model, init, device)
     made = made if made is not None else spare_instance(model, init, device)
     scratch.load_state_dict(model.state_dict())
     nudge(scratch, int(spec["seed"]), spec["scales"], keep=False, sparse=bool(spec.get("sparse")))
     made.load_state_dict(scratch.state_dict())
+    with torch.no_grad():
+        for name, t in (own or {}).items():  # (a red team's class cache of a random projection or permutation)
+            _named(made)[name].copy_(t)
     theirs, mine = model.state_dict(), made.state_dict()
     for name, p in mine.items():  # at ``model``'s _version too, as two layers built alike are (whichever is behind
         for low, high in ((p, theirs.get(name)), (theirs.get(name), p)) if name in theirs else ():  # moves on: a

@@ -968,7 +968,10 @@ def test_a_kernelbench_model_is_called_at_other_batch_sizes_on_the_same_instance
     ("kb_ref_perm_buffer.py", "ModelNew = Model", True),
     ("kb_ref_sincos_table.py", "kb_new_sincos_computed.py", True),
     ("kb_ref_h0_attribute.py", "ModelNew = Model", True),
-    ("kb_ref_h0_attribute.py", "kb_cheat_h0_class_cache.py", False)])
+    ("kb_ref_h0_attribute.py", "kb_cheat_h0_class_cache.py", False),
+    ("kb_ref_nonpersistent_proj.py", "ModelNew = Model", True),
+    ("kb_ref_sorted_bounds.py", "kb_new_bucketize_bounds.py", True),
+    ("kb_ref_symmetric_buffer.py", "kb_new_symmetric_transposed.py", True)])
 def test_a_cache_must_follow_every_parameter_and_every_instance(tmp_path, worker_here, ref, kernel, passes):
     """The thirteenth session's red team: caches stamped with one parameter's _version (the first layer's, the weight's
     and not the bias's, the Linear's and not the BatchNorm's) passed, since every change the judge made moved all the
@@ -981,14 +984,16 @@ def test_a_cache_must_follow_every_parameter_and_every_instance(tmp_path, worker
     -inf above the diagonal) are structure the second instance keeps, and a model without parameters gets no second
     instance at another batch size (it was noted as the kernel refusing it).  The second red team: a class cache of a
     buffer drawn per instance (a random projection, a permutation) passed, buffers never differing between instances:
-    the second instance holds such a buffer's elements in another order, and keeps a buffer every instance builds alike
+    the second instance gets the judge's second Model's own draw of such a buffer (an order of its elements alone broke
+    what every instance holds: sorted thresholds, a symmetric matrix), and keeps a buffer every instance builds alike
     (a sine table an honest kernel computes again).  An older KernelBench RNN's h0, a tensor attribute drawn in
     __init__ (outside the state): the judge's second Model is built as the worker builds its second ModelNew, its own
     h0 drawn (ModelNew = Model failed every call of the second instance)."""
     kernel = _same_model(tmp_path, ref, kernel)
     rc, data, md = _kb(tmp_path, ref, kernel, "batch_size=32," + ("features=64" if "linear" in ref or "mlp" in ref
                                                                   or "proj" in ref or "tied" in ref or "ema" in ref or "perm" in ref
-                                                                  or "sincos" in ref else "features=16"))
+                                                                  or "sincos" in ref or "nonpersistent" in ref
+                                                                  or "symmetric" in ref else "features=16"))
     assert (rc == 0) is passes, data["error"]
     why = {"two_sizes": "the run's batch size again, after calls at other sizes", "frozen": "a second instance of the "
            "model"}  # (the stamped caches' first wrong call varies: a change of one parameter, or a call after it)

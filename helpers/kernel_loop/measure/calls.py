@@ -1,15 +1,12 @@
-"""One worker bound to one shape's shared buffers, and the calls the judge makes on it.
-
-``Shared`` holds the judge's buffers (one per tensor argument, returned output and model parameter, and for
-correctness one more per returned output, where the worker hands back a result an earlier call returned);
-``Session`` puts a data set in them before every call, poisons every output, asks for the call, screens every call
-for poison left behind and verifies the calls the judge chose (``timed``), its outputs as they were when it returned.
-
-A correctness call can also vary what a user's call varies (``Condition``): what the outputs it is handed
-hold before the call (zeros, random values, the right answer of other inputs), the module's mode and
-autograd, strided inputs, running statistics and gradients; every result is held, and ``after_the_calls``
-checks that it kept its bytes, that the kernel lets go of it with its caller, and that the model kept its weights.
-"""
+"""One worker bound to one shape's shared buffers, and the calls the judge makes on it.  ``Shared`` holds the judge's
+buffers (one per tensor argument, returned output and model parameter, and for correctness one more per returned
+output, where the worker hands back a result an earlier call returned); ``Session`` puts a data set in them before
+every call, poisons every output, asks for the call, screens every call for poison left behind and verifies the calls
+the judge chose (``timed``), its outputs as they were when it returned.  A correctness call can also vary what a user's
+call varies (``Condition``): what the outputs it is handed hold before the call (zeros, random values, the right answer
+of other inputs), the module's mode and autograd, strided inputs, running statistics and gradients; every result is
+held, and ``after_the_calls`` checks that it kept its bytes, that the kernel lets go of it with its caller, and that
+the model kept its weights."""
 
 from __future__ import annotations
 
@@ -25,7 +22,7 @@ from ..tensors import FLOAT_SENTINEL, fingerprint, is_tensor, poison_tensor, ran
 from . import protocol
 from .conditions import VARIANTS, Condition, as_exact_as_the_reference, free_cached, range_ok
 from .launch import KernelFailed, WorkerProc
-from .modes import grad_slack
+from .modes import draws_into, grad_slack
 from .problem import DataSet, Problem, start_state
 
 FRESH_DRAW_BUDGET_S = 20.0      # a fresh data set for every call while drawing them all costs no more
@@ -441,6 +438,7 @@ class Session:
             msg["nudge"] = cond.nudge
         if cond.twin:
             msg["twin"] = cond.twin
+            draws_into(sh, self.problem, cond.twin.get("own") or (), twin=True)  # its own draws (then the first's)
         seen = self.problem.seen  # what the reference's call draws: the kernel's must leave its caller's generators so
         draws = seen.get("train_draws") if cond.train else seen.get("draws")
         if seen.get("draws") and ds.start is None:  # the call starts where the reference's did (else where the
@@ -465,6 +463,8 @@ class Session:
         except KernelFailed as exc:
             return {"reply": None, "failure": f"the kernel raised: {exc}", "rows": [], "warnings": [],
                     "raised": str(exc)}
+        finally:
+            draws_into(sh, self.problem, (cond.twin or {}).get("own") or (), twin=False)
         if reply.get("build"):
             self.builds[kid] = reply["build"]
         out: dict[str, Any] = {"reply": reply, "failure": None, "rows": [], "warnings": []}

@@ -35,7 +35,7 @@ import math
 from typing import Any
 
 from ..compare import applied_tolerances, compare_outputs, constant_outputs
-from ..tensors import continuous, is_tensor, nudge, nudge_scales, random_like, strided_view
+from ..tensors import continuous, drawn_buffers, is_tensor, nudge, nudge_scales, random_like, strided_view
 from .modes import (
     RANDOM_TRAINING,
     Backward,
@@ -295,8 +295,7 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         train, left = value.startswith("train"), prob.seen.pop("left", None)
         cond.stats = running_stats(prob, seed) or None  # in eval() too: a trained model's statistics are not 0 and 1
         if cond.stats is None and train and next(prob.model.buffers(), None) is not None:  # other buffers a training
-            cond.stats = {}  # call updates (an EMA's, spectral_norm's) are compared too, loaded as they were: a red
-            # team's honest EMA failed against them, never copied back
+            cond.stats = {}  # call updates (an EMA's) are compared too, loaded as they were (a red team's honest EMA)
         cond.stats = None if value == "inference:held" else cond.stats
         if value.startswith(("train-step", "after-train")):  # the statistics the model holds, then what steps left
             last = value == "after-train:inference"  # the last call of the block puts them back
@@ -328,20 +327,21 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         ds = dataclasses.replace(ds, args={n: base.args[n].to(v.device) if n in ds.input_names() else v
                                            for n, v in ds.args.items()}, ref_props={}, vary=None)
         prob.reference(ds)
-    if aspect == "weights":  # a second instance differs in its frozen parameters, norms' means and drawn buffers too (class caches)
-        scales, train = nudge_scales(prob.model, every=value.startswith("twin"), init=prob.init), value == "twin:train"
+    if aspect == "weights":  # a second instance's frozen parameters, norms' means and drawn buffers differ too
+        scales, train = nudge_scales(prob.model, every=(twin := value.startswith("twin"))), value == "twin:train"
+        own = drawn_buffers(prob.model, prob.spare) if twin else []  # (red teams' class caches: the twin's own draws)
         sparse = value == "updated" and len(scales) > 1  # one parameter alone, in turn (a red team's caches checked
         scales = {(name := alone(prob, scales, seed)): scales[name]} if sparse else scales  # one's stamp)
 
         def nudged() -> Any:
-            m = model_copy(prob, train, None, twin=value.startswith("twin"))
+            m = model_copy(prob, train, None, twin=twin)
             nudge(m, seed, scales, sparse=sparse)
             return m
         runs = [prob.run_reference(ds.args, ds, nudged(), s) for s in (None, prob.cfg.seed + 2)[:1 + train]]
         if train and not all(r["passed"] for r in compare_outputs(runs[1], runs[0], tolerance, prob.ref)[0]):
             return _condition(tolerance, prob, first, ds, "weights:twin", earlier, seed, notes)  # random (dropout)
         cond.expected, spec = runs[0], {"seed": seed, "scales": scales, **({"train": True} if train else {}),
-                                        **({"sparse": True} if sparse else {})}
+                                        **({"sparse": True} if sparse else {}), **({"own": own} if own else {})}
         if train and (names := {n for n, _ in prob.model.named_buffers()}):  # the first instance's buffers stay as
             cond.stats, cond.after = {}, "restore"  # loaded while the twin trains (a red team's wrote its own there)
             cond.buffers = {n: t.detach().clone() for n, t in prob.model.state_dict().items() if n in names}

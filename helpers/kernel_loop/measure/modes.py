@@ -82,12 +82,15 @@ def running_stats(prob: Problem, seed: int) -> dict[str, Any]:
 
 def model_copy(prob: Problem, train: bool, stats: dict[str, Any] | None, twin: bool = False):
     """The judge's Model copied (its own state stays as loaded), in training mode or eval(), with ``stats`` loaded;
-    ``twin``: a second instance's, its tensors outside the state its own (``prob.spare``), the state the first's."""
+    ``twin``: a second instance's (``prob.spare``): the first's state but its buffers drawn per instance, and its
+    tensors outside the state, its own draws."""
     import torch
 
+    from ..tensors import drawn_buffers
+
     if twin and prob.spare is not None:
-        m = copy.deepcopy(prob.spare).train(train)
-        m.load_state_dict(prob.model.state_dict())
+        m, own = copy.deepcopy(prob.spare).train(train), set(drawn_buffers(prob.model, prob.spare))
+        m.load_state_dict({n: t for n, t in prob.model.state_dict().items() if n not in own}, strict=not own)
     else:
         m = copy.deepcopy(prob.model).train(train)
     if stats:
@@ -96,6 +99,19 @@ def model_copy(prob: Problem, train: bool, stats: dict[str, Any] | None, twin: b
             for n, t in stats.items():
                 state[n].copy_(t)
     return m
+
+
+def draws_into(sh: Any, prob: Problem, names: Any, twin: bool) -> None:
+    """The buffers drawn per instance (a second instance's call, its ``own``: tensors.drawn_buffers) into the shared
+    buffers of the model's state: the judge's second Model's draws for the call (the worker's second ModelNew loads
+    them, tensors.twin), then the first's again (synchronized: the worker reads them at its next request)."""
+    import torch
+
+    state = (prob.spare if twin else prob.model).state_dict() if names else {}
+    for n in names:
+        sh.bufs[sh.names[f"param:{n}"]].copy_(state[n])
+    if not twin and names and str(prob.device).startswith("cuda"):
+        torch.cuda.synchronize(prob.device)
 
 
 def train_expected(prob: Problem, ds: DataSet, tolerance: Any, cond: Condition

@@ -178,9 +178,9 @@ class Problem:
         with torch.device(self.device):  # parameters are created where they are used, from the run's seed
             guards.seed_torch(torch, self.model_seed)
             self.model = self.ref.Model(*self.init).to(self.device).eval()
-        # a tensor drawn in __init__ outside the state (an older KernelBench RNN's h0): a second instance has its own, so
-        # the judge's is built as the worker builds ModelNew's (tensors.spare_instance, right after, same generators)
-        self.spare = spare_instance(self.model, self.init, self.device) if any(
+        # a buffer or a tensor drawn in __init__ (a random projection, an older KernelBench RNN's h0): a second instance
+        # has its own, so the judge's is built as the worker builds ModelNew's (spare_instance: right after, same generators)
+        self.spare = spare_instance(self.model, self.init, self.device) if next(self.model.buffers(), None) is not None or any(
             isinstance(v, torch.Tensor) for m in self.model.modules() for v in vars(m).values()) else None
         as_trained(self.model, self.model_seed)
 

@@ -414,7 +414,7 @@ class Worker:
     def _twin(self, k: Kernel, spec: dict) -> Any:
         """A second ModelNew with other weights called in place of the first's (tensors.twin; built once a spec)."""
         if k.twin is None or k.twin[0] != spec:
-            m = tensors.twin(k.model, k.init, spec, self.device, made=k.spare)
+            m = tensors.twin(k.model, k.init, spec, self.device, k.spare, {n: k.state_bufs[n] for n in spec.get("own", ())})
 
             def forward(grad=False, m=m, args=k.args, torch=self.torch):
                 with torch.set_grad_enabled(bool(grad)):
