@@ -907,6 +907,7 @@ def test_one_instance_is_called_at_every_batch_size_of_the_run(tmp_path, worker_
     ("kb_ref_batchnorm.py", "kb_cheat_bn_stale_stats_at_other_sizes.py", False),
     ("kb_ref_linear_relu.py", "kb_new_linear_launch_config_refusal.py", True),
     ("kb_ref_linear_relu.py", "kb_cheat_linear_stale_per_batch_cache.py", False),
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_tiles_of_eight.py", False),
     ("kb_ref_fixed_batch_view.py", "ModelNew = Model", True),
     ("kb_ref_rows_table.py", "ModelNew = Model", True)])
 def test_a_kernelbench_model_is_called_at_other_batch_sizes_on_the_same_instance(tmp_path, worker_here, ref, kernel,
@@ -924,7 +925,7 @@ def test_a_kernelbench_model_is_called_at_other_batch_sizes_on_the_same_instance
     rc, data, md = _kb(tmp_path, ref, kernel, f"batch_size=32,features={b}")
     assert (rc == 0) is passes, data["error"]
     others = [s for s in data["shapes"] if s.get("own")]  # the run's size again after each (a red team's cache of two)
-    want = [{"batch_size": n, "features": b} for n in (16, 32, 40, 32)]  # (a failure ends the calls)
+    want = [{"batch_size": n, "features": b} for n in (16, 32, 41, 32)]  # (a failure ends the calls)
     assert [s["dims"] for s in others] == want[:len(others)] and (len(others) == 4 or not passes)
     sizes, backs = others[0::2], others[1::2]
     notes = [n for s in sizes for n in s["notes"] if "refused" in n or "not checked" in n]
@@ -1501,6 +1502,6 @@ def test_init_again_on_a_run_made_before_the_judges_batch_sizes_changes_nothing(
             KERNELS / "kb_new_linear_cached_weight_t.py", "--dims", "batch_size=32,features=64", "--skip-env")
     assert klcli.main(*args) == 0
     data = json.loads((out / "run.json").read_text())
-    assert [s["batch_size"] for s in data.pop("batch_shapes")] == [16, 40]
+    assert [s["batch_size"] for s in data.pop("batch_shapes")] == [16, 41]
     (out / "run.json").write_text(json.dumps(data, indent=2) + "\n")
     assert klcli.main(*args) == 0
