@@ -185,8 +185,7 @@ def alone(prob: Problem, scales: dict[str, float], seed: int) -> str:
     """The parameter a ``weights:updated`` call changes alone (on half its elements): every one in turn, in an order
     drawn once from the first such call's secret seed and carried through the run's shapes (held.problem_at), as a
     user trains one layer, the biases or a norm's weights alone.  Red teams' caches stamped with one parameter's
-    _version (the first layer's, the weight's and not the bias's, the Linear's and not the BatchNorm's) passed every
-    change of all of them at once."""
+    _version (the first layer's, the Linear's and not the BatchNorm's) passed every change of all at once."""
     import random
 
     turn = prob.seen.setdefault("alone", {"order": random.Random(seed).sample(sorted(scales), len(scales)), "next": 0})
@@ -328,7 +327,8 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
                                            for n, v in ds.args.items()}, ref_props={}, vary=None)
         prob.reference(ds)
     if aspect == "weights":  # a second instance's frozen parameters, norms' means and drawn buffers differ too
-        scales, train = nudge_scales(prob.model, every=(twin := value.startswith("twin"))), value == "twin:train"
+        twin, train = value.startswith("twin"), value == "twin:train"  # a frozen layer or a norm's statistics reloaded
+        scales = nudge_scales(prob.model, every=twin or value == "updated")  # alone too (a red team's cache missed it)
         own = drawn_buffers(prob.model, prob.spare) if twin else []  # (red teams' class caches: the twin's own draws)
         sparse = value == "updated" and len(scales) > 1  # one parameter alone, in turn (a red team's caches checked
         scales = {(name := alone(prob, scales, seed)): scales[name]} if sparse else scales  # one's stamp)
