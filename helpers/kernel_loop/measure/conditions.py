@@ -92,8 +92,8 @@ CONDITION_WORDS = {
                         "statistics they left",
     "mode:after-train:inference": "the model in eval() under torch.inference_mode(), after training-mode calls, from "
                                   "the statistics they left",
-    "weights:updated": "one of the model's parameters changed in place before the call, on about half its elements (as "
-                       "an optimizer step training part of the model does), and put back",
+    "weights:updated": "one of the model's parameters (or a norm's running mean) changed in place before the call, on "
+                       "about half its elements (an optimizer step training part of the model, a layer reloaded), and put back",
     "weights:updated:again": "the model's parameters changed in place before the call, on the inputs of the call before "
                              "it, and put back",
     "weights:twin": "a second instance of the model, with other weights, called in place of the first (a network's second "
