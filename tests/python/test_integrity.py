@@ -667,6 +667,16 @@ def test_the_judge_synchronizes_after_its_last_write_into_a_shared_buffer_before
     assert not unsynced, unsynced[:5]
 
 
+def test_a_dropout_whose_output_shows_none_may_draw_in_a_second_instances_training_call(tmp_path, worker_here):
+    """Found by a CPU sweep of KernelBench level 2: 83_Conv3d_GroupNorm_Min_Clamp_Dropout (ModelNew = Model) failed its
+    second instance's training-mode call as one that changed the caller's random numbers: its output is never random,
+    so that call is compared, and only a training call of the first instance had noted that Model draws there."""
+    rc, data, md = _kb(tmp_path, "kb_ref_dropout_unseen.py", _same_model(tmp_path, "kb_ref_dropout_unseen.py",
+                                                                      "ModelNew = Model"), "batch_size=32,features=16")
+    assert rc == 0, data["error"]
+    assert "weights:twin:train" in [t["condition"] for s in data["shapes"] for t in s["trials"]]
+
+
 def test_a_modelnew_whose_output_depends_on_the_mode_is_compared_in_the_same_mode(tmp_path, worker_here):
     """BatchNorm: training mode normalises with the batch's statistics; ModelNew is held to Model in training
     mode there (and its running statistics are restored after, so the next eval() call starts from the

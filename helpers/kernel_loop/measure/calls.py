@@ -440,7 +440,7 @@ class Session:
             msg["twin"] = cond.twin
             draws_into(sh, self.problem, cond.twin.get("own") or (), twin=True)  # its own draws (then the first's)
         seen = self.problem.seen  # what the reference's call draws: the kernel's must leave its caller's generators so
-        draws = seen.get("train_draws") if cond.train else seen.get("draws")
+        draws = seen.get("train_draws") if cond.train or (cond.twin or {}).get("train") else seen.get("draws")
         if seen.get("draws") and ds.start is None:  # the call starts where the reference's did (else where the
             msg["rng_state"] = start_state(self.judge.torch, self.judge.device, ds.seed).hex()  # previous call left them)
         if not (self.baselines or draws):

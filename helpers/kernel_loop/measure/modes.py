@@ -125,8 +125,7 @@ def train_expected(prob: Problem, ds: DataSet, tolerance: Any, cond: Condition
 
     def run(seed: int) -> tuple[dict[str, Any], Any]:
         m = model_copy(prob, True, cond.stats)
-        out = prob.run_reference(ds.args, ds, m, seed)
-        prob.seen["train_draws"] = prob.seen.get("train_draws") or any(prob.drew)  # Model in training mode draws
+        out = prob.run_reference(ds.args, ds, m, seed)  # (its draws noted there: seen["train_draws"])
         return out, m
 
     first, model = run(prob.cfg.seed + 1)

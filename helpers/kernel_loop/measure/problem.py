@@ -295,6 +295,8 @@ class Problem:
         out = self._call_reference(args, ds, model)
         self.rng_after = guards.torch_rng(torch, self.device)
         self.drew = (self.rng_after != before, guards.other_rng() != other)
+        if model is not None and model.training and any(self.drew):  # Model in training mode draws (a twin's too: a
+            self.seen["train_draws"] = True  # dropout whose output shows none, 83_Conv3d_..._Dropout's, drew unseen)
         return out
 
     def _call_reference(self, args: dict[str, Any], ds: DataSet, model: Any) -> dict[str, Any]:
