@@ -1008,10 +1008,9 @@ def test_a_cache_must_follow_every_parameter_and_every_instance(tmp_path, worker
                                                                   or "sincos" in ref or "nonpersistent" in ref
                                                                   or "symmetric" in ref or "frozen" in ref else "features=16"))
     assert (rc == 0) is passes, data["error"]
-    why = {"two_sizes": ("the run's batch size again, after calls at other sizes",), "frozen": (
-        "a second instance of the model", "one of the model's parameters (or a norm's running mean) changed")}  # (a frozen one alone too; the
-    # stamped caches' first wrong call varies: a change of one parameter, or a call after it)
-    assert passes or all(any(w in data["error"] for w in ws) for k, ws in why.items() if k in str(kernel)), data["error"]
+    why = {"two_sizes": "the run's batch size again, after calls at other sizes"}  # (the stamped caches' first wrong
+    # call varies: a change of one parameter, a second instance, or a call after either)
+    assert passes or all(w in data["error"] for k, w in why.items() if k in str(kernel)), data["error"]
     assert not passes or not [n for s in data["shapes"] for n in s["notes"] if "refused" in n]
 
 
