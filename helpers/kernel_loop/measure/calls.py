@@ -463,8 +463,8 @@ class Session:
         except KernelFailed as exc:
             return {"reply": None, "failure": f"the kernel raised: {exc}", "rows": [], "warnings": [],
                     "raised": str(exc)}
-        finally:
-            draws_into(sh, self.problem, (cond.twin or {}).get("own") or (), twin=False)
+        finally:  # (a call with statistics: the worker writes the first's back itself, compared in buffer_rows)
+            draws_into(sh, self.problem, () if cond.stats is not None else (cond.twin or {}).get("own") or (), twin=False)
         if reply.get("build"):
             self.builds[kid] = reply["build"]
         out: dict[str, Any] = {"reply": reply, "failure": None, "rows": [], "warnings": []}
