@@ -533,6 +533,8 @@ def test_the_summary_stays_within_its_bytes_at_a_networks_worst():
     assert "... (whole in ncu_details.md)" in text and long not in text
     details = ncu_json.render_details(p)
     assert details.count(long) == 5 and rules[0]["text"] in details
+    many = ncu_json.render_summary({**p, "warnings": [long] * 40})  # a review's: one warning per metric, say
+    assert len(many.encode()) <= ncu_json.SUMMARY_BYTES and "more warnings: in ncu_details.md" in many
 
 
 def test_a_census_sum_above_the_event_time_refuses_the_timing():

@@ -327,9 +327,9 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
                                            for n, v in ds.args.items()}, ref_props={}, vary=None)
         prob.reference(ds)
     if aspect == "weights":  # a second instance's frozen parameters, norms' means and drawn buffers differ too
-        twin, train = value.startswith("twin"), value == "twin:train"  # a frozen layer or a norm's statistics reloaded
-        scales = nudge_scales(prob.model, every=twin or value == "updated")  # alone too (a red team's cache missed it)
-        own = drawn_buffers(prob.model, prob.spare) if twin else []  # (red teams' class caches: the twin's own draws)
+        twin, train = value.startswith("twin"), value == "twin:train"  # (a frozen layer or a norm's statistics are
+        own = drawn_buffers(prob.model, prob.spare) if twin else []  # reloaded alone too; a twin's own draws, as is)
+        scales = {n: v for n, v in nudge_scales(prob.model, every=twin or value == "updated").items() if n not in own}
         sparse = value == "updated" and len(scales) > 1  # one parameter alone, in turn (a red team's caches checked
         scales = {(name := alone(prob, scales, seed)): scales[name]} if sparse else scales  # one's stamp)
 

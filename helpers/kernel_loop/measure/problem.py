@@ -31,6 +31,7 @@ from ..sidecars import REF_PY
 from ..tensors import (
     WeakHold,
     clone_value,
+    drawn_buffers,
     fingerprint,
     foreign_memory,
     is_tensor,
@@ -178,10 +179,10 @@ class Problem:
         with torch.device(self.device):  # parameters are created where they are used, from the run's seed
             guards.seed_torch(torch, self.model_seed)
             self.model = self.ref.Model(*self.init).to(self.device).eval()
-        # a buffer or a tensor drawn in __init__ (a random projection, an older KernelBench RNN's h0): a second instance
-        # has its own, so the judge's is built as the worker builds ModelNew's (spare_instance: right after, same generators)
-        self.spare = spare_instance(self.model, self.init, self.device) if next(self.model.buffers(), None) is not None or any(
-            isinstance(v, torch.Tensor) for m in self.model.modules() for v in vars(m).values()) else None
+        # a buffer or tensor drawn in __init__ (a projection, an older RNN's h0): the judge's second Model built as the worker's
+        attrs = any(isinstance(v, torch.Tensor) for m in self.model.modules() for v in vars(m).values())
+        spare = spare_instance(self.model, self.init, self.device) if attrs or next(self.model.buffers(), None) is not None else None
+        self.spare = spare.to(self.device).eval() if spare is not None and (attrs or drawn_buffers(self.model, spare, False)) else None
         as_trained(self.model, self.model_seed)
 
     def state(self) -> dict[str, Any]:

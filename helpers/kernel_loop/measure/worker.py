@@ -75,7 +75,6 @@ class Worker:
         self.no_function_mode: Any = None  # torch._C.DisableTorchFunction, read before any kernel code ran
         self.settings: dict[str, Any] = {}  # guards.process_settings(), read before any kernel code ran
 
-    # --- the loop -----------------------------------------------------------------------------
     def serve(self) -> None:
         while True:
             msg = self.chan.recv(None)
@@ -404,6 +403,7 @@ class Worker:
                 state = k.model.state_dict()  # from the judge's, unless this call's are left for it (after: "leave")
                 for n in k.buffers if msg.get("stats") is not None else ():  # compared with Model's after the same call
                     k.state_bufs[n].copy_(state[n])
+                torch.cuda.synchronize(self.device) if cuda else None  # written before the judge reads them (buffer_rows)
                 k.restore = msg.get("after") != "leave"  # after the backward, if one comes: BatchNorm's reads them
                 if k.pending is None:
                     self._end_backward(k)

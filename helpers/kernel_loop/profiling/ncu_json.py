@@ -236,10 +236,10 @@ def _raw_groups(raw: dict[str, dict[str, Any]]) -> dict[str, list[tuple[str, dic
 
 
 SUMMARY_BYTES = 7_500  # ncu_summary.md's most: past it, fewer rows and shorter texts (every one whole in ncu_details.md)
-# (kernel rows, symptom tags, rule findings, a finding's characters, a warning's characters) from the first rung on;
-# seen on the H100: 35_LSTM's summary at the first rung was 9,482 bytes (stalls, GPU state, cuDNN's rule findings)
-SUMMARY_RUNGS = ((SUMMARY_ROWS, SUMMARY_SYMPTOMS, SUMMARY_RULES, RULE_CHARS, 0), (8, 4, 4, 160, 400),
-                 (6, 3, 3, 120, 240), (4, 2, 2, 80, 160), (3, 1, 1, 60, 120))
+# (kernel rows, symptom tags, rule findings, a finding's characters, a warning's characters, warnings) from the first
+# rung on; seen on the H100: 35_LSTM's summary at the first rung was 9,482 bytes (stalls, GPU state, cuDNN's findings)
+SUMMARY_RUNGS = ((SUMMARY_ROWS, SUMMARY_SYMPTOMS, SUMMARY_RULES, RULE_CHARS, 0, 99), (8, 4, 4, 160, 400, 8),
+                 (6, 3, 3, 120, 240, 5), (4, 2, 2, 80, 160, 3), (3, 1, 1, 60, 120, 2))
 
 
 def _cut(text: str, chars: int) -> str:
@@ -254,11 +254,13 @@ def render_summary(profile: dict[str, Any]) -> str:
     found = sorted(((k["label"], r) for k in profile["kernels"] for r in k["rules"]),
                    key=lambda nr: -(nr[1]["est_speedup_pct"] or 0.0))
     text = ""
-    for rows, symptoms, rules, rule_chars, warn_chars in SUMMARY_RUNGS:
+    every = profile.get("warnings") or []
+    for rows, symptoms, rules, rule_chars, warn_chars, warns in SUMMARY_RUNGS:
         text = render("ncu_summary.md.j2", p=profile, cats=cats, keys=metrics.KEYS,
                       rule_rows=[(n, {**r, "text": _cut(r["text"], rule_chars)}) for n, r in found[:rules]],
                       rows_shown=rows, symptoms_shown=symptoms,
-                      warnings=[_cut(w, warn_chars) for w in profile.get("warnings") or []],
+                      warnings=[_cut(w, warn_chars) for w in every[:warns]] + (
+                          [f"{len(every) - warns} more warnings: in ncu_details.md"] if len(every) > warns else []),
                       unevaluated=[n.split(":", 1)[0] for n in profile.get("not_evaluated") or []],
                       stalls=_top_stalls(profile["metrics"]), warp_latency=profile["metrics"].get("warp_latency_cycles"))
         if len(text.encode()) <= SUMMARY_BYTES:
