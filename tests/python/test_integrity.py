@@ -822,8 +822,9 @@ def test_eval_mode_starts_from_a_trained_models_running_statistics(tmp_path, wor
     statistics drawn at random (a trained model's), and Model in the same state gives the expected outputs."""
     rc, data, md = _kb(tmp_path, "kb_ref_batchnorm.py", kernel, "batch_size=32,features=16")
     assert (rc == 0) is passes, data["error"]
-    if not passes:  # (or first at a second instance, whose running means differ: a thirteenth red team's)
-        assert ("eval()" in data["error"] or "a second instance" in data["error"]) and len(
+    if not passes:  # (or first at a second instance, whose running means differ: a thirteenth red team's; or where a
+        # running mean alone changed: a fourteenth's)
+        assert any(w in data["error"] for w in ("eval()", "a second instance", "a norm's running mean")) and len(
             data["error"].splitlines()) == 1, data["error"]
 
 
@@ -856,7 +857,7 @@ def test_eval_right_after_a_training_call_starts_from_the_statistics_it_left(tmp
         assert kinds == {"mode:train-step", "mode:train-step+grad"}, conds
     else:
         assert ("after training-mode call" in data["error"] or "right after that training-mode call" in data["error"]
-                or "buffer 'bn.running_" in data["error"]), data["error"]
+                or "buffer 'bn.running_" in data["error"] or "a norm's running mean" in data["error"]), data["error"]
 
 
 def test_a_gradient_zero_by_the_math_is_compared_within_its_rounding(tmp_path, worker_here):
