@@ -81,15 +81,13 @@ def strided_view(t, kind: str = "step"):
     return view
 
 
-def drawn_buffers(model, spare, state: bool = True) -> list[str]:
-    """The state's buffers (``state`` False: non-persistent ones too) in which ``spare`` (a second instance built as
-    ``model`` was, right after it: spare_instance) differs from ``model``: drawn per instance (a projection, a
-    permutation, sorted thresholds), where the others are structure every instance builds alike (a causal mask)."""
+def drawn_buffers(model, spare) -> list[str]:
+    """The buffers (non-persistent ones too) in which ``spare`` (a second instance built as ``model`` was, right after
+    it: spare_instance) differs from ``model``: drawn per instance (a projection, a permutation, sorted thresholds),
+    where the others are structure every instance builds alike (a causal mask, a sine table)."""
     torch = _torch()
-    keys = set(model.state_dict()) if state else None
-    mine, theirs = [{n: t for n, t in m.named_buffers(remove_duplicate=False) if keys is None or n in keys}
-                    if m is not None else {} for m in (model, spare)]
-    return [n for n, b in mine.items() if (o := theirs.get(n)) is not None
+    theirs = dict(spare.named_buffers(remove_duplicate=False)) if spare is not None else {}
+    return [n for n, b in model.named_buffers(remove_duplicate=False) if (o := theirs.get(n)) is not None
             and (o.shape != b.shape or not torch.equal(o.to(b.device), b))]
 
 

@@ -35,7 +35,7 @@ import math
 from typing import Any
 
 from ..compare import applied_tolerances, compare_outputs, constant_outputs
-from ..tensors import continuous, drawn_buffers, is_tensor, nudge, nudge_scales, random_like, strided_view
+from ..tensors import continuous, is_tensor, nudge, nudge_scales, random_like, strided_view
 from .modes import (
     RANDOM_TRAINING,
     Backward,
@@ -328,7 +328,7 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         prob.reference(ds)
     if aspect == "weights":  # a second instance's frozen parameters, norms' means and drawn buffers differ too
         twin, train = value.startswith("twin"), value == "twin:train"  # (a frozen layer or a norm's statistics are
-        own = drawn_buffers(prob.model, prob.spare) if twin else []  # reloaded alone too; a twin's own draws, as is)
+        own = prob.drawn if twin else []  # reloaded alone too; a twin's own draws, as they are)
         scales = {n: v for n, v in nudge_scales(prob.model, every=twin or value == "updated").items() if n not in own}
         sparse = value == "updated" and len(scales) > 1  # one parameter alone, in turn (a red team's caches checked
         scales = {(name := alone(prob, scales, seed)): scales[name]} if sparse else scales  # one's stamp)

@@ -86,11 +86,9 @@ def model_copy(prob: Problem, train: bool, stats: dict[str, Any] | None, twin: b
     tensors outside the state, its own draws."""
     import torch
 
-    from ..tensors import drawn_buffers
-
     if twin and prob.spare is not None:
-        m, own = copy.deepcopy(prob.spare).train(train), set(drawn_buffers(prob.model, prob.spare))
-        m.load_state_dict({n: t for n, t in prob.model.state_dict().items() if n not in own}, strict=not own)
+        m = copy.deepcopy(prob.spare).train(train)
+        m.load_state_dict({n: t for n, t in prob.model.state_dict().items() if n not in prob.drawn}, strict=not prob.drawn)
     else:
         m = copy.deepcopy(prob.model).train(train)
     if stats:
@@ -102,7 +100,7 @@ def model_copy(prob: Problem, train: bool, stats: dict[str, Any] | None, twin: b
 
 
 def draws_into(sh: Any, prob: Problem, names: Any, twin: bool) -> None:
-    """The buffers drawn per instance (a second instance's call, its ``own``: tensors.drawn_buffers) into the shared
+    """The buffers drawn per instance (a second instance's call, its ``own``: ``prob.drawn``) into the shared
     buffers of the model's state: the judge's second Model's draws for the call (the worker's second ModelNew loads
     them, tensors.twin), then the first's again (synchronized: the worker reads them at its next request)."""
     import torch

@@ -121,8 +121,7 @@ class Problem:
                  kernel_text: str | None = None):
         self.cfg, self.ref, self.dims, self.device, self.kind = cfg, ref, dict(dims), device, kind
         self.params = build.parse_signature(kernel_text) if kind == "cu" and kernel_text is not None else None
-        self.model = None
-        self.spare = None  # a second Model built as the worker builds its second instance (_build_model)
+        self.model, self.spare, self.drawn = None, None, []  # a second Model, the state's buffers it draws otherwise
         self.init: list[Any] = []
         self.seen: dict[str, Any] = {}     # what the correctness conditions learnt of this problem (conditions.py)
         self.drew: tuple[bool, bool] = (False, False)  # the last run_reference's draws: torch's; Python's or NumPy's
@@ -179,10 +178,11 @@ class Problem:
         with torch.device(self.device):  # parameters are created where they are used, from the run's seed
             guards.seed_torch(torch, self.model_seed)
             self.model = self.ref.Model(*self.init).to(self.device).eval()
-        # a buffer or tensor drawn in __init__ (a projection, an older RNN's h0): the judge's second Model built as the worker's
         attrs = any(isinstance(v, torch.Tensor) for m in self.model.modules() for v in vars(m).values())
         spare = spare_instance(self.model, self.init, self.device) if attrs or next(self.model.buffers(), None) is not None else None
-        self.spare = spare.to(self.device).eval() if spare is not None and (attrs or drawn_buffers(self.model, spare, False)) else None
+        drawn = drawn_buffers(self.model, spare)  # a buffer or tensor drawn in __init__ (a projection, an older RNN's h0):
+        self.spare = spare.to(self.device).eval() if spare is not None and (attrs or drawn) else None  # built as the worker's
+        self.drawn = [n for n in drawn if n in self.model.state_dict()]  # (sent through the state's shared buffers)
         as_trained(self.model, self.model_seed)
 
     def state(self) -> dict[str, Any]:
