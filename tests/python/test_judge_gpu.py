@@ -329,6 +329,12 @@ def test_a_cheat_that_forges_its_time_is_refused(tmp_path, monkeypatch, capsys, 
     err = capsys.readouterr().err
     line = [ln for ln in err.splitlines() if ln.startswith("kernel-loop: error:")]
     print(f"{name}: correctness rc {rc_c}, profile rc {rc_p}: {line[-1][:400] if line else ''}")
+    if ncu is not None:  # what let it through, for the log: the sums, the event times, the kernels
+        t = ncu.get("timing") or {}
+        print(f"{name}: event median {ncu['metrics'].get('event_median_us')} us (min {t.get('min_us')}, max "
+              f"{t.get('max_us')}, host {t.get('host_overhead_us')}), ncu kernel time "
+              f"{ncu['inventory'].get('kernel_time_us')} us, rows "
+              f"{[(r['name'][:40], r['launches'], r['time_us']) for r in ncu['inventory']['rows']]}")
     assert rc_c == 0, err[-3000:]  # its outputs are right: its time is what it forges
     assert rc_p == 1, err[-3000:]
     assert any(w in err for w in ("the run under ncu", "exceeds the CUDA-event median", "take at least",
