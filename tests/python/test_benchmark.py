@@ -180,6 +180,24 @@ def test_run_with_a_synthetic_child_result(tmp_path, fake_gate, monkeypatch, cap
     assert capsys.readouterr().out.strip().endswith("benchmark.json")
 
 
+def test_the_counts_a_budget_cut_are_said_and_asked_counts_run_in_full(tmp_path, fake_gate, monkeypatch):
+    """Without --trials/--warmup the judge gets the time budgets (slow calls: the l1norm example's 8 GiB ones), and
+    benchmark.json and benchmark.md say the counts it ran and those asked; --trials sends no budget."""
+    root = rf.build_complete(tmp_path / "run")
+    fake_gate(0, "PASS")
+    seen = {}
+    result = dict(rf.synthetic_child_result(), rounds={"warmup": 10, "trials": 32})
+    rf.fake_benchmark_children(monkeypatch, B, result, seen)
+    assert rf.cli(B, ["benchmark", str(root), "--baselines", "pytorch-eager,torch-compile"]) == 0
+    assert seen["spec"]["budget_s"] == B.ROUNDS_BUDGET_S and seen["spec"]["baseline_budget_s"] == B.BASELINE_BUDGET_S
+    timing = read_json(root / "benchmark.json")["timing"]
+    assert (timing["warmup"], timing["trials"]) == (10, 32) and timing["asked"]["trials"] == seen["spec"]["trials"]
+    md = (root / "benchmark.md").read_text()
+    assert f"10 warmup, 32 trials (of the {seen['spec']['warmup']} and {seen['spec']['trials']} asked: slow calls" in md
+    assert rf.cli(B, ["benchmark", str(root), "--baselines", "pytorch-eager", "--trials", "40"]) == 0
+    assert seen["spec"]["budget_s"] is None and seen["spec"]["baseline_budget_s"] is None
+
+
 def test_run_fails_when_the_solution_is_wrong(tmp_path, fake_gate, monkeypatch):
     root = rf.build_complete(tmp_path / "run")
     fake_gate(0, "PASS")

@@ -1386,6 +1386,38 @@ def test_the_rounds_count_each_kernels_verified_calls_on_moved_inputs():
     assert sess.moved > 0 and sum(r["verified_moved"] for r in out.values()) == sess.moved
 
 
+@pytest.mark.parametrize("per_call_s, budget_s, ran", [
+    (0.1, 20.0, {"warmup": 10, "trials": 32}),   # 0.47 s a round (v1 leaves in the probe): 7 warmup, 32 timed
+    (0.1, 2.0, {"warmup": 3, "trials": 20}),     # a budget too small: at least MIN_TRIALS timed rounds
+    (0.001, 20.0, {"warmup": 25, "trials": 100}),  # fast calls: the counts asked
+    (0.1, None, {"warmup": 25, "trials": 100})])   # counts asked (--trials): no budget
+def test_the_benchmark_cuts_slow_rounds_to_its_time_budget(monkeypatch, per_call_s, budget_s, ran):
+    """Seen on the H100: the l1norm example's 8 GiB calls took 90 ms each, and 125 rounds of its 5 versions 56 s of
+    a 147 s benchmark.  A few warmup rounds tell what a round costs; the rest of the warmup and the timed rounds
+    are cut to fit the budget, keeping MIN_TRIALS; every kernel is still verified on its first and last calls and
+    on drawn ones, and a kernel wrong in the probe leaves the rounds."""
+    from kernel_loop.measure import timed
+
+    clock = [0.0]
+    monkeypatch.setattr(timed, "_now", lambda: clock[0])
+    sess = RoundsSession(7, False, fail_at=2)
+    real = sess.call
+
+    def call(kid, ds, *, checked):
+        clock[0] += per_call_s
+        return real(kid, ds, checked=checked)
+    sess.call = call
+    names = ["v0", "v1", "v2", "v3", "v4"]
+    out, got = timed.budgeted_rounds(sess, names, 25, 100, budget_s)
+    assert got == ran
+    assert "call 2 of " in out["v1"]["failure"] and not out["v1"]["samples_us"]
+    for kid in ("v0", "v2", "v3", "v4"):
+        mine = [c for k, c in sess.calls if k == kid]
+        assert len(mine) == ran["warmup"] + ran["trials"] == out[kid]["calls"] and mine[0] and mine[-1]
+        assert len(out[kid]["samples_us"]) == ran["trials"] and out[kid]["host_overhead_us"] == 3.0
+        assert out[kid]["verified"] == sum(mine) >= timed.MIN_CHECKS + 2
+
+
 def test_a_result_file_the_kernel_forges_is_discarded(tmp_path, no_static_check):
     """Found by a red team: the worker may write under /dev, where the step's folder and the judge's buffers live; a
     kernel wrote a result of its own (every check passed) where the CLI reads the judge's, then truncated the buffers

@@ -45,7 +45,7 @@ from .calls import Session, bad_row
 from .conditions import CONDITION_WORDS, condition, condition_plan, free_cached, other_plan
 from .launch import KernelFailed, Started, WorkerProc, import_kernel, prebuild, start
 from .problem import DataSet, Problem, flashinfer_missing, import_ref, kernel_kind
-from .timed import harness_hint, rounds_loop, timed_loop, timing_block
+from .timed import budgeted_rounds, harness_hint, timed_loop, timing_block
 from .under_ncu import census_first, ncu_run
 
 PROGRESS_S = float(os.environ.get("KERNEL_LOOP_PROGRESS_S") or 15.0)  # a progress line when a shape's calls take longer
@@ -376,7 +376,8 @@ def benchmark(judge: Judge) -> dict[str, Any]:
     timed = [n for n in usable if items[n]["available"]]
     progress(f"timing {', '.join(timed)} in {warmup} warmup + {trials} timed rounds, each calling every one once in "
              f"an order drawn per round (every call poisoned, some verified){_at()}")
-    loops = rounds_loop(sess, timed, warmup, trials) if timed else {}
+    loops, res["rounds"] = budgeted_rounds(sess, timed, warmup, trials, spec.get("budget_s")) if timed else ({}, {})
+    ran = res["rounds"]
     sess.timed()
     fresh, ok = prob.draw(judge.rng.randrange(1 << 30)) if loops else None, []  # a secret seed; serves every version
     for name, loop in loops.items():
@@ -388,7 +389,7 @@ def benchmark(judge: Judge) -> dict[str, Any]:
         item["correct_after"] = rf["failure"] is None
         if rf["failure"]:
             item["error"] = item["error"] or f"with fresh inputs after the timed calls: {rf['failure']}"
-        item["timing"] = timing_block(loop, warmup, trials, judge.device)
+        item["timing"] = timing_block(loop, ran["warmup"], ran["trials"], judge.device)
         item["samples_us"] = item["timing"].pop("samples_us")[drop:]
         if item["correct"] and item["correct_after"]:
             ok.append(name)
@@ -402,14 +403,11 @@ def benchmark(judge: Judge) -> dict[str, Any]:
     free_cached()
     base = baselines(judge, prob, first)
     res["items"] += base.pop("items")
-    res.update(base)
-    res.update(judge.isolation())
-    return res
+    return {**res, **base, **judge.isolation()}
 
 
 def _item(name: str) -> dict[str, Any]:
-    return dict(name=name, available=True, why=None, correct=False, correct_after=None, error=None, samples_us=[],
-                timing=None)
+    return dict(name=name, available=True, why=None, correct=False, correct_after=None, error=None, samples_us=[], timing=None)
 
 
 def baselines(judge: Judge, prob: Problem, first: DataSet) -> dict[str, Any]:
@@ -442,8 +440,7 @@ def baselines(judge: Judge, prob: Problem, first: DataSet) -> dict[str, Any]:
             extra[b] = {"compile": b == "torch-compile", **({"baseline": "flashinfer"} if b == "flashinfer" else {})}
             if kb:
                 extra[b].pop("baseline", None)
-        sess = Session(judge, w, prob, {b: (judge.run_root / "ref.py", kind) for b in wanted}, first, "base",
-                       baseline=extra)
+        sess = Session(judge, w, prob, {b: (judge.run_root / "ref.py", kind) for b in wanted}, first, "base", baseline=extra)
         sess.prepare_sets(len(wanted) * (warmup + trials + 1))
         out["gpu_check"] = judge.check_gpu_is_ours("the baselines' timing")
         for b in wanted:
@@ -455,12 +452,14 @@ def baselines(judge: Judge, prob: Problem, first: DataSet) -> dict[str, Any]:
                 item.update(available=False, why=r["failure"])
                 continue
             progress(f"timing {b}: {warmup} warmup + {trials} trials{_at()}")
-            loop = timed_loop(sess, b, warmup, trials, label=f"{b}'s timed calls")
+            loop, item["rounds"] = budgeted_rounds(sess, [b], warmup, trials, spec.get("baseline_budget_s"),
+                                                   label=f"{b}'s timed calls")
+            loop, ran = loop[b], item["rounds"]
             item["correct_after"] = loop["failure"] is None
             if loop["failure"]:
                 item["error"] = item["error"] or loop["failure"]
                 continue
-            item["timing"] = timing_block(loop, warmup, trials, judge.device)
+            item["timing"] = timing_block(loop, ran["warmup"], ran["trials"], judge.device)
             item["samples_us"] = item["timing"].pop("samples_us")[drop:]
         judge.end_worker(w)
     flops_fn, bytes_fn = getattr(judge.ref, "flops", None), getattr(judge.ref, "bytes_moved", None)

@@ -17,12 +17,56 @@ MIN_CHECKS = 4                  # verified timed calls per loop, besides the fir
 CHECK_P = 0.1                   # the chance of each timed call to be verified, independently of the others
 PREPARED_BYTES = 8 << 30        # the verified calls' data drawn before a timed loop, at most
 ROUNDS_PROGRESS_S = 20          # a progress line at most this often during the timed calls
+PROBE_ROUNDS = 3                # warmup rounds timed to learn what a round costs (budgeted_rounds)
+MIN_TRIALS = 20                 # timed rounds kept, whatever the budget
+ROUNDS_BUDGET_S = 20.0          # the benchmark's rounds of its versions, in wall seconds, unless counts were asked
+BASELINE_BUDGET_S = 8.0         # each baseline's, likewise
+
+
+def _now() -> float:
+    return time.monotonic()
 
 
 def timed_loop(sess: Session, kid: str, warmup: int, trials: int, *, label: str) -> dict[str, Any]:
     """``warmup`` then ``trials`` calls of one kernel: ``rounds_loop`` with one kernel a round; ``label`` names the
     calls in a failure."""
     return rounds_loop(sess, [kid], warmup, trials, label=label)[kid]
+
+
+def budgeted_rounds(sess: Session, names: list[str], warmup: int, trials: int, budget_s: float | None, *,
+                    label: str = "{}'s timed calls") -> tuple[dict[str, Any], dict[str, int]]:
+    """``rounds_loop`` within about ``budget_s`` wall seconds where the counts asked would take longer (None: the
+    counts as asked).  PROBE_ROUNDS warmup rounds tell what a round costs; the rest of the warmup and the timed
+    rounds are then cut to fit, keeping at least MIN_TRIALS timed rounds (seen on the H100: the l1norm example's
+    8 GiB calls took 90 ms each, and 125 rounds of its 5 versions 56 s of a 147 s benchmark).  Returns the loops and
+    the counts run, {"warmup", "trials"}."""
+    if budget_s is None or warmup < 1:
+        return rounds_loop(sess, names, warmup, trials, label=label), {"warmup": warmup, "trials": trials}
+    probe = min(warmup, PROBE_ROUNDS)
+    start = _now()
+    first = rounds_loop(sess, names, probe, 0, label=label)
+    afford = int(budget_s / max((_now() - start) / probe, 1e-9)) - probe
+    rest = warmup - probe
+    w, t = (rest, trials) if afford >= rest + trials else (min(rest, max(0, afford // 5)), 0)
+    t = t or min(trials, max(MIN_TRIALS, afford - w))
+    if (w, t) != (rest, trials):
+        progress(f"a round takes {(_now() - start) / probe:.2f} s: {probe + w} warmup and {t} timed round(s) instead of "
+                 f"{warmup} and {trials}, to fit about {budget_s:.0f} s (pass --trials or --warmup to run the counts "
+                 "asked)")
+    go = [n for n in names if not first[n]["failure"]]
+    second = rounds_loop(sess, go, w, t, label=label) if go else {}
+    out = {}
+    for n in names:
+        r, f = second.get(n), first[n]
+        if r is None:
+            out[n] = f
+            continue
+        r["host_overhead_us"] = r["host_overhead_us"] if w else f["host_overhead_us"]
+        r.update(calls=r["calls"] + f["calls"], verified=r["verified"] + f["verified"],
+                 verified_moved=r["verified_moved"] + f["verified_moved"],
+                 peak_mem_bytes=max(r["peak_mem_bytes"] or 0, f["peak_mem_bytes"] or 0) or None)
+        out[n] = r
+    return out, {"warmup": probe + w, "trials": t}
 
 
 def drawn_checks(rng: Any, calls: range, minimum: int | None = None) -> set[int]:

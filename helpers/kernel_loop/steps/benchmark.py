@@ -60,6 +60,7 @@ from ..common import (
 from ..compare import describe_tolerances
 from ..loader import device_for
 from ..measure.session import run_judge
+from ..measure.timed import BASELINE_BUDGET_S, MIN_TRIALS, ROUNDS_BUDGET_S
 from ..rundir import RunDir, gate_script, parse_version
 from ..sidecars import CORRECTNESS_JSON, FINAL_REPORT_PNG, NCU_JSON, event_median
 from ..templating import draw_chart, render
@@ -96,8 +97,12 @@ def register(sub) -> None:
     p.add_argument("--timing", choices=("cuda_event", "host_time"), default=None,
                    help="follows the run's device and may only confirm it: cuda_event (CUDA events with an L2 "
                    "flush before every call) on a GPU run, host_time (the host clock) in the cpu test mode")
-    p.add_argument("--warmup", type=int, help="warmup calls per item (default: run.json warmup)")
-    p.add_argument("--trials", type=int, help="timed calls per item (default: run.json trials)")
+    p.add_argument("--warmup", type=int, help="warmup calls per item (default: run.json warmup, cut to fit the "
+                   "time budget like --trials)")
+    p.add_argument("--trials", type=int, help="timed calls per item (default: run.json trials, cut where slow calls "
+                   f"would take longer than about {ROUNDS_BUDGET_S:.0f} s for the versions' rounds and "
+                   f"{BASELINE_BUDGET_S:.0f} s for each baseline, keeping at least {MIN_TRIALS}; --trials, --warmup or "
+                   "--discard-first run the counts asked in full)")
     p.add_argument("--discard-first", type=int, default=0, dest="discard_first",
                    help="drop this many timed samples at the start of each item (default 0)")
     p.add_argument("--all-versions", action="store_true", dest="all_versions",
@@ -376,6 +381,7 @@ def run(args) -> int:
     n = plan.final_version(rd)
     baselines = parse_baselines(args.baselines)
     warmup = cfg.warmup if args.warmup is None else args.warmup
+    asked = args.warmup is not None or args.trials is not None or args.discard_first != 0
     trials = cfg.trials if args.trials is None else args.trials
     if warmup < 0 or trials < 1 or args.discard_first < 0 or args.discard_first >= trials:
         raise UsageError("need --warmup >= 0, --trials >= 1 and 0 <= --discard-first < --trials")
@@ -400,6 +406,9 @@ def run(args) -> int:
         "ab": [[f"v{j}", f"v{j + 1}"] for j in versions[:-1] if j + 1 in versions] if timed else [],
         "baselines": baselines, "warmup": warmup, "trials": trials,
         "discard_first": args.discard_first,
+        # slow calls (8 GiB each) make the run's counts take minutes: cut to a budget unless counts were asked
+        **({"budget_s": None, "baseline_budget_s": None} if asked else
+           {"budget_s": ROUNDS_BUDGET_S, "baseline_budget_s": BASELINE_BUDGET_S}),
     }
     progress(f"benchmarking {f'v0..v{versions[-1]} (the best is chosen from their times here)' if args.version == 'best' else f'v{k} (as named)'} "
              f"against {', '.join(baselines) or 'no baselines'}; {len(spec['ab'])} A/B transition(s)")
@@ -411,8 +420,11 @@ def run(args) -> int:
     except KernelLoopError as exc:
         exc.args = (str(exc) + earlier,)
         raise
-    timing = {"method": method, "warmup": warmup, "trials": trials, "discard_first": args.discard_first,
-              "l2_flush": method == "cuda_event", "order": "rounds"}
+    ran = result.get("rounds") or {"warmup": warmup, "trials": trials}
+    timing = {"method": method, "warmup": ran["warmup"], "trials": ran["trials"], "discard_first": args.discard_first,
+              "l2_flush": method == "cuda_event", "order": "rounds",
+              "asked": None if ran == {"warmup": warmup, "trials": trials} else
+              {"warmup": warmup, "trials": trials, "budget_s": ROUNDS_BUDGET_S}}
     env = read_json(rd.env_json) if rd.env_json.exists() else None
     ncu_us = {f"v{j}": ncu_bound(sidecars.load(rd.vdir(j) / NCU_JSON)) for j in versions}
     ncu_us["solution"] = ncu_us.get(f"v{k}")
