@@ -402,7 +402,7 @@ def test_an_honest_kernel_passes_with_its_data_parked_on_the_host(tmp_path, cpu_
     assert (rc == 0) is passes and "large data (" in md and "waited on the host" in md, md[-3000:]
     # the caller's last result is let go of at the shape's end (an 8 GiB one carried beside the judge's buffer
     # reading it ran the l1norm example's call at the run's size again out of memory on the H100 80GB)
-    assert "not carried through the later shapes' calls" in md, md[-3000:]
+    assert not passes or "not carried through the later shapes' calls" in md, md[-3000:]
     data = json.loads((out / "v0" / "correctness.json").read_text())
     failed = {t["condition"].split(":")[0] for s in data["shapes"] for t in s["trials"] if not t["passed"]}
     assert any(lean) if passes else failed == {"range"}, (lean, failed, data["error"])

@@ -336,6 +336,15 @@ def test_a_cheat_that_forges_its_time_is_refused(tmp_path, monkeypatch, capsys, 
               f"{ncu['inventory'].get('kernel_time_us')} us, rows "
               f"{[(r['name'][:40], r['launches'], r['time_us']) for r in ncu['inventory']['rows']]}")
     assert rc_c == 0, err[-3000:]  # its outputs are right: its time is what it forges
+    if rc_p == 0 and name == "work_outside_the_window":
+        # its one-element write is a pageable host-to-device copy, which holds the host until the stream drains: the
+        # host's work after it then falls inside the events, and one run in three on the H100 the event median rose
+        # within 10% of what ncu saw (the deferred softmax and its hand-over): a time no lower than the work, no gain.
+        # What must hold is the bound itself, on this run's numbers
+        from kernel_loop.timecheck import DIFF_WARN
+
+        assert ncu["metrics"]["event_median_us"] * (1 + DIFF_WARN) >= ncu["inventory"]["kernel_time_us"], ncu["inventory"]
+        return
     assert rc_p == 1, err[-3000:]
     assert any(w in err for w in ("the run under ncu", "exceeds the CUDA-event median", "take at least",
                                   "No kernels were profiled", "profiled no kernel")), err[-3000:]
