@@ -139,12 +139,13 @@ def _named(model) -> dict[str, Any]:
 
 
 def spare_instance(model, init: list, device: str):
-    """A second instance of ``model``'s class (None when it has no parameters), built as ``model`` was and before its
+    """A second instance of ``model``'s class (None when it has neither parameters nor buffers: a fourteenth red team's
+    class cache of a model whose one buffer is a projection drawn per instance passed), built as ``model`` was and before its
     first call, as a user builds every layer of a network before the first forward (a tenth red team's ModelNew made
     every instance built before its first call share the first one's weights; the judge's twin came after).  Built
     under a fork of torch's generators."""
     torch = _torch()
-    if next(iter(model.parameters()), None) is None:
+    if next(iter(model.parameters()), None) is None and next(iter(model.buffers()), None) is None:
         return None
     with torch.random.fork_rng(devices=[torch.device(device)] if device.startswith("cuda") else []), \
             torch.device(device):

@@ -223,6 +223,8 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
         if nudge_scales(prob.model):  # a red team's ModelNew copied its weights on its first call and kept the copy
             wanted += ["weights:updated"] * 2 + ["weights:twin", "weights:twin:train"]  # a ninth's shared a cache across
             wanted += ["weights:updated:again", "weights:twin:again", "input:again"]  # instances; an eleventh's memo
+        elif prob.drawn:  # no parameters, buffers drawn per instance: a class cache of the first's passed (a red team)
+            wanted += ["weights:twin", "weights:twin:train", "weights:twin:again"]
     elif prob.kind == "py":  # a function's caller may run without autograd (a red team's was right only with it)
         wanted += ["call:nograd", "call:inference"]
     if any(first.args[n].dtype.is_floating_point for n in first.input_names()):
@@ -487,9 +489,7 @@ def as_exact_as_the_reference(prob: Problem, ds: DataSet, rows: list[dict], got:
 
 
 def _nonfinite(t) -> int:
-    import torch
-
-    return int((~torch.isfinite(t)).sum()) if t.dtype.is_floating_point or t.dtype.is_complex else 0
+    return int((~t.isfinite()).sum()) if t.dtype.is_floating_point or t.dtype.is_complex else 0
 
 
 def error_units(got: dict, exact: dict, tolerance: Any, ref: Any) -> dict[str, Any]:
