@@ -113,10 +113,12 @@ def nudge_scales(model, spread: float = 0.1, constant: float = 0.1, every: bool 
     return out
 
 
-def nudge(model, seed: int, scales: dict[str, float], keep: bool = True, sparse: bool = False) -> dict[str, Any]:
+def nudge(model, seed: int, scales: dict[str, float], keep: bool = True, sparse: bool | str = False) -> dict[str, Any]:
     """Change ``model``'s parameters (or buffers) named in ``scales`` in place, as an optimizer step does (their
     ``_version`` moves on): normal noise of ``scales``' size (``sparse``: on about half the elements, as a step whose
-    gradient is zero elsewhere), drawn on the CPU from ``seed`` and each name's place in ``scales`` so that the judge
+    gradient is zero elsewhere; "swap": the values of about half the elements exchanged among them, as a checkpoint
+    with its units in another order, every sum, norm and extreme kept), drawn on the CPU from ``seed`` and each name's
+    place in ``scales`` so that the judge
     (for Model) and the worker (for ModelNew) make the same change.  A tied parameter is found under any of its names
     (a ModelNew may register it first under another).  Returns what they were (``keep``)."""
     torch = _torch()
@@ -127,6 +129,13 @@ def nudge(model, seed: int, scales: dict[str, float], keep: bool = True, sparse:
             if keep:
                 saved[name] = p.detach().clone()
             gen = torch.Generator().manual_seed((seed * 7919 + i) % (1 << 63))
+            if sparse == "swap":
+                at = (torch.rand(tuple(p.shape), generator=gen) < 0.5).reshape(-1).nonzero().squeeze(1)
+                to = at[torch.randperm(at.numel(), generator=gen)]
+                flat = p.detach().reshape(-1).clone()
+                flat[at.to(p.device)] = flat[to.to(p.device)].clone()
+                p.copy_(flat.view(tuple(p.shape)))
+                continue
             step = torch.randn(tuple(p.shape), generator=gen).mul_(scale)
             step = step.mul_(torch.rand(tuple(p.shape), generator=gen) < 0.5) if sparse else step
             p.add_(step.to(device=p.device, dtype=p.dtype))

@@ -370,3 +370,25 @@ def test_sizes_written_as_integer_expressions_are_read_without_running_the_file(
     assert klcli.main("init", out, "--kernel", "k", "--ref", ref, "--impl", "triton", "--baseline", kernel,
                       "--skip-env") == 0
     assert read_json(out / "run.json")["dims"] == {"batch_size": 8, "dim": 4096, "unit": 1024}
+
+
+def test_a_swap_keeps_every_sum_and_is_the_same_change_in_each_process():
+    """weights:updated's swap (tensors.nudge, sparse="swap"): half of a parameter's values exchanged among their places,
+    so that its sum, norm and extremes stay (a red team's cache checked each parameter's sum); drawn from the seed alone,
+    so the judge's Model and the worker's ModelNew change alike; its _version moves on."""
+    import torch
+    from kernel_loop import tensors
+
+    def layer():
+        torch.manual_seed(0)
+        return torch.nn.Linear(64, 32)
+    a, b = layer(), layer()
+    w0, v0 = a.weight.detach().clone(), a.weight._version
+    tensors.nudge(a, 1234, {"weight": 0.1}, keep=False, sparse="swap")
+    tensors.nudge(b, 1234, {"weight": 0.1}, keep=False, sparse="swap")
+    w1 = a.weight.detach()
+    assert torch.equal(w1, b.weight.detach()) and a.weight._version > v0
+    assert torch.equal(w1.reshape(-1).sort().values, w0.reshape(-1).sort().values)  # the same values, other places
+    assert 0.3 < float((w1 != w0).float().mean()) < 0.6  # about half of them moved
+    tensors.nudge(b, 1234, {"weight": 0.1}, keep=False, sparse=True)  # noise on half: the sum moves
+    assert float(b.weight.detach().double().sum()) != float(w0.double().sum())

@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import random
 from typing import Any
 
 from ..compare import applied_tolerances, compare_outputs, constant_outputs
@@ -92,10 +93,10 @@ CONDITION_WORDS = {
                         "statistics they left",
     "mode:after-train:inference": "the model in eval() under torch.inference_mode(), after training-mode calls, from "
                                   "the statistics they left",
-    "weights:updated": "one of the model's parameters (or a norm's running mean) changed in place before the call, on "
-                       "about half its elements (an optimizer step training part of the model, a layer reloaded), and put back",
-    "weights:updated:again": "the model's parameters changed in place before the call, on the inputs of the call before "
-                             "it, and put back",
+    "weights:updated": "one of the model's parameters (or a norm's running mean) changed in place on about half its "
+                       "elements before the call, by noise or by a swap of their values that keeps every sum (a training "
+                       "step on part of the model, a layer reloaded with its units in another order), and put back",
+    "weights:updated:again": "the model's parameters changed in place before the call, on the inputs of the last call, put back",
     "weights:twin": "a second instance of the model, with other weights, called in place of the first (a network's second "
                     "layer of one shape); the first is called next, its weights as they were",
     "weights:twin:train": "a second instance of the model, with other weights, called in training mode without autograd "
@@ -181,17 +182,17 @@ def step(prob: Problem, spec: dict[str, Any]) -> None:
     prob.seen.setdefault("steps", []).append(spec)
 
 
-def alone(prob: Problem, scales: dict[str, float], seed: int) -> str:
-    """The parameter a ``weights:updated`` call changes alone (on half its elements): every one in turn, in an order
-    drawn once from the first such call's secret seed and carried through the run's shapes (held.problem_at), as a
-    user trains one layer, the biases or a norm's weights alone.  Red teams' caches stamped with one parameter's
-    _version (the first layer's, the Linear's and not the BatchNorm's) passed every change of all at once."""
-    import random
-
+def alone(prob: Problem, scales: dict[str, float], seed: int) -> tuple[str, bool | str]:
+    """The parameter a ``weights:updated`` call changes alone (on half its elements) and how (tensors.nudge's
+    ``sparse``): every one in turn, in an order drawn once from the first such call's secret seed and carried through
+    the run's shapes (held.problem_at), as a user trains one layer, the biases or a norm's weights alone; by noise or
+    by a swap of half its values, every sum and norm kept (alternating, shifted by one at each pass: each gets both).
+    Red teams' caches stamped with one parameter's _version passed every change of all at once; a fourteenth's,
+    checked by each parameter's sum, every change by noise."""
     turn = prob.seen.setdefault("alone", {"order": random.Random(seed).sample(sorted(scales), len(scales)), "next": 0})
     order = [n for n in turn["order"] if n in scales] or sorted(scales)
-    turn["next"] += 1
-    return order[(turn["next"] - 1) % len(order)]
+    t, turn["next"] = turn["next"], turn["next"] + 1
+    return order[t % len(order)], "swap" if (t + t // len(order)) % 2 else True
 
 
 def _twin_spot(rng, plan: list[str]) -> int:
@@ -332,8 +333,9 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         twin, train = value.startswith("twin"), value == "twin:train"  # (a frozen layer or a norm's statistics are
         own = prob.drawn if twin else []  # reloaded alone too; a twin's own draws, as they are)
         scales = {n: v for n, v in nudge_scales(prob.model, every=twin or value == "updated").items() if n not in own}
-        sparse = value == "updated" and len(scales) > 1  # one parameter alone, in turn (a red team's caches checked
-        scales = {(name := alone(prob, scales, seed)): scales[name]} if sparse else scales  # one's stamp)
+        sparse = value == "updated" and len(scales) > 1  # one parameter alone, in turn, by noise or a swap (alone)
+        name, sparse = alone(prob, scales, seed) if sparse else (None, False)
+        scales = {name: scales[name]} if sparse else scales
 
         def nudged() -> Any:
             m = model_copy(prob, train, None, twin=twin)
@@ -343,7 +345,7 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         if train and not all(r["passed"] for r in compare_outputs(runs[1], runs[0], tolerance, prob.ref)[0]):
             return _condition(tolerance, prob, first, ds, "weights:twin", earlier, seed, notes)  # random (dropout)
         cond.expected, spec = runs[0], {"seed": seed, "scales": scales, **({"train": True} if train else {}),
-                                        **({"sparse": True} if sparse else {}), **({"own": own} if own else {})}
+                                        **({"sparse": sparse} if sparse else {}), **({"own": own} if own else {})}
         if train and (names := {n for n, _ in prob.model.named_buffers()}):  # the first instance's buffers stay as
             cond.stats, cond.after = {}, "restore"  # loaded while the twin trains (a red team's wrote its own there)
             cond.buffers = {n: t.detach().clone() for n, t in prob.model.state_dict().items() if n in names}
@@ -373,8 +375,6 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
 def factor(vary: str, seed: int) -> float:
     """The scale or shift of a draw moved to ``vary``: "up", "down" or "shift" (VARIANTS), log-uniform in its
     range from the draw's seed; "up:lo", "up:hi" and so on, that range's low or high end."""
-    import random
-
     name, _, end = vary.partition(":")
     _, lo, hi = VARIANTS[name]
     if end:

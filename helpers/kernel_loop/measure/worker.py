@@ -324,7 +324,7 @@ class Worker:
         k.model.train(train) if k.model is not None and k.model.training != train else None
         self._stage_in(bool(msg.get("bump")))
         step = msg.get("nudge") or {}  # put back after the call, unless it "stays" (a step; raised or not)
-        saved = tensors.nudge(k.model, int(step["seed"]), step["scales"], not step.get("stays"), bool(step.get("sparse"))) if step else {}
+        saved = tensors.nudge(k.model, int(step["seed"]), step["scales"], not step.get("stays"), step.get("sparse") or False) if step else {}
         for n, v in (msg.get("scalars") or {}).items():  # this data set's own (setup() may draw a scalar per seed)
             box, key = k.slots.get(n, ({}, n))  # one it does not take (a solve() without it) goes nowhere
             box[key] = protocol.decode_value(v)
