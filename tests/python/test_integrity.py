@@ -687,7 +687,7 @@ def test_a_modelnew_whose_output_depends_on_the_mode_is_compared_in_the_same_mod
     conds = [t["condition"] for t in data["shapes"][0]["trials"]]
     assert {"mode:train+grad", "mode:train", "mode:grad"} <= set(conds)
     wrong = KERNELS / "kb_new_batchnorm.py"
-    (tmp_path / "bn_eval_only.py").write_text(wrong.read_text().replace("if self.training:", "if False:"))
+    (tmp_path / "bn_eval_only.py").write_text(wrong.read_text().replace("if self.bn.training:", "if False:"))
     out = tmp_path / "eval_only"
     assert klcli.main("init", out, "--kernel", "k", "--ref", KERNELS / "kb_ref_batchnorm.py", "--impl", "triton",
                       "--baseline", tmp_path / "bn_eval_only.py", "--dims", "batch_size=32,features=16",
@@ -696,6 +696,21 @@ def test_a_modelnew_whose_output_depends_on_the_mode_is_compared_in_the_same_mod
     rc, data, md = _kb(tmp_path / "d", "kb_ref_dropout.py", "kb_new_dropout.py", "batch_size=16,features=32")
     assert rc == 0, data["error"]
     assert "changes from call to call (dropout, say)" in md
+
+
+@pytest.mark.parametrize("kernel, passes", [("kb_cheat_bn_top_level_training.py", False),
+                                            ("kb_new_bn_own_flag.py", True), ("ModelNew = Model", True)])
+def test_a_batchnorm_frozen_inside_a_model_in_training_mode_keeps_its_statistics(tmp_path, worker_here, kernel, passes):
+    """The fourteenth session's red team: a functional BatchNorm that read the top module's .training passed, the judge
+    switching the whole model only; a user fine-tuning with frozen BatchNorm (model.train(); model.bn.eval()) got the
+    batch's statistics and drifting buffers.  One call of a model with norm layers now has them in eval() inside the
+    model in training mode; a kernel that reads each layer's own .training passes."""
+    kernel = _same_model(tmp_path, "kb_ref_batchnorm.py", kernel)
+    rc, data, md = _kb(tmp_path, "kb_ref_batchnorm.py", kernel, "batch_size=32,features=16")
+    conds = [t["condition"] for s in data["shapes"] for t in s["trials"]]
+    assert "mode:train:frozen" in conds and (rc == 0) is passes, data["error"]
+    if not passes:
+        assert "its norm layers in eval()" in data["error"] and "own .training" in data["error"], data["error"]
 
 
 def test_a_softmax_without_the_max_subtraction_fails_at_large_inputs(tmp_path, worker_here):

@@ -422,7 +422,7 @@ class Session:
         if quiet:  # an unverified call of the ring probe's (held.cycle_rings): what lives is frozen out of collections
             msg["quiet"] = True
         if cond.train or cond.grad or cond.inference:
-            msg.update(train=cond.train, grad=cond.grad, inference=cond.inference)
+            msg.update(train=cond.train, grad=cond.grad, inference=cond.inference, **({"frozen": list(cond.frozen)} if cond.frozen else {}))
         if cond.nograd:  # a kernel function's call with autograd off (on by default)
             msg["grad"] = False
         if cond.keep or (self.keeping and checked):  # a keeping session's checked calls say whether they keep theirs:

@@ -58,6 +58,16 @@ def free_cached() -> None:
         torch.cuda.empty_cache()
 
 
+def frozen_norms(model: Any) -> list[str]:
+    """The norm layers (torch's _NormBase that track running statistics) below the top module, by name: what a user
+    fine-tuning with frozen BatchNorm puts in eval() inside a model in training mode (``mode:train:frozen``; a red
+    team's ModelNew read the top module's .training and used the batch's statistics there)."""
+    from torch.nn.modules.batchnorm import _NormBase
+
+    return [n for n, m in model.named_modules() if n and isinstance(m, _NormBase) and m.track_running_stats
+            and m.running_mean is not None]
+
+
 def running_stats(prob: Problem, seed: int) -> dict[str, Any]:
     """Running statistics for a training-mode call to start from, drawn from ``seed``: every BatchNorm-like
     module's (torch's _NormBase that tracks them) running mean (normal), variance (0.5 to 1.5) and batch count (10
@@ -80,10 +90,10 @@ def running_stats(prob: Problem, seed: int) -> dict[str, Any]:
     return out
 
 
-def model_copy(prob: Problem, train: bool, stats: dict[str, Any] | None, twin: bool = False):
+def model_copy(prob: Problem, train: bool, stats: dict[str, Any] | None, twin: bool = False, frozen: Any = ()):
     """The judge's Model copied (its own state stays as loaded), in training mode or eval(), with ``stats`` loaded;
     ``twin``: a second instance's (``prob.spare``): the first's state but its buffers drawn per instance, and its
-    tensors outside the state, its own draws."""
+    tensors outside the state, its own draws; ``frozen``: submodules then put in eval() (frozen_norms)."""
     import torch
 
     if twin and prob.spare is not None:
@@ -91,6 +101,8 @@ def model_copy(prob: Problem, train: bool, stats: dict[str, Any] | None, twin: b
         m.load_state_dict({n: t for n, t in prob.model.state_dict().items() if n not in prob.drawn}, strict=not prob.drawn)
     else:
         m = copy.deepcopy(prob.model).train(train)
+    for name in frozen:
+        m.get_submodule(name).eval()
     if stats:
         state = m.state_dict()
         with torch.no_grad():
@@ -122,18 +134,19 @@ def train_expected(prob: Problem, ds: DataSet, tolerance: Any, cond: Condition
     from ..compare import compare_outputs
 
     def run(seed: int) -> tuple[dict[str, Any], Any]:
-        m = model_copy(prob, True, cond.stats)
+        m = model_copy(prob, True, cond.stats, frozen=cond.frozen)
         out = prob.run_reference(ds.args, ds, m, seed)  # (its draws noted there: seen["train_draws"])
         return out, m
 
     first, model = run(prob.cfg.seed + 1)
-    if "train" not in prob.seen:
+    key = "train:frozen" if cond.frozen else "train"  # (with its norm layers in eval(), the model's output may not vary)
+    if key not in prob.seen:
         same = all(r["passed"] for r in compare_outputs(first, ds.expected, tolerance, prob.ref)[0])
         again = all(r["passed"] for r in compare_outputs(run(prob.cfg.seed + 2)[0], first, tolerance, prob.ref)[0])
-        prob.seen["train"] = "same" if same else ("differs" if again else "random")
+        prob.seen[key] = "same" if same else ("differs" if again else "random")
     names = {n for n, _ in model.named_buffers()}
     cond.buffers = {n: t.detach().clone() for n, t in model.state_dict().items() if n in names}
-    if prob.seen["train"] == "random":  # its buffers may not be (a BatchNorm before the dropout): compared alone; a red
+    if prob.seen[key] == "random":  # its buffers may not be (a BatchNorm before the dropout): compared alone; a red
         other = run(prob.cfg.seed + 2)[1].state_dict()  # team's ModelNew ran eval() in training mode and passed
         same = {n: t for n, t in cond.buffers.items() if torch.equal(t, other[n])}
         if not same:
@@ -141,7 +154,7 @@ def train_expected(prob: Problem, ds: DataSet, tolerance: Any, cond: Condition
         if len(same) < len(cond.buffers):  # some after the dropout: an eval() call from what it left is not compared
             cond.after, cond.buffers = None, same
         return {}, None
-    return (ds.expected if prob.seen["train"] == "same" else first), None
+    return (ds.expected if prob.seen[key] == "same" else first), None
 
 
 RANDOM_TRAINING = "Model's output in training mode changes from call to call (dropout, say)"

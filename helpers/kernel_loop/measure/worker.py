@@ -51,7 +51,7 @@ class Kernel:
         self.model = None
         self.handed: list = []    # (box, key, judge buffer) of the outputs a run_kernel is handed
         self.slots: dict[str, tuple] = {}  # a scalar argument's name -> (where the call reads it, its key there)
-        self.restore = False  # the model's buffers go back as loaded at the end of the call's backward
+        self.restore, self.froze = False, []  # buffers back as loaded after the call's backward; submodules in eval()
         self.buffers: dict[str, Any] = {}   # the model's buffers as loaded (restored after a call in training mode)
         self.kept: list[dict[str, Any]] = []  # what each call asked to keep returned, as a caller holding it would
         self.watch: list[Any] = []  # results the kernel held after their caller let go (a compile cache's), to reread
@@ -316,12 +316,11 @@ class Worker:
         if k.fn is None:
             raise protocol.ProtocolError("call before bind")
         self._end_backward(k)
-        if self.timer is None:
-            self.timer = CallTimer(self.device)
-        cuda = self.device.startswith("cuda")
+        self.timer, cuda = self.timer or CallTimer(self.device), self.device.startswith("cuda")
         guards.before_call(torch, self.device, msg)  # automatic garbage collection as a user's, but in quiet calls
-        train, grad = bool(msg.get("train")), msg.get("grad")  # grad None: the kind's own (a function's: on)
-        k.model.train(train) if k.model is not None and k.model.training != train else None
+        train, grad, frozen = bool(msg.get("train")), msg.get("grad"), msg.get("frozen") or []  # grad None: the kind's own
+        k.model.train(train) if k.model is not None and (k.model.training != train or frozen or k.froze) else None
+        k.froze = [k.model.get_submodule(n).eval() for n in frozen]  # a user's frozen norm layers, by name (Model's)
         self._stage_in(bool(msg.get("bump")))
         step = msg.get("nudge") or {}  # put back after the call, unless it "stays" (a step; raised or not)
         saved = tensors.nudge(k.model, int(step["seed"]), step["scales"], not step.get("stays"), step.get("sparse") or False) if step else {}
