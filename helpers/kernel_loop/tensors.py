@@ -129,13 +129,15 @@ def nudge(model, seed: int, scales: dict[str, float], keep: bool = True, sparse:
             if keep:
                 saved[name] = p.detach().clone()
             gen = torch.Generator().manual_seed((seed * 7919 + i) % (1 << 63))
-            if sparse == "swap":
+            if sparse == "swap":  # each chosen place takes the next one's value in a random cycle: none keeps its own
                 at = (torch.rand(tuple(p.shape), generator=gen) < 0.5).reshape(-1).nonzero().squeeze(1)
-                to = at[torch.randperm(at.numel(), generator=gen)]
-                flat = p.detach().reshape(-1).clone()
-                flat[at.to(p.device)] = flat[to.to(p.device)].clone()
-                p.copy_(flat.view(tuple(p.shape)))
-                continue
+                at = at[torch.randperm(at.numel(), generator=gen)].to(p.device)
+                old = p.detach().reshape(-1)
+                flat = old.clone()
+                flat[at] = old[at.roll(1)]
+                if not torch.equal(flat, old):  # (values all alike there, a running mean's zeros: noise instead)
+                    p.copy_(flat.view(tuple(p.shape)))
+                    continue
             step = torch.randn(tuple(p.shape), generator=gen).mul_(scale)
             step = step.mul_(torch.rand(tuple(p.shape), generator=gen) < 0.5) if sparse else step
             p.add_(step.to(device=p.device, dtype=p.dtype))

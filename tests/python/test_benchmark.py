@@ -194,6 +194,13 @@ def test_the_counts_a_budget_cut_are_said_and_asked_counts_run_in_full(tmp_path,
     assert (timing["warmup"], timing["trials"]) == (10, 32) and timing["asked"]["trials"] == seen["spec"]["trials"]
     md = (root / "benchmark.md").read_text()
     assert f"10 warmup, 32 trials (of the {seen['spec']['warmup']} and {seen['spec']['trials']} asked: slow calls" in md
+    full = {"warmup": seen["spec"]["warmup"], "trials": seen["spec"]["trials"]}  # a baseline cut alone is said too
+    result = dict(rf.synthetic_child_result(), rounds=full)
+    result["items"] = [dict(it, rounds={"warmup": 5, "trials": 20}) if it["name"] == "torch-compile" else it
+                       for it in result["items"]]
+    rf.fake_benchmark_children(monkeypatch, B, result, seen)
+    assert rf.cli(B, ["benchmark", str(root), "--baselines", "pytorch-eager,torch-compile"]) == 0
+    assert read_json(root / "benchmark.json")["timing"]["asked"]["baseline_budget_s"] == B.BASELINE_BUDGET_S
     assert rf.cli(B, ["benchmark", str(root), "--baselines", "pytorch-eager", "--trials", "40"]) == 0
     assert seen["spec"]["budget_s"] is None and seen["spec"]["baseline_budget_s"] is None
 

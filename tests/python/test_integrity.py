@@ -1005,7 +1005,9 @@ def test_a_kernelbench_model_is_called_at_other_batch_sizes_on_the_same_instance
     ("kb_ref_numpy_buffer.py", "ModelNew = Model", True),
     ("kb_ref_rf_noparam.py", "kb_cheat_rf_noparam_class_cache.py", False),
     ("kb_ref_rf_noparam.py", "ModelNew = Model", True),
-    ("kb_ref_linear_relu.py", "kb_cheat_linear_sum_keyed_cache.py", False)])
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_sum_keyed_cache.py", False),
+    ("kb_ref_linear_nobias.py", "kb_cheat_linear_nobias_sum_keyed.py", False),
+    ("kb_ref_linear_nobias.py", "ModelNew = Model", True)])
 def test_a_cache_must_follow_every_parameter_and_every_instance(tmp_path, worker_here, ref, kernel, passes):
     """The thirteenth session's red team: caches stamped with one parameter's _version (the first layer's, the weight's
     and not the bias's, the Linear's and not the BatchNorm's) passed, since every change the judge made moved all the

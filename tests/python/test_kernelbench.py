@@ -389,6 +389,26 @@ def test_a_swap_keeps_every_sum_and_is_the_same_change_in_each_process():
     w1 = a.weight.detach()
     assert torch.equal(w1, b.weight.detach()) and a.weight._version > v0
     assert torch.equal(w1.reshape(-1).sort().values, w0.reshape(-1).sort().values)  # the same values, other places
-    assert 0.3 < float((w1 != w0).float().mean()) < 0.6  # about half of them moved
+    assert 0.3 < float((w1 != w0).float().mean()) < 0.6  # about half of them moved, none of the chosen kept its value
+    zeros = torch.nn.BatchNorm1d(8)  # a running mean of zeros: no swap changes it, so noise does
+    tensors.nudge(zeros, 5, {"running_mean": 0.1}, keep=False, sparse="swap")
+    assert bool((zeros.running_mean != 0).any())
     tensors.nudge(b, 1234, {"weight": 0.1}, keep=False, sparse=True)  # noise on half: the sum moves
     assert float(b.weight.detach().double().sum()) != float(w0.double().sum())
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 24])
+def test_each_parameter_gets_both_a_swap_and_noise_in_its_turns(n):
+    """alone(): one parameter a weights:updated call, every one in turn; the kind alternates and shifts at each pass,
+    so that within two passes every parameter is changed by noise and by a swap (a review found odd counts left each
+    parameter one kind for good: a cache checked by one parameter's sum passed on a model of five)."""
+    import types
+
+    from kernel_loop.measure.conditions import alone
+
+    prob, scales = types.SimpleNamespace(seen={}), {f"p{i}": 0.1 for i in range(n)}
+    kinds: dict[str, set] = {}
+    for _ in range(2 * n):
+        name, kind = alone(prob, scales, 99)
+        kinds.setdefault(name, set()).add(kind)
+    assert set(kinds) == set(scales) and all(k == {True, "swap"} for k in kinds.values()), kinds

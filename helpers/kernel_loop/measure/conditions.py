@@ -140,7 +140,7 @@ def alone(prob: Problem, scales: dict[str, float], seed: int) -> tuple[str, bool
     turn = prob.seen.setdefault("alone", {"order": random.Random(seed).sample(sorted(scales), len(scales)), "next": 0})
     order = [n for n in turn["order"] if n in scales] or sorted(scales)
     t, turn["next"] = turn["next"], turn["next"] + 1
-    return order[t % len(order)], "swap" if (t + t // len(order)) % 2 else True
+    return order[t % len(order)], "swap" if (t % len(order) + t // len(order)) % 2 else True
 
 
 def _twin_spot(rng, plan: list[str]) -> int:
@@ -283,7 +283,7 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         twin, train = value.startswith("twin"), value == "twin:train"  # (a frozen layer or a norm's statistics are
         own = prob.drawn if twin else []  # reloaded alone too; a twin's own draws, as they are)
         scales = {n: v for n, v in nudge_scales(prob.model, every=twin or value == "updated").items() if n not in own}
-        sparse = value == "updated" and len(scales) > 1  # one parameter alone, in turn, by noise or a swap (alone)
+        sparse = value == "updated" and bool(scales)  # one parameter alone, in turn, by noise or a swap (alone)
         name, sparse = alone(prob, scales, seed) if sparse else (None, False)
         scales = {name: scales[name]} if sparse else scales
 

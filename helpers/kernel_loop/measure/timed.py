@@ -54,7 +54,7 @@ def budgeted_rounds(sess: Session, names: list[str], warmup: int, trials: int, b
                  f"{warmup} and {trials}, to fit about {budget_s:.0f} s (pass --trials or --warmup to run the counts "
                  "asked)")
     go = [n for n in names if not first[n]["failure"]]
-    second = rounds_loop(sess, go, w, t, label=label) if go else {}
+    second = rounds_loop(sess, go, w, t, label=label, before=probe) if go else {}
     out = {}
     for n in names:
         r, f = second.get(n), first[n]
@@ -133,8 +133,8 @@ def timing_block(loop: dict[str, Any], warmup: int, trials: int, device: str) ->
             "two, chosen at random per call", **summarize(loop["samples_us"])}
 
 
-def rounds_loop(sess: Session, names: list[str], warmup: int, trials: int, *, label: str = "{}'s timed calls"
-                ) -> dict[str, dict[str, Any]]:
+def rounds_loop(sess: Session, names: list[str], warmup: int, trials: int, *, label: str = "{}'s timed calls",
+                before: int = 0) -> dict[str, dict[str, Any]]:
     """``warmup`` then ``trials`` rounds, each calling every kernel of ``names`` once in an order drawn for the round:
     every row's samples come from the same stretch of time (a clock or temperature drift moves them all alike),
     and the A/B of any two kernels is read from the same rounds at no further cost.  Each kernel is verified as in
@@ -168,7 +168,7 @@ def rounds_loop(sess: Session, names: list[str], warmup: int, trials: int, *, la
         del ds  # before the next call's draw: two large sets at once would not fit beside the others
         if res["failure"]:
             phase = "warmup" if c < warmup else "timed"
-            r.update(failure=f"{label.format(kid)}: call {c + 1} of {total} ({phase}) is wrong: {res['failure']}",
+            r.update(failure=f"{label.format(kid)}: call {before + c + 1} of {before + total} ({phase}) is wrong: {res['failure']}",
                      rows=res["rows"], call=c, raised=res.get("raised"))
             continue
         r["verified"] += i in checked

@@ -420,11 +420,12 @@ def run(args) -> int:
     except KernelLoopError as exc:
         exc.args = (str(exc) + earlier,)
         raise
-    ran = result.get("rounds") or {"warmup": warmup, "trials": trials}
+    want = {"warmup": warmup, "trials": trials}
+    ran = result.get("rounds") or want  # the versions' rounds; a baseline's own in its item (each row's n says it)
+    cut = [r for r in (ran, *(it.get("rounds") for it in result["items"])) if r and r != want]
     timing = {"method": method, "warmup": ran["warmup"], "trials": ran["trials"], "discard_first": args.discard_first,
               "l2_flush": method == "cuda_event", "order": "rounds",
-              "asked": None if ran == {"warmup": warmup, "trials": trials} else
-              {"warmup": warmup, "trials": trials, "budget_s": ROUNDS_BUDGET_S}}
+              "asked": {**want, "budget_s": ROUNDS_BUDGET_S, "baseline_budget_s": BASELINE_BUDGET_S} if cut else None}
     env = read_json(rd.env_json) if rd.env_json.exists() else None
     ncu_us = {f"v{j}": ncu_bound(sidecars.load(rd.vdir(j) / NCU_JSON)) for j in versions}
     ncu_us["solution"] = ncu_us.get(f"v{k}")
