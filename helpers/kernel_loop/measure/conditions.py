@@ -37,6 +37,7 @@ from typing import Any
 
 from ..compare import applied_tolerances, compare_outputs, constant_outputs
 from ..tensors import continuous, is_tensor, nudge, nudge_scales, random_like, strided_view
+from ..vocab import CONDITION_WORDS
 from .modes import (
     RANDOM_TRAINING,
     Backward,
@@ -49,7 +50,6 @@ from .modes import (
     train_expected,
 )
 from .problem import DataSet, Problem
-from .words import CONDITION_WORDS
 
 # the input ranges correctness also checks: name -> (what is drawn, its low and high end, drawn log-uniformly)
 VARIANTS = {"up": ("scale", 20.0, 500.0), "down": ("scale", 0.002, 0.05), "shift": ("shift", 2.0, 8.0),
