@@ -259,8 +259,8 @@ CONDITION_WORDS = {
                         "statistics they left",
     "mode:after-train:inference": "the model in eval() under torch.inference_mode(), after training-mode calls, from "
                                   "the statistics they left",
-    "weights:updated": "one of the model's parameters (or a norm's running mean) changed in place on about half its "
-                       "elements before the call, by noise or by a swap of their values that keeps every sum (a training "
+    "weights:updated": "one of the model's parameters (or a norm's running mean) changed in place before the call, on "
+                       "about half its elements, by noise or by a swap of their values that keeps every sum (a training "
                        "step on part of the model, a layer reloaded with its units in another order), and put back",
     "weights:updated:again": "the model's parameters changed in place before the call, on the inputs of the last call, put back",
     "weights:twin": "a second instance of the model, with other weights, called in place of the first (a network's second "
