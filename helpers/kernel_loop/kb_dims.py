@@ -50,8 +50,6 @@ detection; the evaluation of the constants (pure expressions, pins) is in ``kb_e
 from __future__ import annotations
 
 import ast
-import copy
-import functools
 import inspect
 import os
 from pathlib import Path
@@ -435,14 +433,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _pinned(text: str, dims: dict[str, int]) -> dict[str, tuple[Any, Any]]:
-    """Every pure constant of the file but its axes: {name: (the file's value or None, the value under dims)}.  The
-    judge asks it at every draw of a shape: the parse and its scans are made once per file and dims (a copy each)."""
-    return copy.deepcopy(_pinned_once(text, tuple(sorted((str(k), int(v)) for k, v in dict(dims).items()))))
-
-
-@functools.lru_cache(maxsize=64)
-def _pinned_once(text: str, dims_items: tuple) -> dict[str, tuple[Any, Any]]:
-    dims = dict(dims_items)
+    """Every pure constant of the file but its axes: {name: (the file's value or None, the value under dims)}."""
     tree = parse(text)
     sizes, axes = _sizes(tree)
     file_values = evaluate(tree)
