@@ -118,8 +118,7 @@ def nudge(model, seed: int, scales: dict[str, float], keep: bool = True, sparse:
     ``_version`` moves on): normal noise of ``scales``' size (``sparse``: on about half the elements, as a step whose
     gradient is zero elsewhere; "swap": the values of about half the elements exchanged among them, as a checkpoint
     with its units in another order, every sum, norm and extreme kept), drawn on the CPU from ``seed`` and each name's
-    place in ``scales`` so that the judge
-    (for Model) and the worker (for ModelNew) make the same change.  A tied parameter is found under any of its names
+    place in ``scales`` so that the judge (for Model) and the worker (for ModelNew) make the same change.  A tied parameter is found under any of its names
     (a ModelNew may register it first under another).  Returns what they were (``keep``)."""
     torch = _torch()
     params, saved = _named(model), {}
@@ -175,7 +174,7 @@ def twin(model, init: list, spec: dict[str, Any], device: str, made=None, own: d
     scratch = spare_instance(model, init, device)
     made = made if made is not None else spare_instance(model, init, device)
     scratch.load_state_dict(model.state_dict())
-    nudge(scratch, int(spec["seed"]), spec["scales"], keep=False, sparse=bool(spec.get("sparse")))
+    nudge(scratch, int(spec["seed"]), spec["scales"], keep=False, sparse=spec.get("sparse") or False)
     made.load_state_dict(scratch.state_dict())
     with torch.no_grad():
         for name, t in (own or {}).items():  # (a red team's class cache of a random projection or permutation)

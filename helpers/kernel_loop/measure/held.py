@@ -311,12 +311,12 @@ def after_the_calls(sess: Session | None, prob: Problem, first: DataSet, trials:
     read_kept(sess, first, trials, held, kept)  # every result a caller kept, after all the calls that followed it
     # the caller lets go, but of the last call's results (carried through the later shapes): what the kernel still
     # holds must never change, and a pool holds the results of many calls.  Carried where the caller held them and
-    # they passed, unless the data is large (between_calls): seen on the H100 80GB,
-    # the l1norm example's 8 GiB result carried beside the judge's buffer reading it left the call at the run's size
-    # again out of memory
+    # they passed, unless the data is large (between_calls: seen on the H100 80GB, the l1norm example's 8 GiB result
+    # carried beside the judge's buffer reading it left the call at the run's size again out of memory)
     last = len(trials) - 1
-    carry = last in kept and bool(held[last]) and not first.parked
-    if last in kept and held[last] and first.parked:
+    carry = last in kept and bool(held[last])
+    if carry and first.parked:
+        carry = False
         notes.append("large data: the last call's results were let go of at the shape's end, not carried through the "
                      "later shapes' calls")
     reply = sess.worker.request({"op": "release", "k": "k", "carry": last if carry else -1})

@@ -452,9 +452,8 @@ def baselines(judge: Judge, prob: Problem, first: DataSet) -> dict[str, Any]:
                 item.update(available=False, why=r["failure"])
                 continue
             progress(f"timing {b}: {warmup} warmup + {trials} trials{_at()}")
-            loop, item["rounds"] = budgeted_rounds(sess, [b], warmup, trials, spec.get("baseline_budget_s"),
-                                                   label=f"{b}'s timed calls")
-            loop, ran = loop[b], item["rounds"]
+            loops, ran = budgeted_rounds(sess, [b], warmup, trials, spec.get("baseline_budget_s"), label=f"{b}'s timed calls")
+            loop, item["rounds"] = loops[b], ran
             item["correct_after"] = loop["failure"] is None
             if loop["failure"]:
                 item["error"] = item["error"] or loop["failure"]

@@ -58,14 +58,19 @@ def free_cached() -> None:
         torch.cuda.empty_cache()
 
 
-def frozen_norms(model: Any) -> list[str]:
-    """The norm layers (torch's _NormBase that track running statistics) below the top module, by name: what a user
-    fine-tuning with frozen BatchNorm puts in eval() inside a model in training mode (``mode:train:frozen``; a red
-    team's ModelNew read the top module's .training and used the batch's statistics there)."""
+def tracking_norms(model: Any) -> list[tuple[str, Any]]:
+    """(name, module) of every BatchNorm-like layer of ``model`` (torch's _NormBase) that tracks running statistics."""
     from torch.nn.modules.batchnorm import _NormBase
 
-    return [n for n, m in model.named_modules() if n and isinstance(m, _NormBase) and m.track_running_stats
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, _NormBase) and m.track_running_stats
             and m.running_mean is not None]
+
+
+def frozen_norms(model: Any) -> list[str]:
+    """The norm layers that track running statistics below the top module, by name: what a user fine-tuning with
+    frozen BatchNorm puts in eval() inside a model in training mode (``mode:train:frozen``; a red team's ModelNew read
+    the top module's .training and used the batch's statistics there)."""
+    return [n for n, _ in tracking_norms(model) if n]
 
 
 def running_stats(prob: Problem, seed: int) -> dict[str, Any]:
@@ -74,13 +79,10 @@ def running_stats(prob: Problem, seed: int) -> dict[str, Any]:
     to 100000), as a trained model holds them.  Those a model is built with (zeros and ones) equal the statistics of randn inputs, so a
     kernel that never updated them would be right within any tolerance there."""
     import torch
-    from torch.nn.modules.batchnorm import _NormBase
 
     gen = torch.Generator().manual_seed(seed)
     out: dict[str, Any] = {}
-    for prefix, mod in prob.model.named_modules():
-        if not isinstance(mod, _NormBase) or not mod.track_running_stats or mod.running_mean is None:
-            continue
+    for prefix, mod in tracking_norms(prob.model):
         for name, t in (("running_mean", mod.running_mean), ("running_var", mod.running_var)):
             r = torch.rand(t.shape, generator=gen) + 0.5 if name == "running_var" else torch.randn(t.shape, generator=gen)
             out[f"{prefix}.{name}" if prefix else name] = r.to(device=t.device, dtype=t.dtype)

@@ -45,14 +45,15 @@ def budgeted_rounds(sess: Session, names: list[str], warmup: int, trials: int, b
     probe = min(warmup, PROBE_ROUNDS)
     start = _now()
     first = rounds_loop(sess, names, probe, 0, label=label)
-    afford = int(budget_s / max((_now() - start) / probe, 1e-9)) - probe
-    rest = warmup - probe
-    w, t = (rest, trials) if afford >= rest + trials else (min(rest, max(0, afford // 5)), 0)
-    t = t or min(trials, max(MIN_TRIALS, afford - w))
+    per_round = max((_now() - start) / probe, 1e-9)
+    afford, rest = int(budget_s / per_round) - probe, warmup - probe  # the rounds left within the budget
+    w, t = rest, trials
+    if afford < rest + trials:  # a fifth of what is left warms up, the rest is timed (at least MIN_TRIALS)
+        w = min(rest, max(0, afford // 5))
+        t = min(trials, max(MIN_TRIALS, afford - w))
     if (w, t) != (rest, trials):
-        progress(f"a round takes {(_now() - start) / probe:.2f} s: {probe + w} warmup and {t} timed round(s) instead of "
-                 f"{warmup} and {trials}, to fit about {budget_s:.0f} s (pass --trials or --warmup to run the counts "
-                 "asked)")
+        progress(f"a round takes {per_round:.2f} s: {probe + w} warmup and {t} timed round(s) instead of {warmup} and "
+                 f"{trials}, to fit about {budget_s:.0f} s (pass --trials or --warmup to run the counts asked)")
     go = [n for n in names if not first[n]["failure"]]
     second = rounds_loop(sess, go, w, t, label=label, before=probe) if go else {}
     out = {}
