@@ -237,8 +237,8 @@ def caveat(pred: dict[str, Any]) -> str | None:
         return (f"{metric} is per issued instruction: when the change alters how many instructions run, before "
                 "and after are not comparable; pair it with a prediction on duration or a throughput")
     if metric in MAY_VANISH:
-        return (f"{metric} has no value on a version with {MAY_VANISH[metric]} (scored unknown): if the change "
-                "removes that, predict what replaces it")
+        return (f"a note that matters only if the change leaves v(K+1) with {MAY_VANISH[metric]}: {metric} is then "
+                "absent and the prediction scores unknown, so predict what replaces it (a change that keeps it: ignore this)")
     return None
 
 

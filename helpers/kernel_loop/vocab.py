@@ -219,6 +219,11 @@ def by_priority(tags: list[str]) -> list[str]:
     rank = {t: i for i, t in enumerate(list(BOTTLENECK_CLASSES) + list(PRIORITY))}
     return sorted(dict.fromkeys(tags), key=lambda t: rank.get(t, len(rank)))
 
+# correctness's note where ModelNew's output carries no gradient and Model's does: a limit of the solution, which
+# benchmark.json's flags (and so benchmark.md and the report) repeat for the chosen version
+NO_GRADIENT_NOTE = ("gradients: not compared: ModelNew's output carries no gradient (a custom kernel without backward), "
+                    "where Model's does: a user cannot train through it")
+
 # every condition of a correctness call, in words (measure/conditions.py draws them; correctness.md lists them)
 CONDITION_WORDS = {
     "plain": "the problem's inputs, every output poisoned, eval() without autograd",

@@ -4,6 +4,7 @@ no-GPU error.  The child result used here is SYNTHETIC (runfixture.synthetic_chi
 
 from __future__ import annotations
 
+import json
 import random
 import statistics
 
@@ -489,3 +490,21 @@ def test_a_build_workers_heartbeat_stays_in_its_tail(capfd):
         launch.WorkerProc._pump(w)
         err = capfd.readouterr().err
         assert len(w.tail) == 2 and "a warning" in err and ("still importing" in err) is not quiet
+
+
+def test_a_limit_correctness_noted_is_flagged_for_the_chosen_version(tmp_path):
+    """An agent's trial read 'ModelNew's output carries no gradient' in correctness.md, and the report said nothing:
+    the chosen version's limit is a flag of benchmark.json (benchmark.md and the report list its flags)."""
+    from kernel_loop.vocab import NO_GRADIENT_NOTE
+
+    vdir = tmp_path / "v1"
+    vdir.mkdir()
+    (vdir / "correctness.json").write_text(json.dumps({"shapes": [{"notes": ["other"]}, {"notes": [NO_GRADIENT_NOTE]}]}))
+    assert B.limit_notes(vdir) == [NO_GRADIENT_NOTE] and B.limit_notes(tmp_path / "v9") == []
+    res = rf.synthetic_child_result()
+    _recentre(res, "v3", 70.0, seed=3)  # v3 the best beyond the spread
+    limits = {"v1": [NO_GRADIENT_NOTE], "v3": [NO_GRADIENT_NOTE]}
+    b = B.finish(res, version="v3", selection="best", timing=TIMING, tolerance=None, env=None, limits=limits)
+    assert b["version"] == "v3" and f"v3: {NO_GRADIENT_NOTE}" in b["flags"]
+    b = B.finish(res, version="v3", selection="best", timing=TIMING, tolerance=None, env=None, limits={"v1": limits["v1"]})
+    assert not any("carries no gradient" in f for f in b["flags"])  # another version's limit is not the solution's

@@ -19,6 +19,7 @@ from typing import Any
 from ..common import MeasuredFailure, UsageError
 from ..compare import applied_tolerances, changed_input_row, compare, compare_outputs, first_failure
 from ..tensors import FLOAT_SENTINEL, fingerprint, is_tensor, poison_tensor, random_like
+from ..vocab import NO_GRADIENT_NOTE
 from . import protocol
 from .conditions import VARIANTS, Condition, as_exact_as_the_reference, free_cached, range_ok
 from .launch import KernelFailed, WorkerProc
@@ -240,8 +241,7 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, returned: d
     if not back.carries:
         return []
     if not any(m.get("grad") for m in returned.values()):
-        notes.append("gradients: not compared: ModelNew's output carries no gradient (a custom kernel without "
-                     "backward), where Model's does: a user cannot train through it")
+        notes.append(NO_GRADIENT_NOTE)
         return []
     names = list(back.grads)
     sh = sess.shared

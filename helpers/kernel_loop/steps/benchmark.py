@@ -66,7 +66,7 @@ from ..sidecars import CORRECTNESS_JSON, FINAL_REPORT_PNG, NCU_JSON, event_media
 from ..templating import draw_chart, render
 from ..timecheck import below_ncu, floor_invalid
 from ..timing import summarize
-from ..vocab import BASELINES
+from ..vocab import BASELINES, NO_GRADIENT_NOTE
 
 STAT_KEYS = ("mean", "median", "p20", "p80", "min", "max", "std", "n")
 SPEEDUP_FLAG = 10.0
@@ -249,12 +249,14 @@ def slow_v0(rows: dict[str, Any]) -> str | None:
 
 def finish(result: dict[str, Any], *, version: str, selection: str, timing: dict[str, Any],
            tolerance: dict[str, Any] | None, env: dict[str, Any] | None,
-           ncu_us: dict[str, float] | None = None, same_as: dict[str, str] | None = None) -> dict[str, Any]:
+           ncu_us: dict[str, float] | None = None, same_as: dict[str, str] | None = None,
+           limits: dict[str, list[str]] | None = None) -> dict[str, Any]:
     """benchmark.json from the judge's result (no GPU work here).  ``ncu_us``: each kernel row's summed
     ncu duration from its version's profile, a bound its median may not fall far below.  With
     ``selection`` best, the version is chosen here from the timed version rows (``choose_best``) and the
     solution row becomes that version's row; ``version`` (the loop's timings' choice) stays only when no
-    version row was timed.  ``same_as``: {vJ: the earliest earlier version with the same kernel bytes}."""
+    version row was timed.  ``same_as``: {vJ: the earliest earlier version with the same kernel bytes}.
+    ``limits``: {vJ: its correctness notes that say what a user cannot do with it}, flagged for the chosen version."""
     rows = []
     for it in result["items"]:
         stats = summarize(it["samples_us"]) if it.get("samples_us") else None  # recomputed here, from the raw samples
@@ -313,6 +315,7 @@ def finish(result: dict[str, Any], *, version: str, selection: str, timing: dict
         flags.append(f"speedup {v0['median'] / sol['stats_us']['median']:.1f}x over v0 is above {SPEEDUP_FLAG:g}x: "
                      "review that the solution computes the whole result and that v0 was a fair start")
     flags += [f for f in (slow_v0(by_name), same_bytes_note(version, same_as)) if f]
+    flags += [f"{version}: {note}" for note in (limits or {}).get(version, [])]
     ab = [ab_entry(rec) for rec in result.get("ab") or []]
     nbytes, lower = result.get("bytes_moved"), False
     if nbytes is None and not result.get("flops") and result.get("io_bytes"):
@@ -430,7 +433,8 @@ def run(args) -> int:
     ncu_us = {f"v{j}": ncu_bound(sidecars.load(rd.vdir(j) / NCU_JSON)) for j in versions}
     ncu_us["solution"] = ncu_us.get(f"v{k}")
     bench = finish(result, version=f"v{k}", selection="best" if args.version == "best" else "explicit",
-                   timing=timing, tolerance=tolerance, env=env, ncu_us=ncu_us, same_as=same_bytes(rd, versions))
+                   timing=timing, tolerance=tolerance, env=env, ncu_us=ncu_us, same_as=same_bytes(rd, versions),
+                   limits={f"v{j}": limit_notes(rd.vdir(j)) for j in versions})
     write_outputs(rd.root, bench)
     # the report's chart, drawn here where matplotlib is (the GPU machine): a report rendered where it is missing
     # keeps it, since it shows these very numbers
@@ -447,6 +451,14 @@ def run(args) -> int:
     if sol.get("invalid"):
         raise MeasuredFailure(f"{name}'s benchmark time is invalid: {sol['invalid']}")
     return 0
+
+
+def limit_notes(vdir: Path) -> list[str]:
+    """The version's correctness notes that name a limit of the solution itself (its output carries no gradient
+    where Model's does: an agent's trial saw it in correctness.md and nowhere in the report)."""
+    corr = sidecars.load(vdir / CORRECTNESS_JSON) or {}
+    notes = [n for s in corr.get("shapes") or [] for n in s.get("notes") or []]
+    return [NO_GRADIENT_NOTE] if NO_GRADIENT_NOTE in notes else []
 
 
 def same_bytes(rd: RunDir, versions: list[int]) -> dict[str, str]:

@@ -14,7 +14,7 @@ hypothesis.json: ``{"schema": 1, "version", "kernel_file", "kernel_sha256",
 (the named kernel's demangled name, when one is named)}], "evidence": [ids],
 "current": {"bottleneck", "symptoms", "kernels" (a many-kernel call's largest, with owner and
 share), "kernels_more", "focus", "event_median_us", "duration_us", "correctness",
-"max_abs_err", "max_rel_err"}, "todo": [unfilled headings], "hypothesis_sha256", "created"}``.
+"max_abs_err", "rel_l2_err"}, "todo": [unfilled headings], "hypothesis_sha256", "created"}``.
 ``hypothesis_sha256`` is the hash of hypothesis.txt as written: ``load`` trusts the
 sidecar only while the text is unchanged and otherwise re-reads the text.
 """
@@ -110,22 +110,24 @@ def decision_link(evidence_md: str) -> str | None:
 
 
 def max_errors(corr: dict[str, Any]) -> tuple[float | None, float | None]:
-    abs_errs, rel_errs = [], []
+    """The worst max abs error and the worst relative L2 error of any output (an element-wise max relative error
+    reads as alarm where the reference is near zero: an agent's trial saw 502 on a passing BatchNorm)."""
+    abs_errs, l2_errs = [], []
     for shape in corr.get("shapes") or []:
         for trial in shape.get("trials") or []:
             for o in trial.get("outputs") or []:
                 if o.get("max_abs_err") is not None:
                     abs_errs.append(o["max_abs_err"])
-                if o.get("max_rel_err") is not None:
-                    rel_errs.append(o["max_rel_err"])
-    return (max(abs_errs) if abs_errs else None, max(rel_errs) if rel_errs else None)
+                if o.get("rel_l2_err") is not None:
+                    l2_errs.append(o["rel_l2_err"])
+    return (max(abs_errs) if abs_errs else None, max(l2_errs) if l2_errs else None)
 
 
 KERNELS_SHOWN = 8  # hypothesis.txt lists this many kernels of a many-kernel call, largest first
 
 
 def current_evidence(ncu: dict[str, Any], corr: dict[str, Any]) -> dict[str, Any]:
-    mabs, mrel = max_errors(corr)
+    mabs, ml2 = max_errors(corr)
     fired = ncu.get("symptoms") or []
     recs = predictions.kernel_records(ncu)
     label_of = {r["name"]: r["label"] for r in recs.values()}
@@ -145,7 +147,7 @@ def current_evidence(ncu: dict[str, Any], corr: dict[str, Any]) -> dict[str, Any
         "duration_us": predictions.solution_sums(ncu).get("duration_us"),
         "correctness": corr.get("result"),
         "max_abs_err": mabs,
-        "max_rel_err": mrel,
+        "rel_l2_err": ml2,
     }
 
 
