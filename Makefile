@@ -13,6 +13,11 @@ export BATS_LIB_PATH := $(CURDIR)/node_modules
 demo: $(VENV)/.demo-ready
 	$(PY) helpers/kloop.py demo
 
+# The suite's Python processes (the CLI, judge and worker processes it starts, and the pytest workers) keep the
+# bytecode of the helpers and the tests (__pycache__, ignored by git) even where the environment says not to
+# write it (PYTHONDONTWRITEBYTECODE, empty is off): otherwise each of them compiles those modules again.
+test setup lint skill-check kbs-check bats pytest skill-pack: export PYTHONDONTWRITEBYTECODE :=
+
 # bats, pytest and skill-pack need nothing of one another: after the quick checks they run at once, sharing
 # the cores (each leaves some idle: sleeps, waits on child processes), and each one's output is printed
 # whole when it ends (--output-sync).  The target fails if any of them fails.
