@@ -359,7 +359,7 @@ def test_large_data_sets_wait_on_the_host_between_calls(monkeypatch):
     assert guards.judge_failed(ValueError("x")).startswith("the judge failed: ValueError: x")
 
 
-def test_a_judge_failure_keeps_the_shapes_so_far_and_says_where_it_stood(tmp_path, cpu_mode):
+def test_a_judge_failure_keeps_the_shapes_so_far_and_says_where_it_stood(tmp_path, cpu_judged):
     """A judge that raised (out of device memory, on the H100 80GB, at another batch size) lost every shape it had
     checked: the result held the error alone, "0 shape(s), 0 call(s)".  The shapes so far stay, and the error says at
     which shape and call the judge stood."""
