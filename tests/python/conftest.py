@@ -176,21 +176,48 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-# the slowest tests of the CPU suite (seconds of wall time on 2 cores), started first: with pytest-xdist the suite
-# ends when its last test does, so a long one drawn late would leave the other workers idle (longest first)
-SLOW_FIRST = ("test_hang_is_killed", "test_a_demo_removes_its_temporary_folder", "test_op_family_queries_find_their",
-              "test_a_process_the_kernel_starts_in_a_new_session", "test_a_kernel_that_patches_the_clock_and_torch",
-              "test_a_slow_reference_does_not_make", "test_the_worker_sees_no_key", "test_child_end_to_end_in_the_cpu",
-              "test_the_baselines_read_no_folder", "test_a_kernelbench_file_runs_at_its_own_sizes",
-              "test_judge_kernel_and_baseline_workers_share", "test_a_long_shape_says_where_it_stands",
-              "test_demo_replays_an_example", "test_a_kernel_cannot_read_the_record_key")
+# the slowest tests of the CPU suite (seconds of wall time on 2 cores, longest first), each started first by a worker
+# of its own: with pytest-xdist the suite ends when its last test does, so a long one drawn late would leave the other
+# workers idle
+SLOW_FIRST = ("test_hang_is_killed", "test_an_output_written_after_the_call_returned",
+              "test_a_demo_removes_its_temporary_folder", "test_a_process_the_kernel_starts_in_a_new_session",
+              "test_a_slow_reference_does_not_make", "test_judge_kernel_and_baseline_workers_share",
+              "test_child_end_to_end_in_the_cpu", "test_the_baselines_read_no_folder",
+              "test_a_kernel_that_patches_the_clock_and_torch", "test_the_worker_sees_no_key",
+              "test_a_long_shape_says_where_it_stands", "test_a_more_exact_modelnew_passes_the_gradient",
+              "test_a_modelnew_that_replays_its_first_result", "test_demo_replays_an_example",
+              "test_a_kernel_cannot_read_the_record_key", "test_repacking_gives_the_same_bytes",
+              "test_real_build_is_cached", "test_offline_fetch_install_round_trip", "test_large_data_drawn_fresh",
+              "test_triton_vector_add_passes", "test_op_family_queries_find_their",
+              "test_a_kernelbench_file_runs_at_its_own_sizes")
 
 
-def pytest_collection_modifyitems(config, items):
+def _slow_first(items: list, workers: int) -> list:
+    """``items`` with the SLOW_FIRST tests first, in that order; with several pytest-xdist workers, each worker's first
+    share of the collection (worksteal hands worker k the k-th contiguous share, split as below, and steals from the
+    end of a share) starts with every workers-th of them, so that no one worker runs them all one after another."""
     def rank(item) -> int:
         return next((i for i, name in enumerate(SLOW_FIRST) if item.name.startswith(name)), len(SLOW_FIRST))
 
-    items.sort(key=rank)  # stable: the rest keep their order
+    ordered = sorted(items, key=rank)  # stable: the rest keep their order
+    slow = [it for it in ordered if rank(it) < len(SLOW_FIRST)]
+    rest = ordered[len(slow):]
+    if workers < 2:
+        return ordered
+    shares, left = [], len(items)
+    for k in range(workers):  # xdist's split: each idle worker gets len(pending) // (workers left)
+        shares.append(left // (workers - k))
+        left -= shares[-1]
+    out = []
+    for k, size in enumerate(shares):
+        head = slow[k::workers]
+        out += head + rest[:max(0, size - len(head))]
+        rest = rest[max(0, size - len(head)):]
+    return out + rest
+
+
+def pytest_collection_modifyitems(config, items):
+    items[:] = _slow_first(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     if cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
