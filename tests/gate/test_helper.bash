@@ -16,8 +16,23 @@
 # failsafe.bats holds one test that must fail; it is skipped unless
 # BATS_RUN_FAILSAFE=1 (then bats reports exactly that one failure).
 
-bats_load_library bats-support
-bats_load_library bats-assert
+# bats-support and bats-assert where bats_load_library finds them (BATS_LIB_PATH), their src/*.bash sourced here:
+# their load.bash starts a dirname process for each of those files, some 18 processes for every test
+load_lib() {
+  local dir dirs f
+  IFS=: read -ra dirs <<<"${BATS_LIB_PATH:-}"
+  for dir in "${dirs[@]}"; do
+    [[ -f $dir/$1/load.bash ]] || continue
+    for f in "$dir/$1"/src/*.bash; do
+      # shellcheck source=/dev/null
+      source "$f"
+    done
+    return 0
+  done
+  bats_load_library "$1"
+}
+load_lib bats-support
+load_lib bats-assert
 
 REPO_ROOT=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
 # GATE_UNDER_TEST lets failsafe.bats run the suite against a sabotaged copy.
