@@ -68,11 +68,12 @@ bats: setup
 	[ $$r1 -eq 0 ] && [ $$r2 -eq 0 ] || { echo "bats: failed (exit $$r1 and $$r2)" >&2; exit 1; }
 
 # pytest exits 5 when it collects nothing; that is not a failure of the suite.  With pytest-xdist in .venv
-# the tests run in one more process than there are cores (many tests wait on the judge's and workers' start
-# or on a timeout, so a process beyond the cores keeps them busy: 180 s with 3 against 255 s with 2 on 2
-# cores), idle processes taking work from busy ones (worksteal); without xdist, one after another.
+# the tests run in as many processes as there are cores, idle processes taking work from busy ones
+# (worksteal); without xdist, one after another.  On 2 cores `make test` took 203-212 s with 2 against
+# 217-223 s with 3 (bats and the skill pack fill the waits on a judge's or worker's start or a timeout; a
+# third process only added its own start and the contention: about 30 s more CPU).
 pytest: setup
-	@par=$$($(PY) -c 'import os, xdist; print(f"-n {len(os.sched_getaffinity(0)) + 1} --dist worksteal")' 2>/dev/null); \
+	@par=$$($(PY) -c 'import os, xdist; print(f"-n {len(os.sched_getaffinity(0))} --dist worksteal")' 2>/dev/null); \
 	echo "$(PY) -m pytest tests/python -q $$par"; \
 	$(PY) -m pytest tests/python -q $$par; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
 
