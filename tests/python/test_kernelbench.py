@@ -286,6 +286,18 @@ def test_chunked_comparison_equals_one_pass(monkeypatch):
     assert whole["mismatches"] > 0 and whole["nonfinite_unexpected"] == 1
 
 
+def test_gradients_zeroed_at_zero_inputs_in_place_chunk_by_chunk(monkeypatch):
+    torch.manual_seed(0)
+    ref = torch.randn(1000, 37).masked_fill_(torch.rand(1000, 37) < 0.3, 0)
+    g = torch.randn(1000, 37)
+    want = torch.where(ref != 0, g, 0)
+    monkeypatch.setattr(C, "CHUNK", 97)  # many chunks, boundaries inside rows
+    got = g.clone()
+    assert C.zero_at_zeros(got, ref) is got and torch.equal(got, want)
+    t = g.clone().t()  # not contiguous: one masked pass over the whole tensor
+    assert torch.equal(C.zero_at_zeros(t, ref.t().contiguous()), want.t())
+
+
 def test_input_fingerprints_catch_one_changed_element(monkeypatch):
     from kernel_loop import tensors
 

@@ -23,7 +23,7 @@ from ..vocab import NO_GRADIENT_NOTE
 from . import protocol
 from .conditions import VARIANTS, Condition, as_exact_as_the_reference, free_cached, range_ok
 from .launch import KernelFailed, WorkerProc
-from .modes import draws_into, grad_slack
+from .modes import draws_into, grad_slack, zero_at_zeros
 from .problem import DataSet, Problem, start_state
 
 FRESH_DRAW_BUDGET_S = 20.0      # a fresh data set for every call while drawing them all costs no more
@@ -234,8 +234,6 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, returned: d
                   ) -> list[dict]:
     """Rows for the gradients a user's backward() gets after this call, against Model's (``cond.backward``), with
     a note where none is compared: Model's output carries none, the kernel's does not, or its backward raised."""
-    import torch
-
     back = cond.backward
     mode = "training mode" if cond.train else "eval()"
     if not back.carries:
@@ -270,7 +268,7 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, returned: d
             continue
         got = sh.bufs[sh.names[f"param:{key}"] if kind == "parameter" else key]
         if kind == "input":  # where the input is exactly zero no gradient is owed (backward_expected)
-            got = torch.where(ds.args[n.partition(" ")[2][1:-1]] != 0, got, 0)
+            got = zero_at_zeros(got, ds.args[n.partition(" ")[2][1:-1]])  # the buffer is reloaded per call
         tol = dict(tols[n], rel_l2=None)
         row = {"name": f"gradient of {n}", **compare(got, exp, tol["atol"], tol["rtol"]), "tolerance": tol}
         exact = (back.exact or {}).get(n)
