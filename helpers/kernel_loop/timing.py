@@ -39,6 +39,35 @@ def percentile(sorted_xs: list[float], q: float) -> float:
     return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
 
 
+def resampled_median_ratios(a: list[float], b: list[float], rng: Any, n_boot: int) -> list[float]:
+    """median(rng.choices(a, k=len(a))) / median(rng.choices(b, k=len(b))), ``n_boot`` times in turn (``rng``: a
+    random.Random, left where it was).  With NumPy the same numbers, all at once: its legacy generator is Python's
+    Mersenne Twister, its doubles are random()'s, and an index is floor(u * n) as in choices (2 ms against 30 for two
+    samples of 50); without it, or for values that are not all finite (sorted's order of a NaN), choices itself."""
+    try:
+        import numpy as np
+    except ImportError:
+        np = None
+    xa, xb = (np.asarray(x, dtype=np.float64) if np is not None else None for x in (a, b))
+    if xa is None or not (np.isfinite(xa).all() and np.isfinite(xb).all()):
+        return [statistics.median(rng.choices(a, k=len(a))) / statistics.median(rng.choices(b, k=len(b)))
+                for _ in range(n_boot)]
+    state = rng.getstate()[1]
+    gen = np.random.RandomState()
+    gen.set_state(("MT19937", np.array(state[:-1], dtype=np.uint32), state[-1]))
+
+    def medians(x: Any, u: Any) -> Any:  # statistics.median of each row's draw: the middle value, or the two's mean
+        s = np.sort(x[np.floor(u * float(len(x))).astype(np.intp)], axis=1)
+        m = s.shape[1] // 2
+        return s[:, m] if s.shape[1] % 2 else (s[:, m - 1] + s[:, m]) / 2
+
+    out: list[float] = []
+    for start in range(0, n_boot, 256):  # 256 resamples a block: bounded memory for long samples
+        u = gen.random_sample((min(256, n_boot - start), len(a) + len(b)))
+        out += (medians(xa, u[:, :len(a)]) / medians(xb, u[:, len(a):])).tolist()
+    return out
+
+
 def summarize(samples_us: list[float]) -> dict[str, Any]:
     """{median, p20, p25, p75, p80, mean, min, max, std, n}; std is the sample standard deviation."""
     xs = [float(x) for x in samples_us]

@@ -65,7 +65,7 @@ from ..rundir import RunDir, gate_script, parse_version
 from ..sidecars import CORRECTNESS_JSON, FINAL_REPORT_PNG, NCU_JSON, event_median
 from ..templating import draw_chart, render
 from ..timecheck import below_ncu, floor_invalid
-from ..timing import summarize
+from ..timing import resampled_median_ratios, summarize
 from ..vocab import BASELINES, NO_GRADIENT_NOTE
 
 STAT_KEYS = ("mean", "median", "p20", "p80", "min", "max", "std", "n")
@@ -131,10 +131,7 @@ def bootstrap_ci(a: list[float], b: list[float], *, n_boot: int = 2000, level: f
     if not a or not b:
         raise ValueError("bootstrap_ci needs two non-empty samples")
     rng = random.Random(seed)
-    ratios = sorted(
-        statistics.median(rng.choices(a, k=len(a))) / statistics.median(rng.choices(b, k=len(b)))
-        for _ in range(n_boot)
-    )
+    ratios = sorted(resampled_median_ratios(a, b, rng, n_boot))
     lo = ratios[max(0, math.floor((1 - level) / 2 * n_boot))]
     hi = ratios[min(n_boot - 1, math.ceil((1 + level) / 2 * n_boot) - 1)]
     return lo, hi
