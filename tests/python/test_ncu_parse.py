@@ -169,3 +169,69 @@ def test_the_tile_cut_duration_and_excess_sectors():
     v0, v1 = _h200_profile("v0"), _h200_profile("v1")
     assert v1["metrics"]["duration_us"] < v0["metrics"]["duration_us"] / 2
     assert v1["metrics"]["dram_bytes_read"] == pytest.approx(v0["metrics"]["dram_bytes_read"], rel=0.15)
+
+
+# --- a program of many kernels: 35_LSTM (KernelBench level 3, ModelNew = Model) profiled on the H100 80GB ---------
+# Its v0 folder as the profile step wrote it (d200acf): ncu's census of the call's first 400 of 6244 launches, full
+# sections for the two kernels the budget chose, and what ncu.json said of them (h100_lstm_v0_recorded.json).
+def _lstm() -> tuple[dict, dict]:
+    import json
+
+    rec = json.loads((NCU / "h100_lstm_v0_recorded.json").read_text())
+    context = dict(rec["context"], defined_kernels=[],  # the model's own text is KernelBench's, not kept here: any
+                   kernel_source="import torch\n\nModelNew = None  # no kernel of its own\n")  # text without kernels
+    stats = ("median", "p20", "p25", "p75", "p80", "mean", "min", "max", "std")  # ncu.json's timing, as measured
+    timing = {(k[:-3] if k[:-3] in stats else k): v for k, v in context.pop("timing").items()}
+    profile = build_profile((NCU / "h100_lstm_v0_raw.csv").read_text(), (NCU / "h100_lstm_v0_details.csv").read_text(),
+                            timing, context, (NCU / "h100_lstm_v0_census.csv").read_text())
+    return profile, rec["expected"]
+
+
+def _round(x):
+    """Floats to 9 significant digits, inside lists and dicts: sums in another order differ in the last bits."""
+    if isinstance(x, float):
+        return float(f"{x:.9g}")
+    if isinstance(x, dict):
+        return {k: _round(v) for k, v in x.items()}
+    return [_round(v) for v in x] if isinstance(x, list) else x
+
+
+def test_the_lstm_recording_rebuilds_what_the_gpu_run_wrote():
+    p, want = _lstm()
+    inv = p["inventory"]
+    assert _round({k: inv[k] for k in want["inventory"]}) == _round(want["inventory"])
+    got = [{k: r[k] for k in ("label", "owner", "launches", "time_us", "profiled")} for r in inv["rows"]]
+    assert _round(got) == _round(want["rows"])
+    assert [k["name"] for k in p["kernels"]] == want["kernels"]
+    assert _round(p["focus"]) == _round(want["focus"]) and _round(p["sums"]) == _round(want["sums"])
+    assert (p["bottleneck"], p["bottleneck_level"]) == (want["bottleneck"], want["bottleneck_level"])
+    assert [s["tag"] for s in p["symptoms"]] == want["tags"] and p["warnings"] == want["warnings"]
+
+
+def test_the_lstm_census_is_a_sample_whose_sums_stay_unknown():
+    p, _ = _lstm()
+    inv, rows = p["inventory"], p["inventory"]["rows"]
+    assert inv["source"] == "census" and inv["launches"] == 400 and inv["sampled_of"] == 6244
+    assert sum(r["launches"] for r in rows) == 400 and all(r["owner"] == "library" for r in rows)
+    assert [r["label"] for r in rows[:2]] == ["gemmSN_TN_kernel", "elemWiseRNNcell"]  # cuBLAS's GEMV, cuDNN's cell
+    assert rows[0]["share"] == pytest.approx(0.585, abs=0.001) and sum(r["share"] for r in rows) == pytest.approx(1)
+    # the first 400 launches are not the call: its summed duration is unknown, the event median stands for it
+    assert p["sums"]["duration_us"] is None and p["metrics"]["duration_us"] is None
+    assert p["sums"]["duration_at_least_us"] == pytest.approx(inv["kernel_time_us"])
+    assert p["metrics"]["event_median_us"] > 5 * p["sums"]["duration_at_least_us"]
+    assert p["focus"]["label"] == "gemmSN_TN_kernel" and "no kernel of its own" in p["focus"]["why"]
+
+
+def test_the_lstm_summary_fits_its_bound_and_names_every_kernel_of_the_sample():
+    from kernel_loop.profiling.ncu_json import SUMMARY_BYTES, render_details, render_summary
+
+    p, want = _lstm()
+    text = render_summary(p)
+    assert len(text.encode()) <= SUMMARY_BYTES and abs(len(text.encode()) - want["summary_bytes"]) < 600
+    table = text.split("## Kernels of the call", 1)[1].split("\n\n", 1)[0]
+    for label in ("gemmSN_TN_kernel", "elemWiseRNNcell", "Kernel2", "distribution_elementwise_grid_stride_kernel"):
+        assert f"`{label}`" in table
+    assert "| 1 more |" in table and "| **all** | | **400** |" in table
+    assert "first 400 of the call's 6244" in text
+    # the details hold the profiled kernels only: bounded by the budget's kernel count, not by the call's launches
+    assert len(render_details(p).encode()) < 80_000 * len(p["kernels"])
