@@ -7,7 +7,7 @@ import math
 
 import pytest
 from conftest import FIXTURES
-from kernel_loop.common import MeasuredFailure
+from kernel_loop.common import MeasuredFailure, UsageError
 from kernel_loop.profiling import ncu_parse
 from kernel_loop.steps.profile import build_profile
 
@@ -235,3 +235,38 @@ def test_the_lstm_summary_fits_its_bound_and_names_every_kernel_of_the_sample():
     assert "first 400 of the call's 6244" in text
     # the details hold the profiled kernels only: bounded by the budget's kernel count, not by the call's launches
     assert len(render_details(p).encode()) < 80_000 * len(p["kernels"])
+
+
+def test_the_budget_chooses_from_the_lstm_census_what_the_gpu_run_profiled():
+    from kernel_loop.profiling import inventory
+
+    inv = inventory.table(inventory.launches((NCU / "h100_lstm_v0_census.csv").read_text()), [])
+    pick = [r["label"] for r in inventory.choose(inv, inventory.Budget())]  # the default: 8 kernels, 90% of the time
+    assert pick == ["gemmSN_TN_kernel", "elemWiseRNNcell"]  # 58.5% + 38.7%: past 90% after the second
+    assert [r["label"] for r in inventory.choose(inv, inventory.Budget(share=0.5))] == ["gemmSN_TN_kernel"]
+    assert len(inventory.choose(inv, inventory.Budget(share=0.99))) == 3  # Kernel2's 2.2% takes it to 99.5%
+
+
+def test_predictions_on_the_lstm_kernels_score_against_the_kernel_they_name():
+    from kernel_loop import predictions as P
+
+    before, _ = _lstm()
+    after = {**before, "kernels": [k for k in before["kernels"] if "elemWiseRNNcell" not in k["name"]],
+             "inventory": {**before["inventory"], "rows": [r for r in before["inventory"]["rows"]
+                                                           if r["label"] != "elemWiseRNNcell"]}}
+    recs = P.kernel_records(before)
+
+    def scored(line: str, nxt: dict) -> dict:
+        return P.score_versions(P.parse_line(line, kernels=recs), before, nxt)
+
+    s = scored("gemmSN_TN_kernel:sm_throughput_pct: <= 11", before)  # 10.77 on the H100: the GEMV's own figure
+    assert s["status"] == "held" and s["on"] == {"before": "gemmSN_TN_kernel", "after": "gemmSN_TN_kernel"}
+    s = scored("elemWiseRNNcell:dram_throughput_pct: +10%", before)  # the same kernel unchanged: 0%, missed
+    assert s["status"] == "missed" and s["change"] == pytest.approx(0.0)
+    s = scored("elemWiseRNNcell:time_us: <= 1", after)  # fused away in the next version: its time is 0
+    assert s["status"] == "held" and "not launched" in s["note"]
+    with pytest.raises(UsageError, match="was not profiled"):  # Kernel2 is in the census only
+        P.parse_line("Kernel2:dram_throughput_pct: -10%", kernels=recs)
+    # the census's sample leaves the call's summed duration unknown: "duration" scores on the event median instead
+    s = P.score_versions(P.parse_line("duration: -10%"), before, before)
+    assert s["before"] == pytest.approx(before["metrics"]["event_median_us"]) and s["status"] == "missed"
