@@ -19,17 +19,33 @@ readonly ZERO_HASH=0000000000000000000000000000000000000000000000000000000000000
 declare -A R=()      # the records: R["<n>.<field>"], n = 1..REC_N (load_records)
 declare -a REC_LINE=()
 REC_N=0 REC_OK=0 REC_TAIL=''
+PREFETCH=() PREFETCHED=0  # the files load_records hashed with the records (prefetch_paths)
 NOTE=''              # a line for the summary (check 5)
 
 # How to run the helpers, for hints that give a whole command: helpers/kloop.py of this skill folder
 # when the gate runs from it, else the installed "kernel-loop".
 kloop_command() {
   local here
-  here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" 2>/dev/null && pwd) || here=''
+  dir_of "${BASH_SOURCE[0]}"
+  here=$(cd -- "$DIR" 2>/dev/null && pwd) || here=''
   if [[ -n $here && -f $here/../helpers/kloop.py ]]; then
     printf 'python3 %q' "$(cd -- "$here/.." && pwd)/helpers/kloop.py"
   else
     printf 'kernel-loop'
+  fi
+}
+
+# Sets DIR to what dirname(1) prints for path $1, without a process: the path without its last component
+# and the slashes before it ("." when nothing is left, "/" for the root).
+dir_of() {
+  local p=$1 lead rest head base
+  lead=${p%%[!/]*} rest=${p#"$lead"}
+  rest=${rest%"${rest##*[!/]}"}
+  if [[ $rest == */* ]]; then head=${rest%/*}; base=$((${#lead} + ${#head} + 1)); else base=${#lead}; fi
+  DIR=${p:0:base}
+  DIR=${DIR%"${DIR##*[!/]}"}
+  if [[ -z $DIR ]]; then
+    if [[ $p == /* ]]; then DIR=/; else DIR=.; fi
   fi
 }
 
@@ -195,36 +211,64 @@ fail() { FAILS=$((FAILS + 1)); printf '[FAIL] %s\n' "$1"; }
 pass() { if ((VERBOSE)); then printf '[PASS] %s\n' "$1"; fi; return 0; }
 
 # --- small helpers ----------------------------------------------------------------
-# sha256 of a file's bytes (read from stdin so odd names are not escaped), from DIGEST_OF where
-# prefetch_digests put it.
+# Sets DIG to the sha256 of a file's bytes (read from stdin so odd names are not escaped), from DIGEST_OF where
+# load_records put it; DIG is empty (and it returns 1) when the file cannot be read.  No process for a file
+# already hashed: the checks compare hashes of many files, and a subshell each was a large part of a run.
 declare -A DIGEST_OF=()
 digest() {
   local line
-  if [[ -n ${DIGEST_OF[$1]+x} ]]; then printf '%s' "${DIGEST_OF[$1]}"; return 0; fi
+  if [[ -n ${DIGEST_OF[$1]+x} ]]; then DIG=${DIGEST_OF[$1]}; return 0; fi
+  DIG=''
   line=$(sha256sum <"$1") || return 1
-  printf '%s' "${line%% *}"
+  DIG=${line%% *}
 }
 
-# The sha256 of every file the checks may hash into DIGEST_OF, by one sha256sum process (once the records are
-# loaded): ref.py, run.json, each version's kernel sources, hypothesis.txt and kbs_evidence.md, and the files the
-# records name.  A gate run hashes each of them once or more, and a process per hash was a third of its cost.
-# The gate writes none of them; a file that cannot be read here is hashed again where a check needs it (and
-# fails there as before).
-prefetch_digests() {
-  local f paths=() i item items=()
+# Returns 0 when the sha256 of file $1 (empty when it cannot be read) is not $2.
+hash_differs() {
+  digest "$1"
+  [[ $DIG != "$2" ]]
+}
+
+# Returns 0 when file $1 is missing or its sha256 is not $2.
+file_differs() {
+  [[ ! -f $1 ]] || hash_differs "$1" "$2"
+}
+
+# Returns 0 when files $1 and $2 have the same sha256 (both unreadable count as the same, as two empty hashes).
+same_bytes() {
+  local first
+  digest "$1"; first=$DIG
+  digest "$2"
+  [[ $first == "$DIG" ]]
+}
+
+# The files whose sha256 the checks may need, into PREFETCH ($1: the number of records parsed): ref.py, run.json,
+# each version's kernel sources, hypothesis.txt and kbs_evidence.md, and the files the records name.  A gate
+# run hashes each of them once or more; load_records hashes them all with the records, in one sha256sum.  The
+# gate writes none of them; a file that was not hashed there is hashed where a check needs it (and fails there
+# as before).
+prefetch_paths() {
+  local f i item items=() n=$1
   declare -A seen=()
+  PREFETCH=()
   for f in "$OUT/ref.py" "$OUT/run.json" "$OUT"/v[0-9]*/{hypothesis.txt,kbs_evidence.md,*.py,*.cu}; do
     seen[$f]=1
   done
-  for ((i = 1; i <= REC_N; i++)); do
+  for ((i = 1; i <= n; i++)); do
     [[ ${R[$i.version]:-} =~ ^v[0-9]+$ && -n ${R[$i.files]:-} ]] || continue
     IFS=, read -r -a items <<<"${R[$i.files]}"
     for item in "${items[@]}"; do seen[$OUT/${R[$i.version]}/${item%:*}]=1; done
   done
-  for f in "${!seen[@]}"; do [[ -f $f && ! -L $f ]] && paths+=("$f"); done
-  sums_of "${paths[@]}" || return 0
-  for i in "${!paths[@]}"; do
-    [[ ${SUMS[i]} =~ ^[0-9a-f]{64}$ ]] && DIGEST_OF[${paths[i]}]=${SUMS[i]}
+  for f in "${!seen[@]}"; do [[ -f $f && ! -L $f ]] && PREFETCH+=("$f"); done
+  return 0
+}
+
+# Hash PREFETCH into DIGEST_OF by one sha256sum (where load_records could not hash them with the records).
+prefetch_digests() {
+  local i
+  sums_of "${PREFETCH[@]}" || return 0
+  for i in "${!PREFETCH[@]}"; do
+    [[ ${SUMS[i]} =~ ^[0-9a-f]{64}$ ]] && DIGEST_OF[${PREFETCH[i]}]=${SUMS[i]}
   done
   return 0
 }
@@ -251,91 +295,218 @@ find_kernel() {
   return 1
 }
 
-# The kernel text with comments and insignificant whitespace removed (check 10).
+# The kernel text with comments and insignificant whitespace removed (check 10).  Given two files, one awk
+# process normalises both and prints "same" or "differ" instead.
 normalise_kernel() {
-  case $1 in
-    *.py)
-      awk '{
-        sub(/\r$/, ""); sub(/#.*/, "")
-        match($0, /^[ \t]*/); lead = substr($0, 1, RLENGTH); rest = substr($0, RLENGTH + 1)
-        gsub(/[ \t]+/, "", rest)
-        if (rest != "") print lead rest
-      }' "$1"
-      ;;
-    *)
-      awk '{ buf = buf $0 "\n" }
-      END {
-        out = ""
-        while (1) {
-          b = index(buf, "/*"); l = index(buf, "//")
-          if (b == 0 && l == 0) { out = out buf; break }
-          if (b != 0 && (l == 0 || b < l)) {
-            out = out substr(buf, 1, b - 1) " "; rest = substr(buf, b + 2); e = index(rest, "*/")
-            buf = (e == 0) ? "" : substr(rest, e + 2)
-          } else {
-            out = out substr(buf, 1, l - 1); rest = substr(buf, l + 2); e = index(rest, "\n")
-            buf = (e == 0) ? "" : substr(rest, e)
-          }
+  awk '
+    function cu_normal(buf,   out, b, l, rest, e) {
+      out = ""
+      while (1) {
+        b = index(buf, "/*"); l = index(buf, "//")
+        if (b == 0 && l == 0) { out = out buf; break }
+        if (b != 0 && (l == 0 || b < l)) {
+          out = out substr(buf, 1, b - 1) " "; rest = substr(buf, b + 2); e = index(rest, "*/")
+          buf = (e == 0) ? "" : substr(rest, e + 2)
+        } else {
+          out = out substr(buf, 1, l - 1); rest = substr(buf, l + 2); e = index(rest, "\n")
+          buf = (e == 0) ? "" : substr(rest, e)
         }
-        gsub(/[ \t\r\n\f\v]+/, "", out); printf "%s", out
-      }' "$1"
-      ;;
-  esac
-}
-
-# Print the first expected heading that is missing or out of order (empty: all found).
-# $1: headings separated by "|"; $2: 1 for markdown (first heading is a prefix, fences skipped).
-first_missing_heading() {
-  awk -v hs="$1" -v md="$2" '
-    BEGIN { n = split(hs, H, "|"); i = 1 }
-    { sub(/\r$/, ""); t = $0; sub(/[ \t]+$/, "", t)
-      if (md && t ~ /^```/) { fence = !fence; next }
-      if (fence || i > n) next
-      if (t == H[i] || (md && i == 1 && index(t, H[1]) == 1)) i++ }
-    END { if (i <= n) print H[i] }' "$3"
-}
-
-# Print every heading/section whose body holds no real text (check 9): a body counts when its words,
-# filler words aside (tbd, tba, todo, n/a, na, none, nothing, fixme, xxx, placeholder, ...), hold at least
-# 4 letters; a fenced block counts.  Version: is exempt (check 14 reads it).
-empty_sections() {
-  awk -v hs="$1" -v md="$2" '
-    BEGIN { n = split(hs, H, "|"); for (j = 1; j <= n; j++) isH[H[j]] = 1
-            nf = split("tbd tba todo n/a na none nothing fixme xxx placeholder same above idem etc", F, " ")
-            for (j = 1; j <= nf; j++) filler[F[j]] = 1 }
-    function real(text,   w, m, j, letters) {
-      m = split(tolower(text), w, /[^a-z0-9\/]+/); letters = 0
-      for (j = 1; j <= m; j++) if (!(w[j] in filler)) { gsub(/[^a-z]/, "", w[j]); letters += length(w[j]) }
-      return letters >= 4
+      }
+      gsub(/[ \t\r\n\f\v]+/, "", out); return out
     }
-    function close_section() { if (cur != "" && cur != "Version:" && !body && !real(text)) print cur }
-    { sub(/\r$/, ""); t = $0; sub(/[ \t]+$/, "", t)
-      if (md && t ~ /^```/) { fence = !fence; body = 1; next }
-      head = md ? (!fence && t ~ /^##?[ \t]/) : (t in isH)
-      if (head) { close_section(); cur = (md && t ~ /^# /) ? "" : t; body = 0; text = ""; next }
-      text = text " " t }
-    END { close_section() }' "$3"
+    { f = (FILENAME == ARGV[1]) ? 1 : 2 }
+    FILENAME ~ /\.py$/ {
+      sub(/\r$/, ""); sub(/#.*/, "")
+      match($0, /^[ \t]*/); lead = substr($0, 1, RLENGTH); rest = substr($0, RLENGTH + 1)
+      gsub(/[ \t]+/, "", rest)
+      if (rest != "") T[f] = T[f] lead rest "\n"
+      next
+    }
+    { B[f] = B[f] $0 "\n" }
+    END {
+      for (f = 1; f < ARGC; f++) if (ARGV[f] !~ /\.py$/) T[f] = cu_normal(B[f])
+      if (ARGC > 2) { same = (T[1] == T[2]) ? "same" : "differ"; print same } else printf "%s", T[1]
+    }' "$@"
+}
+
+# A prediction line that cannot fail or cannot hold whatever the next version measures, as "'<line>' <why>"
+# (empty: it can): every ncu.json KEY is non-negative and a _pct KEY is at most 100 (the hypothesis step refuses
+# the same lines, and a duration bound over 10x off the measured value).  An awk function (check 14).
+# shellcheck disable=SC2016  # an awk program
+readonly SENSELESS_AWK='
+  function senseless(line,   s, n, P, metric, rest, rel, pct, what, why, x, op) {
+    sub(/^[ \t]+/, "", line); sub(/[ \t]+$/, "", line)
+    s = line; gsub(/[ \t]/, "", s); n = split(s, P, ":"); metric = P[n - 1]; rest = P[n]
+    rel = (rest ~ /%$/); sub(/%$/, "", rest); pct = (metric ~ /_pct$/)
+    what = pct ? metric " is a percentage, from 0 to 100" : metric " is never negative (no time, byte or count is)"
+    why = ""
+    if (rest ~ /^[-+]/) {
+      x = rest + 0
+      if (rel && x <= -100) why = "cannot hold: a measured value cannot fall by 100% or more"
+      else if (!rel && pct && (x > 100 || x < -100)) why = "cannot hold: " what ", so it cannot move by more than 100 points"
+    } else {
+      op = substr(rest, 1, rest ~ /^(<=|>=|==)/ ? 2 : 1); x = substr(rest, length(op) + 1) + 0
+      if (op == "==") op = "="
+      if ((op == ">=" && x <= 0) || (op == ">" && x < 0) || (pct && ((op == "<=" && x >= 100) || (op == "<" && x > 100))))
+        why = sprintf("cannot fail: %s, so every value is %s %g; predict a bound the next version could miss", what, op, x)
+      else if ((op == "<=" && x < 0) || (op == "<" && x <= 0) || (op == "=" && x < 0) ||
+               (pct && ((op == ">=" && x > 100) || (op == ">" && x >= 100) || (op == "=" && x > 100))))
+        why = sprintf("cannot hold: %s, so no value is %s %g", what, op, x)
+    }
+    return (why == "") ? "" : sprintf("\047%s\047 %s", line, why)
+  }
+'
+
+# What the checks read in a version's text files, by file name (one awk process for all of them, scan_version):
+#   hypothesis.txt     hyp_missing  the first heading of hyp_hs missing or out of order, each alone on its line (check 2)
+#                      hyp_empty    every heading whose body holds no real text (check 9)
+#                      body:<h>     the lines under heading <h> (Version:, Expected metric movement:, Evidence used:;
+#                                   check 14), and per line of the second, in senseless, "+" and what SENSELESS_AWK
+#                                   says of it, or "-"
+#   kbs_evidence.md    kbs_missing  the first section of kbs_hs missing or out of order; the first is a prefix, lines
+#                                   inside ``` fences are skipped (check 3)
+#                      kbs_empty    every section whose body holds no real text (check 9)
+#   correctness.md     result       "no Result line", "Result is <value>" for the first Result that is not PASS or
+#                                   ALL PASS, or nothing (check 8)
+#   kbs_queries.jsonl  jsonl        the number of the first line that is not a JSON object (check 12)
+# A body holds real text when its words, filler words aside (tbd, tba, todo, n/a, na, none, nothing, fixme, xxx,
+# placeholder, ...), hold at least 4 letters; a fenced block counts; Version: is exempt (check 14 reads it).
+# With -v only=<tag> it prints that result's lines; else, for each tag of each file named, the tag, its number
+# of lines and the lines.
+# shellcheck disable=SC2016  # an awk program
+readonly VERSION_TEXT_AWK=$SENSELESS_AWK'
+  BEGIN {
+    nh = split(hyp_hs, HH, "|"); for (j = 1; j <= nh; j++) isHH[HH[j]] = 1
+    nk = split(kbs_hs, KH, "|")
+    nf = split("tbd tba todo n/a na none nothing fixme xxx placeholder same above idem etc", F, " ")
+    for (j = 1; j <= nf; j++) filler[F[j]] = 1
+    hi = 1; ki = 1
+    BODY["Version:"] = 1; BODY["Expected metric movement:"] = 1; BODY["Evidence used:"] = 1
+  }
+  function real(text,   w, m, j, letters) {
+    m = split(tolower(text), w, /[^a-z0-9\/]+/); letters = 0
+    for (j = 1; j <= m; j++) if (!(w[j] in filler)) { gsub(/[^a-z]/, "", w[j]); letters += length(w[j]) }
+    return letters >= 4
+  }
+  function put(tag, line) { OUT[tag, ++NOUT[tag]] = line }
+  function close_section(tag, cur, body, text) { if (cur != "" && cur != "Version:" && !body && !real(text)) put(tag, cur) }
+  FNR == 1 { role = FILENAME; sub(/.*\//, "", role) }
+  role == "hypothesis.txt" {
+    sub(/\r$/, ""); t = $0; sub(/[ \t]+$/, "", t)
+    if (hi <= nh && t == HH[hi]) hi++
+    if (t in isHH) { close_section("hyp_empty", hcur, 0, htext); hcur = t; htext = ""; next }
+    htext = htext " " t
+    if (hcur in BODY) put("body:" hcur, $0)
+    if (hcur == "Expected metric movement:") { v = senseless($0); put("senseless", (v == "") ? "-" : "+" v) }
+    next
+  }
+  role == "kbs_evidence.md" {
+    sub(/\r$/, ""); t = $0; sub(/[ \t]+$/, "", t)
+    if (t ~ /^```/) { kfence = !kfence; kbody = 1; next }
+    if (!kfence && ki <= nk && (t == KH[ki] || (ki == 1 && index(t, KH[1]) == 1))) ki++
+    if (!kfence && t ~ /^##?[ \t]/) { close_section("kbs_empty", kcur, kbody, ktext); kcur = (t ~ /^# /) ? "" : t; kbody = 0; ktext = ""; next }
+    ktext = ktext " " t
+    next
+  }
+  role == "correctness.md" {
+    line = $0; sub(/\r$/, "", line)
+    if (line ~ /^ ? ? ?(```|~~~)/) { rfence = !rfence; next }
+    if (rfence || line ~ /^(    |\t)/) next
+    gsub(/\*\*|__|`/, "", line)
+    if (line ~ /^[ \t]*\|[ \t]*[Rr]esult[ \t]*\|/) {
+      sub(/^[ \t]*\|[ \t]*[Rr]esult[ \t]*\|[ \t]*/, "", line); sub(/[ \t]*\|.*$/, "", line)
+    } else if (line ~ /^[ \t]*([-*][ \t]+)?[Rr]esult[ \t]*:/) {
+      sub(/^[ \t]*([-*][ \t]+)?[Rr]esult[ \t]*:[ \t]*/, "", line); sub(/[ \t]+$/, "", line)
+    } else next
+    rseen = 1
+    if (line != "PASS" && line != "ALL PASS" && rbad == "") rbad = (line == "" ? "(empty)" : line)
+    next
+  }
+  role == "kbs_queries.jsonl" {
+    if (qbad != "") next
+    sub(/\r$/, ""); t = $0; gsub(/^[ \t]+|[ \t]+$/, "", t)
+    if (t != "" && (substr(t, 1, 1) != "{" || substr(t, length(t)) != "}")) qbad = FNR
+    next
+  }
+  END {
+    for (a = 1; a < ARGC; a++) { r = ARGV[a]; sub(/.*\//, "", r); named[r] = 1 }
+    if ("hypothesis.txt" in named) {
+      if (hi <= nh) put("hyp_missing", HH[hi])
+      close_section("hyp_empty", hcur, 0, htext)
+      ntags = split("hyp_missing|hyp_empty|body:Version:|body:Expected metric movement:|body:Evidence used:|senseless", TAGS, "|")
+    }
+    if ("kbs_evidence.md" in named) {
+      if (ki <= nk) put("kbs_missing", KH[ki])
+      close_section("kbs_empty", kcur, kbody, ktext)
+      TAGS[++ntags] = "kbs_missing"; TAGS[++ntags] = "kbs_empty"
+    }
+    if ("correctness.md" in named) {
+      if (!rseen) put("result", "no Result line"); else if (rbad != "") put("result", "Result is " rbad)
+      TAGS[++ntags] = "result"
+    }
+    if ("kbs_queries.jsonl" in named) {
+      if (qbad != "") put("jsonl", qbad)
+      TAGS[++ntags] = "jsonl"
+    }
+    if (only != "") { for (j = 1; j <= NOUT[only]; j++) print OUT[only, j]; exit }
+    for (a = 1; a <= ntags; a++) {
+      tag = TAGS[a]; print tag; print NOUT[tag] + 0
+      for (j = 1; j <= NOUT[tag]; j++) print OUT[tag, j]
+    }
+  }
+'
+
+# Runs VERSION_TEXT_AWK on vK's text files that the mode reads (hypothesis.txt and kbs_evidence.md; with the
+# content checks also correctness.md and kbs_queries.jsonl) and can read, into SCAN[tag]: each result's lines as
+# $(...) would hold them.
+declare -A SCAN=()
+scan_version() {
+  local f paths=() out=() i=0 c tag v
+  SCAN=()
+  for f in hypothesis.txt kbs_evidence.md correctness.md kbs_queries.jsonl; do
+    [[ $f == hypothesis.txt || $f == kbs_evidence.md ]] || ((!STRUCTURAL)) || continue
+    [[ -f $D/$f && -r $D/$f ]] && paths+=("$D/$f")
+  done
+  ((${#paths[@]})) || return 0
+  mapfile -t out < <(awk -v hyp_hs="$HYP_HEADINGS" -v kbs_hs="$KBS_HEADINGS" "$VERSION_TEXT_AWK" "${paths[@]}")
+  while ((i + 1 < ${#out[@]})); do
+    tag=${out[i]} c=${out[i + 1]} v=''
+    [[ $c =~ ^[0-9]+$ ]] || { SCAN=(); return 0; }
+    for ((i += 2; c > 0; c--, i++)); do v+=${out[i]}$'\n'; done
+    while [[ $v == *$'\n' ]]; do v=${v%$'\n'}; done
+    SCAN[$tag]=$v
+  done
+}
+
+# Sets TEXT to result $1 (VERSION_TEXT_AWK) of vK's file $2: from scan_version where it read the file, else by an
+# awk process of its own, which says why it cannot read it.
+text_result() {
+  if [[ -n ${SCAN[$1]+x} ]]; then TEXT=${SCAN[$1]}; return 0; fi
+  TEXT=$(awk -v only="$1" -v hyp_hs="$HYP_HEADINGS" -v kbs_hs="$KBS_HEADINGS" "$VERSION_TEXT_AWK" "$2")
 }
 
 # --- signed records (records.log; format in references/artifacts.md) -------------------------
-# The key: $KERNEL_LOOP_RECORD_KEY names its file, else ${XDG_CONFIG_HOME:-$HOME/.config}/kernel-loop/record.key:
+# The key (KEY_FILE): $KERNEL_LOOP_RECORD_KEY names its file, else ${XDG_CONFIG_HOME:-$HOME/.config}/kernel-loop/record.key:
 # 64 hex characters, the 32 bytes of an HMAC-SHA256 key.  HMAC is computed here with sha256sum alone
 # (RFC 2104: sha256((K ^ opad) || sha256((K ^ ipad) || message))), so the key never appears in a process list.
 key_file() {
-  if [[ -n ${KERNEL_LOOP_RECORD_KEY:-} ]]; then printf '%s' "$KERNEL_LOOP_RECORD_KEY"
-  else printf '%s' "${XDG_CONFIG_HOME:-$HOME/.config}/kernel-loop/record.key"; fi
+  if [[ -n ${KERNEL_LOOP_RECORD_KEY:-} ]]; then KEY_FILE=$KERNEL_LOOP_RECORD_KEY
+  else KEY_FILE="${XDG_CONFIG_HOME:-$HOME/.config}/kernel-loop/record.key"; fi
+  while [[ $KEY_FILE == *$'\n' ]]; do KEY_FILE=${KEY_FILE%$'\n'}; done  # as $(...) would
 }
 
-# Sets IPAD, OPAD (printf escape strings of the padded key) and KEY_ID, or KEY_ERR and returns 1.
+# Sets IPAD, OPAD (printf escape strings of the padded key) and KEY_BYTES (the key's), or KEY_ERR and returns 1.
+# KEY_ID (set_key_id) is hashed with the records by load_records.
 load_key() {
-  local f text='' i b esc='' id
-  f=$(key_file)
-  KEY_ERR='' IPAD='' OPAD='' KEY_ID=''
+  local f text='' i b esc=''
+  key_file; f=$KEY_FILE
+  KEY_ERR='' IPAD='' OPAD='' KEY_ID='' KEY_BYTES=''
   if [[ ! -f $f ]]; then
     KEY_ERR="no record key at $f: point KERNEL_LOOP_RECORD_KEY at the key file this run was made with (the one KERNEL_LOOP_RECORD_KEY named at init, else the ~/.config/kernel-loop/record.key of the user who ran init); a new key cannot sign an existing run's records (init makes one only for a new run), and without it no record can be verified"
     return 1
   fi
-  case $(cd -- "$(dirname -- "$f")" 2>/dev/null && pwd)/ in
+  dir_of "$f"
+  case $(cd -- "$DIR" 2>/dev/null && pwd)/ in
     "$OUT"/*) KEY_ERR="the record key $f lies inside the run directory: it must live outside it"; return 1 ;;
   esac
   IFS= read -r text <"$f" || true
@@ -350,10 +521,15 @@ load_key() {
     printf -v esc '\\x%02x' $((b ^ 0x36)); IPAD+=$esc
     printf -v esc '\\x%02x' $((b ^ 0x5c)); OPAD+=$esc
   done
-  esc=''
-  for ((i = 0; i < 64; i += 2)); do esc+="\\x${text:i:2}"; done
-  # shellcheck disable=SC2059  # esc holds this function's own \xHH escapes
-  id=$(printf "$esc" | sha256sum)
+  for ((i = 0; i < 64; i += 2)); do KEY_BYTES+="\\x${text:i:2}"; done
+}
+
+# Sets KEY_ID (the first 16 hex of the sha256 of the key's bytes) where load_records did not.
+set_key_id() {
+  local id
+  [[ -z $KEY_ID && -n $KEY_BYTES ]] || return 0
+  # shellcheck disable=SC2059  # KEY_BYTES holds this script's own \xHH escapes
+  id=$(printf "$KEY_BYTES" | sha256sum)
   KEY_ID=${id:0:16}
 }
 
@@ -384,8 +560,8 @@ sums_of() {
 # HMAC inputs as files in a temporary folder outside <out>, one sha256sum each), so the cost of a gate run
 # barely grows with the number of records; without a temporary folder it falls back to one record at a time.
 load_records() {
-  local verify=$1 path="$OUT/$RECORDS" line n=0 prev=$ZERO_HASH f k fields i body parse_err='' tmp esc j
-  local -a lines=() bodies=() names=() chain=() macs=()
+  local verify=$1 path="$OUT/$RECORDS" line n=0 prev=$ZERO_HASH f k fields i body parse_err='' tmp esc j pre=0
+  local -a lines=() bodies=() names=() chain=() macs=() inner=()
   R=() REC_LINE=() REC_N=0 REC_ERR=''
   if [[ ! -f $path ]]; then
     REC_ERR="records.log is missing: the helpers sign every result there (kernel-loop init starts it); a run without it cannot pass"
@@ -411,29 +587,47 @@ load_records() {
     fi
     lines[i]=$line bodies[i]=${line%$'\t'mac=*} REC_LINE[i]=$n
   done <"$path"
-  # the hashes: sha256 of every line (the chain), and HMAC-SHA256 of every body (the signatures)
+  # the hashes: sha256 of every line (the chain), and HMAC-SHA256 of every body (the signatures); the inner
+  # HMAC inputs go with the lines, the key (its id) and the files the checks will hash (PREFETCH, when every
+  # one is readable) into the first sha256sum, the outer inputs into the second
   n=${#lines[@]}
   if ((n)) && tmp=$(mktemp -d "${TMPDIR:-/tmp}/kernel-loop-gate.XXXXXX" 2>/dev/null); then
     names=()
     for ((i = 1; i <= n; i++)); do printf '%s' "${lines[i]}" >"$tmp/l$i"; names+=("$tmp/l$i"); done
-    sums_of "${names[@]}" && chain=("" "${SUMS[@]}")
-    if ((verify)) && ((${#chain[@]})); then
-      names=()
-      # shellcheck disable=SC2059  # IPAD/OPAD hold this script's own \xHH escapes
+    if ((verify)); then
+      # shellcheck disable=SC2059  # IPAD/OPAD/KEY_BYTES hold this script's own \xHH escapes
       for ((i = 1; i <= n; i++)); do { printf "$IPAD"; printf '%s' "${bodies[i]}"; } >"$tmp/i$i"; names+=("$tmp/i$i"); done
-      if sums_of "${names[@]}"; then
+      # shellcheck disable=SC2059
+      printf "$KEY_BYTES" >"$tmp/k"; names+=("$tmp/k")
+      PREFETCH=()
+      if [[ -z $parse_err ]]; then
+        prefetch_paths "$n"; pre=1
+        for f in "${PREFETCH[@]}"; do [[ -r $f ]] || { PREFETCH=(); pre=0; break; }; done
+        names+=("${PREFETCH[@]}")
+      fi
+    fi
+    if sums_of "${names[@]}"; then
+      chain=("" "${SUMS[@]:0:n}")
+      if ((verify)); then
+        [[ ${SUMS[2 * n]} =~ ^[0-9a-f]{64}$ ]] && KEY_ID=${SUMS[2 * n]:0:16}
+        for i in "${!PREFETCH[@]}"; do
+          [[ ${SUMS[2 * n + 1 + i]} =~ ^[0-9a-f]{64}$ ]] && DIGEST_OF[${PREFETCH[i]}]=${SUMS[2 * n + 1 + i]}
+        done
+        PREFETCHED=$pre
+        inner=("${SUMS[@]:n:n}")
         names=()
         for ((i = 1; i <= n; i++)); do
-          esc=''; for ((j = 0; j < 64; j += 2)); do esc+="\\x${SUMS[i - 1]:j:2}"; done
+          esc=''; for ((j = 0; j < 64; j += 2)); do esc+="\\x${inner[i - 1]:j:2}"; done
           # shellcheck disable=SC2059
           { printf "$OPAD"; printf "$esc"; } >"$tmp/o$i"; names+=("$tmp/o$i")
         done
         sums_of "${names[@]}" && macs=("" "${SUMS[@]}")
+        ((${#macs[@]})) || chain=()
       fi
-      ((${#macs[@]})) || chain=()
     fi
     rm -rf -- "$tmp"
   fi
+  ((verify)) && set_key_id
   for ((i = 1; i <= n; i++)); do
     if [[ ${R[$i.prev]:-} != "$prev" ]]; then
       REC_ERR="records.log line ${REC_LINE[i]} does not follow the line before it: the chain is broken (a line was edited, removed or reordered)"; return 1
@@ -442,7 +636,7 @@ load_records() {
       if ((${#macs[@]})); then body=${macs[i]}; else body=$(hmac_hex "${bodies[i]}"); fi
       if [[ $body != "${R[$i.mac]}" ]]; then
         if [[ -n ${R[$i.keyid]:-} && ${R[$i.keyid]} != "$KEY_ID" ]]; then
-          REC_ERR="records.log line ${REC_LINE[i]} was signed with another key (key id ${R[$i.keyid]}, yours is $KEY_ID at $(key_file)): use the key the run was made with"
+          REC_ERR="records.log line ${REC_LINE[i]} was signed with another key (key id ${R[$i.keyid]}, yours is $KEY_ID at $KEY_FILE): use the key the run was made with"
         else
           REC_ERR="records.log line ${REC_LINE[i]}: the signature does not verify: the record was edited after it was signed"
         fi
@@ -479,24 +673,23 @@ first_record() {
   [[ -n $FIRST ]]
 }
 
-# The first file of record $1's "files" list (relative to folder $2) that is missing or changed, as
-# "name" on stdout; nothing when every one matches.
+# Sets CHANGED to the first file of record $1's "files" list (relative to folder $2) that is missing or
+# changed; empty when every one matches.
 changed_file() {
   local item name items=()
+  CHANGED=''
   IFS=, read -r -a items <<<"${R[$1.files]:-}"
   for item in "${items[@]}"; do
     name=${item%:*}
-    if [[ ! -f $2/$name || $(digest "$2/$name") != "${item##*:}" ]]; then printf '%s' "$name"; return; fi
+    if file_differs "$2/$name" "${item##*:}"; then CHANGED=$name; return; fi
   done
 }
 
-# The device a run measures on, as the helpers record it: cpu, or cuda:<run.json gpu>.
+# Sets RUN_DEVICE to the device a run measures on, as the helpers record it: cpu, or cuda:<run.json gpu>.
 run_device() {
-  local dev gpu
-  if [[ -n ${RUN_DEVICE:-} ]]; then printf '%s' "$RUN_DEVICE"; return 0; fi
-  dev=$(json_top_value "$OUT/run.json" device)
-  gpu=$(json_top_value "$OUT/run.json" gpu)
-  if [[ $dev == cpu ]]; then printf cpu; else printf 'cuda:%s' "${gpu:-0}"; fi
+  [[ -n ${RUN_DEVICE:-} ]] && return 0
+  read_run_json
+  if [[ ${RJ[device]} == cpu ]]; then RUN_DEVICE=cpu; else RUN_DEVICE="cuda:${RJ[gpu]:-0}"; fi
 }
 
 # Append a signed gate record for version $1 (the key is loaded).  Returns 1 when it cannot be written.
@@ -504,9 +697,9 @@ append_gate_record() {
   local kd=$1 d="$OUT/v$1" prev=${REC_TAIL:-$ZERO_HASH} body files='' f names=(hypothesis.txt kbs_evidence.md) t
   find_kernel "$d" && [[ $KERNEL =~ ^[A-Za-z0-9._-]+$ ]] && names+=("$KERNEL")  # check 4 refused any other name
   for f in "${names[@]}"; do
-    [[ -f $d/$f ]] && files+="${files:+,}$f:$(digest "$d/$f")"
+    [[ -f $d/$f ]] && { digest "$d/$f"; files+="${files:+,}$f:$DIG"; }
   done
-  t=$(date +%Y-%m-%dT%H:%M:%S%z)
+  printf -v t '%(%Y-%m-%dT%H:%M:%S%z)T' -1
   body="rec=1"$'\t'"seq=$((REC_N + 1))"$'\t'"prev=$prev"$'\t'"step=gate"$'\t'"version=v$kd"$'\t'"time=$t"$'\t'"result=passed"$'\t'"files=$files"$'\t'"keyid=$KEY_ID"
   printf '%s\tmac=%s\n' "$body" "$(hmac_hex "$body")" >>"$OUT/$RECORDS" || return 1
 }
@@ -548,17 +741,18 @@ check_1_files() {
   fi
 }
 
-# Checks 2 and 3: $1's headings $2 ("|"-separated) in order ($3: 1 for markdown); on a miss the
-# [FAIL] line is the printf format $4 with the missing heading, else the [PASS] line $5.
+# Checks 2 and 3: file $1's headings in order (result $2 of VERSION_TEXT_AWK: hyp_missing or kbs_missing); on a
+# miss the [FAIL] line is the printf format $3 with the missing heading, else the [PASS] line $4.
 headings_in_order() {
-  local hits
-  hits=$(first_missing_heading "$2" "$3" "$1")
-  if [[ -n $hits ]]; then
-    # shellcheck disable=SC2059  # $4 is this script's own format string
-    fail "$V: $(printf "$4" "$hits")"
+  local msg
+  text_result "$2" "$1"
+  if [[ -n $TEXT ]]; then
+    # shellcheck disable=SC2059  # $3 is this script's own format string
+    printf -v msg "$3" "$TEXT"
+    fail "$V: $msg"
     return 1
   fi
-  pass "$V: $5"
+  pass "$V: $4"
 }
 
 # 2. hypothesis headings (hypothesis.bats)
@@ -569,7 +763,7 @@ check_2_hypothesis_headings() {
     fail "$V: hypothesis.txt is missing or empty: write the single next change (kernel-loop hypothesis drafts it; format in references/hypothesis.md)"
     return
   fi
-  headings_in_order "$hyp" "$HYP_HEADINGS" 0 \
+  headings_in_order "$hyp" hyp_missing \
     "hypothesis.txt lacks the heading '%s' (missing, out of order, or not alone on its line); headings in order: ${HYP_HEADINGS//|/ }" \
     "hypothesis.txt has every heading in order" && HYP_OK=1
   return 0
@@ -579,32 +773,32 @@ check_2_hypothesis_headings() {
 check_3_kbs_headings() {
   local kbs="$D/kbs_evidence.md"
   nonempty "$kbs" || return 0
-  headings_in_order "$kbs" "$KBS_HEADINGS" 1 \
+  headings_in_order "$kbs" kbs_missing \
     "kbs_evidence.md lacks '%s' (missing or out of order); sections in order: # KBS Evidence, ## NCU Facts, ## Queries, ## Selected Evidence, ## Rejected / Limits, ## Decision Link" \
     "kbs_evidence.md has every section in order" && KBS_OK=1
   return 0
 }
 
-# Other source-like files in folder $1 besides kernel $2 and ref.py, space-separated (check 4): code a
-# kernel would load from beside itself is not what the records bind.
+# Sets EXTRA to the other source-like files in folder $1 besides kernel $2 and ref.py, space-separated
+# (check 4): code a kernel would load from beside itself is not what the records bind.
 extra_sources() {
   local f n out=()
   for f in "$1"/*.py "$1"/*.cu "$1"/*.cuh "$1"/*.h "$1"/*.hpp "$1"/*.cpp "$1"/*.cc "$1"/*.c "$1"/*.so "$1"/*.ptx "$1"/*.cubin; do
     n=${f##*/}
     [[ $n == "$2" || $n == ref.py ]] || out+=("$n")
   done
-  printf '%s' "${out[*]}"
+  EXTRA=${out[*]}
 }
 
 # 4. exactly one kernel, non-empty, bytes differ from the previous version (kernel.bats)
 check_4_kernel() {
-  local kname prev="$OUT/v$((VK - 1))" extra
+  local kname prev="$OUT/v$((VK - 1))"
   if ! find_kernel "$D"; then
     fail "$V: $KERNEL_ERR"
   elif [[ ! $KERNEL =~ ^[A-Za-z0-9._-]+$ ]]; then
     fail "$V: the kernel file name '$KERNEL' holds characters other than letters, digits, '.', '_' and '-': rename it kernel.py or kernel.cu"
-  elif extra=$(extra_sources "$D" "$KERNEL") && [[ -n $extra ]]; then
-    fail "$V: $V holds source files besides $KERNEL: $extra (a version is one kernel file; code it loads from beside it is not measured): move them out"
+  elif extra_sources "$D" "$KERNEL"; [[ -n $EXTRA ]]; then
+    fail "$V: $V holds source files besides $KERNEL: $EXTRA (a version is one kernel file; code it loads from beside it is not measured): move them out"
   elif [[ -L $D/$KERNEL ]]; then
     fail "$V: $KERNEL is a symbolic link: copy the kernel into $V so the version keeps its own source"
   elif [[ ! -s $D/$KERNEL ]]; then
@@ -613,7 +807,7 @@ check_4_kernel() {
     kname=$KERNEL
     if ! find_kernel "$prev"; then
       fail "$V: cannot compare with v$((VK - 1)): v$((VK - 1)) has no single kernel file"
-    elif [[ $(digest "$D/$kname") == "$(digest "$prev/$KERNEL")" ]]; then
+    elif same_bytes "$D/$kname" "$prev/$KERNEL"; then
       fail "$V: $kname is byte-identical to v$((VK - 1))/$KERNEL: make the single change from hypothesis.txt of v$((VK - 1))"
     else
       pass "$V: $kname present and differs from v$((VK - 1))/$KERNEL"; PREV_KERNEL="$prev/$KERNEL"
@@ -628,19 +822,7 @@ check_4_kernel() {
 check_8_correctness() {
   local bad
   nonempty "$D/correctness.md" || return 0
-  bad=$(awk '
-    { line = $0; sub(/\r$/, "", line)
-      if (line ~ /^ ? ? ?(```|~~~)/) { fence = !fence; next }
-      if (fence || line ~ /^(    |\t)/) next
-      gsub(/\*\*|__|`/, "", line)
-      if (line ~ /^[ \t]*\|[ \t]*[Rr]esult[ \t]*\|/) {
-        sub(/^[ \t]*\|[ \t]*[Rr]esult[ \t]*\|[ \t]*/, "", line); sub(/[ \t]*\|.*$/, "", line)
-      } else if (line ~ /^[ \t]*([-*][ \t]+)?[Rr]esult[ \t]*:/) {
-        sub(/^[ \t]*([-*][ \t]+)?[Rr]esult[ \t]*:[ \t]*/, "", line); sub(/[ \t]+$/, "", line)
-      } else next
-      seen = 1
-      if (line != "PASS" && line != "ALL PASS" && bad == "") bad = (line == "" ? "(empty)" : line) }
-    END { if (!seen) print "no Result line"; else if (bad != "") print "Result is " bad }' "$D/correctness.md")
+  text_result result "$D/correctness.md"; bad=$TEXT
   if [[ -n $bad ]]; then
     fail "$V: correctness has not passed ($bad in correctness.md): fix the kernel and re-run kernel-loop correctness"
   else
@@ -659,7 +841,7 @@ todo_lines() {
 
 # 9. templates filled in (templates.bats; hypothesis.bats and kbs.bats test each file's half)
 check_9_templates_filled() {
-  local f hits
+  local f hits line sep
   for f in kbs_evidence.md hypothesis.txt; do
     [[ -f $D/$f ]] || continue
     todo_lines "$D/$f"; hits=$TODO_LINES
@@ -670,12 +852,15 @@ check_9_templates_filled() {
     fi
   done
   if ((HYP_OK)); then
-    hits=$(empty_sections "$HYP_HEADINGS" 0 "$D/hypothesis.txt" | tr '\n' ' ')
+    text_result hyp_empty "$D/hypothesis.txt"; hits=${TEXT:+${TEXT//$'\n'/ } }
     if [[ -n $hits ]]; then fail "$V: hypothesis.txt has empty heading(s): ${hits% } (write a real line under each: TBD, n/a, - or a word or two do not count)"
     else pass "$V: every hypothesis.txt heading has content"; fi
   fi
   if ((KBS_OK)); then
-    hits=$(empty_sections '' 1 "$D/kbs_evidence.md" | awk '{ printf "%s\"%s\"", sep, $0; sep = ", " }')
+    text_result kbs_empty "$D/kbs_evidence.md"; hits='' sep=''
+    if [[ -n $TEXT ]]; then
+      while IFS= read -r line; do hits+="$sep\"$line\"" sep=', '; done <<<"$TEXT"
+    fi
     if [[ -n $hits ]]; then fail "$V: kbs_evidence.md has empty section(s): $hits (write a real line under each: TBD, n/a, - do not count)"
     else pass "$V: every kbs_evidence.md section has content"; fi
   fi
@@ -684,61 +869,117 @@ check_9_templates_filled() {
 # 10. change beyond whitespace and comments (kernel.bats)
 check_10_kernel_change() {
   [[ -n $PREV_KERNEL ]] || return 0
-  if [[ $(normalise_kernel "$D/$KERNEL" | sha256sum) == "$(normalise_kernel "$PREV_KERNEL" | sha256sum)" ]]; then
+  local verdict=''
+  if [[ -r $D/$KERNEL && -r $PREV_KERNEL ]]; then
+    verdict=$(normalise_kernel "$D/$KERNEL" "$PREV_KERNEL")
+  elif [[ $(normalise_kernel "$D/$KERNEL" | sha256sum) == "$(normalise_kernel "$PREV_KERNEL" | sha256sum)" ]]; then
+    verdict=same
+  fi
+  if [[ $verdict == same ]]; then
     fail "$V: $KERNEL differs from v$((VK - 1)) only in whitespace or comments: make a real code change"
   else
     pass "$V: $KERNEL changes code, not only whitespace or comments"
   fi
 }
 
-# Launch and tuning values of kernel file $1, one "name=value" per line: num_warps, num_stages, num_ctas,
-# maxnreg, names holding BLOCK, TILE, WARPS, STAGES or THREADS, grid (as assignments, keyword arguments,
-# constexpr or #define), each <<<...>>> launch configuration and each template argument list before one.
-# A heuristic for the one-change warning, not a parser.
+# awk rules shared by tuning_values, kernel_count and tuning_changes.  For each line of a kernel file (fi: 1, or 2
+# for a second file named): V[fi, name] collects its launch and tuning values: num_warps, num_stages, num_ctas,
+# maxnreg, names holding BLOCK, TILE, WARPS, STAGES or THREADS, grid (as assignments, keyword arguments, constexpr
+# or #define), each <<<...>>> launch configuration and each template argument list before one; C[fi] counts the
+# kernels it defines (__global__, @triton.jit or @jit, @cute.kernel; comment lines aside).  A heuristic for the
+# one-change warning, not a parser.
+# shellcheck disable=SC2016  # an awk program
+readonly KERNEL_SCAN_AWK='
+  function arg_value(t,   i, c, d, v) {  # up to the first , ; or ) outside parentheses
+    d = 0; v = ""
+    for (i = 1; i <= length(t); i++) {
+      c = substr(t, i, 1)
+      if (c == "(" || c == "[") d++
+      else if (c == ")" || c == "]") { if (d == 0) break; d-- }
+      else if ((c == "," || c == ";") && d == 0) break
+      v = v c
+    }
+    return v
+  }
+  function emit(name, val) {
+    gsub(/^[ \t]+|[ \t]+$/, "", val)
+    if (val == "" || val ~ /constexpr/) return
+    if (!((fi, name) in V)) V[fi, name] = val
+    else if (index("|" V[fi, name] "|", "|" val "|") == 0) V[fi, name] = V[fi, name] "|" val  # each distinct value once
+  }
+  { fi = (FILENAME == ARGV[1]) ? 1 : 2 }
+  !/^[[:space:]]*(#|\/\/)/ && /__global__|@[[:space:]]*(triton\.)?jit([^A-Za-z0-9_]|$)|@[[:space:]]*cute\.kernel([^A-Za-z0-9_]|$)/ { C[fi]++ }
+  { line = $0; sub(/\r$/, "", line)
+    if (FILENAME ~ /\.py$/) sub(/#.*/, "", line); else sub(/\/\/.*/, "", line)
+    if (match(line, /^[ \t]*#[ \t]*define[ \t]+[A-Za-z_][A-Za-z0-9_]*[ \t]+/)) {
+      split(substr(line, RSTART), w, /[ \t]+/); nm = (w[1] == "#") ? w[3] : w[2]
+      if (w[1] == "") nm = (w[2] == "#") ? w[4] : w[3]
+      if (nm ~ /(BLOCK|TILE|WARPS|STAGES|THREADS)/) emit(nm, substr(line, RSTART + RLENGTH))
+    }
+    rest = line
+    while (match(rest, /(num_warps|num_stages|num_ctas|maxnreg|grid|[A-Za-z0-9_]*(BLOCK|TILE|WARPS|STAGES|THREADS)[A-Za-z0-9_]*)[ \t]*[:=][^=]/)) {
+      frag = substr(rest, RSTART, RLENGTH - 1); rest = substr(rest, RSTART + RLENGTH - 1)
+      nm = frag; sub(/[ \t]*[:=]$/, "", nm)
+      emit(nm, arg_value(rest))
+    }
+    rest = line
+    while (match(rest, /<<<[^>]*>>>/)) { emit("<<<launch>>>", substr(rest, RSTART + 3, RLENGTH - 6)); pre = substr(rest, 1, RSTART - 1)
+      if (match(pre, /<[^<>]*>[ \t]*$/)) emit("<template args>", substr(pre, RSTART + 1, RLENGTH - 2))
+      rest = substr(rest, index(rest, ">>>") + 3) }
+  }
+'
+
+# Launch and tuning values of kernel file $1, one "name=value" per line, sorted (KERNEL_SCAN_AWK).
 tuning_values() {
-  awk '
-    function arg_value(t,   i, c, d, v) {  # up to the first , ; or ) outside parentheses
-      d = 0; v = ""
-      for (i = 1; i <= length(t); i++) {
-        c = substr(t, i, 1)
-        if (c == "(" || c == "[") d++
-        else if (c == ")" || c == "]") { if (d == 0) break; d-- }
-        else if ((c == "," || c == ";") && d == 0) break
-        v = v c
-      }
-      return v
-    }
-    function emit(name, val) {
-      gsub(/^[ \t]+|[ \t]+$/, "", val)
-      if (val == "" || val ~ /constexpr/) return
-      if (!(name in V)) V[name] = val
-      else if (index("|" V[name] "|", "|" val "|") == 0) V[name] = V[name] "|" val  # each distinct value once
-    }
-    { line = $0; sub(/\r$/, "", line)
-      if (FILENAME ~ /\.py$/) sub(/#.*/, "", line); else sub(/\/\/.*/, "", line)
-      if (match(line, /^[ \t]*#[ \t]*define[ \t]+[A-Za-z_][A-Za-z0-9_]*[ \t]+/)) {
-        split(substr(line, RSTART), w, /[ \t]+/); nm = (w[1] == "#") ? w[3] : w[2]
-        if (w[1] == "") nm = (w[2] == "#") ? w[4] : w[3]
-        if (nm ~ /(BLOCK|TILE|WARPS|STAGES|THREADS)/) emit(nm, substr(line, RSTART + RLENGTH))
-      }
-      rest = line
-      while (match(rest, /(num_warps|num_stages|num_ctas|maxnreg|grid|[A-Za-z0-9_]*(BLOCK|TILE|WARPS|STAGES|THREADS)[A-Za-z0-9_]*)[ \t]*[:=][^=]/)) {
-        frag = substr(rest, RSTART, RLENGTH - 1); rest = substr(rest, RSTART + RLENGTH - 1)
-        nm = frag; sub(/[ \t]*[:=]$/, "", nm)
-        emit(nm, arg_value(rest))
-      }
-      rest = line
-      while (match(rest, /<<<[^>]*>>>/)) { emit("<<<launch>>>", substr(rest, RSTART + 3, RLENGTH - 6)); pre = substr(rest, 1, RSTART - 1)
-        if (match(pre, /<[^<>]*>[ \t]*$/)) emit("<template args>", substr(pre, RSTART + 1, RLENGTH - 2))
-        rest = substr(rest, index(rest, ">>>") + 3) }
-    }
-    END { for (k in V) print k "=" V[k] }' "$1" | LC_ALL=C sort
+  awk "$KERNEL_SCAN_AWK"'END { for (k in V) { split(k, P, SUBSEP); print P[2] "=" V[k] } }' "$1" | LC_ALL=C sort
 }
 
-# The number of kernels kernel file $1 defines (__global__, @triton.jit or @jit, @cute.kernel; comment lines aside).
+# The number of kernels kernel file $1 defines (KERNEL_SCAN_AWK).
 kernel_count() {
-  awk '!/^[[:space:]]*(#|\/\/)/ && /__global__|@[[:space:]]*(triton\.)?jit([^A-Za-z0-9_]|$)|@[[:space:]]*cute\.kernel([^A-Za-z0-9_]|$)/ { n++ }
-       END { print n + 0 }' "$1"
+  awk "$KERNEL_SCAN_AWK"'END { print C[1] + 0 }' "$1"
+}
+
+# For kernel files $1 (the previous version's) and $2 (this one's), by one awk process: KERNELS_WAS and
+# KERNELS_NOW (kernel_count of each), and in TUNING_CHANGED and TUNING_N what warn_tuning_changes's join of their
+# tuning_values reports: the lines sorted as sort(1) sorts them (LC_ALL=C: by bytes), paired by name as join(1)
+# pairs them, and a value compared with awk's != as awk reads a field.  Returns 1 where only that pipeline gives
+# its output: a file that cannot be read, a \x1f in a line, or names out of order in the sorted lines (a name
+# that extends another with a digit: join then says its input is not sorted and pairs what it meets).
+tuning_changes() {
+  local out=()
+  [[ -r $1 && -r $2 ]] || return 1
+  mapfile -t out < <(awk "$KERNEL_SCAN_AWK"'
+    function row(k, a, b,   what) {  # a join output line "k a b", as the awk of warn_tuning_changes reads it
+      split(a "\037" b, F, "\037")
+      if (F[1] == F[2]) return
+      what = (F[1] == "(none)") ? "new: " F[2] : (F[2] == "(none)") ? "removed: " F[1] : F[1] " -> " F[2]
+      out = out sep k " (" what ")"; n++; sep = ", "
+    }
+    END {
+      print C[1] + 0; print C[2] + 0
+      for (k in V) { split(k, P, SUBSEP); g = P[1]; L[g, ++N[g]] = P[2] "=" V[k] }
+      for (g = 1; g <= 2; g++) {
+        for (a = 2; a <= N[g]; a++) {
+          x = L[g, a]
+          for (b = a - 1; b >= 1 && L[g, b] > x; b--) L[g, b + 1] = L[g, b]
+          L[g, b + 1] = x
+        }
+        for (a = 1; a <= N[g]; a++) {
+          e = index(L[g, a], "="); K[g, a] = substr(L[g, a], 1, e - 1); X[g, a] = substr(L[g, a], e + 1)
+          if (index(L[g, a], "\037") || (a > 1 && !(K[g, a - 1] < K[g, a]))) { print "join"; exit }
+        }
+      }
+      i = 1; j = 1
+      while (i <= N[1] || j <= N[2]) {
+        if (j > N[2] || (i <= N[1] && K[1, i] < K[2, j])) { row(K[1, i], X[1, i], "(none)"); i++ }
+        else if (i > N[1] || K[2, j] < K[1, i]) { row(K[2, j], "(none)", X[2, j]); j++ }
+        else { row(K[1, i], X[1, i], X[2, j]); i++; j++ }
+      }
+      print "paired"; print out; print n + 0
+    }' "$1" "$2")
+  [[ ${#out[@]} == 5 && ${out[2]} == paired && ${out[0]} =~ ^[0-9]+$ && ${out[1]} =~ ^[0-9]+$ && ${out[4]} =~ ^[0-9]+$ ]] ||
+    return 1
+  KERNELS_WAS=${out[0]} KERNELS_NOW=${out[1]} TUNING_CHANGED=${out[3]} TUNING_N=${out[4]}
 }
 
 # Warn (never fail) when vK changes more than one launch or tuning value against v(K-1); say instead what the
@@ -748,21 +989,27 @@ warn_tuning_changes() {
   [[ -n $PREV_KERNEL ]] || return 0
   local changed n j was now
   for ((j = 0; j < VK - 1; j++)); do
-    if [[ -f $OUT/v$j/$KERNEL && $(digest "$OUT/v$j/$KERNEL") == "$(digest "$D/$KERNEL")" ]]; then
+    if [[ -f $OUT/v$j/$KERNEL ]] && same_bytes "$OUT/v$j/$KERNEL" "$D/$KERNEL"; then
       printf "[INFO] %s: %s is byte-identical to v%s/%s: a revert to v%s (v%s's launch/tuning values go back to v%s's), one change\n" \
         "$V" "$KERNEL" "$j" "$KERNEL" "$j" "$((VK - 1))" "$j"
       return 0
     fi
   done
-  changed=$(LC_ALL=C join -t $'\x1f' -a1 -a2 -e '(none)' -o 0,1.2,2.2 \
-    <(tuning_values "$PREV_KERNEL" | sed 's/=/\x1f/') <(tuning_values "$D/$KERNEL" | sed 's/=/\x1f/') |
-    awk -F '\x1f' '$2 != $3 { what = ($2 == "(none)") ? "new: " $3 : ($3 == "(none)") ? "removed: " $2 : $2 " -> " $3
-                 printf "%s%s (%s)", sep, $1, what; n++; sep = ", " } END { printf "\n%d", n }')
-  n=${changed##*$'\n'} changed=${changed%$'\n'*}
-  was=$(kernel_count "$PREV_KERNEL") now=$(kernel_count "$D/$KERNEL")
+  if tuning_changes "$PREV_KERNEL" "$D/$KERNEL"; then
+    changed=$TUNING_CHANGED n=$TUNING_N was=$KERNELS_WAS now=$KERNELS_NOW
+  else
+    changed=$(LC_ALL=C join -t $'\x1f' -a1 -a2 -e '(none)' -o 0,1.2,2.2 \
+      <(tuning_values "$PREV_KERNEL" | sed 's/=/\x1f/') <(tuning_values "$D/$KERNEL" | sed 's/=/\x1f/') |
+      awk -F '\x1f' '$2 != $3 { what = ($2 == "(none)") ? "new: " $3 : ($3 == "(none)") ? "removed: " $2 : $2 " -> " $3
+                   printf "%s%s (%s)", sep, $1, what; n++; sep = ", " } END { printf "\n%d", n }')
+    n=${changed##*$'\n'} changed=${changed%$'\n'*}
+    was=$(kernel_count "$PREV_KERNEL") now=$(kernel_count "$D/$KERNEL")
+  fi
   if ((now < was)); then
+    local plural=s
+    ((now == 1)) && plural=''
     printf '[INFO] %s: %s defines %s kernel%s where v%s/%s defines %s: a fusion that removes a kernel and its launch%s, one change\n' \
-      "$V" "$KERNEL" "$now" "$( ((now == 1)) || printf s)" "$((VK - 1))" "$KERNEL" "$was" "${changed:+ (with it: $changed)}"
+      "$V" "$KERNEL" "$now" "$plural" "$((VK - 1))" "$KERNEL" "$was" "${changed:+ (with it: $changed)}"
     return 0
   fi
   ((n >= 2)) || return 0
@@ -775,7 +1022,7 @@ warn_tuning_changes() {
 record_holds() {
   local i=$1 what=$2 want line bad
   line=${REC_LINE[$i]}
-  if ((KERNEL_OK)) && [[ ${R[$i.kernel]:-} != "$(digest "$D/$KERNEL")" ]]; then
+  if ((KERNEL_OK)) && hash_differs "$D/$KERNEL" "${R[$i.kernel]:-}"; then
     fail "$V: $KERNEL changed after $what ran (records.log line $line holds another hash): re-run kernel-loop $what"
     return 1
   fi
@@ -783,7 +1030,7 @@ record_holds() {
     fail "$V: $what ran with a ref.py or run.json other than the one init recorded (records.log line $line): re-run kernel-loop $what"
     return 1
   fi
-  want=$(run_device)
+  run_device; want=$RUN_DEVICE
   if [[ ${R[1.gpu]:--} != - && ${R[$i.gpu]:--} != "${R[1.gpu]}" ]]; then
     fail "$V: $what ran on a ${R[$i.gpu]:-unknown GPU}, but init measured this run's peaks on a ${R[1.gpu]} (records.log line $line): measure every version on the run's GPU"
     return 1
@@ -796,7 +1043,7 @@ record_holds() {
     fail "$V: $what ran on ${R[$i.device]:-an unknown device}, but this run measures on $want (records.log line $line): a CPU-mode result does not count for a GPU run; re-run kernel-loop $what on $want"
     return 1
   fi
-  bad=$(changed_file "$i" "$D")
+  changed_file "$i" "$D"; bad=$CHANGED
   if [[ -n $bad ]]; then
     fail "$V: $bad changed after kernel-loop $what wrote it (records.log line $line): re-run kernel-loop $what"
     return 1
@@ -833,8 +1080,7 @@ check_12_kbs_queries() {
     fail "$V: kbs_queries.jsonl is missing: run kernel-loop kbs evidence (it logs a kernel and a bottleneck query)"
     return
   fi
-  bad=$(awk '{ sub(/\r$/, ""); t = $0; gsub(/^[ \t]+|[ \t]+$/, "", t) }
-             t != "" && (substr(t, 1, 1) != "{" || substr(t, length(t)) != "}") { print NR; exit }' "$q")
+  text_result jsonl "$q"; bad=$TEXT
   [[ -n $bad ]] && fail "$V: kbs_queries.jsonl line $bad is not a JSON object: only kernel-loop kbs writes this log"
   local lines=() line found
   mapfile -t lines <"$q" 2>/dev/null
@@ -852,7 +1098,7 @@ check_12_kbs_queries() {
     fail "$V: records.log has no kbs record for $V: log the queries with kernel-loop kbs evidence (or kbs query --log)"
   elif [[ ${R[$LATEST.corpus]:-bundled} != bundled ]]; then
     fail "$V: a logged query searched a corpus other than the bundled KBS (${R[$LATEST.corpus]}): cite only the bundled knowledge base; query other corpora without --log"
-  elif [[ -n $(changed_file "$LATEST" "$D") ]]; then
+  elif changed_file "$LATEST" "$D"; [[ -n $CHANGED ]]; then
     fail "$V: kbs_queries.jsonl differs from what kernel-loop kbs logged (records.log line ${REC_LINE[$LATEST]}): it was edited by hand; log queries only through kernel-loop kbs"
   else
     HITS=${R[$LATEST.hits]:-} HITS_OK=1
@@ -860,66 +1106,66 @@ check_12_kbs_queries() {
   fi
 }
 
-# The body of hypothesis.txt heading $1 (lines up to the next heading).
-hyp_body() {
-  awk -v want="$1" -v hs="$HYP_HEADINGS" '
-    BEGIN { n = split(hs, H, "|"); for (j = 1; j <= n; j++) isH[H[j]] = 1 }
-    { sub(/\r$/, ""); t = $0; sub(/[ \t]+$/, "", t) }
-    t in isH { on = (t == want); next }
-    on' "$D/hypothesis.txt"
+# The prediction lines on stdin that cannot fail or cannot hold, each as SENSELESS_AWK says (none: no output).
+senseless_predictions() {
+  awk "$SENSELESS_AWK"'{ v = senseless($0); if (v != "") print v }'
 }
 
-# The parsed prediction lines (stdin) that cannot fail or cannot hold whatever the next version measures,
-# each as "'<line>' <why>" (none: no output).  Every ncu.json KEY is non-negative and a _pct KEY is at most
-# 100 (the hypothesis step refuses the same lines, and a duration bound over 10x off the measured value).
-senseless_predictions() {
-  awk '{
-    line = $0; sub(/^[ \t]+/, "", line); sub(/[ \t]+$/, "", line)
-    s = line; gsub(/[ \t]/, "", s); n = split(s, P, ":"); metric = P[n - 1]; rest = P[n]
-    rel = (rest ~ /%$/); sub(/%$/, "", rest); pct = (metric ~ /_pct$/)
-    what = pct ? metric " is a percentage, from 0 to 100" : metric " is never negative (no time, byte or count is)"
-    why = ""
-    if (rest ~ /^[-+]/) {
-      x = rest + 0
-      if (rel && x <= -100) why = "cannot hold: a measured value cannot fall by 100% or more"
-      else if (!rel && pct && (x > 100 || x < -100)) why = "cannot hold: " what ", so it cannot move by more than 100 points"
-    } else {
-      op = substr(rest, 1, rest ~ /^(<=|>=|==)/ ? 2 : 1); x = substr(rest, length(op) + 1) + 0
-      if (op == "==") op = "="
-      if ((op == ">=" && x <= 0) || (op == ">" && x < 0) || (pct && ((op == "<=" && x >= 100) || (op == "<" && x > 100))))
-        why = sprintf("cannot fail: %s, so every value is %s %g; predict a bound the next version could miss", what, op, x)
-      else if ((op == "<=" && x < 0) || (op == "<" && x <= 0) || (op == "=" && x < 0) ||
-               (pct && ((op == ">=" && x > 100) || (op == ">" && x >= 100) || (op == "=" && x > 100))))
-        why = sprintf("cannot hold: %s, so no value is %s %g", what, op, x)
-    }
-    if (why != "") printf "\047%s\047 %s\n", line, why
-  }'
+# Returns 0 when text $1 holds only ASCII bytes.
+ascii_only() {
+  local LC_ALL=C
+  [[ $1 != *[![:ascii:]]* ]]
+}
+
+# Returns 0 when a line of text $2 matches extended regex $1, as grep -Eq does: by bash's own matching where the
+# text is ASCII, else by grep (how it treats other bytes, an encoding error say, is its own).
+any_line_matches() {
+  local line lines=()
+  if ! ascii_only "$2"; then grep -Eq "$1" <<<"$2"; return; fi
+  mapfile -t lines <<<"$2"
+  for line in "${lines[@]}"; do [[ $line =~ $1 ]] && return 0; done
+  return 1
 }
 
 # 14. hypothesis content: Version: names vK, a parsable prediction on duration, evidence ids that this
 # version's logged queries returned (hypothesis.bats)
 check_14_hypothesis_content() {
   ((HYP_OK)) || return 0
-  local body preds senseless line id ids=() unknown=() ok=1 num='([0-9]+([.][0-9]*)?|[.][0-9]+)([eE][-+]?[0-9]+)?'
-  body=$(hyp_body 'Version:')
+  local body preds senseless line id ids=() unknown=() ok=1 known=0 i lines=() verdicts=() pred_re
+  local num='([0-9]+([.][0-9]*)?|[.][0-9]+)([eE][-+]?[0-9]+)?'
+  pred_re="^[[:space:]]*([A-Za-z_][A-Za-z0-9_]*(#[0-9]+)?[[:space:]]*:[[:space:]]*)?[A-Za-z_][A-Za-z0-9_]*[[:space:]]*:[[:space:]]*([-+][[:space:]]*${num}[[:space:]]*%?|(<=|>=|==|<|>|=)[[:space:]]*-?${num}[[:space:]]*%?)[[:space:]]*\$"
+  text_result 'body:Version:' "$D/hypothesis.txt"; body=$TEXT
   if [[ $body == *"$TODO_MARK"* ]]; then
     :  # check 9 names the TODO
-  elif ! grep -Eq "(^|[^A-Za-z0-9_])$V([^0-9]|\$)" <<<"$body"; then
+  elif ! any_line_matches "(^|[^A-Za-z0-9_])$V([^0-9]|\$)" "$body"; then
     fail "$V: hypothesis.txt's Version: does not name $V: it says '$(head -c 60 <<<"${body//$'\n'/ }")'"; ok=0
   fi
-  body=$(hyp_body 'Expected metric movement:')
-  preds=$(printf '%s\n' "$body" |
-    grep -E "^[[:space:]]*([A-Za-z_][A-Za-z0-9_]*(#[0-9]+)?[[:space:]]*:[[:space:]]*)?[A-Za-z_][A-Za-z0-9_]*[[:space:]]*:[[:space:]]*([-+][[:space:]]*${num}[[:space:]]*%?|(<=|>=|==|<|>|=)[[:space:]]*-?${num}[[:space:]]*%?)[[:space:]]*\$")
+  text_result 'body:Expected metric movement:' "$D/hypothesis.txt"; body=$TEXT
+  # the lines that parse as predictions (as grep -E finds them), and what SENSELESS_AWK says of them: from the
+  # scan of hypothesis.txt where the body is ASCII, else by grep and awk
+  preds='' senseless=''
+  if [[ -n ${SCAN[senseless]+x} ]] && ascii_only "$body"; then
+    mapfile -t lines <<<"$body"
+    mapfile -t verdicts <<<"${SCAN[senseless]}"
+    for i in "${!lines[@]}"; do
+      [[ ${lines[i]} =~ $pred_re ]] || continue
+      preds+=${lines[i]}$'\n'
+      [[ ${verdicts[i]:-} == +* ]] && senseless+=${verdicts[i]#+}$'\n'
+    done
+    preds=${preds%$'\n'} senseless=${senseless%$'\n'} known=1
+  else
+    preds=$(printf '%s\n' "$body" | grep -E "$pred_re")
+  fi
   if [[ $body == *"$TODO_MARK"* && -z $preds ]]; then
     :
   elif [[ -z $preds ]]; then
     fail "$V: hypothesis.txt has no prediction that parses under Expected metric movement: (one per line, e.g. 'duration: -20%'; forms in references/hypothesis.md)"; ok=0
-  elif senseless=$(senseless_predictions <<<"$preds") && [[ -n $senseless ]]; then
+  elif { ((known)) || senseless=$(senseless_predictions <<<"$preds"); } && [[ -n $senseless ]]; then
     while IFS= read -r line; do fail "$V: hypothesis.txt's prediction $line"; done <<<"$senseless"; ok=0
-  elif ! grep -Eq '^[[:space:]]*(duration|event_median_us)[[:space:]]*:[[:space:]]*[-+<>=]' <<<"$preds"; then
+  elif ! any_line_matches '^[[:space:]]*(duration|event_median_us)[[:space:]]*:[[:space:]]*[-+<>=]' "$preds"; then
     fail "$V: hypothesis.txt predicts nothing about duration: add a line such as 'duration: -15%' under Expected metric movement: (duration or event_median_us, without a kernel: a kernel's time does not count)"; ok=0
   fi
-  body=$(hyp_body 'Evidence used:')
+  text_result 'body:Evidence used:' "$D/hypothesis.txt"; body=$TEXT
   if ((HITS_OK)) && [[ $body != *"$TODO_MARK"* ]]; then
     while IFS= read -r id; do
       [[ -n ${id//[[:space:]]/} ]] || continue
@@ -951,7 +1197,7 @@ check_15_frozen() {
     fail "v$1: records.log holds $COUNT gate records for v$1: a version passes its gate once (the state was rewound to re-gate it)"
     return
   fi
-  bad=$(changed_file "$FIRST" "$d")
+  changed_file "$FIRST" "$d"; bad=$CHANGED
   if [[ -n $bad ]]; then
     fail "v$1: v$1/$bad is missing or changed since v$1 passed its gate (records.log line ${REC_LINE[$FIRST]}): a passed version's decision is frozen; restore it"
   else
@@ -963,6 +1209,7 @@ check_15_frozen() {
 # $1: version number; $2: 1 when hypothesis.txt is required.
 check_version() {
   begin_version "$1" "$2" || return 0
+  scan_version
   check_1_files
   check_2_hypothesis_headings
   check_3_kbs_headings
@@ -999,21 +1246,27 @@ write_state() {
   return 1
 }
 
-# The value of top-level key $2 of the JSON object in file $1: a number, or a string without its
-# quotes (nothing when absent, nested, or neither).  Tracks strings and nesting, so a key of the same
-# name inside another object ("dims": {"iterations": ...}) never counts.
-json_top_value() {
-  awk -v want="$2" '
+# The values of top-level keys $2... of the JSON object in file $1 into JV[key]: a number, or a string without
+# its quotes (empty when absent, nested, or neither), as $(...) would hold it.  Tracks strings and nesting, so
+# a key of the same name inside another object ("dims": {"iterations": ...}) never counts.  One awk process for
+# all the keys: it prints, for each key in order, the number of lines of its value and then those lines.
+declare -A JV=()
+json_values() {
+  local file=$1 key out=() i=0 c v
+  shift
+  JV=()
+  mapfile -t out < <(awk -v want="$*" '
     { text = text $0 "\n" }
     END {
-      depth = 0; n = length(text); key = ""; expect = 0
-      for (i = 1; i <= n; i++) {
+      nw = split(want, W, " "); for (j = 1; j <= nw; j++) wanted[W[j]] = 1
+      depth = 0; n = length(text); key = ""; expect = 0; left = nw
+      for (i = 1; i <= n && left > 0; i++) {
         c = substr(text, i, 1)
         if (c == "\"") {
           s = ""; i++
           while (i <= n) { c = substr(text, i, 1); if (c == "\\") { s = s substr(text, i, 2); i += 2; continue }
                            if (c == "\"") break; s = s c; i++ }
-          if (expect && depth == 1) { if (key == want) { print s; exit } expect = 0; key = ""; continue }
+          if (expect && depth == 1) { if ((key in wanted) && !(key in got)) { got[key] = s; left-- } expect = 0; key = ""; continue }
           if (depth == 1) key = s
           continue
         }
@@ -1023,11 +1276,31 @@ json_top_value() {
         if (c == ",") { key = ""; expect = 0; continue }
         if (expect && depth == 1 && c ~ /[-0-9]/) {
           v = ""; while (i <= n && substr(text, i, 1) ~ /[-0-9.eE+]/) { v = v substr(text, i, 1); i++ }
-          if (key == want) { print v; exit }
+          if ((key in wanted) && !(key in got)) { got[key] = v; left-- }
           expect = 0; key = ""; i--
         }
       }
-    }' "$1" 2>/dev/null
+      for (j = 1; j <= nw; j++) {
+        v = (W[j] in got) ? got[W[j]] : ""; sub(/\n+$/, "", v)
+        m = (v == "") ? 0 : split(v, L, "\n"); print m
+        for (k = 1; k <= m; k++) print L[k]
+      }
+    }' "$file" 2>/dev/null)
+  for key; do
+    c=${out[i]:-0} v=''
+    [[ $c =~ ^[0-9]+$ ]] || c=0
+    for ((i = i + 1; c > 0; c--, i++)); do v+=${out[i]}$'\n'; done
+    JV[$key]=${v%$'\n'}
+  done
+}
+
+# run.json's device, gpu and iterations into RJ[key], read once (json_values): run.json is what init recorded.
+declare -A RJ=()
+RJ_READ=0
+read_run_json() {
+  ((RJ_READ)) && return 0
+  json_values "$OUT/run.json" device gpu iterations
+  RJ=([device]=${JV[device]} [gpu]=${JV[gpu]} [iterations]=${JV[iterations]}) RJ_READ=1
 }
 
 # The run's final version N: the last signed finish record's version (an early finish) or extend
@@ -1045,13 +1318,13 @@ read_final_version() {
     esac
   done
   if [[ -z $FINAL_WHY && $REC_N == 0 && -f $OUT/finish.json ]]; then
-    value=$(json_top_value "$OUT/finish.json" version); value=${value#v}
+    json_values "$OUT/finish.json" version; value=${JV[version]#v}
     FINAL_WHY='finish.json: the run finished early'
   fi
   if [[ $value =~ ^(0|[1-9][0-9]{0,8})$ ]]; then FINAL_N=$value; return 0; fi
   FINAL_WHY=''
   if [[ -f $OUT/run.json ]]; then
-    value=$(json_top_value "$OUT/run.json" iterations)
+    read_run_json; value=${RJ[iterations]}
     if [[ $value =~ ^(0|[1-9][0-9]{0,8})$ ]]; then FINAL_N=$value FINAL_WHY='run.json iterations'; fi
   fi
 }
@@ -1177,7 +1450,9 @@ check_6_drift() {
 check_7_advance_state() {
   [[ -n $NOTE ]] && printf 'note: %s\n' "$NOTE"
   if ((FAILS)); then
-    printf 'gate: v%s FAILED: %d check%s\n' "$K" "$FAILS" "$([[ $FAILS == 1 ]] || printf s)"
+    local plural=s
+    [[ $FAILS == 1 ]] && plural=''
+    printf 'gate: v%s FAILED: %d check%s\n' "$K" "$FAILS" "$plural"
     exit 1
   fi
   if ((FINAL && STRUCTURAL)); then
@@ -1263,14 +1538,14 @@ check_13_records() {
   fi
   if ! load_key; then fail "$KEY_ERR"; return 0; fi
   if ! load_records 1; then fail "$REC_ERR"; return 0; fi
-  prefetch_digests
+  ((PREFETCHED)) || { prefetch_paths "$REC_N"; prefetch_digests; }
   if [[ ${R[1.step]:-} != init ]]; then
     fail "records.log does not start with an init record: start the run with kernel-loop init"; return 0
   fi
-  if [[ ! -f $OUT/ref.py || $(digest "$OUT/ref.py") != "${R[1.ref]:-}" ]]; then
+  if file_differs "$OUT/ref.py" "${R[1.ref]:-}"; then
     fail "ref.py changed after kernel-loop init recorded it (records.log line 1): restore it, or start a new run"; return 0
   fi
-  if [[ ! -f $OUT/run.json || $(digest "$OUT/run.json") != "${R[1.run]:-}" ]]; then
+  if file_differs "$OUT/run.json" "${R[1.run]:-}"; then
     fail "run configuration changed during the run: run.json differs from what kernel-loop init recorded (records.log line 1): restore it, or start a new run"; return 0
   fi
   REC_OK=1
@@ -1282,10 +1557,10 @@ main() {
   parse_args "$@"
   take_lock
   read_state
-  RUN_DEVICE=''; [[ -f $OUT/run.json ]] && RUN_DEVICE=$(run_device)  # read once: run.json is what init recorded
+  RUN_DEVICE=''; [[ -f $OUT/run.json ]] && run_device  # read once: run.json is what init recorded
   check_13_records
   ((FAILS)) && check_7_advance_state  # no verified records: nothing else can be judged
-  if [[ -f $OUT/run.json && $(run_device) == cpu ]]; then  # no profile, so no KBS queries or hypothesis: one line
+  if [[ -f $OUT/run.json ]] && run_device && [[ $RUN_DEVICE == cpu ]]; then  # no profile, so no KBS queries or hypothesis: one line
     fail "v$K: this run uses the cpu test mode (run.json device cpu): the gate passes only a GPU run's versions, whose profile (and the kbs evidence and hypothesis drawn from it) needs a GPU run; correctness is all the cpu test mode checks (init a new run without --device cpu where a CUDA GPU is)"
     check_7_advance_state
   fi
