@@ -459,13 +459,18 @@ readonly VERSION_TEXT_AWK=$SENSELESS_AWK'
 # Runs VERSION_TEXT_AWK on vK's text files that the mode reads (hypothesis.txt and kbs_evidence.md; with the
 # content checks also correctness.md and kbs_queries.jsonl) and can read, into SCAN[tag]: each result's lines as
 # $(...) would hold them.
+# NUL_FILES: those of them that hold a NUL byte (read stops there: a line would be judged on what comes before it;
+# check 1 fails them).
 declare -A SCAN=()
+NUL_FILES=()
 scan_version() {
   local f paths=() out=() i=0 c tag v
-  SCAN=()
+  SCAN=() NUL_FILES=()
   for f in hypothesis.txt kbs_evidence.md correctness.md kbs_queries.jsonl; do
     [[ $f == hypothesis.txt || $f == kbs_evidence.md ]] || ((!STRUCTURAL)) || continue
-    [[ -f $D/$f && -r $D/$f ]] && paths+=("$D/$f")
+    [[ -f $D/$f && -r $D/$f ]] || continue
+    paths+=("$D/$f")
+    IFS= read -r -d '' _ <"$D/$f" && NUL_FILES+=("$f")  # read finds its delimiter, a NUL, only where there is one
   done
   ((${#paths[@]})) || return 0
   mapfile -t out < <(awk -v hyp_hs="$HYP_HEADINGS" -v kbs_hs="$KBS_HEADINGS" "$VERSION_TEXT_AWK" "${paths[@]}")
@@ -738,6 +743,9 @@ check_1_files() {
     fail "$V: missing or empty: ${missing[*]} (correctness.md: kernel-loop correctness; ncu_*: kernel-loop profile; kbs_evidence.md: kernel-loop kbs evidence, then fill it in)"
   else
     pass "$V: correctness.md, ncu_summary.md, ncu_details.md, kbs_evidence.md present"
+  fi
+  if ((${#NUL_FILES[@]})); then
+    fail "$V: ${NUL_FILES[*]}: holds a NUL byte; the loop's text files are plain text (write the file again without it)"
   fi
 }
 

@@ -156,6 +156,21 @@ load test_helper
   assert_output 2
 }
 
+@test "a NUL byte in a text file fails check 1: the prediction after it would be judged on what comes before" {
+  make_run
+  # 'duration: >= 0' cannot fail; with a NUL after it, a line read up to the NUL would look like it
+  sed -i 's/^duration: -20%$/duration: >= 0\x00: -20%/' "$OUT/v0/hypothesis.txt"
+  run grep -c -a -P '\x00' "$OUT/v0/hypothesis.txt"
+  assert_output 1
+  run -1 gate "$OUT/v0"
+  assert_line '[FAIL] v0: hypothesis.txt: holds a NUL byte; the loop'"'"'s text files are plain text (write the file again without it)'
+  sed -i 's/\x00: -20%$//' "$OUT/v0/hypothesis.txt"
+  sed -i 's/^duration: >= 0$/duration: -20%/' "$OUT/v0/hypothesis.txt"
+  printf 'note\0\n' >>"$OUT/v0/kbs_evidence.md"
+  run -1 gate "$OUT/v0" --structural
+  assert_line --partial 'v0: kbs_evidence.md: holds a NUL byte'
+}
+
 @test "a prediction that cannot fail or cannot hold fails check 14, exponents included" {
   make_run
   local line
