@@ -888,6 +888,29 @@ def test_a_gradient_zero_by_the_math_is_compared_within_its_rounding(tmp_path, w
         assert "gradient of parameter 'fc.bias'" in names, names
 
 
+@pytest.mark.parametrize("expr", ["a + b", "(a + b).sum(dim=1)"])
+def test_model_gradients_that_share_memory_are_zeroed_apart_at_zero_inputs(tmp_path, worker_here, expr):
+    """Found by a review: Model's gradients, zeroed in place where an input is exactly zero, are often views autograd
+    shares (a + b hands one tensor to both inputs; a sum, or an upstream gradient expanded from one value, a stride-0
+    one): one zero in the input wiped the other input's expected gradient, or all of it, so the honest ModelNew =
+    Model failed (and a wrong gradient could match zeros).  They are zeroed in copies."""
+    ref = tmp_path / "ref.py"
+    ref.write_text("import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n    def forward(self, a, b):\n"
+                   f"        return {expr}\n\n\nbatch_size = 16\nfeatures = 32\n\n\ndef get_inputs():\n"
+                   "    return [torch.relu(torch.randn(batch_size, features)), torch.randn(batch_size, features)]\n\n\n"
+                   "def get_init_inputs():\n    return []\n")
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text(ref.read_text() + "\n\nModelNew = Model\n")
+    out = tmp_path / "run"
+    assert klcli.main("init", out, "--kernel", "k", "--ref", ref, "--impl", "triton", "--baseline", kernel,
+                      "--skip-env") == 0
+    rc = klcli.main("correctness", out)
+    data = json.loads((out / "v0" / "correctness.json").read_text())
+    names = {o["name"] for s in data["shapes"] for t in s["trials"] for o in t["outputs"]}
+    assert rc == 0, data["error"]
+    assert {"gradient of input 'arg0'", "gradient of input 'arg1'"} <= names, names
+
+
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_bn_dropout_training_as_eval.py", False),
                                             ("kb_new_bn_dropout_bn.py", True)])
 def test_a_model_with_dropout_has_its_deterministic_buffers_compared_in_training_mode(tmp_path, worker_here, kernel,

@@ -286,7 +286,7 @@ def test_chunked_comparison_equals_one_pass(monkeypatch):
     assert whole["mismatches"] > 0 and whole["nonfinite_unexpected"] == 1
 
 
-def test_gradients_zeroed_at_zero_inputs_in_place_chunk_by_chunk(monkeypatch):
+def test_gradients_zeroed_at_zero_inputs_chunk_by_chunk_in_a_buffer_of_their_own(monkeypatch):
     torch.manual_seed(0)
     ref = torch.randn(1000, 37).masked_fill_(torch.rand(1000, 37) < 0.3, 0)
     g = torch.randn(1000, 37)
@@ -294,8 +294,10 @@ def test_gradients_zeroed_at_zero_inputs_in_place_chunk_by_chunk(monkeypatch):
     monkeypatch.setattr(C, "CHUNK", 97)  # many chunks, boundaries inside rows
     got = g.clone()
     assert C.zero_at_zeros(got, ref) is got and torch.equal(got, want)
-    t = g.clone().t()  # not contiguous: one masked pass over the whole tensor
-    assert torch.equal(C.zero_at_zeros(t, ref.t().contiguous()), want.t())
+    t = g.clone().t()  # not contiguous: a new tensor, t as it was
+    assert torch.equal(C.zero_at_zeros(t, ref.t().contiguous()), want.t()) and torch.equal(t, g.t())
+    one = torch.ones(()).expand(1000, 37)  # a stride-0 view (autograd's gradient of a sum): never written through
+    assert torch.equal(C.zero_at_zeros(one, ref), (ref != 0).float()) and float(one.sum()) == 1000 * 37
 
 
 def test_input_fingerprints_catch_one_changed_element(monkeypatch):

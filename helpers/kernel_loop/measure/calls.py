@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import compare as comparing
 from ..common import MeasuredFailure, UsageError
 from ..compare import applied_tolerances, changed_input_row, compare, compare_outputs, first_failure
 from ..tensors import FLOAT_SENTINEL, fingerprint, is_tensor, poison_tensor, random_like
@@ -23,7 +24,7 @@ from ..vocab import NO_GRADIENT_NOTE
 from . import protocol
 from .conditions import VARIANTS, Condition, as_exact_as_the_reference, free_cached, range_ok
 from .launch import KernelFailed, WorkerProc
-from .modes import draws_into, grad_slack, zero_at_zeros
+from .modes import draws_into, grad_slack
 from .problem import DataSet, Problem, start_state
 
 FRESH_DRAW_BUDGET_S = 20.0      # a fresh data set for every call while drawing them all costs no more
@@ -268,7 +269,7 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, returned: d
             continue
         got = sh.bufs[sh.names[f"param:{key}"] if kind == "parameter" else key]
         if kind == "input":  # where the input is exactly zero no gradient is owed (backward_expected)
-            got = zero_at_zeros(got, ds.args[n.partition(" ")[2][1:-1]])  # the buffer is reloaded per call
+            got = comparing.zero_at_zeros(got, ds.args[n.partition(" ")[2][1:-1]])  # the buffer is reloaded per call
         tol = dict(tols[n], rel_l2=None)
         row = {"name": f"gradient of {n}", **compare(got, exp, tol["atol"], tol["rtol"]), "tolerance": tol}
         exact = (back.exact or {}).get(n)

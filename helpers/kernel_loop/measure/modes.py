@@ -14,7 +14,6 @@ import copy
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from ..compare import zero_at_zeros
 from ..tensors import continuous, is_tensor, normalize_outputs, upstream
 from . import guards
 from .problem import DataSet, Problem, start_state
@@ -196,7 +195,8 @@ def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, no
                  for (n, p), g in zip(leaves.items(), got, strict=True)}
         for n in ds.args:  # an input's exact zeros may be structure (a triangle, a mask): no gradient is owed there
             if f"input '{n}'" in grads:
-                zero_at_zeros(grads[f"input '{n}'"], ds.args[n])
+                grads[f"input '{n}'"] = torch.where(ds.args[n] != 0, grads[f"input '{n}'"], 0)  # a copy: autograd's
+                # gradients share memory (a + b hands one tensor to both inputs; a sum's is a stride-0 view)
         return grads
 
     try:
