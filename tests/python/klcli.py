@@ -4,7 +4,6 @@ subprocess of ``helpers/kloop.py`` (``run``)."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,15 +12,15 @@ from conftest import KERNELS  # the test kernels, unpacked from tests/python/ker
 
 REPO = Path(__file__).resolve().parents[2]
 HELPERS = REPO / "helpers"
-# where Nsight Compute is installed (the lent GPU machine), a test's run profiles with --clock-control none unless the
-# test says otherwise: ncu's own default locks the card's clocks to base while it profiles, and the card's settings
-# are not the suite's to change (seen: 35_LSTM's whole-loop test profiled under the locked base clock)
-NCU_HERE = bool(shutil.which("ncu")) or Path("/usr/local/cuda/bin/ncu").exists()
+# a GPU test's run (conftest sets GPU_TEST for tests marked gpu) profiles with --clock-control none unless the test
+# says otherwise: ncu's own default locks the card's clocks to base while it profiles, and the card's settings are
+# not the suite's to change (seen: 35_LSTM's whole-loop test profiled under the locked base clock)
+GPU_TEST = False
 
 
 def _args(args: tuple) -> list[str]:
     out = [str(a) for a in args]
-    if NCU_HERE and out[:1] == ["init"] and "--clock-control" not in out and "cpu" not in out:
+    if GPU_TEST and out[:1] == ["init"] and not any(a.split("=", 1)[0] == "--clock-control" for a in out):
         out += ["--clock-control", "none"]
     return out
 
