@@ -43,13 +43,14 @@ def resampled_median_ratios(a: list[float], b: list[float], rng: Any, n_boot: in
     """median(rng.choices(a, k=len(a))) / median(rng.choices(b, k=len(b))), ``n_boot`` times in turn (``rng``: a
     random.Random, left where it was).  With NumPy the same numbers, all at once: its legacy generator is Python's
     Mersenne Twister, its doubles are random()'s, and an index is floor(u * n) as in choices (2 ms against 30 for two
-    samples of 50); without it, or for values that are not all finite (sorted's order of a NaN), choices itself."""
+    samples of 50); without it, or for values that are not all finite (sorted's order of a NaN) or a ``b`` holding a
+    zero (a median of 0 raises there, where NumPy would divide), choices itself."""
     try:
         import numpy as np
     except ImportError:
         np = None
     xa, xb = (np.asarray(x, dtype=np.float64) if np is not None else None for x in (a, b))
-    if xa is None or not (np.isfinite(xa).all() and np.isfinite(xb).all()):
+    if xa is None or not (np.isfinite(xa).all() and np.isfinite(xb).all()) or not xb.all():
         return [statistics.median(rng.choices(a, k=len(a))) / statistics.median(rng.choices(b, k=len(b)))
                 for _ in range(n_boot)]
     state = rng.getstate()[1]

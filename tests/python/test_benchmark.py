@@ -60,6 +60,9 @@ def test_verdicts():
     assert same["verdict"] == "within noise" and same["ci95"][0] < 1 < same["ci95"][1]
     with pytest.raises(ValueError):
         B.bootstrap_ci([], [1.0])
+    # a resample whose median is 0 raises as Python's division does, never an interval of inf or NaN (lower > upper)
+    with pytest.raises(ZeroDivisionError):
+        B.bootstrap_ci([0.0, 1.0], [0.0, 2.0], seed=1)
 
 
 def test_roofline_fractions_and_missing_peaks():
