@@ -30,12 +30,13 @@ def error_text(exc: BaseException) -> str:
 
 
 def leaving(code: int) -> int:
-    """A worker's or judge's process exit status ``code``, everything alive first frozen out of the garbage collector:
-    the interpreter's exit then does not trace torch's objects again in each of its last collections (about 0.3 s of
-    CPU a process).  The atexit handlers, the flush of the standard streams and the exit status are the exit's as
-    before; only a reference cycle made before this is not collected at the exit (the system frees its memory).
-    Not where Triton was imported: its bindings (nanobind) count the objects still alive when they unload and print
-    some thirty lines of "leaked" warnings on every exit of a Triton kernel's worker."""
+    """The judge's process exit status ``code``, everything alive first frozen out of the garbage collector: the
+    interpreter's exit then does not trace torch's objects again in each of its last collections (about 0.3 s of CPU a
+    process).  The atexit handlers, the flush of the standard streams and the exit status are the exit's as before;
+    only a reference cycle made before this is not collected at the exit (the system frees its memory).  Not in a
+    worker: a kernel's libraries may count what is still alive when they unload (Triton's bindings printed some thirty
+    lines of "leaked" objects on every exit of a frozen worker), so the kernel's process exits as a user's does; nor
+    in a judge whose ref.py brought Triton in."""
     import gc
 
     if "triton" not in sys.modules:
