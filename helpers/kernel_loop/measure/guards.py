@@ -29,17 +29,21 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())[:600]}\n" + "".join(frames).rstrip()
 
 
+# kernel libraries whose compiled bindings (nanobind) count the objects still alive when they unload: Triton's
+# printed some thirty lines of "leaked" objects on every exit of a frozen worker; CuTe DSL's MLIR bindings are built
+# the same way
+COUNTS_AT_EXIT = ("triton", "cutlass")
+
+
 def leaving(code: int) -> int:
-    """The judge's process exit status ``code``, everything alive first frozen out of the garbage collector: the
-    interpreter's exit then does not trace torch's objects again in each of its last collections (about 0.3 s of CPU a
-    process).  The atexit handlers, the flush of the standard streams and the exit status are the exit's as before;
-    only a reference cycle made before this is not collected at the exit (the system frees its memory).  Not in a
-    worker: a kernel's libraries may count what is still alive when they unload (Triton's bindings printed some thirty
-    lines of "leaked" objects on every exit of a frozen worker), so the kernel's process exits as a user's does; nor
-    in a judge whose ref.py brought Triton in."""
+    """A worker's or judge's process exit status ``code``, everything alive first frozen out of the garbage collector
+    (about 0.3 s of CPU a process: the interpreter's exit then does not trace torch's objects again in each of its
+    last collections; some 20 s of `make test`), unless a library of COUNTS_AT_EXIT was imported.  The atexit
+    handlers, the flush of the standard streams and the exit status are the exit's as before; only a reference cycle
+    made before this is not collected at the exit (the system frees its memory)."""
     import gc
 
-    if "triton" not in sys.modules:
+    if not any(m in sys.modules for m in COUNTS_AT_EXIT):
         gc.freeze()
     return code
 
