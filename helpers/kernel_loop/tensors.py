@@ -273,7 +273,7 @@ def grads_into(outs: list, targets: list[tuple[str, Any, Any]], seed: int) -> li
 def foreign_memory(t) -> bool:
     """Whether a tensor lives in memory torch's allocator did not give its storage (torch.from_dlpack, frombuffer,
     from_numpy, a shared-memory mapping, a raw pointer): such a storage cannot be resized.  Its storage object
-    dies when a caller lets go of it while the memory may stay with whoever made it, so ``still_held`` cannot
+    dies when a caller lets go of it while the memory may stay with whoever made it, so ``protocol.still_held`` cannot
     see a kernel that keeps that memory and writes it again."""
     return not t.untyped_storage().resizable()
 
@@ -306,44 +306,6 @@ class WeakHold:
         st = torch.UntypedStorage._new_with_weak_ptr(self.ref.cdata)  # as torch's own storage cache does
         dtype, offset, shape, stride = self.meta
         return torch.empty(0, dtype=dtype, device=st.device).set_(st, offset, shape, stride)
-
-
-def held_elsewhere(kept: list[dict]) -> bool:
-    """Whether anything but their caller holds results ``kept`` holds (or follows: a WeakHold still alive): another
-    tensor over a held one's storage (torch's count of its users, above a lone tensor's, measured here: no build
-    promises its value), the sign of a kernel that keeps what it returns.  A hint that decides only whether more
-    calls are made."""
-    import sys
-
-    import torch
-
-    count = torch._C._storage_Use_Count
-    lone = {"t": torch.empty(1)}  # held while counted: a storage's count is read through a live tensor only
-    alone = count(lone["t"].untyped_storage()._cdata)  # one tensor's own count on this torch build
-    refs = next(sys.getrefcount(t) for t in lone.values())  # a held object's references: the holder's, the loop's
-    # a view returned and held as it is: its base counts; a returned object the caller holds, which the kernel holds
-    # too (a ring served from a list), shows in its references, not in its storage's count
-    return any(not t.ref.expired() if isinstance(t, WeakHold)
-               else count(t.untyped_storage()._cdata) > alone + (t._base is not None) or sys.getrefcount(t) > refs
-               for held in kept for t in held.values())
-
-
-def still_held(kept: list[dict]) -> tuple[list[list], list[Any]]:
-    """Which results [call index, name] are still alive once ``kept`` (per call, the results a caller holds, or their
-    WeakHold) lets go of them: every reference dropped (the list emptied), a garbage collection.  The holder's
-    references are the only ones a kernel that allocates its results afresh leaves, so each of its storages is
-    freed here (an allocator that caches the memory caches a freed block, not the storage); one still alive is held
-    by the kernel (a module global, an attribute, a compile cache, a pool).  Also each of those as a tensor again
-    (over the storage the kernel holds, as it was returned), to be read after later calls."""
-    import gc
-
-    weak = [(i, n, t if isinstance(t, WeakHold) else WeakHold(t)) for i, held in enumerate(kept) for n, t in held.items()]
-    kept.clear()
-    if any(not w.ref.expired() for _, _, w in weak):  # a result in a reference cycle is freed by a collection
-        gc.collect()
-    alive = [(i, n, w.strong()) for i, n, w in weak]
-    alive = [(i, n, t) for i, n, t in alive if t is not None]
-    return [[i, n] for i, n, _ in alive], [t for _, _, t in alive]
 
 
 FP_CHUNK = 1 << 24
@@ -398,30 +360,66 @@ def _lanes(torch, flat) -> Any:
     return raw
 
 
+def _sums(torch, lanes, key: int) -> tuple:
+    """The plain int64 sum of ``lanes`` and their sum weighted by ``key``'s odd 64-bit weights (wrapping at 2**64,
+    a weight per chunk too), as device scalars.  The product of a lane and its weight is computed in int64."""
+    weights = _weights(torch, lanes.device, key, min(lanes.numel(), FP_CHUNK))
+    s1 = torch.zeros((), dtype=torch.int64, device=lanes.device)
+    s2 = torch.zeros((), dtype=torch.int64, device=lanes.device)
+    for c, s in enumerate(range(0, lanes.numel(), FP_CHUNK)):
+        bits = lanes[s:s + FP_CHUNK]
+        s1 += bits.sum(dtype=torch.int64)
+        s2 += (bits * weights[:bits.numel()]).sum() * _signed(_mix(key ^ (c + 1)) | 1)
+    return s1, s2
+
+
+MM_BYTES = 1 << 20  # a tensor of this many bytes or more is summed by rows of ROW bytes in an int8 product
+ROW, _COLS, _ROWS_AT_ONCE = 4096, 16, 1 << 14  # int32 sums exact: 4096 * 128 * 128 = 2**26; 64 MiB a product
+_ROW_WEIGHTS: dict[tuple[str, int], Any] = {}
+
+
+def _by_rows(torch, raw, key: int) -> tuple:
+    """(plain, weighted) sums of int8 bytes ``raw`` (at least MM_BYTES): each ROW-byte row times 15 secret int8
+    columns and a column of ones in one int8 product (torch._int_mm: exact int32 sums, one read of the bytes), then
+    the rows' secret sums weighted as lanes, and the last partial row as lanes.  A change inside a row leaves all 15
+    of its sums equal with a chance of at most 256**-15 (a column's weight at a changed byte is uniform over 256
+    values); it costs about a read of the tensor, where weighting every lane in int64 moved seven times its bytes."""
+    w = _ROW_WEIGHTS.get((str(raw.device), key))
+    if w is None:
+        gen = torch.Generator().manual_seed(_mix(key ^ 0x5EED) >> 1)
+        w = torch.randint(-128, 128, (ROW, _COLS), dtype=torch.int8, generator=gen)
+        w[:, -1] = 1
+        w = _ROW_WEIGHTS[(str(raw.device), key)] = w.to(raw.device)
+    rows, parts, r0 = raw.numel() // ROW, [], 0
+    while r0 < rows:  # torch._int_mm takes more than 16 rows, and cuBLASLt 16-byte aligned ones (a clone if not)
+        r1 = rows if rows - r0 < _ROWS_AT_ONCE + 17 else r0 + _ROWS_AT_ONCE
+        block = raw[r0 * ROW:r1 * ROW].view(r1 - r0, ROW)
+        parts.append(torch._int_mm(block if block.data_ptr() % 16 == 0 else block.clone(), w))
+        r0 = r1
+    sums = torch.cat(parts)
+    secret = _sums(torch, sums[:, :-1].reshape(-1), key)[1]
+    tail = _sums(torch, raw[rows * ROW:], key ^ 0x7A11)
+    return (sums[:, -1].sum(dtype=torch.int64) + tail[0],
+            secret + tail[1] * _signed(_mix(key ^ 0x7A11) | 1))
+
+
 def fingerprint(t, *, portable: bool = False) -> tuple:
-    """(shape, dtype, two sums) of a tensor's bytes, taken chunk by chunk over 4-byte lanes: the plain sum of
-    the lanes and a sum weighted by a 64-bit odd weight per position, both in int64 (the plain one exact, the
-    weighted one wrapping at 2**64).  Any change of one element changes both; a change of several is missed
-    only if the weights' combination vanishes mod 2**64, which the weights' secret key (``_PROCESS_KEY``) keeps
-    the kernel from arranging.  Equal fingerprints mean unchanged for every practical purpose, without holding a
-    copy.  ``portable`` uses key 0: the same in every process, for reports that compare two processes' tensors."""
+    """(shape, dtype, two sums) of a tensor's bytes: the plain sum of its 4-byte lanes and a sum weighted by a
+    64-bit odd weight per position, both in int64 (the plain one exact, the weighted one wrapping at 2**64); from
+    MM_BYTES on, the bytes by rows (_by_rows).  Any change of one element changes both; a change of several is missed
+    only if the weights' combination vanishes, which the weights' secret key (``_PROCESS_KEY``) keeps the kernel from
+    arranging.  Equal fingerprints mean unchanged for every practical purpose, without holding a copy.
+    ``portable`` uses key 0: the same in every process, for reports that compare two processes' tensors.  The sums
+    stay on the tensor's device and are read once: one host synchronisation per tensor."""
     torch = _torch()
     key = 0 if portable else _PROCESS_KEY
-    lanes = _lanes(torch, t.detach().reshape(-1))
-    weights = _weights(torch, lanes.device, key, min(lanes.numel(), FP_CHUNK))
-    # the sums stay on the tensor's device and are read once: one host synchronisation per tensor.  The product
-    # of a lane and its int64 weight is computed in int64 on the fly.
-    if lanes.numel() <= FP_CHUNK:  # one chunk (most tensors): its two sums as they are, fewer torch calls
-        s1 = lanes.sum(dtype=torch.int64)
-        s2 = (lanes * weights[:lanes.numel()]).sum() * _signed(_mix(key ^ 1) | 1)
+    flat = t.detach().reshape(-1)
+    if flat.numel() * flat.element_size() >= MM_BYTES and flat.device.type in ("cpu", "cuda") and \
+            hasattr(torch, "_int_mm"):
+        s1, s2 = _by_rows(torch, flat.contiguous().view(torch.uint8).view(torch.int8), key)
     else:
-        s1 = torch.zeros((), dtype=torch.int64, device=lanes.device)
-        s2 = torch.zeros((), dtype=torch.int64, device=lanes.device)
-        for c, s in enumerate(range(0, lanes.numel(), FP_CHUNK)):
-            bits = lanes[s:s + FP_CHUNK]
-            s1 += bits.sum(dtype=torch.int64)
-            s2 += (bits * weights[:bits.numel()]).sum() * _signed(_mix(key ^ (c + 1)) | 1)  # a weight per chunk
-    return tuple(t.shape), str(t.dtype), int(s1) % (1 << 64), int(s2) % (1 << 64)
+        s1, s2 = _sums(torch, _lanes(torch, flat), key)
+    return tuple(t.shape), str(t.dtype), *(int(x) % (1 << 64) for x in torch.stack([s1, s2]).cpu())
 
 
 def normalize_outputs(value: Any, names: list[str]) -> dict:

@@ -1180,11 +1180,12 @@ def test_a_ring_too_large_to_come_back_within_the_calls_is_a_pool(tmp_path, work
 
 
 def test_the_hint_that_a_kernel_holds_results_is_calibrated_on_this_torch():
-    """tensors.held_elsewhere decides whether a shape gets the calls that cycle a ring: another tensor over a held
+    """protocol.held_elsewhere decides whether a shape gets the calls that cycle a ring: another tensor over a held
     result's storage (the kernel's) counts, a result alone does not, a returned object the kernel holds too (held as
     it is, one time in two) counts, and a followed one counts while it lives."""
     import torch
-    from kernel_loop.tensors import WeakHold, held_elsewhere
+    from kernel_loop.measure.protocol import held_elsewhere
+    from kernel_loop.tensors import WeakHold
 
     x = torch.zeros(4)
     held = {"out": x.detach()}  # the caller's own object over the kernel's result

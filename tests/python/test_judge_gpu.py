@@ -558,3 +558,34 @@ def test_a_kernel_cannot_slow_the_torch_compile_baseline_through_its_caches(tmp_
     eager, compiled = (rows[n]["stats_us"]["median"] for n in ("pytorch-eager", "torch-compile"))
     print(f"eager {eager:.1f} us, torch.compile {compiled:.1f} us, solution {rows['solution']['stats_us']['median']:.1f} us")
     assert compiled < 2.0 * eager, (compiled, eager)
+
+
+def test_fingerprints_by_rows_on_the_gpu_are_exact_and_cheap():
+    """The rows' int8 product on the GPU (cuBLASLt through torch._int_mm) gives the CPU's exact sums, so a portable
+    fingerprint is the same on either; a 4.3 GB tensor (the l1norm example's) takes about a read of it, where the
+    lanes weighted in int64 took seven times its bytes (time printed, not asserted: the card varies)."""
+    import time
+
+    import torch
+    from kernel_loop import tensors
+
+    x = torch.randn(3 * tensors.MM_BYTES // 4 + 333)
+    assert tensors.fingerprint(x.cuda(), portable=True)[2:] == tensors.fingerprint(x, portable=True)[2:]
+    shifted = torch.empty(x.numel() + 1, device="cuda")[1:]
+    shifted.copy_(x)
+    assert tensors.fingerprint(shifted, portable=True) == tensors.fingerprint(x.cuda(), portable=True)
+    big = torch.rand(32768, 32767, device="cuda")
+    before = tensors.fingerprint(big)
+    big[16000, 5] += 1
+    assert tensors.fingerprint(big) != before
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(3):
+        tensors.fingerprint(big)
+    rows_s = (time.perf_counter() - t0) / 3
+    t0 = time.perf_counter()
+    for _ in range(3):
+        tensors._sums(torch, tensors._lanes(torch, big.reshape(-1)), 12345)[1].item()
+    lanes_s = (time.perf_counter() - t0) / 3
+    print(f"fingerprint of {big.numel() * 4 / 1e9:.2f} GB: by rows {rows_s * 1e3:.1f} ms, lanes in int64 {lanes_s * 1e3:.1f} ms")
+    assert rows_s < lanes_s

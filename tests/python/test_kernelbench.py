@@ -342,6 +342,37 @@ def test_input_fingerprints_catch_sign_flips_and_swaps_that_cancel_in_fixed_sums
     assert tensors.fingerprint(swapped) != tensors.fingerprint(big)
 
 
+def test_large_fingerprints_sum_rows_in_an_exact_int8_product_chunk_by_chunk_and_see_every_change(monkeypatch):
+    """From MM_BYTES on, a tensor's bytes are summed by rows in one int8 product (torch._int_mm, int32 sums): the sums
+    equal int64 arithmetic's, do not depend on how many rows one product takes or on the tensor's alignment, and a
+    change of one element, a swap inside a row or across rows, a change in the last partial row or a sign flip is
+    seen, in every dtype."""
+    from kernel_loop import tensors
+
+    raw = torch.randint(-128, 128, (300 * tensors.ROW,), dtype=torch.int8)
+    w = torch.randint(-128, 128, (tensors.ROW, 16), dtype=torch.int8)
+    assert torch.equal(torch._int_mm(raw.view(300, -1), w).long(), raw.view(300, -1).long() @ w.long())
+    x = torch.randn(3 * tensors.MM_BYTES // 4 + 333)  # 3 MiB and a partial row
+    whole = tensors.fingerprint(x)
+    monkeypatch.setattr(tensors, "_ROWS_AT_ONCE", 40)  # many products, the last one merged (never 16 rows or fewer)
+    assert tensors.fingerprint(x) == whole == tensors.fingerprint(x.clone())
+    shifted = torch.randn(x.numel() + 1)[1:]  # 4 bytes past an aligned start: its products read a clone
+    shifted.copy_(x)
+    assert shifted.data_ptr() % 16 and tensors.fingerprint(shifted) == whole
+    for i, j in ((5, 6), (5, 700_000), (x.numel() - 2, x.numel() - 1)):
+        y = x.clone()
+        y[[i, j]] = y[[j, i]]
+        assert tensors.fingerprint(y) != whole, (i, j)
+    for dtype in (torch.float32, torch.bfloat16, torch.float64, torch.int64, torch.bool, torch.complex64):
+        n = 2 * tensors.MM_BYTES // torch.empty((), dtype=dtype).element_size() + 7
+        x = (torch.randn(n) > 0) if dtype == torch.bool else torch.randn(n).to(dtype)
+        before = tensors.fingerprint(x)
+        for at in (0, n // 2, n - 1):
+            y = x.clone()
+            y[at] = ~y[at] if dtype == torch.bool else (-y[at] if dtype != torch.int64 else y[at] + 1)
+            assert tensors.fingerprint(y) != before, (dtype, at)
+
+
 def test_the_fingerprint_is_keyed_per_process_unless_portable():
     """The judge's own fingerprints use a secret of its process (a kernel cannot aim a change at them); the
     portable ones, which the judge and its worker compare, are the same in every process."""
@@ -359,6 +390,11 @@ def test_the_fingerprint_is_keyed_per_process_unless_portable():
     assert out.strip() != f"{tensors.fingerprint(x)[2:]} {tensors.fingerprint(x, portable=True)[2:]}"
     assert out.strip().endswith(str(tensors.fingerprint(x, portable=True)[2:]))
     assert tensors.fingerprint(x) == tensors.fingerprint(x.clone())
+    big = torch.arange(tensors.MM_BYTES, dtype=torch.float32)  # summed by rows (4 MiB): keyed there as well
+    code = code.replace("arange(5000", f"arange({big.numel()}")
+    out = subprocess.run([sys.executable, "-c", code, helpers], capture_output=True, text=True, check=True).stdout
+    assert out.strip() != f"{tensors.fingerprint(big)[2:]} {tensors.fingerprint(big, portable=True)[2:]}"
+    assert out.strip().endswith(str(tensors.fingerprint(big, portable=True)[2:]))
 
 
 def test_no_dims_for_a_file_without_sizes_is_one_line(tmp_path, capsys):

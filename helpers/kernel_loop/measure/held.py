@@ -165,7 +165,7 @@ def read_watched(sess: Session, watched: list[dict], like: Any) -> None:
 
 def cycle_rings(sess: Session, n: int, notes: list[str]) -> None:
     """Before a shape's last call (``n`` calls): where the kernel holds results its caller kept or followed
-    (tensors.held_elsewhere), RING_CALLS calls more (or ``n``) whose results nobody holds, on inputs of their own (on
+    (protocol.held_elsewhere), RING_CALLS calls more (or ``n``) whose results nobody holds, on inputs of their own (on
     an earlier call's, a ring would write a held result's own values again), with what lived before each frozen out of
     garbage collection (quiet: a ring given back when a collection frees a sentinel escaped where one ran among them,
     guards.before_call)."""

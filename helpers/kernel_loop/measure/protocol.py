@@ -335,3 +335,45 @@ def let_go(w: Any) -> dict:
         w.torch.cuda.ipc_collect()
         w.torch.cuda.empty_cache()
     return {}
+
+
+def held_elsewhere(kept: list[dict]) -> bool:
+    """Whether anything but their caller holds results ``kept`` holds (or follows: a WeakHold still alive): another
+    tensor over a held one's storage (torch's count of its users, above a lone tensor's, measured here: no build
+    promises its value), the sign of a kernel that keeps what it returns.  A hint that decides only whether more
+    calls are made."""
+    import sys
+
+    import torch
+
+    from ..tensors import WeakHold
+
+    count = torch._C._storage_Use_Count
+    lone = {"t": torch.empty(1)}  # held while counted: a storage's count is read through a live tensor only
+    alone = count(lone["t"].untyped_storage()._cdata)  # one tensor's own count on this torch build
+    refs = next(sys.getrefcount(t) for t in lone.values())  # a held object's references: the holder's, the loop's
+    # a view returned and held as it is: its base counts; a returned object the caller holds, which the kernel holds
+    # too (a ring served from a list), shows in its references, not in its storage's count
+    return any(not t.ref.expired() if isinstance(t, WeakHold)
+               else count(t.untyped_storage()._cdata) > alone + (t._base is not None) or sys.getrefcount(t) > refs
+               for held in kept for t in held.values())
+
+
+def still_held(kept: list[dict]) -> tuple[list[list], list[Any]]:
+    """Which results [call index, name] are still alive once ``kept`` (per call, the results a caller holds, or their
+    WeakHold) lets go of them: every reference dropped (the list emptied), a garbage collection.  The holder's
+    references are the only ones a kernel that allocates its results afresh leaves, so each of its storages is
+    freed here (an allocator that caches the memory caches a freed block, not the storage); one still alive is held
+    by the kernel (a module global, an attribute, a compile cache, a pool).  Also each of those as a tensor again
+    (over the storage the kernel holds, as it was returned), to be read after later calls."""
+    import gc
+
+    from ..tensors import WeakHold
+
+    weak = [(i, n, t if isinstance(t, WeakHold) else WeakHold(t)) for i, held in enumerate(kept) for n, t in held.items()]
+    kept.clear()
+    if any(not w.ref.expired() for _, _, w in weak):  # a result in a reference cycle is freed by a collection
+        gc.collect()
+    alive = [(i, n, w.strong()) for i, n, w in weak]
+    alive = [(i, n, t) for i, n, t in alive if t is not None]
+    return [[i, n] for i, n, _ in alive], [t for _, _, t in alive]

@@ -467,18 +467,18 @@ class Worker:
 
     def op_release(self, msg: dict) -> dict:
         """The caller lets go of the results it kept (``probe``: says only whether the kernel holds any of them), but
-        for call ``carry``'s: which [call index, name, watch index] the kernel still holds (tensors.still_held), each
+        for call ``carry``'s: which [call index, name, watch index] the kernel still holds (protocol.still_held), each
         kept to be read after later calls (op_kept's ``watch``), and ``carried``: [name, watch index]."""
         k = self.kernels[msg["k"]]
         self._end_backward(k)
         if msg.get("probe"):
-            return {"holding": tensors.held_elsewhere(k.kept)}
+            return {"holding": protocol.held_elsewhere(k.kept)}
         carry = k.kept[msg["carry"]] if 0 <= msg.get("carry", -1) < len(k.kept) else {}
         kept_on = {n: t for n, t in carry.items() if not isinstance(t, tensors.WeakHold)}  # held by the caller
         carried = [[n, len(k.watch) + j] for j, n in enumerate(kept_on)]
         k.watch += list(kept_on.values())
         carry.clear()
-        held, again = tensors.still_held(k.kept)
+        held, again = protocol.still_held(k.kept)
         k.watch += again  # read back after later calls (op_kept with ``watch``): a compile cache never writes them
         return {"held": [[i, n, len(k.watch) - len(again) + j] for j, (i, n) in enumerate(held)], "carried": carried}
 
