@@ -3,6 +3,7 @@ and turning a kernel's or reference's returned value into named outputs.  torch 
 
 from __future__ import annotations
 
+import random
 import secrets
 from typing import Any
 
@@ -333,30 +334,29 @@ _BLOCK = 1 << 16  # weights are drawn in blocks of this many positions, each fro
 
 
 def _weights(torch, device, key: int, n: int) -> Any:
-    """The weights of the first ``n`` positions of a chunk (n <= FP_CHUNK), kept per device and key and grown
-    as larger tensors come: 64-bit odd values from generators seeded by (key, block), so that multiplying by
-    one loses no bit of an element and two positions share the low 32 bits of their weights about once in
-    4e9 pairs.  A small tensor costs a small draw."""
+    """The weights of the first ``n`` positions of a chunk (n <= FP_CHUNK), kept per device and key and grown as larger
+    tensors come: odd 64-bit values drawn per block from every bit of (key, block) (torch's generators keep 32 bits of
+    a seed), so that a product loses no bit of an element.  A small tensor costs a small draw."""
     cache = (str(device), key)
     have = _WEIGHTS.get(cache)
     if have is None or have.numel() < n:
-        blocks = []
-        for b in range(max(1, -(-n // _BLOCK))):
-            gen = torch.Generator().manual_seed(_mix(key ^ (b << 32)) >> 1)
-            blocks.append(torch.randint(-(1 << 62), 1 << 62, (_BLOCK,), dtype=torch.int64, generator=gen) * 2 + 1)
+        blocks = [_secret_bytes(torch, key, b, _BLOCK * 8).view(torch.int64) * 2 + 1
+                  for b in range(max(1, -(-n // _BLOCK)))]
         have = _WEIGHTS[cache] = torch.cat(blocks).to(device)
     return have
 
 
+def _secret_bytes(torch, key: int, block: int, n: int) -> Any:
+    """``n`` bytes drawn from all of ``key`` and ``block`` (Python's generator takes every bit of its seed)."""
+    return torch.frombuffer(bytearray(random.Random((key << 64) | block).randbytes(n)), dtype=torch.uint8)
+
+
 def _lanes(torch, flat) -> Any:
-    """A flat tensor's bytes as integers: int32 lanes when they divide evenly (an 8-byte element is two,
-    so flipping its top bit moves one lane by 2**31, which the int64 sums see), else bytes."""
+    """A flat tensor's bytes as integers: int32 lanes when they divide evenly (an 8-byte element is two: its top bit
+    moves one lane by 2**31), else bytes; at an offset that is no multiple of 4, a copy's (its clone's lanes)."""
     raw = flat.contiguous().view(torch.uint8)
     if raw.numel() % 4 == 0:
-        try:
-            return raw.view(torch.int32)
-        except RuntimeError:  # a storage offset that is no multiple of 4
-            pass
+        return (raw if raw.storage_offset() % 4 == 0 else raw.clone()).view(torch.int32)
     return raw
 
 
@@ -376,20 +376,30 @@ def _sums(torch, lanes, key: int) -> tuple:
 MM_BYTES = 1 << 20  # a tensor of this many bytes or more is summed by rows of ROW bytes in an int8 product
 ROW, _COLS, _ROWS_AT_ONCE = 4096, 16, 1 << 14  # int32 sums exact: 4096 * 128 * 128 = 2**26; 64 MiB a product
 _ROW_WEIGHTS: dict[tuple[str, int], Any] = {}
+_ROWS: dict[str, Any] = {}  # device -> whether torch._int_mm works there
+
+
+def _row_weights(torch, device, key: int) -> Any:
+    """The [ROW, 16] int8 matrix of ``key`` on ``device`` (15 secret columns from every bit of the key, then ones), or
+    None where torch._int_mm does not work on that device (tried once on zeros: every tensor there then sums lanes)."""
+    if (str(device), key) not in _ROW_WEIGHTS:
+        w = _secret_bytes(torch, key, 1 << 40, ROW * _COLS).view(torch.int8).view(ROW, _COLS)
+        w = torch.cat([w[:, 1:], torch.ones(ROW, 1, dtype=torch.int8)], 1).to(device)
+        if str(device) not in _ROWS:
+            try:
+                _ROWS[str(device)] = torch._int_mm(torch.zeros(32, ROW, dtype=torch.int8, device=device), w) is not None
+            except (AttributeError, RuntimeError, NotImplementedError):  # no int8 product in this torch or device
+                _ROWS[str(device)] = False
+        _ROW_WEIGHTS[(str(device), key)] = w if _ROWS[str(device)] else None
+    return _ROW_WEIGHTS[(str(device), key)]
 
 
 def _by_rows(torch, raw, key: int) -> tuple:
-    """(plain, weighted) sums of int8 bytes ``raw`` (at least MM_BYTES): each ROW-byte row times 15 secret int8
-    columns and a column of ones in one int8 product (torch._int_mm: exact int32 sums, one read of the bytes), then
-    the rows' secret sums weighted as lanes, and the last partial row as lanes.  A change inside a row leaves all 15
-    of its sums equal with a chance of at most 256**-15 (a column's weight at a changed byte is uniform over 256
-    values); it costs about a read of the tensor, where weighting every lane in int64 moved seven times its bytes."""
-    w = _ROW_WEIGHTS.get((str(raw.device), key))
-    if w is None:
-        gen = torch.Generator().manual_seed(_mix(key ^ 0x5EED) >> 1)
-        w = torch.randint(-128, 128, (ROW, _COLS), dtype=torch.int8, generator=gen)
-        w[:, -1] = 1
-        w = _ROW_WEIGHTS[(str(raw.device), key)] = w.to(raw.device)
+    """(plain, weighted) sums of int8 bytes ``raw`` (at least MM_BYTES): each ROW-byte row times 15 secret int8 columns
+    and a column of ones in one int8 product (torch._int_mm: exact int32 sums, about one read of the bytes where int64
+    weights per lane moved seven times them), then the rows' secret sums and the last partial row as lanes.  A change
+    in a row leaves its 15 sums equal with a chance of at most 256**-15 (a weight at a changed byte is uniform)."""
+    w = _row_weights(torch, raw.device, key)
     rows, parts, r0 = raw.numel() // ROW, [], 0
     while r0 < rows:  # torch._int_mm takes more than 16 rows, and cuBLASLt 16-byte aligned ones (a clone if not)
         r1 = rows if rows - r0 < _ROWS_AT_ONCE + 17 else r0 + _ROWS_AT_ONCE
@@ -404,18 +414,15 @@ def _by_rows(torch, raw, key: int) -> tuple:
 
 
 def fingerprint(t, *, portable: bool = False) -> tuple:
-    """(shape, dtype, two sums) of a tensor's bytes: the plain sum of its 4-byte lanes and a sum weighted by a
-    64-bit odd weight per position, both in int64 (the plain one exact, the weighted one wrapping at 2**64); from
-    MM_BYTES on, the bytes by rows (_by_rows).  Any change of one element changes both; a change of several is missed
-    only if the weights' combination vanishes, which the weights' secret key (``_PROCESS_KEY``) keeps the kernel from
-    arranging.  Equal fingerprints mean unchanged for every practical purpose, without holding a copy.
-    ``portable`` uses key 0: the same in every process, for reports that compare two processes' tensors.  The sums
-    stay on the tensor's device and are read once: one host synchronisation per tensor."""
+    """(shape, dtype, two sums) of a tensor's bytes: the plain sum of its 4-byte lanes and a sum weighted by an odd
+    64-bit weight per position, in int64 (the weighted one wrapping at 2**64); from MM_BYTES on, by rows (_by_rows).
+    A change is missed only if the weights' combination vanishes, which their secret key (``_PROCESS_KEY``) keeps the
+    kernel from arranging: equal fingerprints mean unchanged, without a copy.  ``portable`` uses key 0, the same in
+    every process.  The sums stay on the tensor's device and are read once (one host synchronisation)."""
     torch = _torch()
     key = 0 if portable else _PROCESS_KEY
     flat = t.detach().reshape(-1)
-    if flat.numel() * flat.element_size() >= MM_BYTES and flat.device.type in ("cpu", "cuda") and \
-            hasattr(torch, "_int_mm"):
+    if flat.numel() * flat.element_size() >= MM_BYTES and _row_weights(torch, flat.device, key) is not None:
         s1, s2 = _by_rows(torch, flat.contiguous().view(torch.uint8).view(torch.int8), key)
     else:
         s1, s2 = _sums(torch, _lanes(torch, flat), key)
@@ -451,8 +458,7 @@ def same_bytes(a, b) -> bool:
 
 
 def plain_types(torch) -> tuple:
-    """(torch.Tensor, the structseq types of torch.return_types): read before any kernel code runs, so a kernel
-    cannot add a type of its own."""
+    """(torch.Tensor, torch.return_types' structseq types): read before any kernel code runs, so no kernel adds one."""
     import torch.return_types as rt
 
     return (torch.Tensor, frozenset(t for t in vars(rt).values() if isinstance(t, type) and issubclass(t, tuple)))

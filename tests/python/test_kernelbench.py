@@ -373,6 +373,51 @@ def test_large_fingerprints_sum_rows_in_an_exact_int8_product_chunk_by_chunk_and
             assert tensors.fingerprint(y) != before, (dtype, at)
 
 
+def test_a_device_without_the_int8_product_fingerprints_by_lanes_and_every_tensor_alike(monkeypatch):
+    """Whether torch._int_mm works on a device is tried once, on zeros: where it does not, every fingerprint there sums
+    lanes (two of one tensor agree); a failure of a real tensor's product is not taken for that (it raises, as the
+    lanes' own failures do), and a tensor at an offset that is no multiple of 4 sums its clone's lanes."""
+    from kernel_loop import tensors
+
+    x = torch.randn(tensors.MM_BYTES // 2)
+    rows = tensors.fingerprint(x)
+
+    def fails(*_):
+        raise RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED")
+
+    monkeypatch.setattr(tensors, "_ROWS", {})
+    monkeypatch.setattr(tensors, "_ROW_WEIGHTS", {})
+    monkeypatch.setattr(torch, "_int_mm", fails)
+    lanes = tensors.fingerprint(x)
+    assert lanes != rows and tensors.fingerprint(x.clone()) == lanes and tensors._ROWS == {"cpu": False}
+    monkeypatch.setattr(tensors, "_ROWS", {"cpu": True})
+    monkeypatch.setattr(tensors, "_ROW_WEIGHTS", {})
+    with pytest.raises(RuntimeError, match="NOT_SUPPORTED"):
+        tensors.fingerprint(x)
+    odd = torch.arange(1001, dtype=torch.uint8)[1:]
+    assert tensors.fingerprint(odd) == tensors.fingerprint(odd.clone())
+
+
+def test_the_fingerprint_weights_take_every_bit_of_the_key():
+    """Two keys whose weights torch's generators would have drawn alike (manual_seed keeps 32 bits of a seed: with
+    the seeds of b6bd645, a guess among 2**32 of them rebuilt the secret weights) get different weights."""
+    from kernel_loop import tensors
+
+    def pair(seed_of):
+        seen = {}
+        for k in range(1, 1 << 20, 2):
+            s = seed_of(k) & 0xFFFFFFFF
+            if s in seen:
+                return seen[s], k
+            seen[s] = k
+        raise AssertionError("no pair")
+
+    k1, k2 = pair(lambda k: tensors._mix(k ^ 0x5EED) >> 1)  # the int8 rows' matrix, seeded so at b6bd645
+    assert not torch.equal(tensors._row_weights(torch, "cpu", k1), tensors._row_weights(torch, "cpu", k2))
+    k1, k2 = pair(lambda k: tensors._mix(k) >> 1)  # the lanes' first block of weights, seeded so at b6bd645
+    assert not torch.equal(tensors._weights(torch, "cpu", k1, 100)[:100], tensors._weights(torch, "cpu", k2, 100)[:100])
+
+
 def test_the_fingerprint_is_keyed_per_process_unless_portable():
     """The judge's own fingerprints use a secret of its process (a kernel cannot aim a change at them); the
     portable ones, which the judge and its worker compare, are the same in every process."""
