@@ -418,6 +418,15 @@ def test_hang_is_killed(tmp_path, cpu_mode):
     assert time.monotonic() - t0 < 75
 
 
+def test_a_worker_slow_to_exit_is_ended_soon_after_its_goodbye(tmp_path, cpu_mode):
+    """A worker whose exit takes 30 s (a kernel's finalizer; torch.compile's workers took 4 s) is killed END_WAIT_S after
+    its goodbye: the step does not wait on it (it held every step 30 s a worker)."""
+    t0 = time.monotonic()
+    rc, data, _, _ = _check(tmp_path, "ref_vadd.py", "py_slow_exit.py", "N=1000")
+    assert rc == 0 and data["result"] == "PASS"
+    assert time.monotonic() - t0 < 20  # 30 s a worker without the kill
+
+
 def test_contradicting_flags_are_refused_and_it_acts_on_the_current_version(tmp_path, cpu_judged, capsys):
     out = tmp_path / "run"
     assert klcli.init_run(out, "ref_vadd.py", "py_vadd.py", "triton", "N=4096") == 0
