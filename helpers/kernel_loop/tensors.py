@@ -409,8 +409,7 @@ def _by_rows(torch, raw, key: int) -> tuple:
     sums = torch.cat(parts)
     secret = _sums(torch, sums[:, :-1].reshape(-1), key)[1]
     tail = _sums(torch, raw[rows * ROW:], key ^ 0x7A11)
-    return (sums[:, -1].sum(dtype=torch.int64) + tail[0],
-            secret + tail[1] * _signed(_mix(key ^ 0x7A11) | 1))
+    return sums[:, -1].sum(dtype=torch.int64) + tail[0], secret + tail[1]  # the tail's weights are another key's
 
 
 def fingerprint(t, *, portable: bool = False) -> tuple:

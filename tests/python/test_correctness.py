@@ -419,7 +419,7 @@ def test_hang_is_killed(tmp_path, cpu_mode):
 
 
 def test_a_worker_slow_to_exit_is_ended_soon_after_its_goodbye(tmp_path, cpu_mode):
-    """A worker whose exit takes 30 s (a kernel's finalizer; torch.compile's workers took 4 s) is killed END_WAIT_S after
+    """A worker whose exit takes 30 s (a kernel's finalizer; torch.compile's workers took 4 s) is killed EXIT_WAIT_S after
     its goodbye: the step does not wait on it (it held every step 30 s a worker)."""
     t0 = time.monotonic()
     rc, data, _, _ = _check(tmp_path, "ref_vadd.py", "py_slow_exit.py", "N=1000")

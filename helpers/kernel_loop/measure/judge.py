@@ -49,7 +49,6 @@ from .timed import budgeted_rounds, harness_hint, timed_loop, timing_block
 from .under_ncu import census_first, ncu_run
 
 PROGRESS_S = float(os.environ.get("KERNEL_LOOP_PROGRESS_S") or 15.0)  # a progress line when a shape's calls take longer
-END_WAIT_S = 2.0  # a worker's exit after its goodbye (what it holds is let go before the reply), then its group is killed
 _T0 = time.monotonic()          # the judge's start: the phases of a step are counted from it
 
 
@@ -139,9 +138,8 @@ class Judge:
         return {"worker_isolated": not bad, "isolation_why": bad[0] if bad else said[0][1]}
 
     def end_worker(self, w: WorkerProc) -> None:
-        """End a worker and everything it started, before anything else is measured: a worker still exiting END_WAIT_S
-        after its goodbye is killed (a kernel's slow finalizer held every step 20 s; torch.compile's, 4 s)."""
-        w.close(wait_s=END_WAIT_S)
+        """End a worker and everything it started, before anything else is measured."""
+        w.close()
         if w in self.workers:
             self.workers.remove(w)
         # what it started ends with it; the workers still wanted (the ncu run waiting its turn) are spared

@@ -60,6 +60,9 @@ def worker_env(extra: dict | None = None) -> dict:
 OWN_GROUP: dict = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
 
 
+EXIT_WAIT_S = 2.0  # a worker's exit after its goodbye (the ncu worker waits for its report: a wait of its own)
+
+
 class WorkerProc:
     """A started worker: its process (in its own group), its channel, the tail of its output."""
 
@@ -154,8 +157,10 @@ class WorkerProc:
         self.isolated = (bool(reply.get("isolated")), str(reply.get("isolation") or "the worker did not say"))
         return reply
 
-    def close(self, wait_s: float = 30.0) -> int | None:
-        """Ask it to leave, then end its group and every process it started; returns its exit status."""
+    def close(self, wait_s: float = EXIT_WAIT_S) -> int | None:
+        """Ask it to leave, then end its group and every process it started; returns its exit status.  What it holds
+        is let go before it replies, so a worker still exiting ``wait_s`` later is killed (a kernel's slow finalizer
+        held every step 30 s a worker; torch.compile's baselines worker took 4 s)."""
         if self.chan is not None and self.proc.poll() is None:
             try:
                 self.chan.send({"op": "bye"})
