@@ -137,8 +137,9 @@ def _thread_worker_class():
 
     class ThreadWorkerProc(launch.WorkerProc):
         def __init__(self, folder: Path, name: str, device: str, *, prefix=None, env=None, deadline: float,
-                     policy=None):
+                     policy=None, libs=None):
             self.name, self.policy, self.isolated = name, None, None
+            self.tmpdir, self.libs, self.built = (env or {}).get("TMPDIR"), libs or {}, []
             self.tail = deque(maxlen=200)
             self.deadline = deadline
             self.timeout_s = max(0.0, deadline - time.monotonic())

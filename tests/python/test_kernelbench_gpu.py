@@ -263,7 +263,11 @@ def test_load_inline_cuda_solution_for_a_kernelbench_problem(tmp_path):
     proc = run("correctness", out, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (cache / "torch_extensions").is_dir() and not list(out.rglob("*.so"))  # the build lives in the cache
-    proc = run("profile", out, env=env)
+    [lib] = json.loads((out / "v0" / "correctness.json").read_text())["libraries"]  # and a copy in v0/lib
+    assert (out / "v0" / lib["file"]).is_file() and lib["name"] == "kl_relu_ext"
+    fresh = tmp_path / "fresh"  # profile on a machine whose build cache is empty: the timing and ncu's workers load
+    proc = run("profile", out, env={"KERNEL_LOOP_CACHE": str(fresh)})  # what correctness kept, and build nothing
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not list(fresh.rglob("*.so")), proc.stderr[-3000:]
     names = [k["name"] for k in json.loads((out / "v0" / "ncu.json").read_text())["kernels"]]
     assert any("relu_kernel" in n for n in names), names

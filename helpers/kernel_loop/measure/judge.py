@@ -39,7 +39,7 @@ from ..common import MeasuredFailure, UsageError, progress, sha256_text, write_j
 from ..compare import CONSTANT_REFERENCE, applied_tolerances
 from ..config import RunConfig
 from ..tensors import is_tensor
-from . import guards, protocol
+from . import guards, libraries, protocol
 from . import held as hold
 from .calls import Session, bad_row
 from .conditions import CONDITION_WORDS, condition, condition_plan, free_cached, other_plan
@@ -201,6 +201,7 @@ def correctness(judge: Judge) -> dict[str, Any]:
     worker = judge.start_worker("kernel")
     try:  # the worker leaves in order (a wrapper such as compute-sanitizer writes its summary at its exit)
         _correctness(judge, worker, path, kind, result)
+        result["libraries"] = libraries.keep(worker.built, judge.spec.get("keep_libraries"))  # for later steps
     except (MeasuredFailure, UsageError):  # the kernel's failure, a usage error: said as they are (main)
         raise
     except Exception as exc:  # the judge's own failure (out of device memory): the shapes so far stay, and where

@@ -31,7 +31,7 @@ from .. import proctree, records
 from ..common import MeasuredFailure, UsageError, progress
 from ..config import RunConfig
 from ..profiling.kernel_names import builds_cpp_extension
-from . import protocol, sandbox
+from . import libraries, protocol, sandbox
 
 CONNECT_TIMEOUT_S = 300.0
 SANDBOX_ENV = "KERNEL_LOOP_SANDBOX"  # "off": the workers run unsandboxed (every step then says so)
@@ -67,9 +67,13 @@ class WorkerProc:
     """A started worker: its process (in its own group), its channel, the tail of its output."""
 
     def __init__(self, folder: Path, name: str, device: str, *, prefix: list[str] | None = None,
-                 env: dict | None = None, deadline: float, policy: dict | None = None):
+                 env: dict | None = None, deadline: float, policy: dict | None = None,
+                 libs: dict[str, list] | None = None):
         self.name = name
         self.policy = policy
+        self.tmpdir = (env or {}).get("TMPDIR")  # its own folder (start), where the kept libraries are written
+        self.libs = libs or {}  # kernel path -> its kept load_inline libraries (libraries.stored)
+        self.built: list = []  # what load_inline built in it, as it said (libraries.keep takes only what it may)
         self.isolated: tuple[bool, str] | None = None  # what the worker said of its sandbox
         self.sock_path = folder / f"{secrets.token_hex(6)}.sock"  # a name that says nothing of the worker's role
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -144,6 +148,9 @@ class WorkerProc:
         except protocol.ProtocolError:
             time.sleep(0.2)
             raise WorkerFailed(self.death(f"during '{msg.get('op')}'")) from None
+        built = reply.pop("built", None)
+        if isinstance(built, list):
+            self.built = (self.built + built)[:libraries.MAX_LIBRARIES]
         if not reply.get("ok"):
             err = str(reply.get("error") or "failed")
             if reply.get("usage"):
@@ -230,7 +237,7 @@ def start(folder: Path, name: str, spec: dict[str, Any], *, deadline: float, pre
                 extra[var] = os.path.join(own, var.lower())
                 os.makedirs(extra[var], exist_ok=True)
     return WorkerProc(folder, name, spec["device"], prefix=prefix, env=extra, deadline=deadline,
-                      policy=sandbox_policy(spec, own))
+                      policy=sandbox_policy(spec, own), libs=spec.get("libraries"))
 
 
 class Started:
@@ -260,7 +267,12 @@ class Started:
 
 
 def import_kernel(worker: WorkerProc, kid: str, path: Path, kind: str, cfg: RunConfig) -> dict[str, Any]:
-    return worker.request({"op": "import", "id": kid, "path": str(path), "kind": kind, "impl": cfg.impl,
+    """Import (or build) a kernel in ``worker``; a .py that builds with load_inline gets the libraries its version
+    kept (libraries.hand, written into the worker's folder just before), and its new builds are reported."""
+    libs = {}
+    if kind in ("py", "kb") and builds_cpp_extension(Path(path).read_text(encoding="utf-8", errors="replace")):
+        libs = {"libs": libraries.hand(worker.libs.get(str(path)), worker.tmpdir)}
+    return worker.request({"op": "import", "id": kid, "path": str(path), "kind": kind, "impl": cfg.impl, **libs,
                            "build": {"include_dirs": cfg.build.include_dirs, "nvcc_flags": cfg.build.nvcc_flags}})
 
 
@@ -279,6 +291,8 @@ def prebuild(judge: Any, entries: dict[str, tuple[Path, str]]) -> None:
             continue
         if (data, kind) in seen:  # the solution is a copy of its version: one build serves both
             same += 1
+            continue
+        if judge.spec.get("libraries", {}).get(str(path)):  # its correctness kept its libraries: nothing to build
             continue
         seen.add((data, kind))
         todo[n] = (path, kind)

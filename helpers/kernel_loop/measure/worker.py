@@ -21,7 +21,8 @@ wraps it), with nothing on its command line; it serves, over the socket its envi
 - ``unbind``: a shape's end, the judge's buffers let go (``protocol.let_go``);
 - ``state``: fingerprints of what this process holds (parameters, inputs), for the judge's diagnosis; ``bye``.
 
-This module imports support code (loader, build, timing, tensors), ``protocol`` and ``guards``; never the judge.
+This module imports support code (loader, build, timing, tensors), ``protocol``, ``guards`` and ``libraries``; never
+the judge.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 
 from .. import tensors
 from ..common import UsageError
-from . import guards, protocol, sandbox
+from . import guards, libraries, protocol, sandbox
 
 NVTX_RANGE = "kl_measure"
 
@@ -83,7 +84,7 @@ class Worker:
             try:
                 if handler is None:
                     raise protocol.ProtocolError(f"unknown request {op!r}")
-                reply = {"ok": True, **(handler(msg) or {})}
+                reply = {"ok": True, **(handler(msg) or {}), "built": libraries.drain()}
             except UsageError as exc:
                 reply = {"ok": False, "error": str(exc), "usage": True}
             except Exception as exc:  # the kernel's failure is the reply
@@ -124,6 +125,7 @@ class Worker:
         path, kind = Path(msg["path"]), str(msg["kind"])
         if kind in ("py", "kb", "ref", "ref-kb"):
             prefix = "ref" if kind.startswith("ref") else "kernel"
+            libraries.hook(self.torch, msg["libs"]) if "libs" in msg else None  # load_inline: kept ones, and reported
             module = loader.import_file(path, prefix)
             self._no_mode(f"{path.name} left active at import")
             self._same_settings(f"{path.name}'s import") if prefix == "kernel" else None
@@ -495,7 +497,6 @@ def main() -> int:
     from .. import timing
 
     guards.no_working_folder_on_path()
-
     try:
         timing.bind()  # before any user code: a kernel that rebinds the clock later changes nothing bound here
     except ImportError:

@@ -59,6 +59,7 @@ from ..common import (
 )
 from ..compare import describe_tolerances
 from ..loader import device_for
+from ..measure import libraries
 from ..measure.session import run_judge
 from ..measure.timed import BASELINE_BUDGET_S, MIN_TRIALS, ROUNDS_BUDGET_S
 from ..rundir import RunDir, gate_script, parse_version
@@ -405,6 +406,8 @@ def run(args) -> int:
         "versions": [{"version": f"v{j}", "kernel": str(rd.kernel_file(j))} for j in versions] if timed else [],
         "ab": [[f"v{j}", f"v{j + 1}"] for j in versions[:-1] if j + 1 in versions] if timed else [],
         "baselines": baselines, "warmup": warmup, "trials": trials,
+        "libraries": {str(rd.kernel_file(j)): libraries.stored(rd.root, f"v{j}", rd.kernel_file(j))
+                      for j in sorted({k, *versions})},  # what each version's correctness built: not built again
         "discard_first": args.discard_first,
         # slow calls (8 GiB each) make the run's counts take minutes: cut to a budget unless counts were asked
         **({"budget_s": None, "baseline_budget_s": None} if asked else

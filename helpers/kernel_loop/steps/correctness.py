@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from ..common import (
 )
 from ..config import add_check_flags, check_flags_against_run, parse_dims
 from ..loader import check_runs_on, device_for
+from ..measure import libraries
 from ..measure.session import run_judge
 from ..rundir import RunDir
 from ..sidecars import CORRECTNESS_FILES, PROFILE_FILES
@@ -145,7 +147,8 @@ def run_correctness(args: argparse.Namespace) -> int:
     kernel_sha = sha256_file(kernel)
     shapes = cfg.shapes
     spec = {"cfg": cfg.to_json(), "device": device, "run_root": str(rd.root), "kernel": str(kernel),
-            "shapes": shapes, "trials": cfg.correctness_trials}
+            "shapes": shapes, "trials": cfg.correctness_trials, "keep_libraries": str(vdir / libraries.LIB_DIR)}
+    shutil.rmtree(vdir / libraries.LIB_DIR, ignore_errors=True)  # an earlier kernel's (the judge keeps this one's)
     timeout = float(cfg.timeout_s)
     others = ", ".join(str(b["batch_size"]) for b in cfg.batch_shapes)  # held.other_batches, conditions.other_plan
     progress(f"v{k}: checking {kernel.name} on {device}: {len(shapes)} shape(s) x {spec['trials']} trial(s), "
@@ -165,7 +168,7 @@ def run_correctness(args: argparse.Namespace) -> int:
         sdims = parse_dims(args.sanitize_dims, "--sanitize-dims") if args.sanitize_dims else dict(cfg.dims)
         if set(sdims) != set(cfg.dims):
             raise UsageError(f"--sanitize-dims must name exactly the dims {', '.join(cfg.dims)}")
-        sspec = dict(spec, shapes=[sdims], trials=1, cfg={**spec["cfg"], "batch_shapes": []})  # the given dims alone
+        sspec = dict(spec, shapes=[sdims], trials=1, cfg={**spec["cfg"], "batch_shapes": []}, keep_libraries=None)
         tools = ["memcheck"] + (["racecheck"] if kernel.suffix == ".cu" else [])
         runs = [run_sanitizer(t, sspec, timeout) for t in tools]
         total = sum(r["errors"] or 0 for r in runs)
@@ -181,7 +184,8 @@ def run_correctness(args: argparse.Namespace) -> int:
     data = {"schema": 1, "version": f"v{k}", "kernel_file": kernel.name, "kernel_sha256": kernel_sha,
             "result": result, "error": error, "device": res.get("device", device), "impl": cfg.impl,
             "time": now_iso(), "seconds": round(outcome.seconds, 2),
-            "tolerance": cfg.tolerance, "build": res.get("build"), "shapes": res["shapes"],
+            "tolerance": cfg.tolerance, "build": res.get("build"), "libraries": res.get("libraries") or [],
+            "shapes": res["shapes"],
             "warnings": res.get("warnings", []), "sanitize": sanitize, "memory": memory_summary(res["shapes"]),
             "conditions": res.get("conditions"),
             "worker_isolated": res.get("worker_isolated"), "isolation_why": res.get("isolation_why")}

@@ -42,6 +42,7 @@ from ..common import (
     warn,
 )
 from ..config import RunConfig
+from ..measure import libraries
 from ..measure.session import run_judge
 from ..measure.worker import NVTX_RANGE
 from ..profiling import inventory, ncu_parse
@@ -206,7 +207,8 @@ def run(args: argparse.Namespace) -> int:
                          "where the run's GPU is (move the run directory there whole)")
     ncu = find_ncu()
     timeout = float(cfg.timeout_s)
-    spec = {"cfg": cfg.to_json(), "run_root": str(rd.root), "kernel": str(kernel), "device": f"cuda:{cfg.gpu}"}
+    spec = {"cfg": cfg.to_json(), "run_root": str(rd.root), "kernel": str(kernel), "device": f"cuda:{cfg.gpu}",
+            "libraries": {str(kernel): libraries.stored(rd.root, vdir.name, kernel)}}  # what correctness built
     report = vdir / NCU_REPORT
     # everything is made in a temporary folder and moved into vK only when the whole profile succeeded:
     # a failed or refused profile leaves the version's earlier files as they were
