@@ -56,6 +56,25 @@ def test_the_judge_keeps_only_plain_files_of_load_inlines_cache(tmp_path, monkey
     assert libraries.keep(reports, str(dest)) == []  # no cache named: nothing to trust
 
 
+def test_a_cache_named_around_the_record_key_or_the_run_gives_neither_up(tmp_path, monkeypatch):
+    """$TORCH_EXTENSIONS_DIR set by the user to a folder that also holds the record key and the run directory (the
+    home folder, say): a kernel that reports the key's path, or a file of the run, gets nothing copied, even where
+    the name ends in .so; a file that is not a .so is never copied."""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    key, run = tmp_path / "keys" / "record.so", tmp_path / "run"
+    key.parent.mkdir()
+    key.write_bytes(b"the record key")
+    planted = _lib(run / "v0", "kl_p")
+    plain = _lib(tmp_path / "ext", "kl_q")
+    text = tmp_path / "ext" / "kl_q" / "notes.txt"
+    text.write_text("not a library")
+    reports = [{"key": KEY, "name": n, "module": True, "path": str(p)}
+               for n, p in (("kl_k", key), ("kl_p", planted), ("kl_t", text), ("kl_q", plain))]
+    kept = libraries.keep(reports, str(tmp_path / "dest"), [key, run])
+    assert [k["name"] for k in kept] == ["kl_q"]
+    assert len(libraries.keep(reports, str(tmp_path / "dest2"))) == 3  # what the hidden paths kept out
+
+
 def test_a_worker_is_handed_only_bytes_with_the_recorded_hash(tmp_path, monkeypatch):
     ext, dest, folder = tmp_path / "ext", tmp_path / "v1" / "lib", tmp_path / "worker"
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(ext))

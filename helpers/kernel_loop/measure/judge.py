@@ -34,7 +34,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from .. import proctree
+from .. import proctree, records
 from ..common import MeasuredFailure, UsageError, progress, sha256_text, write_json
 from ..compare import CONSTANT_REFERENCE, applied_tolerances
 from ..config import RunConfig
@@ -201,7 +201,8 @@ def correctness(judge: Judge) -> dict[str, Any]:
     worker = judge.start_worker("kernel")
     try:  # the worker leaves in order (a wrapper such as compute-sanitizer writes its summary at its exit)
         _correctness(judge, worker, path, kind, result)
-        result["libraries"] = libraries.keep(worker.built, judge.spec.get("keep_libraries"))  # for later steps
+        result["libraries"] = libraries.keep(worker.built, judge.spec.get("keep_libraries"),  # for later steps
+                                             [records.key_path(), Path(judge.spec["run_root"])])
     except (MeasuredFailure, UsageError):  # the kernel's failure, a usage error: said as they are (main)
         raise
     except Exception as exc:  # the judge's own failure (out of device memory): the shapes so far stay, and where

@@ -109,20 +109,22 @@ def drain() -> list[dict[str, Any]]:
 
 
 # --- the judge's side -------------------------------------------------------------------------
-def keep(reported: list[Any], dest: str | None) -> list[dict[str, Any]]:
+def keep(reported: list[Any], dest: str | None, hidden: list[Path] = ()) -> list[dict[str, Any]]:
     """The libraries a correctness worker reported, copied gzipped into ``dest`` (``<version>/lib``) from
-    load_inline's cache ($TORCH_EXTENSIONS_DIR) only: a plain file with one link under that folder.  Anything else a
-    kernel names is ignored.  Returns correctness.json's list."""
+    load_inline's cache ($TORCH_EXTENSIONS_DIR) only: a plain ``.so`` file with one link under that folder, and none
+    in ``hidden`` (the record key and the run directory, which a cache named around them holds too).  Anything else
+    a kernel names is ignored.  Returns correctness.json's list."""
     root = os.environ.get("TORCH_EXTENSIONS_DIR")
     if not dest or not root:
         return []
     root_real, out = Path(root).resolve(), []
+    hide = [Path(h).resolve() for h in hidden]
     for item in reported[:MAX_LIBRARIES]:
         if not isinstance(item, dict) or not _KEY.fullmatch(str(item.get("key"))):
             continue
-        if not _NAME.fullmatch(str(item.get("name"))):
+        if not _NAME.fullmatch(str(item.get("name"))) or not str(item.get("path")).endswith(".so"):
             continue
-        data = _plain_file_under(Path(str(item.get("path"))), root_real)
+        data = _plain_file_under(Path(str(item.get("path"))), root_real, hide)
         if data is None:
             continue
         sha = hashlib.sha256(data).hexdigest()
@@ -137,11 +139,12 @@ def keep(reported: list[Any], dest: str | None) -> list[dict[str, Any]]:
     return out
 
 
-def _plain_file_under(path: Path, root: Path) -> bytes | None:
-    """The bytes of ``path`` if it is a regular file with one link, under ``root`` once links are resolved."""
+def _plain_file_under(path: Path, root: Path, hidden: list[Path]) -> bytes | None:
+    """The bytes of ``path`` if it is a regular file with one link, under ``root`` and in none of ``hidden`` once
+    links are resolved."""
     try:
         real = path.resolve(strict=True)
-        if not real.is_relative_to(root):
+        if not real.is_relative_to(root) or any(real == h or real.is_relative_to(h) for h in hidden):
             return None
         fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW)
     except (OSError, RuntimeError, ValueError):
