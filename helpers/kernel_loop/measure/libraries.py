@@ -30,6 +30,7 @@ import re
 import secrets
 import stat
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ _KEY = re.compile(r"[0-9a-f]{64}")
 # --- the worker's side ------------------------------------------------------------------------
 _STORED: dict[str, dict[str, Any]] = {}  # key -> {"name", "module", "path"} handed by the judge
 _BUILT: list[dict[str, Any]] = []        # what this process's load_inline built, until the next reply
+_WRAP = threading.Lock()
 
 
 def key_of(torch: Any, args: dict[str, Any]) -> str:
@@ -74,10 +76,14 @@ def hook(torch: Any, libs: list[dict[str, Any]] | None) -> None:
     """Wrap load_inline (once per process) and add the libraries the judge handed for the next import."""
     for lib in libs or []:
         _STORED[str(lib["key"])] = lib
-    ext = sys.modules.get("torch.utils.cpp_extension") or importlib.import_module("torch.utils.cpp_extension")
-    if getattr(ext.load_inline, "_kl_orig", None) is not None:
-        return
-    orig = ext.load_inline
+    ext = importlib.import_module("torch.utils.cpp_extension")  # waits on an import another thread has begun
+    with _WRAP:
+        if getattr(ext.load_inline, "_kl_orig", None) is None:
+            ext.load_inline = _wrapped(torch, ext.load_inline)
+
+
+def _wrapped(torch: Any, orig: Any) -> Any:
+    """load_inline that loads the kept library of its call's key, else builds as torch does and reports it."""
     sig = inspect.signature(orig)
 
     def load_inline(*a: Any, **kw: Any) -> Any:
@@ -98,7 +104,7 @@ def hook(torch: Any, libs: list[dict[str, Any]] | None) -> None:
         return out
 
     load_inline.__doc__, load_inline._kl_orig = orig.__doc__, orig  # type: ignore[attr-defined]
-    ext.load_inline = load_inline
+    return load_inline
 
 
 def drain() -> list[dict[str, Any]]:
