@@ -39,13 +39,13 @@ def test_the_judge_keeps_only_plain_files_of_load_inlines_cache(tmp_path, monkey
     (ext / "link" / "kl_y.so").symlink_to(secret)
     os.link(secret, ext / "hard.so")
     outside = _lib(tmp_path / "elsewhere")
-    reports = [{"key": KEY, "name": "kl_x", "module": True, "path": str(good)},
-               {"key": KEY, "name": "kl_y", "module": True, "path": str(ext / "link" / "kl_y.so")},
-               {"key": KEY, "name": "kl_z", "module": True, "path": str(ext / "hard.so")},
-               {"key": KEY, "name": "kl_w", "module": True, "path": str(outside)},
-               {"key": KEY, "name": "kl_v", "module": True, "path": str(ext / "kl_x" / ".." / ".." / "record.key")},
+    reports = [{"key": "1" * 64, "name": "kl_y", "module": True, "path": str(ext / "link" / "kl_y.so")},
+               {"key": "2" * 64, "name": "kl_z", "module": True, "path": str(ext / "hard.so")},
+               {"key": "3" * 64, "name": "kl_w", "module": True, "path": str(outside)},
+               {"key": "4" * 64, "name": "kl_v", "module": True, "path": str(ext / "kl_x" / ".." / ".." / "record.key")},
                {"key": "not hex", "name": "kl_x", "module": True, "path": str(good)},
-               {"key": KEY, "name": "bad name; rm", "module": True, "path": str(good)}, "not a dict"]
+               {"key": "5" * 64, "name": "bad name; rm", "module": True, "path": str(good)}, "not a dict",
+               {"key": KEY, "name": "kl_x", "module": True, "path": str(good)}]  # the one kept (8 at most)
     kept = libraries.keep(reports, str(dest))
     sha = hashlib.sha256(good.read_bytes()).hexdigest()
     assert kept == [{"key": KEY, "name": "kl_x", "module": True, "file": f"lib/{sha[:20]}.so.gz", "sha256": sha,
@@ -54,6 +54,85 @@ def test_the_judge_keeps_only_plain_files_of_load_inlines_cache(tmp_path, monkey
     assert gzip.decompress((dest / f"{sha[:20]}.so.gz").read_bytes()) == good.read_bytes()
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR")
     assert libraries.keep(reports, str(dest)) == []  # no cache named: nothing to trust
+
+
+def test_no_link_on_the_way_is_followed_no_fifo_blocks_and_the_copies_are_bounded(tmp_path, monkeypatch, capfd):
+    """A review's race: a folder on the way to a reported library swapped for a link (to the record key's folder)
+    between a check and the open.  The judge opens one name at a time from the cache's real root without following
+    any link, so a link anywhere on the way leads nowhere; a FIFO named like a library does not block it; a key
+    reported twice is kept once; a version's libraries are bounded together; a copy that cannot be written is said
+    and skipped, never the step's failure."""
+    ext, dest = tmp_path / "ext", tmp_path / "v1" / "lib"
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(ext))
+    keys = ext / "keys"  # a folder whose real path a resolve-then-open check lets pass (inside the cache)
+    keys.mkdir(parents=True)
+    (keys / "kl_k.so").write_bytes(b"the record key")
+    (ext / "kx").symlink_to(keys, target_is_directory=True)  # a link on the way, as the swap leaves for an instant
+    os.mkfifo(ext / "f.so")
+    good, other = _lib(ext), _lib(ext, "kl_o", b"\x7fELF another library")
+    key2 = "cd" * 32
+    reports = [{"key": KEY, "name": "kl_k", "module": True, "path": str(ext / "kx" / "kl_k.so")},
+               {"key": KEY, "name": "kl_f", "module": True, "path": str(ext / "f.so")},
+               {"key": KEY, "name": "kl_x", "module": True, "path": str(good)},
+               {"key": KEY, "name": "kl_x", "module": True, "path": str(good)},
+               {"key": key2, "name": "kl_o", "module": True, "path": str(other)}]
+    assert [k["name"] for k in libraries.keep(reports, str(dest))] == ["kl_x", "kl_o"]
+    monkeypatch.setattr(libraries, "MAX_TOTAL", len(good.read_bytes()) + 1)
+    assert [k["name"] for k in libraries.keep(reports, str(tmp_path / "d2"))] == ["kl_x"]
+    (tmp_path / "d3").write_text("a file where the folder goes")
+    assert libraries.keep(reports, str(tmp_path / "d3")) == []
+    assert "kl_x's library was not kept" in capfd.readouterr().err
+
+
+def test_a_version_never_loads_another_versions_library_and_a_library_that_fails_to_load_is_built(tmp_path,
+                                                                                                helpers_env):
+    """In the benchmark's one worker, the kept libraries handed at one version's import are replaced at the next:
+    a library that v2's correctness kept under the key of v3's call (the review's cross-version find) is never
+    loaded by v3.  And a kept library that does not load (a TMPDIR mounted noexec, another libstdc++) is built as
+    torch would, not a failure."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "hooked.py"
+    script.write_text(textwrap.dedent(r"""
+        import sys, torch
+        from torch.utils.cpp_extension import load_inline as _orig
+        from kernel_loop.measure import libraries
+
+        def src(value, name):
+            return ('#include <Python.h>\n'
+                    'static PyObject* one(PyObject*, PyObject*) { return PyFloat_FromDouble(' + value + '); }\n'
+                    'static PyMethodDef M[] = {{"one", one, METH_NOARGS, ""}, {nullptr, nullptr, 0, nullptr}};\n'
+                    'static struct PyModuleDef D = {PyModuleDef_HEAD_INIT, "' + name + '", nullptr, -1, M};\n'
+                    'PyMODINIT_FUNC PyInit_' + name + '(void) { return PyModule_Create(&D); }\n')
+
+        def call(value, name):
+            from torch.utils.cpp_extension import load_inline
+            return load_inline(name=name, cpp_sources=src(value, name), no_implicit_headers=True)
+
+        libraries.hook(torch, [])                      # v2's import builds its library
+        assert call("2.0", "kl_h2").one() == 2.0
+        [v2] = libraries.drain()
+        libraries.hook(torch, [])                      # v3's import builds its own: v3's call's key
+        assert call("1.0", "kl_h3").one() == 1.0
+        [v3] = libraries.drain()
+        forged = dict(v2, key=v3["key"])               # v2's library under v3's key, handed at v2's import
+        libraries.hook(torch, [forged])
+        assert call("1.0", "kl_h3").one() == 2.0                # within v2's import the table is v2's own claim
+        libraries.hook(torch, [])                      # v3's import: v2's table is gone
+        assert call("1.0", "kl_h3").one() == 1.0
+        broken = sys.argv[1] + "/broken.so"
+        open(broken, "wb").write(b"not a library")
+        libraries.hook(torch, [dict(v3, path=broken)])  # a kept library that does not load: built
+        assert call("1.0", "kl_h3").one() == 1.0
+        print("ok")
+    """))
+    env = dict(helpers_env, TORCH_EXTENSIONS_DIR=str(tmp_path / "ext"))
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+    assert "the kept library of kl_h3 did not load" in proc.stderr
 
 
 def test_a_cache_named_around_the_record_key_or_the_run_gives_neither_up(tmp_path, monkeypatch):
@@ -68,8 +147,8 @@ def test_a_cache_named_around_the_record_key_or_the_run_gives_neither_up(tmp_pat
     plain = _lib(tmp_path / "ext", "kl_q")
     text = tmp_path / "ext" / "kl_q" / "notes.txt"
     text.write_text("not a library")
-    reports = [{"key": KEY, "name": n, "module": True, "path": str(p)}
-               for n, p in (("kl_k", key), ("kl_p", planted), ("kl_t", text), ("kl_q", plain))]
+    reports = [{"key": f"{i}" * 64, "name": n, "module": True, "path": str(p)}
+               for i, (n, p) in enumerate((("kl_k", key), ("kl_p", planted), ("kl_t", text), ("kl_q", plain)))]
     kept = libraries.keep(reports, str(tmp_path / "dest"), [key, run])
     assert [k["name"] for k in kept] == ["kl_q"]
     assert len(libraries.keep(reports, str(tmp_path / "dest2"))) == 3  # what the hidden paths kept out

@@ -201,14 +201,14 @@ def correctness(judge: Judge) -> dict[str, Any]:
     worker = judge.start_worker("kernel")
     try:  # the worker leaves in order (a wrapper such as compute-sanitizer writes its summary at its exit)
         _correctness(judge, worker, path, kind, result)
-        result["libraries"] = libraries.keep(worker.built, judge.spec.get("keep_libraries"),  # for later steps
-                                             [records.key_path(), Path(judge.spec["run_root"])])
     except (MeasuredFailure, UsageError):  # the kernel's failure, a usage error: said as they are (main)
         raise
     except Exception as exc:  # the judge's own failure (out of device memory): the shapes so far stay, and where
         result["error"] = hold.judge_failed_at(exc, shapes, judge.device)
     finally:
         judge.end_worker(worker)
+    result["libraries"] = libraries.keep(worker.built, judge.spec.get("keep_libraries"),  # for the later steps,
+                                         [records.key_path(), Path(judge.spec["run_root"])])  # the worker ended
     result.update(judge.isolation())
     return result
 

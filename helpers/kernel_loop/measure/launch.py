@@ -292,7 +292,8 @@ def prebuild(judge: Any, entries: dict[str, tuple[Path, str]]) -> None:
         if (data, kind) in seen:  # the solution is a copy of its version: one build serves both
             same += 1
             continue
-        if judge.spec.get("libraries", {}).get(str(path)):  # its correctness kept its libraries: nothing to build
+        kept = judge.spec.get("libraries", {}).get(str(path))
+        if kept and all(Path(lib["path"]).is_file() for lib in kept):  # its correctness kept them: nothing to build
             continue
         seen.add((data, kind))
         todo[n] = (path, kind)

@@ -3,22 +3,26 @@ or a fresh one, load what correctness built instead of building it again (five b
 a minute or more on an empty cache, as every step has on a GPU machine started for it).
 
 - Worker (``hook``): ``torch.utils.cpp_extension.load_inline`` is wrapped before a kernel's import.  A call's key is
-  its arguments with what else decides the binary (torch, CUDA, the GPU's capability, Python, the compiler
-  variables).  A key the judge handed a library for loads that file, as torch loads its own builds; any other call
+  a digest of its arguments and of what else decides the binary (torch's and CUDA's versions, Python's, the
+  machine's architecture, the GPU's capability, the compiler variables).  A key that the judge handed a library for
+  at this import loads that file, as torch loads its own builds (and builds if it does not load); any other call
   builds as torch does, and the library it made is reported in the worker's next reply (``drain``).
-- Judge (``keep``): after correctness, the libraries its one worker reported are copied, gzipped, into
-  ``<version>/lib/``, only from load_inline's cache and only a plain file with one link there (never a file the
-  kernel names elsewhere: the record key, say).  ``correctness.json`` lists them with their sha256, so the signed
-  correctness record binds them.  ``hand`` writes one of them into a worker's own folder, checked against that hash.
+- Judge (``keep``): once correctness's one worker has ended, what it reported is copied, gzipped, into
+  ``<version>/lib/``: only a plain ``.so`` file with one link, named under load_inline's cache and read without
+  following a link, never the record key nor a file of the run.  ``correctness.json`` lists them with their
+  sha256, so the signed correctness record binds them.  ``hand`` writes one into a worker's own folder, checked
+  against that hash, just before that version's import.
 - Step (``stored``): the libraries of a version whose signed correctness record still holds (kernel and
   correctness.json unchanged); none where it does not, and the version builds as before.
 
-A library changed or gone is built again, never an error.  The judge hands a version its own libraries only, each
-written just before that version's import.
+The keys are the kernel's own claim: they choose among its own version's libraries only (a version's import replaces
+the table; a library another version kept is never handed to it).  A library changed, gone or that does not load is
+built again, never an error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import importlib.util
@@ -34,9 +38,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..common import progress
+
 LIB_DIR = "lib"
 MAX_LIBRARIES = 8  # a version's kept libraries (a kernel's further reports are ignored)
-MAX_BYTES = 512 << 20
+MAX_BYTES = MAX_TOTAL = 256 << 20  # one library, and a version's together
 # compiler and build settings torch's JIT reads from the environment: each decides the binary
 BUILD_VARS = ("TORCH_CUDA_ARCH_LIST", "CC", "CXX", "CUDA_HOME", "CUDA_PATH", "CFLAGS", "CXXFLAGS", "LDFLAGS",
               "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES")
@@ -47,6 +53,7 @@ _KEY = re.compile(r"[0-9a-f]{64}")
 # --- the worker's side ------------------------------------------------------------------------
 _STORED: dict[str, dict[str, Any]] = {}  # key -> {"name", "module", "path"} handed by the judge
 _BUILT: list[dict[str, Any]] = []        # what this process's load_inline built, until the next reply
+_SAID: set[str] = set()                  # the keys reported (each once)
 _WRAP = threading.Lock()
 
 
@@ -73,7 +80,10 @@ def _load(torch: Any, lib: dict[str, Any]) -> Any:
 
 
 def hook(torch: Any, libs: list[dict[str, Any]] | None) -> None:
-    """Wrap load_inline (once per process) and add the libraries the judge handed for the next import."""
+    """Wrap load_inline (once per process); the libraries the judge handed for this import replace the last
+    import's (a version's call never loads what another version's correctness kept, whatever key that one named;
+    a call made after another version's import builds)."""
+    _STORED.clear()
     for lib in libs or []:
         _STORED[str(lib["key"])] = lib
     ext = importlib.import_module("torch.utils.cpp_extension")  # waits on an import another thread has begun
@@ -94,11 +104,16 @@ def _wrapped(torch: Any, orig: Any) -> Any:
         bound.apply_defaults()
         key = key_of(torch, dict(bound.arguments))
         if key in _STORED:
-            return _load(torch, _STORED[key])
+            try:
+                return _load(torch, _STORED[key])
+            except Exception as exc:  # a folder mounted noexec, another libstdc++: built as torch would
+                print(f"[kernel-loop] the kept library of {_STORED.pop(key)['name']} did not load ({exc}); "
+                      "building it", file=sys.stderr, flush=True)
         out = orig(*a, **kw)
         module = bool(bound.arguments.get("is_python_module", True))
         path = getattr(out, "__file__", None) if module else out
-        if isinstance(path, str) and len(_BUILT) < MAX_LIBRARIES:
+        if isinstance(path, str) and key not in _SAID and len(_SAID) < MAX_LIBRARIES:
+            _SAID.add(key)
             _BUILT.append({"key": key, "module": module, "path": path,
                            "name": getattr(out, "__name__", None) if module else Path(path).stem})
         return out
@@ -117,54 +132,71 @@ def drain() -> list[dict[str, Any]]:
 # --- the judge's side -------------------------------------------------------------------------
 def keep(reported: list[Any], dest: str | None, hidden: list[Path] = ()) -> list[dict[str, Any]]:
     """The libraries a correctness worker reported, copied gzipped into ``dest`` (``<version>/lib``) from
-    load_inline's cache ($TORCH_EXTENSIONS_DIR) only: a plain ``.so`` file with one link under that folder, and none
-    in ``hidden`` (the record key and the run directory, which a cache named around them holds too).  Anything else
-    a kernel names is ignored.  Returns correctness.json's list."""
+    load_inline's cache ($TORCH_EXTENSIONS_DIR) only: a plain ``.so`` file with one link, named under that folder and
+    read without following a link (``_plain_file_under``), none in ``hidden`` (the record key and the run directory,
+    which a cache named around them holds too).  Called once the worker has ended; anything else a kernel names is
+    ignored, and a copy that cannot be written (a full disk) is said and skipped: later steps build it.  Returns
+    correctness.json's list."""
     root = os.environ.get("TORCH_EXTENSIONS_DIR")
     if not dest or not root:
         return []
-    root_real, out = Path(root).resolve(), []
-    hide = [Path(h).resolve() for h in hidden]
+    hide, out, total = [Path(h).resolve() for h in hidden], [], 0
     for item in reported[:MAX_LIBRARIES]:
-        if not isinstance(item, dict) or not _KEY.fullmatch(str(item.get("key"))):
+        if not (isinstance(item, dict) and _KEY.fullmatch(str(item.get("key"))) and _NAME.fullmatch(str(item.get(
+                "name")))) or any(o["key"] == item["key"] for o in out):
             continue
-        if not _NAME.fullmatch(str(item.get("name"))) or not str(item.get("path")).endswith(".so"):
-            continue
-        data = _plain_file_under(Path(str(item.get("path"))), root_real, hide)
-        if data is None:
+        data = _plain_file_under(str(item.get("path")), root, hide)
+        if data is None or total + len(data) > MAX_TOTAL:
             continue
         sha = hashlib.sha256(data).hexdigest()
-        Path(dest).mkdir(parents=True, exist_ok=True)
         name = f"{sha[:20]}.so.gz"
         tmp = Path(dest) / f".{name}.{secrets.token_hex(4)}"
-        with gzip.GzipFile(tmp, "wb", compresslevel=6, mtime=0) as gz:
-            gz.write(data)
-        os.replace(tmp, Path(dest) / name)
+        try:
+            Path(dest).mkdir(parents=True, exist_ok=True)
+            with gzip.GzipFile(tmp, "wb", compresslevel=6, mtime=0) as gz:
+                gz.write(data)
+            os.replace(tmp, Path(dest) / name)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            progress(f"warning: {item['name']}'s library was not kept in {dest} ({exc.strerror or exc}): the steps "
+                     "after correctness build it again")
+            break
+        total += len(data)
         out.append({"key": item["key"], "name": item["name"], "module": bool(item.get("module")),
                     "file": f"{LIB_DIR}/{name}", "sha256": sha, "bytes": len(data)})
     return out
 
 
-def _plain_file_under(path: Path, root: Path, hidden: list[Path]) -> bytes | None:
-    """The bytes of ``path`` if it is a regular file with one link, under ``root`` and in none of ``hidden`` once
-    links are resolved."""
-    try:
-        real = path.resolve(strict=True)
-        if not real.is_relative_to(root) or any(real == h or real.is_relative_to(h) for h in hidden):
-            return None
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW)
-    except (OSError, RuntimeError, ValueError):
+def _plain_file_under(path: str, root: str, hidden: list[Path]) -> bytes | None:
+    """The bytes of the ``.so`` file ``path`` names under ``root`` (as both are written: no '..' out of it), opened
+    one name at a time from the real root without following a link, so that a folder swapped for a link meanwhile
+    leads nowhere; a regular file with one link, neither in nor one of ``hidden``."""
+    rel = os.path.relpath(os.path.normpath(path), os.path.normpath(root))
+    parts = Path(rel).parts
+    real = Path(root).resolve() / rel
+    if (not path.endswith(".so") or not parts or parts[0] == os.pardir or os.path.isabs(rel)
+            or any(real == h or real.is_relative_to(h) for h in hidden)):
         return None
+    fd = -1
     try:
+        fd = os.open(Path(root).resolve(), os.O_RDONLY | os.O_DIRECTORY)
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            flags = os.O_RDONLY | os.O_NOFOLLOW | (os.O_NONBLOCK if last else os.O_DIRECTORY)
+            fd, up = os.open(part, flags, dir_fd=fd), fd
+            os.close(up)
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size > MAX_BYTES:
+        same = [h for h in hidden if h.exists() and os.path.samestat(st, h.stat())]
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size > MAX_BYTES or same:
             return None
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read(MAX_BYTES + 1)
     except OSError:
         return None
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
 
 
 def hand(libs: list[dict[str, Any]] | None, folder: str | None) -> list[dict[str, Any]]:
