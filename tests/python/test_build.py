@@ -1,14 +1,25 @@
-"""build: solve() signature parsing, nvcc command construction, cache key; a real nvcc build when nvcc exists."""
+"""build: solve() signature parsing, nvcc command construction, cache key; a real nvcc build when nvcc exists.
+
+Then a version's load_inline libraries kept by correctness and loaded by later steps (measure/libraries.py): what the
+judge keeps (only load_inline's own plain files), what it hands (only bytes with the recorded hash), what a step
+trusts (only a correctness record that still holds), and a benchmark on an empty build cache that builds nothing."""
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import json
+import os
 from pathlib import Path
 
 import pytest
+import runfixture as rf
 from conftest import KERNELS
-from kernel_loop import build
-from kernel_loop.common import UsageError
+from kernel_loop import build, rundir
+from kernel_loop.common import UsageError, read_json, write_json
 from kernel_loop.config import RunConfig
+from kernel_loop.measure import libraries
+from kernel_loop.steps import benchmark as B
 
 
 def test_parse_simple_signature():
@@ -138,3 +149,222 @@ def test_real_build_is_cached(tmp_path):
 def test_compile_error_carries_compiler_output(tmp_path):
     with pytest.raises(build.BuildError, match="this_is_not_cuda"):
         build.build(KERNELS / "cu_vadd_compile_error.cu", RunConfig.from_json({"kernel": "k", "impl": "cuda-cpp", "dims": {"N": 1}}), (9, 0))
+
+
+# --- load_inline libraries kept by correctness (measure/libraries.py) ---------------------------------
+KEY = "ab" * 32
+
+
+def _lib(root, name="kl_x", data=b"\x7fELF library bytes"):
+    (root / name).mkdir(parents=True, exist_ok=True)
+    path = root / name / f"{name}.so"
+    path.write_bytes(data)
+    return path
+
+
+def test_the_judge_keeps_only_plain_files_of_load_inlines_cache(tmp_path, monkeypatch):
+    """A kernel reports what it likes: the judge copies a file only from $TORCH_EXTENSIONS_DIR, a regular file with
+    one link there (a link to the record key, or a hard link to it, is not copied), with a well-formed key and
+    name; the copy is gzipped and named by its hash, and the entry binds that hash."""
+    ext, dest = tmp_path / "ext", tmp_path / "v1" / "lib"
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(ext))
+    good = _lib(ext)
+    secret = tmp_path / "record.key"
+    secret.write_text("the record key")
+    (ext / "link").mkdir()
+    (ext / "link" / "kl_y.so").symlink_to(secret)
+    os.link(secret, ext / "hard.so")
+    outside = _lib(tmp_path / "elsewhere")
+    reports = [{"key": "1" * 64, "name": "kl_y", "module": True, "path": str(ext / "link" / "kl_y.so")},
+               {"key": "2" * 64, "name": "kl_z", "module": True, "path": str(ext / "hard.so")},
+               {"key": "3" * 64, "name": "kl_w", "module": True, "path": str(outside)},
+               {"key": "4" * 64, "name": "kl_v", "module": True, "path": str(ext / "kl_x" / ".." / ".." / "record.key")},
+               {"key": "not hex", "name": "kl_x", "module": True, "path": str(good)},
+               {"key": "5" * 64, "name": "bad name; rm", "module": True, "path": str(good)}, "not a dict",
+               {"key": KEY, "name": "kl_x", "module": True, "path": str(good)}]  # the one kept (8 at most)
+    kept = libraries.keep(reports, str(dest))
+    sha = hashlib.sha256(good.read_bytes()).hexdigest()
+    assert kept == [{"key": KEY, "name": "kl_x", "module": True, "file": f"lib/{sha[:20]}.so.gz", "sha256": sha,
+                     "bytes": len(good.read_bytes())}]
+    assert [p.name for p in dest.iterdir()] == [f"{sha[:20]}.so.gz"]
+    assert gzip.decompress((dest / f"{sha[:20]}.so.gz").read_bytes()) == good.read_bytes()
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR")
+    assert libraries.keep(reports, str(dest)) == []  # no cache named: nothing to trust
+
+
+def test_no_link_on_the_way_is_followed_no_fifo_blocks_and_the_copies_are_bounded(tmp_path, monkeypatch, capfd):
+    """A review's race: a folder on the way to a reported library swapped for a link (to the record key's folder)
+    between a check and the open.  The judge opens one name at a time from the cache's real root without following
+    any link, so a link anywhere on the way leads nowhere; a FIFO named like a library does not block it; a key
+    reported twice is kept once; a version's libraries are bounded together; a copy that cannot be written is said
+    and skipped, never the step's failure."""
+    ext, dest = tmp_path / "ext", tmp_path / "v1" / "lib"
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(ext))
+    keys = ext / "keys"  # a folder whose real path a resolve-then-open check lets pass (inside the cache)
+    keys.mkdir(parents=True)
+    (keys / "kl_k.so").write_bytes(b"the record key")
+    (ext / "kx").symlink_to(keys, target_is_directory=True)  # a link on the way, as the swap leaves for an instant
+    os.mkfifo(ext / "f.so")
+    good, other = _lib(ext), _lib(ext, "kl_o", b"\x7fELF another library")
+    key2 = "cd" * 32
+    reports = [{"key": KEY, "name": "kl_k", "module": True, "path": str(ext / "kx" / "kl_k.so")},
+               {"key": KEY, "name": "kl_f", "module": True, "path": str(ext / "f.so")},
+               {"key": KEY, "name": "kl_x", "module": True, "path": str(good)},
+               {"key": KEY, "name": "kl_x", "module": True, "path": str(good)},
+               {"key": key2, "name": "kl_o", "module": True, "path": str(other)}]
+    assert [k["name"] for k in libraries.keep(reports, str(dest))] == ["kl_x", "kl_o"]
+    monkeypatch.setattr(libraries, "MAX_TOTAL", len(good.read_bytes()) + 1)
+    assert [k["name"] for k in libraries.keep(reports, str(tmp_path / "d2"))] == ["kl_x"]
+    (tmp_path / "d3").write_text("a file where the folder goes")
+    assert libraries.keep(reports, str(tmp_path / "d3")) == []
+    assert "kl_x's library was not kept" in capfd.readouterr().err
+
+
+def test_a_version_never_loads_another_versions_library_and_a_library_that_fails_to_load_is_built(tmp_path,
+                                                                                                helpers_env):
+    """In the benchmark's one worker, the kept libraries handed at one version's import are replaced at the next:
+    a library that v2's correctness kept under the key of v3's call (the review's cross-version find) is never
+    loaded by v3.  And a kept library that does not load (a TMPDIR mounted noexec, another libstdc++) is built as
+    torch would, not a failure."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "hooked.py"
+    script.write_text(textwrap.dedent(r"""
+        import sys, torch
+        from torch.utils.cpp_extension import load_inline as _orig
+        from kernel_loop.measure import libraries
+
+        def src(value, name):
+            return ('#include <Python.h>\n'
+                    'static PyObject* one(PyObject*, PyObject*) { return PyFloat_FromDouble(' + value + '); }\n'
+                    'static PyMethodDef M[] = {{"one", one, METH_NOARGS, ""}, {nullptr, nullptr, 0, nullptr}};\n'
+                    'static struct PyModuleDef D = {PyModuleDef_HEAD_INIT, "' + name + '", nullptr, -1, M};\n'
+                    'PyMODINIT_FUNC PyInit_' + name + '(void) { return PyModule_Create(&D); }\n')
+
+        def call(value, name):
+            from torch.utils.cpp_extension import load_inline
+            return load_inline(name=name, cpp_sources=src(value, name), no_implicit_headers=True)
+
+        libraries.hook(torch, [])                      # v2's import builds its library
+        assert call("2.0", "kl_h2").one() == 2.0
+        [v2] = libraries.drain()
+        libraries.hook(torch, [])                      # v3's import builds its own: v3's call's key
+        assert call("1.0", "kl_h3").one() == 1.0
+        [v3] = libraries.drain()
+        forged = dict(v2, key=v3["key"])               # v2's library under v3's key, handed at v2's import
+        libraries.hook(torch, [forged])
+        assert call("1.0", "kl_h3").one() == 2.0                # within v2's import the table is v2's own claim
+        libraries.hook(torch, [])                      # v3's import: v2's table is gone
+        assert call("1.0", "kl_h3").one() == 1.0
+        broken = sys.argv[1] + "/broken.so"
+        open(broken, "wb").write(b"not a library")
+        libraries.hook(torch, [dict(v3, path=broken)])  # a kept library that does not load: built
+        assert call("1.0", "kl_h3").one() == 1.0
+        print("ok")
+    """))
+    env = dict(helpers_env, TORCH_EXTENSIONS_DIR=str(tmp_path / "ext"))
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+    assert "the kept library of kl_h3 did not load" in proc.stderr
+
+
+def test_a_cache_named_around_the_record_key_or_the_run_gives_neither_up(tmp_path, monkeypatch):
+    """$TORCH_EXTENSIONS_DIR set by the user to a folder that also holds the record key and the run directory (the
+    home folder, say): a kernel that reports the key's path, or a file of the run, gets nothing copied, even where
+    the name ends in .so; a file that is not a .so is never copied."""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    key, run = tmp_path / "keys" / "record.so", tmp_path / "run"
+    key.parent.mkdir()
+    key.write_bytes(b"the record key")
+    planted = _lib(run / "v0", "kl_p")
+    plain = _lib(tmp_path / "ext", "kl_q")
+    text = tmp_path / "ext" / "kl_q" / "notes.txt"
+    text.write_text("not a library")
+    reports = [{"key": f"{i}" * 64, "name": n, "module": True, "path": str(p)}
+               for i, (n, p) in enumerate((("kl_k", key), ("kl_p", planted), ("kl_t", text), ("kl_q", plain)))]
+    kept = libraries.keep(reports, str(tmp_path / "dest"), [key, run])
+    assert [k["name"] for k in kept] == ["kl_q"]
+    assert len(libraries.keep(reports, str(tmp_path / "dest2"))) == 3  # what the hidden paths kept out
+
+
+def test_a_worker_is_handed_only_bytes_with_the_recorded_hash(tmp_path, monkeypatch):
+    ext, dest, folder = tmp_path / "ext", tmp_path / "v1" / "lib", tmp_path / "worker"
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(ext))
+    folder.mkdir()
+    good = _lib(ext)
+    [entry] = libraries.keep([{"key": KEY, "name": "kl_x", "module": True, "path": str(good)}], str(dest))
+    lib = dict(entry, path=str(tmp_path / "v1" / entry["file"]))
+    [handed] = libraries.hand([lib], str(folder))
+    assert open(handed["path"], "rb").read() == good.read_bytes() and handed["name"] == "kl_x"
+    assert os.path.dirname(handed["path"]) == str(folder)
+    with gzip.open(lib["path"], "wb") as gz:  # changed after correctness kept it
+        gz.write(b"other bytes")
+    assert libraries.hand([lib], str(folder)) == []
+    (tmp_path / "v1" / entry["file"]).write_bytes(b"not gzip")
+    assert libraries.hand([lib], str(folder)) == []
+    assert libraries.hand([lib], None) == []
+
+
+TINY = r'''"""Row softmax in torch, times a constant from a C extension built with load_inline (a fast build: Python's
+own header, no torch headers)."""
+import torch
+from torch.utils.cpp_extension import load_inline
+
+SRC = """
+#include <Python.h>
+static PyObject* one(PyObject*, PyObject*) { return PyFloat_FromDouble(1.0); }
+static PyMethodDef M[] = {{"one", one, METH_NOARGS, ""}, {nullptr, nullptr, 0, nullptr}};
+static struct PyModuleDef D = {PyModuleDef_HEAD_INIT, "kl_tiny_ext", nullptr, -1, M};
+PyMODINIT_FUNC PyInit_kl_tiny_ext(void) { return PyModule_Create(&D); }
+"""
+_ext = load_inline(name="kl_tiny_ext", cpp_sources=SRC, no_implicit_headers=True)
+
+
+def run_kernel(x, y, M, N):
+    y.copy_(torch.softmax(x, dim=-1) * _ext.one())
+'''
+CPU_ARGS = ["--timing", "host_time", "--warmup", "1", "--trials", "3", "--baselines", "none"]
+
+
+def _builds(cache):
+    return sorted(p.name for p in (cache / "torch_extensions").rglob("*.so"))
+
+
+def test_a_benchmark_on_an_empty_build_cache_loads_what_correctness_kept(tmp_path, monkeypatch, capfd):
+    """Correctness keeps the version's load_inline library in v3/lib (named in correctness.json, which the signed
+    record binds); a benchmark on a machine whose build cache is empty loads it and builds nothing.  A
+    correctness.json changed since its record hands nothing (its libraries are built again; a library's own bytes
+    changed: test_a_worker_is_handed_only_bytes_with_the_recorded_hash)."""
+    try:
+        rundir.gate_script()
+    except UsageError:
+        pytest.skip("scripts/check_iteration_gate.sh is not there yet")
+    monkeypatch.setenv("KERNEL_LOOP_DEVICE", "cpu")
+    root = rf.build_with_gate(tmp_path / "run", dims={"M": 4, "N": 48})
+    monkeypatch.setattr(B, "check_final_gate", lambda rd, n: None)  # v3's kernel changes after the gate
+    (root / "v3" / "kernel.py").write_text(TINY)
+    monkeypatch.setenv("KERNEL_LOOP_CACHE", str(tmp_path / "cache1"))
+    assert rf.cli(B, ["correctness", str(root)]) == 0
+    assert _builds(tmp_path / "cache1") == ["kl_tiny_ext.so"]
+    [lib] = read_json(root / "v3" / "correctness.json")["libraries"]
+    kept = root / "v3" / lib["file"]
+    assert lib["name"] == "kl_tiny_ext" and lib["module"] is True
+    assert hashlib.sha256(gzip.decompress(kept.read_bytes())).hexdigest() == lib["sha256"]
+
+    monkeypatch.setenv("KERNEL_LOOP_CACHE", str(tmp_path / "cache2"))  # a fresh machine: nothing built there
+    assert rf.cli(B, ["benchmark", str(root), "--version", "v3", *CPU_ARGS]) == 0
+    rows = {r["name"]: r for r in read_json(root / "benchmark.json")["rows"]}
+    assert rows["v3"]["correct"] and rows["v3"]["correct_after_timing"]
+    assert _builds(tmp_path / "cache2") == []
+
+    capfd.readouterr()
+
+    data = read_json(root / "v3" / "correctness.json")  # a list edited after the record: not trusted
+    write_json(root / "v3" / "correctness.json", dict(data, libraries=[dict(data["libraries"][0], sha256="0" * 64)]))
+    assert libraries.stored(root, "v3", root / "v3" / "kernel.py") == []
+    write_json(root / "v3" / "correctness.json", data)
+    assert libraries.stored(root, "v3", root / "v3" / "kernel.py")[0]["path"] == str(kept)
+    assert json.loads((root / "v3" / "correctness.json").read_text())["libraries"] == data["libraries"]
