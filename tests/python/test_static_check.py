@@ -496,6 +496,27 @@ def test_c_source_in_a_python_string_is_refused_at_its_line(tmp_path):
     assert "environment variable" in msg
 
 
+@pytest.mark.parametrize("call, needle", [
+    ('PyRun_SimpleString("import ctypes")', "'PyRun_SimpleString'"),
+    ('PyImport_ImportModule("ctypes")', "'PyImport_ImportModule'"),
+    ('Py_CompileString(src, "k", Py_file_input)', "'Py_CompileString'"),
+    ('py::exec(src)', "'py::exec'"),
+    ('pybind11::module_::import("ctypes")', "'pybind11::module_::import'")])
+def test_python_run_from_a_c_extension_is_refused(tmp_path, call, needle):
+    """A review's find: a load_inline extension whose init ran Python (PyRun_SimpleString of a hex-coded script)
+    passed the check, which reads the kernel's Python but not Python run from compiled code."""
+    msg = _refused(tmp_path, f'''
+        from torch.utils.cpp_extension import load_inline
+
+        SRC = r"""
+        #include <Python.h>
+        static PyObject* go(PyObject*, PyObject*) {{ {call}; Py_RETURN_NONE; }}
+        """
+        _ext = load_inline(name="e", cpp_sources=SRC, no_implicit_headers=True)
+    ''', 5, f"{needle} in a string")
+    assert "compiled code" in msg
+
+
 def test_c_rules_do_not_apply_to_docstrings(tmp_path):
     """A docstring is prose ('we fork (split) the row'); only harness names in it are refused."""
     _passes(tmp_path, '"""v2: we fork (split) each row over 4 blocks and open() nothing."""\nimport torch\n')
