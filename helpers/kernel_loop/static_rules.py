@@ -65,7 +65,8 @@ _WHY_LOADLIB = "loads or looks up compiled code outside the kernel, the harness'
 _WHY_HOOK = "runs at library load, unload or exit, outside the measured call"
 _WHY_MEMORY = "reads or writes another process's memory"
 _WHY_PY_FROM_C = ("runs or imports Python from compiled code (Python's C API, pybind11's exec, eval or import), where "
-                  "this check of the kernel's Python cannot see it")
+                  "this check of the kernel's Python cannot see it; take dtypes from C++ (at::ScalarType, "
+                  "torch::kFloat32), pass Python objects in as arguments, release the GIL with py::gil_scoped_release")
 _WHY_MODE = ("a torch function or dispatch mode (or a tensor type that intercepts torch calls) runs inside the "
              "harness's own torch calls, after the timed call: a kernel returns plain tensors")
 _WHY_BUILT_NAME = ("looks attributes up by names built at run time (os.fork, a frame's locals, the timer), out of "
@@ -272,9 +273,9 @@ RULES: tuple[Rule, ...] = (
     Rule("c", r"\bcuIpc\w*", _WHY_SHARE),
     Rule("c", r"\bcuMem(?:Import|Export)\w*ShareableHandle\b", _WHY_SHARE),
     Rule("c", r"\w\\\r?\n\w", "a line splice inside a word hides a name from this check"),
-    Rule("c", r"\bPy(?:Run|Eval)_\w+|\bPy_CompileString\w*|\bPyImport_\w+", _WHY_PY_FROM_C),
-    Rule("c", r"\b(?:py|pybind11)::(?:exec|eval|eval_file|globals)\b|\b(?:py|pybind11)::module_?::import\b",
-         _WHY_PY_FROM_C),
+    Rule("c", r"\bPy(?:Run|Eval|Sys)_\w+|\bPy_CompileString\w*|\bPyImport_\w+", _WHY_PY_FROM_C),
+    Rule("c", r"::\s*(?:exec|eval|eval_file|globals)\b|\b(?:exec|eval_file)\s*(?:<[^>;]*>)?\s*\(|"
+              r"\bmodule_?\s*::\s*import\b", _WHY_PY_FROM_C),
 
     # structure: constructs matched by shape, not by name
     Rule("structure", "monkeypatch", "rebinds an attribute of an imported module: every user of that module in "

@@ -205,6 +205,7 @@ def flashinfer_version():
     return fi.__version__
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("name, ref, kernel, dims, ktype", PROBLEMS, ids=[p[0] for p in PROBLEMS])
 def test_flashinfer_baseline_in_the_benchmark(tmp_path, flashinfer_version, name, ref, kernel, dims, ktype):
     out = tmp_path / name

@@ -500,8 +500,12 @@ def test_c_source_in_a_python_string_is_refused_at_its_line(tmp_path):
     ('PyRun_SimpleString("import ctypes")', "'PyRun_SimpleString'"),
     ('PyImport_ImportModule("ctypes")', "'PyImport_ImportModule'"),
     ('Py_CompileString(src, "k", Py_file_input)', "'Py_CompileString'"),
-    ('py::exec(src)', "'py::exec'"),
-    ('pybind11::module_::import("ctypes")', "'pybind11::module_::import'")])
+    ('py::exec(src)', "'::exec'"),
+    ('pybind11::module_::import("ctypes")', "'module_::import'"),
+    ('p :: eval(src)', "':: eval'"),
+    ('exec(src)', "'exec('"),
+    ('py::module::import("os")', "'module::import'"),
+    ('PySys_GetObject("modules")', "'PySys_GetObject'")])
 def test_python_run_from_a_c_extension_is_refused(tmp_path, call, needle):
     """A review's find: a load_inline extension whose init ran Python (PyRun_SimpleString of a hex-coded script)
     passed the check, which reads the kernel's Python but not Python run from compiled code."""

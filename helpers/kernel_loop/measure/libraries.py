@@ -35,6 +35,7 @@ import secrets
 import stat
 import sys
 import threading
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -192,7 +193,7 @@ def _plain_file_under(path: str, root: str, hidden: list[Path]) -> bytes | None:
             return None
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read(MAX_BYTES + 1)
-    except OSError:
+    except (OSError, ValueError):  # a name with a NUL byte, say
         return None
     finally:
         if fd >= 0:
@@ -204,15 +205,15 @@ def hand(libs: list[dict[str, Any]] | None, folder: str | None) -> list[dict[str
     correctness record binds (the others are left out: that version builds them again)."""
     out = []
     for lib in (libs or []) if folder else []:
+        path = Path(folder) / f"{secrets.token_hex(8)}.so"
         try:
             with gzip.open(lib["path"], "rb") as gz:
                 data = gz.read(MAX_BYTES + 1)
-        except (OSError, EOFError, KeyError, gzip.BadGzipFile):
+            if hashlib.sha256(data).hexdigest() != lib.get("sha256"):
+                continue
+            path.write_bytes(data)
+        except (OSError, EOFError, KeyError, TypeError, zlib.error):  # damaged, gone, a folder full: built again
             continue
-        if hashlib.sha256(data).hexdigest() != lib.get("sha256"):
-            continue
-        path = Path(folder) / f"{secrets.token_hex(8)}.so"
-        path.write_bytes(data)
         out.append({"key": lib["key"], "name": lib["name"], "module": bool(lib["module"]), "path": str(path)})
     return out
 
