@@ -219,19 +219,16 @@ def hand(libs: list[dict[str, Any]] | None, folder: str | None) -> list[dict[str
 
 
 # --- the step's side --------------------------------------------------------------------------
-def stored(root: Path, version: str, kernel: Path) -> list[dict[str, Any]]:
-    """The kept libraries of ``version`` with their files' paths, where its signed correctness record still
-    holds for ``kernel`` and correctness.json; [] otherwise (nothing kept, or changed: the version builds)."""
+def stored(root: Path, version: str, kernel: Path, device: str, gpu: int) -> list[dict[str, Any]]:
+    """The kept libraries of ``version`` with their files' paths, where its signed correctness record still holds
+    (records.require_correctness: a PASS for ``kernel`` as it is, its correctness.json unchanged); [] otherwise
+    (nothing kept, or changed: the version builds)."""
     from .. import records
-    from ..common import UsageError, sha256_file
+    from ..common import UsageError
 
     vdir = Path(root) / version
     try:
-        rec = records.latest(records.read(root), "correctness", version)
-        files = rec.files() if rec else {}
-        if (rec is None or rec.get("kernel") != sha256_file(kernel)
-                or files.get("correctness.json") != sha256_file(vdir / "correctness.json")):
-            return []
+        records.require_correctness(Path(root), version, kernel, device, gpu)
         libs = json.loads((vdir / "correctness.json").read_text(encoding="utf-8")).get("libraries") or []
     except (OSError, ValueError, AttributeError, UsageError):
         return []

@@ -406,7 +406,8 @@ def run(args) -> int:
         "versions": [{"version": f"v{j}", "kernel": str(rd.kernel_file(j))} for j in versions] if timed else [],
         "ab": [[f"v{j}", f"v{j + 1}"] for j in versions[:-1] if j + 1 in versions] if timed else [],
         "baselines": baselines, "warmup": warmup, "trials": trials,
-        "libraries": {str(rd.kernel_file(j)): libraries.stored(rd.root, f"v{j}", rd.kernel_file(j))
+        "libraries": {str(rd.kernel_file(j)): libraries.stored(rd.root, f"v{j}", rd.kernel_file(j), device_for(cfg),
+                                                               cfg.gpu)
                       for j in sorted({k, *versions})},  # what each version's correctness built: not built again
         "discard_first": args.discard_first,
         # slow calls (8 GiB each) make the run's counts take minutes: cut to a budget unless counts were asked
