@@ -180,8 +180,9 @@ def cuda_available() -> bool:
 # of its own: with pytest-xdist the suite ends when its last test does, so a long one drawn late would leave the other
 # workers idle
 SLOW_FIRST = ("test_hang_is_killed", "test_an_output_written_after_the_call_returned",
-              "test_a_demo_removes_its_temporary_folder", "test_a_process_the_kernel_starts_in_a_new_session",
-              "test_a_slow_reference_does_not_make", "test_judge_kernel_and_baseline_workers_share",
+              "test_a_benchmark_on_an_empty_build_cache_loads", "test_a_demo_removes_its_temporary_folder", "test_a_process_the_kernel_starts_in_a_new_session",
+              "test_a_slow_reference_does_not_make", "test_a_worker_slow_to_exit_is_ended_soon",
+              "test_judge_kernel_and_baseline_workers_share",
               "test_child_end_to_end_in_the_cpu", "test_the_baselines_read_no_folder",
               "test_a_kernel_that_patches_the_clock_and_torch", "test_the_worker_sees_no_key",
               "test_a_long_shape_says_where_it_stands", "test_a_more_exact_modelnew_passes_the_gradient",
