@@ -60,17 +60,19 @@ def random_like(t):
 
 
 def strided_view(t, kind: str = "step"):
-    """``t``'s values in a view that is not contiguous, as a user's slice is: ``step``, every other element along
-    its last dim of more than one element (a slice with a step); ``pad``, rows of a wider tensor (a column slice
-    ``big[:, :n]``: the last dim stays unit-stride, the rows are further apart).  The elements between are
-    poisoned.  ``t`` itself when no dim has two elements (``pad``: when it has no two such dims).  ``moved``: a
-    contiguous copy in memory of its own, at another address (a user's next tensor)."""
+    """``t``'s values as a user's other layouts hand them: ``step``, every other element of its last dim of two elements
+    or more (a slice with a step); ``pad``, rows of a wider tensor (``big[:, :n]``), the elements between poisoned;
+    ``moved``, a contiguous copy at another address (a user's next tensor); ``permuted``, dense in another order
+    (channels_last for 4 dims, else a transpose's).  ``t`` itself without such a dim (``pad``, ``permuted``: two)."""
     torch = _torch()
     if kind == "moved":
         return t.clone(memory_format=torch.contiguous_format)
     dims = [d for d in range(t.dim()) if t.shape[d] > 1]
-    if not dims or (kind == "pad" and len(dims) < 2):
+    if not dims or (kind in ("pad", "permuted") and len(dims) < 2):
         return t
+    if kind == "permuted":
+        a, b = (1, 3) if t.dim() == 4 and t.shape[1] > 1 and t.shape[3] > 1 else dims[-2:]
+        return t.movedim(a, b).contiguous().movedim(b, a)
     wide = list(t.shape)
     last = t.dim() - 1 if kind == "pad" else dims[-1]
     wide[last] = wide[last] * 2 if kind == "step" else wide[last] + 16
@@ -99,7 +101,6 @@ def nudge_scales(model, spread: float = 0.1, constant: float = 0.1, every: bool 
     ``spread`` times the parameter's spread, or where it is constant ``constant`` times its magnitude (at least 1).
     For a condition, computed once by the judge and sent to the worker."""
     from torch.nn.modules.batchnorm import _NormBase
-
     means = [(f"{p}.running_mean" if p else "running_mean", m.running_mean) for p, m in model.named_modules()
              if every and isinstance(m, _NormBase) and m.running_mean is not None]
     out = {}

@@ -252,6 +252,8 @@ CONDITION_WORDS = {
     "layout:strided": "every input handed as a strided view (every other element of a wider tensor), as a user's slice is",
     "layout:padded": "every input handed as rows of a wider tensor (a column slice, big[:, :n]: unit stride along "
                      "the last dim, rows further apart)",
+    "layout:permuted": "every input handed dense but in another memory order (channels_last, a transpose's), as a "
+                       "user's permuted tensor is",
     "layout:moved": "every input (and every output it is handed) in memory of its own, at another address (a user's next)",
     "mode:train:frozen": "the model in training mode, autograd off, its norm layers in eval() (a user fine-tuning with "
                          "frozen BatchNorm: model.train(), then model.bn.eval()): each layer's own .training decides",

@@ -1453,19 +1453,42 @@ def test_the_ends_of_every_input_range_are_tried(tmp_path, worker_here):
     assert ends <= conds <= ends | {"range:up", "range:down", "range:shift"}, conds
 
 
-@pytest.mark.parametrize("kernel, passes", [("kb_cheat_softmax_assumes_contiguous.py", False),
-                                            ("kb_new_softmax_refuses_strided.py", True)])
-def test_a_strided_input_is_handed_once_to_a_modelnew(tmp_path, worker_here, kernel, passes):
-    """A module's caller may hand it a view (a slice with a step, a transpose): one call hands every input of a
-    ModelNew as a strided view.  A ModelNew silently wrong there fails; one that raises refuses honestly, and
-    correctness.md says so.  (A run_kernel's inputs are setup()'s, layout included.)"""
+@pytest.mark.parametrize("kernel, wrong", [
+    ("kb_cheat_softmax_assumes_contiguous.py", {"layout:strided", "layout:padded", "layout:permuted"}),
+    ("kb_cheat_softmax_empty_like.py", {"layout:permuted"}),  # a red team's: a dense transpose alone shows it
+    ("kb_new_softmax_refuses_strided.py", None)])
+def test_a_strided_input_is_handed_once_to_a_modelnew(tmp_path, worker_here, kernel, wrong):
+    """A module's caller may hand it a view (a slice with a step, rows of a wider tensor) or a dense tensor in
+    another memory order (a transpose, channels_last): one call each hands every input of a ModelNew so.  A ModelNew
+    silently wrong there fails; one that raises refuses honestly, and correctness.md says so.  (A run_kernel's
+    inputs are setup()'s, layout included.)"""
     rc, data, md = _kb(tmp_path, "kb_ref_softmax.py", kernel, "batch_size=8,dim=512")
-    assert (rc == 0) is passes, data["error"]
-    if passes:
+    assert (rc == 0) is (wrong is None), data["error"]
+    if wrong is None:
         assert "refused non-contiguous inputs" in md and "needs a contiguous x" in md, md[:3000]
     else:
         conds, _ = _failed(data)
-        assert conds == {"layout:strided", "layout:padded"}, conds  # it assumes packed rows: wrong in both
+        assert conds == wrong, conds
+
+
+def test_permuted_views_are_dense_in_another_order():
+    import torch
+    from kernel_loop.tensors import strided_view
+
+    for shape in ((6, 5), (2, 3, 4, 5), (4, 1, 5), (2, 3, 1, 5)):
+        t = torch.randn(shape)
+        v = strided_view(t, "permuted")
+        assert torch.equal(v, t) and not v.is_contiguous() and v.untyped_storage().nbytes() == t.nbytes, shape
+    assert strided_view(torch.randn(2, 3, 4, 5), "permuted").is_contiguous(memory_format=torch.channels_last)
+    one = torch.randn(1, 7)
+    assert strided_view(one, "permuted") is one  # no two dims to order otherwise
+
+
+def test_a_kernel_is_imported_under_the_name_a_users_import_gives_it(tmp_path):
+    """Found by a red team: the worker imported a kernel as <stem>_<hash>, a name no user's `import kernel` gives, and
+    a kernel right only under such a name passed.  (A worker process: a test process has imported other kernels.)"""
+    rc, data, _ = _correctness(tmp_path, "ref_softmax.py", "cheat_softmax_by_module_name.py", "M=8,N=64")
+    assert rc == 1 and data["result"] == "FAIL", data
 
 
 @pytest.mark.parametrize("ref, kernel, dims, passes, note", [

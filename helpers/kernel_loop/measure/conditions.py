@@ -12,7 +12,8 @@ the correctness calls of each shape vary, in an order drawn at random (``conditi
   compared with Model's; two runs of two or three training calls (a user's steps, with autograd in one run,
   without in the other) start from the statistics the model holds and leave them for the eval() calls after them; every call with autograd on is followed by backward() (normal or expanded output
   gradients, tensors.upstream), and the gradients of the parameters and inputs compared with Model's (``backward_expected``);
-- a KernelBench model's inputs handed as strided views (``layout:strided``): right, or a refusal (it raises); every
+- a KernelBench model's inputs handed as strided views (``layout:strided``, ``layout:padded``) or dense in another
+  memory order (``layout:permuted``: channels_last, a transpose's): right, or a refusal (it raises); every
   kernel's inputs handed in memory of their own, at another address (``layout:moved``): right;
 - the inputs' range: scaled up (x20 to x500), down (x0.002 to x0.05) and shifted (2 to 8 RMS), each range at
   both ends and at a factor taken from the draw's seed, and across zero: signs flipped (x-0.5 to x-2) and shifted
@@ -77,7 +78,7 @@ class Condition:
     keep: bool = False
     inference: bool = False
     nograd: bool = False  # a kernel function called with autograd off (it is on by default, as in a user's process)
-    strided: str | None = None  # "step", "pad" or "moved" (tensors.strided_view)
+    strided: str | None = None  # "step", "pad", "permuted" or "moved" (tensors.strided_view)
     nudge: dict[str, Any] | None = None  # {"seed", "scales", "sparse"?, "stays"?}: parameters changed first (tensors.nudge)
     twin: dict[str, Any] | None = None  # {"seed", "scales", "train"?}: a second instance so nudged is called (tensors.twin)
     stats: dict[str, Any] | None = None
@@ -184,7 +185,7 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
     if prob.model is not None and any(max(first.args[n].shape, default=0) > 1 for n in first.input_names()):
         wanted += ["layout:strided"]  # a module takes what its caller has; a run_kernel's inputs are setup()'s
         if any(sum(s > 1 for s in first.args[n].shape) > 1 for n in first.input_names() if is_tensor(first.args[n])):
-            wanted += ["layout:padded"]
+            wanted += ["layout:padded", "layout:permuted"]  # a red team's kernel took empty_like's strides for row-major
     rng.shuffle(wanted)
     if wanted[-1:] == ["layout:moved"]:  # its handed outputs are read after the next call: never the last call
         wanted[0], wanted[-1] = wanted[-1], wanted[0]
@@ -304,7 +305,7 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
             step(prob, spec)  # team's per-batch-size cache, stamped once, was stale at the size it had not been called
         cond.inference = value == "twin:again"  # a red team's shared cache lived in inference_mode calls alone
     elif aspect == "layout":
-        kind = {"padded": "pad", "moved": "moved"}.get(value, "step")
+        kind = {"padded": "pad", "moved": "moved", "permuted": "permuted"}.get(value, "step")
         varied = dataclasses.replace(ds, args={n: strided_view(v, kind) if n in ds.input_names() else v
                                                 for n, v in ds.args.items()}, ref_props={})
         prob.reference(varied)
