@@ -188,15 +188,16 @@ def parse_dims(text: str, what: str = "--dims", positive: bool = True) -> dict[s
 
 def batch_shapes(dims: dict[str, int], shapes: list[dict[str, int]],
                  complete: Callable[[dict[str, int]], dict[str, int]] | None) -> list[dict[str, int]]:
-    """A KernelBench file's run dims at other batch sizes (half its ``batch_size``, and a quarter more made odd: a red
-    team's kernel that left a tail of rows past its tile of 8 passed at 40 after 32), ``complete``
+    """A KernelBench file's run dims at other batch sizes (one, a user's single sample: a red team's kernel had a path
+    for one row that forgot the bias; half its ``batch_size``; and a quarter more made odd: a red team's kernel that
+    left a tail of rows past its tile of 8 passed at 40 after 32), ``complete``
     making each whole: correctness calls them after the run's shapes on the instance those called (held.other_batches),
     as a user's next batch is often of another size (a red team's kernel sized by its first call passed).  No shapes
     for other refs (``complete`` None), without a batch_size, or where an --extra-shapes entry changes it already."""
     b = dims.get("batch_size", 0)
     if complete is None or b < 1 or any(s.get("batch_size") != b for s in shapes):
         return []
-    return [complete({"batch_size": v}) for v in sorted({b // 2, (b + max(1, b // 4)) | 1} - {0})]
+    return [complete({"batch_size": v}) for v in sorted({1, b // 2, (b + max(1, b // 4)) | 1} - {0, b})]
 
 
 def parse_extra_shapes(text: str | None, dims: dict[str, int],

@@ -255,6 +255,8 @@ CONDITION_WORDS = {
     "layout:permuted": "every input handed dense but in another memory order (channels_last, a transpose's), as a "
                        "user's permuted tensor is",
     "layout:moved": "every input (and every output it is handed) in memory of its own, at another address (a user's next)",
+    "mode:grad:frozen": "eval() with autograd on and every parameter frozen (requires_grad off: a user's frozen layers, "
+                        "as in adapter training); the inputs' gradients compared",
     "mode:train:frozen": "the model in training mode, autograd off, its norm layers in eval() (a user fine-tuning with "
                          "frozen BatchNorm: model.train(), then model.bn.eval()): each layer's own .training decides",
     "mode:train-step": "the model in training mode, autograd off, from the running statistics it held, left as the call "

@@ -957,12 +957,14 @@ def test_one_instance_is_called_at_every_batch_size_of_the_run(tmp_path, worker_
     ("kb_ref_linear_relu.py", "kb_new_linear_launch_config_refusal.py", True),
     ("kb_ref_linear_relu.py", "kb_cheat_linear_stale_per_batch_cache.py", False),
     ("kb_ref_linear_relu.py", "kb_cheat_linear_tiles_of_eight.py", False),
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_relu_row_path.py", False),
     ("kb_ref_fixed_batch_view.py", "ModelNew = Model", True),
     ("kb_ref_rows_table.py", "ModelNew = Model", True)])
 def test_a_kernelbench_model_is_called_at_other_batch_sizes_on_the_same_instance(tmp_path, worker_here, ref, kernel,
                                                                                   passes):
     """The eleventh red team's kernel sized by its first call passed every run without --extra-shapes.  Correctness now
-    calls the instance at half the run's batch size and a quarter more (plain calls around one in training mode, one
+    calls the instance at one (a red team's path for a single row forgot the bias), at half the run's batch size and at
+    a quarter more (plain calls around one in training mode, one
     with autograd, one after the parameters changed), then at the run's again: silently wrong there fails.  A training
     step there stays for the calls at the run's size again (a cache per batch size with one stamp, the thirteenth
     session's, made only the stepped size's copy again).  A refusal
@@ -974,10 +976,14 @@ def test_a_kernelbench_model_is_called_at_other_batch_sizes_on_the_same_instance
     rc, data, md = _kb(tmp_path, ref, kernel, f"batch_size=32,features={b}")
     assert (rc == 0) is passes, data["error"]
     others = [s for s in data["shapes"] if s.get("own")]  # the run's size again after each (a red team's cache of two)
-    want = [{"batch_size": n, "features": b} for n in (16, 32, 41, 32)]  # (a failure ends the calls)
-    assert [s["dims"] for s in others] == want[:len(others)] and (len(others) == 4 or not passes)
+    want = [{"batch_size": n, "features": b} for n in (1, 32, 16, 32, 41, 32)]  # (a failure ends the calls)
+    assert [s["dims"] for s in others] == want[:len(others)] and (len(others) == 6 or not passes)
     sizes, backs = others[0::2], others[1::2]
     notes = [n for s in sizes for n in s["notes"] if "refused" in n or "not checked" in n]
+    if "batchnorm" in ref:  # BatchNorm1d's training mode cannot run on one row: those calls are plain, and noted
+        one = [n for n in sizes[0]["notes"] if "not checked: the reference cannot run there" in n]
+        assert one and all("Expected more than 1 value per channel" in n for n in one), sizes[0]["notes"]
+        notes = [n for n in notes if n not in one]
     if not passes:
         err = data["error"]  # at another batch size; the statistics of every instance in the first one, already
         if "breaks_after" in kernel:  # a raise at the run's batch size again is the kernel's failure
@@ -987,7 +993,7 @@ def test_a_kernelbench_model_is_called_at_other_batch_sizes_on_the_same_instance
         else:  # at another batch size; the statistics of every instance in the first one, already at the twin's
             assert ("a second instance" in err) if "first_instance" in kernel else "batch_size=32," not in err, err
     elif "fixed_batch" in ref or "rows_table" in ref:
-        assert len(notes) == 2 and all("not checked: the reference cannot run there" in n for n in notes), notes
+        assert len(notes) == 3 and all("not checked: the reference cannot run there" in n for n in notes), notes
         assert all(len(s["trials"]) == 2 and not s["notes"] for s in backs)
     elif "one_batch_size" in str(kernel) or "launch_config" in str(kernel):
         assert notes and all("the kernel refused its batch size (it raised: " in n for n in notes), notes
@@ -996,7 +1002,7 @@ def test_a_kernelbench_model_is_called_at_other_batch_sizes_on_the_same_instance
         assert all(len(s["trials"]) >= 8 for s in sizes) and all(len(s["trials"]) == 2 for s in backs) and not notes, notes
         assert all([t["condition"] for t in s["trials"]] == ["batch:back", "weights:updated"] for s in backs), backs
         conds = [t["condition"] for s in data["shapes"] for t in s["trials"]]
-        assert conds.count("weights:updated") == 6, conds
+        assert conds.count("weights:updated") == 8, conds
 
 
 @pytest.mark.parametrize("ref, kernel, passes", [
@@ -1512,6 +1518,17 @@ def test_gradients_of_a_modelnew(tmp_path, worker_here, ref, kernel, dims, passe
         assert note in md, md[:3000]
 
 
+def test_the_inputs_gradients_are_compared_with_every_parameter_frozen(tmp_path, worker_here):
+    """Found by a red team: a custom backward that gave no gradient at all once the weight was frozen passed, since
+    every call with autograd trained every parameter.  One call has them all frozen (a user's adapter training); an
+    input's gradient missing there fails, where it is only noted for a kernel that carries no gradient anywhere."""
+    rc, data, md = _kb(tmp_path, "kb_ref_linear_relu.py", "kb_cheat_linear_grad_dropped_when_frozen.py",
+                       "batch_size=32,features=64")
+    assert rc == 1, md[:3000]
+    conds, notes = _failed(data)
+    assert conds == {"mode:grad:frozen"} and "gradient of input 'arg0'" in data["error"], (conds, data["error"])
+
+
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_relu_identity.py", False), ("kb_new_relu.py", True)])
 def test_inputs_drawn_never_negative_are_moved_across_zero(tmp_path, worker_here, kernel, passes):
     """Found by a red team: the range conditions only scaled by positive factors and shifted up, so inputs drawn
@@ -1584,6 +1601,6 @@ def test_init_again_on_a_run_made_before_the_judges_batch_sizes_changes_nothing(
             KERNELS / "kb_new_linear_cached_weight_t.py", "--dims", "batch_size=32,features=64", "--skip-env")
     assert klcli.main(*args) == 0
     data = json.loads((out / "run.json").read_text())
-    assert [s["batch_size"] for s in data.pop("batch_shapes")] == [16, 41]
+    assert [s["batch_size"] for s in data.pop("batch_shapes")] == [1, 16, 41]
     (out / "run.json").write_text(json.dumps(data, indent=2) + "\n")
     assert klcli.main(*args) == 0

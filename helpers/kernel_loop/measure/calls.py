@@ -259,7 +259,7 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, returned: d
     tols = applied_tolerances(back.grads, sess.judge.tolerance, sess.judge.ref)
     rows = []
     unused = set(reply.get("unused") or [])
-    detached = [n for n in names if n in unused and bool(back.grads[n].any())]
+    detached = [n for n in names if n in unused and bool(back.grads[n].any()) and not cond.fixed]  # frozen: compared
     if detached:  # like an output without a gradient: a custom kernel's, or a cached layout (kernel_abi.md)
         notes.append(f"gradients: {', '.join(detached[:4])}{' ...' if len(detached) > 4 else ''}: not compared: "
                      "ModelNew's output does not reach it through autograd (a custom kernel, or a copy made from "
@@ -421,7 +421,8 @@ class Session:
         if quiet:  # an unverified call of the ring probe's (held.cycle_rings): what lives is frozen out of collections
             msg["quiet"] = True
         if cond.train or cond.grad or cond.inference:
-            msg.update(train=cond.train, grad=cond.grad, inference=cond.inference, **({"frozen": list(cond.frozen)} if cond.frozen else {}))
+            msg.update(train=cond.train, grad=cond.grad, inference=cond.inference, **({"frozen": list(cond.frozen)} if cond.frozen else {}),
+                       **({"freeze": True} if cond.fixed else {}))
         if cond.nograd:  # a kernel function's call with autograd off (on by default)
             msg["grad"] = False
         if cond.keep or (self.keeping and checked):  # a keeping session's checked calls say whether they keep theirs:

@@ -86,6 +86,7 @@ class Condition:
     buffers: dict[str, Any] | None = None
     backward: Backward | None = None
     frozen: tuple = ()  # the submodules put in eval() inside the model in training mode (modes.frozen_norms)
+    fixed: bool = False  # every parameter frozen (requires_grad off), the inputs' gradients alone compared
 
 
 def forget(prob: Problem) -> None:
@@ -174,6 +175,7 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
         if nudge_scales(prob.model):  # a red team's ModelNew copied its weights on its first call and kept the copy
             wanted += ["weights:updated"] * 2 + ["weights:twin", "weights:twin:train"]  # a ninth's shared a cache across
             wanted += ["weights:updated:again", "weights:twin:again", "input:again"]  # instances; an eleventh's memo
+            wanted += ["mode:grad:frozen"]  # a red team's backward gave the input no gradient once the weights were frozen
         elif prob.drawn:  # no parameters, buffers drawn per instance: a class cache of the first's passed (a red team)
             wanted += ["weights:twin", "weights:twin:train", "weights:twin:again"]
     elif prob.kind == "py":  # a function's caller may run without autograd (a red team's was right only with it)
@@ -256,6 +258,7 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
                 notes.append(f"{CONDITION_WORDS[want]}: not compared: the training-mode call before it was not")
                 return Condition(keep=True, after="restore" if last else None), "plain", ds
         cond.frozen = tuple(frozen_norms(prob.model)) if value == "train:frozen" else ()
+        cond.fixed = value == "grad:frozen"  # a user's frozen layers (adapter training): gradients to the inputs alone
         if train:
             expected, why = train_expected(prob, ds, tolerance, cond)
         else:

@@ -1,26 +1,25 @@
 """The judge: the trusted side of a measurement.  It never imports the kernel file.
 
-``python -m kernel_loop.measure.judge SPEC.json`` (started by ``session``) reads the step's spec, imports
-ref.py, draws the model parameters from the run's seed and every input from secret ones (``problem``), allocates every
-buffer the kernel reads or writes, and starts the workers that call the kernel (``worker``) over a socket.
-For every call, warmup, timed or profiled alike, the judge
+``python -m kernel_loop.measure.judge SPEC.json`` (started by ``session``) reads the step's spec, imports ref.py,
+draws the model parameters from the run's seed and every input from secret ones (``problem``), allocates every buffer
+the kernel reads or writes, and starts the workers that call the kernel (``worker``) over a socket. For every call,
+warmup, timed or profiled alike, the judge
 
 1. puts a data set into the shared input buffers: a fresh draw for every call when drawing is cheap, else one
    of two sets with different values, chosen at random (calls.Session.prepare_sets);
 2. poisons every output buffer (NaN and a finite sentinel, alternating);
 3. asks for the call; the worker replies with its event time;
-4. screens the outputs for poison left behind, and on the calls it chose in secret beforehand (the first
-   and the last of every timed loop, each other timed call with a chance of its own, at least 4 of them, and
-   every call under ncu) verifies them fully against the reference, checks the inputs are as drawn, and
-   refuses outputs that are expanded or views of an input where the reference's are not; two in three of a
-   timed loop's verified calls between its first and last draw inputs moved to another range (conditions.py).
+4. screens the outputs for poison left behind, and on the calls it chose in secret beforehand (the first and the last
+   of every timed loop, each other timed call with a chance of its own, at least 4 of them, and every call under ncu)
+   verifies them fully against the reference, checks the inputs are as drawn, and refuses outputs that are expanded or
+   views of an input where the reference's are not; two in three of a timed loop's verified calls between its first
+   and last draw inputs moved to another range (conditions.py).
 
-Modes (``spec["mode"]``): ``correctness`` (every shape and trial), ``profile`` (the timing loop, then the run
-under ncu, both verified), ``benchmark`` (every version timed in the same rounds of one worker, the A/B
-transitions read from them, then the baselines in a worker that imports no kernel). The result is written to
-``spec["result_path"]``: ``error`` is None on success, else the failure as text (``usage`` true for bad
-input). The judge is the subreaper of its workers: a process a kernel starts is ended with its worker, before
-anything else is timed."""
+Modes (``spec["mode"]``): ``correctness`` (every shape and trial), ``profile`` (the timing loop, then the run under
+ncu, both verified), ``benchmark`` (every version timed in the same rounds of one worker, the A/B transitions read
+from them, then the baselines in a worker that imports no kernel). The result is written to ``spec["result_path"]``:
+``error`` is None on success, else the failure as text (``usage`` true for bad input). The judge is the subreaper of
+its workers: a process a kernel starts is ended with its worker, before anything else is timed."""
 
 from __future__ import annotations
 
@@ -78,10 +77,9 @@ class Judge:
         self.use_file = os.environ.get(protocol.TRANSPORT_ENV) == "file" or not self.device.startswith("cuda")
         if self.device.startswith("cuda"):
             if not torch.cuda.is_available():
-                raise UsageError(f"no CUDA GPU visible: torch.cuda.is_available() is False (torch "
-                                 f"{torch.__version__}, CUDA build {torch.version.cuda}); this run measures on "
-                                 f"{self.device}: run it on the machine with the run's GPU (a CPU result never "
-                                 "counts for a GPU run)")
+                raise UsageError(f"no CUDA GPU visible: torch.cuda.is_available() is False (torch {torch.__version__}, "
+                                 f"CUDA build {torch.version.cuda}); this run measures on {self.device}: run it on "
+                                 "the machine with the run's GPU (a CPU result never counts for a GPU run)")
             index = torch.device(self.device).index or 0
             if index >= torch.cuda.device_count():
                 raise UsageError(f"run.json gpu {index} does not exist: {torch.cuda.device_count()} GPU(s) visible")
@@ -99,8 +97,7 @@ class Judge:
         for w in self.workers:
             w.kill()
         proctree.end_descendants()
-        self._tmp.cleanup()
-        for t in self._fresh:
+        for t in (self._tmp, *self._fresh):
             t.cleanup()
         shutil.rmtree(self._worker_tmp, ignore_errors=True)
 
@@ -169,8 +166,7 @@ class Judge:
         return str(getattr(props, "uuid", "") or "") or None
 
     def sync(self) -> None:
-        if self.device.startswith("cuda"):
-            self.torch.cuda.synchronize(self.device)
+        self.torch.cuda.synchronize(self.device) if self.device.startswith("cuda") else None
 
     def gpu_info(self) -> dict[str, Any] | None:
         if not self.device.startswith("cuda"):

@@ -199,12 +199,16 @@ def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, no
                 # gradients share memory (a + b hands one tensor to both inputs; a sum's is a stride-0 view)
         return grads
 
+    def copied():  # (cond.fixed: every parameter frozen, as a user's frozen layers are)
+        m = model_copy(prob, cond.train, cond.stats)
+        return m.requires_grad_(False) if cond.fixed else m
+
     try:
-        grads = grads_of(model_copy(prob, cond.train, cond.stats), False)
+        grads = grads_of(copied(), False)
         if grads is None:
             return Backward(seed, {}, False)
         try:  # Model's own gradients in float64: how far its float32 ones are from exact (rounding, cancellation)
-            exact = grads_of(model_copy(prob, cond.train, cond.stats).double(), True)
+            exact = grads_of(copied().double(), True)
         except Exception:  # memory, an op without float64: compared with the float32 gradients alone
             exact = None
             free_cached()

@@ -21,8 +21,7 @@ wraps it), with nothing on its command line; it serves, over the socket its envi
 - ``unbind``: a shape's end, the judge's buffers let go (``protocol.let_go``);
 - ``state``: fingerprints of what this process holds (parameters, inputs), for the judge's diagnosis; ``bye``.
 
-This module imports support code (loader, build, timing, tensors), ``protocol``, ``guards`` and ``libraries``; never
-the judge.
+This module imports support code (loader, build, timing, tensors), ``protocol``, ``guards`` and ``libraries``; never the judge.
 """
 
 from __future__ import annotations
@@ -52,7 +51,8 @@ class Kernel:
         self.model = None
         self.handed: list = []    # (box, key, judge buffer) of the outputs a run_kernel is handed
         self.slots: dict[str, tuple] = {}  # a scalar argument's name -> (where the call reads it, its key there)
-        self.restore, self.froze = False, []  # buffers back as loaded after the call's backward; submodules in eval()
+        self.restore, self.froze, self.thawed = False, [], []  # buffers back as loaded after the call's backward;
+        # submodules in eval(); the parameters a call froze (every one that trains: a user's frozen layers)
         self.buffers: dict[str, Any] = {}   # the model's buffers as loaded (restored after a call in training mode)
         self.kept: list[dict[str, Any]] = []  # what each call asked to keep returned, as a caller holding it would
         self.watch: list[Any] = []  # results the kernel held after their caller let go (a compile cache's), to reread
@@ -160,8 +160,7 @@ class Worker:
         info = {}
         for kid, call in msg["calls"].items():
             k = self.kernels[kid]
-            k.outputs = dict(call.get("outputs") or {})
-            k.kept_bufs = dict(call.get("kept") or {})
+            k.outputs, k.kept_bufs = dict(call.get("outputs") or {}), dict(call.get("kept") or {})
             k.out_names = list(call.get("out_names") or [])
             k.kept = []
             info[kid] = self._make_call(k, call)
@@ -257,9 +256,7 @@ class Worker:
                     ct = getattr(ctypes, build.INT_SCALARS.get(a["ctype"]) or build.FLOAT_SCALARS[a["ctype"]])
                     args.append(ct(a["value"]))
                     argtypes.append(ct)
-            lib = k.lib
-            lib.solve.argtypes = argtypes
-            lib.solve.restype = None
+            lib, k.lib.solve.argtypes, k.lib.solve.restype = k.lib, argtypes, None
 
             def solve(grad=False, lib=lib, args=args):
                 lib.solve(*args)
@@ -323,6 +320,7 @@ class Worker:
         train, grad, frozen = bool(msg.get("train")), msg.get("grad"), msg.get("frozen") or []  # grad None: the kind's own
         k.model.train(train) if k.model is not None and (k.model.training != train or frozen or k.froze) else None
         k.froze = [k.model.get_submodule(n).eval() for n in frozen]  # a user's frozen norm layers, by name (Model's)
+        k.thawed = [p.requires_grad_(False) for p in k.model.parameters() if p.requires_grad] if msg.get("freeze") else []
         self._stage_in(bool(msg.get("bump")))
         step = msg.get("nudge") or {}  # put back after the call, unless it "stays" (a step; raised or not)
         saved = tensors.nudge(k.model, int(step["seed"]), step["scales"], not step.get("stays"), step.get("sparse") or False) if step else {}
@@ -443,6 +441,8 @@ class Worker:
                 for n, t in k.buffers.items():
                     state[n].copy_(t)
             k.restore = False
+        while k.thawed:  # what a call froze trains again
+            k.thawed.pop().requires_grad_(True)
         if k.pending is not None:
             for t in k.pending[1].values():
                 t.requires_grad_(False)
