@@ -504,8 +504,10 @@ def test_ctrl_c_during_correctness_leaves_no_temporary_folder(tmp_path, sig, rc,
     tmp.mkdir()
     env = dict(os.environ, KERNEL_LOOP_DEVICE="cpu", TMPDIR=str(tmp),
                PYTHONPATH=str(klcli.HELPERS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # Ctrl-C as a terminal's: a shell's background job (`pytest ... &`) starts with SIGINT ignored, and its children too
     proc = subprocess.Popen([sys.executable, str(klcli.HELPERS / "kloop.py"), "correctness", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     def workers_started() -> bool:  # a worker's own folder: TMPDIR / the judge's / the workers' / its own
         return any(len(p.relative_to(tmp).parts) >= 3 for p in tmp.rglob("*") if p.is_dir())

@@ -107,8 +107,11 @@ def other_plan(rng, back: bool, prob: Problem) -> list[str]:
     one after a change of the parameters that stays (``weights:stepped``, kept by the shapes after it), and for a model
     with running statistics a run of training steps that leave them, then eval() from them; ``back``, at the run's
     batch size again, a plain call, then one with a parameter changed alone (a fold stamped with another layer's
-    parameters passed 7 runs in 10 on three such calls a run)."""
+    parameters passed 7 runs in 10 on three such calls a run).  At batch size one, three calls (a red team's path for
+    one row forgot the bias), the next size after them."""
     weights = bool(nudge_scales(prob.model))  # (a model without parameters has no second instance of its own)
+    if prob.dims.get("batch_size") == 1:  # a user's one sample, a path of its own (a GEMV): plain, with autograd, plain
+        return [OTHER_BATCH, "mode:grad", OTHER_BATCH]
     if back:
         return ["batch:back", "weights:updated" if weights else "batch:back"]
     middle = ["mode:train", "mode:train+grad", "mode:grad", "mode:inference", *["weights:updated"] * weights,

@@ -225,7 +225,8 @@ def other_batches(cfg: Any, done: list[dict], device: str):
     for s in cfg.batch_shapes:  # each followed by the run's batch size again (conditions.other_plan): a red team's
         if s["batch_size"] < b or peak * s["batch_size"] / b <= OTHER_FIT * device_memory(device):  # cache of the two
             yield s  # sizes last called, one stamp for both, had let the run's go by the time it came back
-            yield dict(cfg.dims)
+            if s["batch_size"] > 1:  # (after one row, the next size)
+                yield dict(cfg.dims)
 
 
 def problem_at(judge: Any, dims: dict, kernel: Any, notes: list[str], unfit: tuple, before: Problem | None
