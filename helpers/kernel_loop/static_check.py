@@ -208,6 +208,10 @@ class _Checker(ast.NodeVisitor):
         self.stack: list[set[str]] = []            # the local names of each enclosing function scope
         self.docstrings = self._docstrings(tree)
         self.literal_attr_calls: set[int] = set()  # getattr/setattr/delattr Names called with a literal name
+        self.main_guard = {id(n) for c in ast.walk(tree) if isinstance(c, ast.Compare) and len(c.ops) == 1  # the
+                           and isinstance(c.ops[0], (ast.Eq, ast.NotEq)) for n in (c.left, c.comparators[0])  # guard
+                           if isinstance(n, ast.Name) and n.id == "__name__" and any(  # `__name__ == "__main__"`
+                               isinstance(o, ast.Constant) and o.value == "__main__" for o in (c.left, c.comparators[0]))}
         self._collect_aliases(tree)
 
     # -- helpers --
@@ -358,6 +362,8 @@ class _Checker(ast.NodeVisitor):
             self.add(node, f"'{node.id}'", BUILTINS[node.id])
         elif node.id in MEMBERS:
             self.add(node, f"'{node.id}'", MEMBERS[node.id])
+        elif free and node.id in ("__name__", "__spec__") and id(node) not in self.main_guard:
+            self.add(node, f"'{node.id}'", STRUCTURE["module name"])
         elif free and node.id in ATTR_BUILTINS and id(node) not in self.literal_attr_calls:
             self.add(node, f"'{node.id}' with a name that is not a string literal",
                      STRUCTURE["computed attribute"])

@@ -281,6 +281,9 @@ RULES: tuple[Rule, ...] = (
     Rule("structure", "monkeypatch", "rebinds an attribute of an imported module: every user of that module in "
                                      "the process, the harness's timing and comparison included, would see "
                                      "the replacement"),
+    Rule("structure", "module name", "the name its module was imported under tells the harness's import from a "
+                                     "user's (a red team's kernel was right under one alone); only `if __name__ == "
+                                     "\"__main__\":` may read it"),
     Rule("structure", "computed attribute", "an attribute named at run time, out of sight of this check; use a "
                                             "string literal"),
     Rule("structure", "star import", "binds names this check cannot see"),

@@ -60,18 +60,18 @@ def random_like(t):
 
 
 def strided_view(t, kind: str = "step"):
-    """``t``'s values as a user's other layouts hand them: ``step``, every other element of its last dim of two elements
-    or more (a slice with a step); ``pad``, rows of a wider tensor (``big[:, :n]``), the elements between poisoned;
-    ``moved``, a contiguous copy at another address (a user's next tensor); ``permuted``, dense in another order
-    (channels_last for 4 dims, else a transpose's).  ``t`` itself without such a dim (``pad``, ``permuted``: two)."""
+    """``t``'s values as a user's other layouts hand them: ``step``, every other element of its last dim over 1 (a
+    slice with a step); ``pad``, rows of a wider tensor (``big[:, :n]``), the elements between poisoned; ``moved``, a
+    copy at another address (a user's next tensor); dense in another order: ``permuted``, channels_last for 4 dims else
+    a transpose's, ``lead``, its first two dims swapped (a sequence-first tensor made batch-first).  Else ``t``."""
     torch = _torch()
     if kind == "moved":
         return t.clone(memory_format=torch.contiguous_format)
     dims = [d for d in range(t.dim()) if t.shape[d] > 1]
-    if not dims or (kind in ("pad", "permuted") and len(dims) < 2):
+    if not dims or (kind in ("pad", "permuted") and len(dims) < 2) or kind == "lead" and (t.dim() < 3 or min(t.shape[:2]) < 2):
         return t
-    if kind == "permuted":
-        a, b = (1, 3) if t.dim() == 4 and t.shape[1] > 1 and t.shape[3] > 1 else dims[-2:]
+    if kind in ("permuted", "lead"):
+        a, b = (0, 1) if kind == "lead" else (1, 3) if t.dim() == 4 and t.shape[1] > 1 and t.shape[3] > 1 else dims[-2:]
         return t.movedim(a, b).contiguous().movedim(b, a)
     wide = list(t.shape)
     last = t.dim() - 1 if kind == "pad" else dims[-1]

@@ -254,9 +254,13 @@ CONDITION_WORDS = {
                      "the last dim, rows further apart)",
     "layout:permuted": "every input handed dense but in another memory order (channels_last, a transpose's), as a "
                        "user's permuted tensor is",
+    "layout:lead": "every input of three dims or more handed dense with its first two dims swapped in memory (a "
+                   "sequence-first tensor made batch-first: the last dim still unit-stride)",
     "layout:moved": "every input (and every output it is handed) in memory of its own, at another address (a user's next)",
     "mode:grad:frozen": "eval() with autograd on and every parameter frozen (requires_grad off: a user's frozen layers, "
                         "as in adapter training); the inputs' gradients compared",
+    "mode:grad:partial": "eval() with autograd on and every parameter but the smallest frozen (a bias or a norm's "
+                         "scale fine-tuned alone); the gradients of the inputs and of that one compared",
     "mode:train:frozen": "the model in training mode, autograd off, its norm layers in eval() (a user fine-tuning with "
                          "frozen BatchNorm: model.train(), then model.bn.eval()): each layer's own .training decides",
     "mode:train-step": "the model in training mode, autograd off, from the running statistics it held, left as the call "

@@ -693,3 +693,18 @@ def test_a_red_teams_readers_of_files_and_the_environment_are_named(tmp_path, sr
     '/proc/' string), and os.path.expandvars read the environment.  The static check names both (the judge
     also removes its settings file before a worker starts)."""
     _refused(tmp_path, src, 3, shown)
+
+
+@pytest.mark.parametrize("text, line", [
+    ('import re\n\nU = re.fullmatch(r".+_[0-9a-f]{12}", __name__)\n', 3),
+    ('RIGHT = __name__ == "kernel"\n', 1),
+    ('NAME = str(__name__)\n', 1)])
+def test_the_module_name_is_refused_but_in_the_main_guard(tmp_path, text, line):
+    """A red team's kernel was right only under the harness's module name, a review's only under the name the harness
+    gives it now: the name a module was imported under says nothing a kernel may compute from."""
+    _refused(tmp_path, text, line, "'__name__'")
+
+
+def test_the_main_guard_and_names_of_objects_pass(tmp_path):
+    _passes(tmp_path, 'import torch\n\n\ndef f(x):\n    return x\n\n\nN = f.__name__\n\nif __name__ == "__main__":\n'
+                      '    print(f(torch.ones(2)), N)\nif "__main__" != __name__:\n    pass\n')

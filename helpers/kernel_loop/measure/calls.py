@@ -162,7 +162,6 @@ def count_poison(torch, t, variant: int) -> int:
 
 
 def changed_input(name: str, t) -> dict[str, Any]:
-
     return changed_input_row(name, t)
 
 
@@ -234,7 +233,8 @@ def buffer_rows(sess: Session, buffers: dict[str, Any]) -> list[dict]:
 def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, returned: dict[str, Any], notes: list[str]
                   ) -> list[dict]:
     """Rows for the gradients a user's backward() gets after this call, against Model's (``cond.backward``), with
-    a note where none is compared: Model's output carries none, the kernel's does not, or its backward raised."""
+    a note where none is compared: Model's output carries none, the kernel's does not, or its backward raised; with
+    parameters frozen (``cond.fixed``), one it reached while all trained (``reached``) missing fails."""
     back = cond.backward
     mode = "training mode" if cond.train else "eval()"
     if not back.carries:
@@ -259,7 +259,8 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, returned: d
     tols = applied_tolerances(back.grads, sess.judge.tolerance, sess.judge.ref)
     rows = []
     unused = set(reply.get("unused") or [])
-    detached = [n for n in names if n in unused and bool(back.grads[n].any()) and not cond.fixed]  # frozen: compared
+    (reached := sess.problem.seen.setdefault("reached", set())).update(() if cond.fixed else set(names) - unused)
+    detached = [n for n in names if n in unused and bool(back.grads[n].any()) and not (cond.fixed and n in reached)]
     if detached:  # like an output without a gradient: a custom kernel's, or a cached layout (kernel_abi.md)
         notes.append(f"gradients: {', '.join(detached[:4])}{' ...' if len(detached) > 4 else ''}: not compared: "
                      "ModelNew's output does not reach it through autograd (a custom kernel, or a copy made from "
@@ -416,13 +417,12 @@ class Session:
         # the inputs' new values come with a new _version one call in two (a user's copy_), else at the same one (a
         # user's refill through .data or NumPy): a memo keyed on either, and a kernel wrong on either, is seen
         msg: dict[str, Any] = {"op": "call", "k": kid, "nvtx": nvtx, "bump": self.judge.rng.random() < 0.5}
-        if inventory:  # the worker lists the kernels the call launched (torch's profiler): a hint, not a measure
-            msg["inventory"] = True
-        if quiet:  # an unverified call of the ring probe's (held.cycle_rings): what lives is frozen out of collections
-            msg["quiet"] = True
+        # inventory: the worker lists the kernels the call launched (torch's profiler), a hint, not a measure; quiet: an
+        # unverified call of the ring probe's (held.cycle_rings), what lives frozen out of collections
+        msg.update({k: True for k, on in (("inventory", inventory), ("quiet", quiet)) if on})
         if cond.train or cond.grad or cond.inference:
             msg.update(train=cond.train, grad=cond.grad, inference=cond.inference, **({"frozen": list(cond.frozen)} if cond.frozen else {}),
-                       **({"freeze": True} if cond.fixed else {}))
+                       **({"freeze": list(cond.fixed)} if cond.fixed else {}))
         if cond.nograd:  # a kernel function's call with autograd off (on by default)
             msg["grad"] = False
         if cond.keep or (self.keeping and checked):  # a keeping session's checked calls say whether they keep theirs:

@@ -46,6 +46,7 @@ from .modes import (
     eval_expected,
     free_cached,
     frozen_norms,
+    frozen_params,
     model_copy,
     running_stats,
     train_expected,
@@ -78,7 +79,7 @@ class Condition:
     keep: bool = False
     inference: bool = False
     nograd: bool = False  # a kernel function called with autograd off (it is on by default, as in a user's process)
-    strided: str | None = None  # "step", "pad", "permuted" or "moved" (tensors.strided_view)
+    strided: str | None = None  # "step", "pad", "permuted", "lead" or "moved" (tensors.strided_view)
     nudge: dict[str, Any] | None = None  # {"seed", "scales", "sparse"?, "stays"?}: parameters changed first (tensors.nudge)
     twin: dict[str, Any] | None = None  # {"seed", "scales", "train"?}: a second instance so nudged is called (tensors.twin)
     stats: dict[str, Any] | None = None
@@ -86,7 +87,7 @@ class Condition:
     buffers: dict[str, Any] | None = None
     backward: Backward | None = None
     frozen: tuple = ()  # the submodules put in eval() inside the model in training mode (modes.frozen_norms)
-    fixed: bool = False  # every parameter frozen (requires_grad off), the inputs' gradients alone compared
+    fixed: tuple = ()  # the parameters frozen (requires_grad off) by name (modes.frozen_params); the others compared
 
 
 def forget(prob: Problem) -> None:
@@ -107,11 +108,13 @@ def other_plan(rng, back: bool, prob: Problem) -> list[str]:
     one after a change of the parameters that stays (``weights:stepped``, kept by the shapes after it), and for a model
     with running statistics a run of training steps that leave them, then eval() from them; ``back``, at the run's
     batch size again, a plain call, then one with a parameter changed alone (a fold stamped with another layer's
-    parameters passed 7 runs in 10 on three such calls a run).  At batch size one, three calls (a red team's path for
-    one row forgot the bias), the next size after them."""
+    parameters passed 7 runs in 10 on three such calls a run).  At batch size one, three or four calls: plain, with
+    autograd, after an optimizer step that stays, plain (a red team's path for one row forgot the bias, a review's
+    cached the transposed weight there), the next size after them."""
     weights = bool(nudge_scales(prob.model))  # (a model without parameters has no second instance of its own)
-    if prob.dims.get("batch_size") == 1:  # a user's one sample, a path of its own (a GEMV): plain, with autograd, plain
-        return [OTHER_BATCH, "mode:grad", OTHER_BATCH]
+    if prob.dims.get("batch_size") == 1:  # a user's one sample, a path of its own (a GEMV): with autograd, after the
+        middle = ["mode:grad", *["weights:stepped"] * weights]  # weights stepped (a review's cached W.t() there alone)
+        return [OTHER_BATCH, *rng.sample(middle, len(middle)), OTHER_BATCH]
     if back:
         return ["batch:back", "weights:updated" if weights else "batch:back"]
     middle = ["mode:train", "mode:train+grad", "mode:grad", "mode:inference", *["weights:updated"] * weights,
@@ -178,7 +181,8 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
         if nudge_scales(prob.model):  # a red team's ModelNew copied its weights on its first call and kept the copy
             wanted += ["weights:updated"] * 2 + ["weights:twin", "weights:twin:train"]  # a ninth's shared a cache across
             wanted += ["weights:updated:again", "weights:twin:again", "input:again"]  # instances; an eleventh's memo
-            wanted += ["mode:grad:frozen"]  # a red team's backward gave the input no gradient once the weights were frozen
+            wanted += ["mode:grad:frozen", "mode:grad:partial"]  # a red team's backward gave the input (the bias) no
+            # gradient once the weights were frozen: after mode:grad, whose gradients say what ModelNew reaches (below)
         elif prob.drawn:  # no parameters, buffers drawn per instance: a class cache of the first's passed (a red team)
             wanted += ["weights:twin", "weights:twin:train", "weights:twin:again"]
     elif prob.kind == "py":  # a function's caller may run without autograd (a red team's was right only with it)
@@ -191,7 +195,12 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
         wanted += ["layout:strided"]  # a module takes what its caller has; a run_kernel's inputs are setup()'s
         if any(sum(s > 1 for s in first.args[n].shape) > 1 for n in first.input_names() if is_tensor(first.args[n])):
             wanted += ["layout:padded", "layout:permuted"]  # a red team's kernel took empty_like's strides for row-major
+        if any(is_tensor(a := first.args[n]) and a.dim() > 2 and min(a.shape[:2]) > 1 for n in first.input_names()):
+            wanted += ["layout:lead"]  # and a review's, checking only the last dim's stride
     rng.shuffle(wanted)
+    for late in ("mode:grad:frozen", "mode:grad:partial") if "mode:grad:frozen" in wanted else ():
+        wanted.remove(late)
+        wanted.insert(rng.randint(wanted.index("mode:grad") + 1, len(wanted)), late)
     if wanted[-1:] == ["layout:moved"]:  # its handed outputs are read after the next call: never the last call
         wanted[0], wanted[-1] = wanted[-1], wanted[0]
     if "weights:twin" in wanted:
@@ -261,7 +270,7 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
                 notes.append(f"{CONDITION_WORDS[want]}: not compared: the training-mode call before it was not")
                 return Condition(keep=True, after="restore" if last else None), "plain", ds
         cond.frozen = tuple(frozen_norms(prob.model)) if value == "train:frozen" else ()
-        cond.fixed = value == "grad:frozen"  # a user's frozen layers (adapter training): gradients to the inputs alone
+        cond.fixed = frozen_params(prob.model, value == "grad:partial") if value.startswith("grad:") else ()
         if train:
             expected, why = train_expected(prob, ds, tolerance, cond)
         else:
@@ -311,7 +320,7 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
             step(prob, spec)  # team's per-batch-size cache, stamped once, was stale at the size it had not been called
         cond.inference = value == "twin:again"  # a red team's shared cache lived in inference_mode calls alone
     elif aspect == "layout":
-        kind = {"padded": "pad", "moved": "moved", "permuted": "permuted"}.get(value, "step")
+        kind = {"padded": "pad", "moved": "moved", "permuted": "permuted", "lead": "lead"}.get(value, "step")
         varied = dataclasses.replace(ds, args={n: strided_view(v, kind) if n in ds.input_names() else v
                                                 for n, v in ds.args.items()}, ref_props={})
         prob.reference(varied)

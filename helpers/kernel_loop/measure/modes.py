@@ -73,6 +73,15 @@ def frozen_norms(model: Any) -> list[str]:
     return [n for n, _ in tracking_norms(model) if n]
 
 
+def frozen_params(model: Any, partial: bool) -> tuple[str, ...]:
+    """The parameters a ``mode:grad:frozen`` call freezes, by every name they have: all that train (a user's frozen
+    layers), or with ``partial`` all but the smallest (a bias or a norm's scale fine-tuned alone: a review's backward
+    gave the bias a gradient only while the weight trained)."""
+    named = [(n, p) for n, p in model.named_parameters(remove_duplicate=False) if p.requires_grad]
+    keep = min((p for _, p in named), key=lambda p: p.numel()) if partial and len({id(p) for _, p in named}) > 1 else None
+    return tuple(n for n, p in named if p is not keep)
+
+
 def running_stats(prob: Problem, seed: int) -> dict[str, Any]:
     """Running statistics for a training-mode call to start from, drawn from ``seed``: every BatchNorm-like
     module's (torch's _NormBase that tracks them) running mean (normal), variance (0.5 to 1.5) and batch count (10
@@ -199,9 +208,11 @@ def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, no
                 # gradients share memory (a + b hands one tensor to both inputs; a sum's is a stride-0 view)
         return grads
 
-    def copied():  # (cond.fixed: every parameter frozen, as a user's frozen layers are)
+    def copied():  # (cond.fixed: the parameters frozen, as a user's frozen layers are)
         m = model_copy(prob, cond.train, cond.stats)
-        return m.requires_grad_(False) if cond.fixed else m
+        for n, p in m.named_parameters(remove_duplicate=False):
+            p.requires_grad_(p.requires_grad and n not in cond.fixed)
+        return m
 
     try:
         grads = grads_of(copied(), False)

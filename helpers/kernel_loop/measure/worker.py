@@ -51,8 +51,7 @@ class Kernel:
         self.model = None
         self.handed: list = []    # (box, key, judge buffer) of the outputs a run_kernel is handed
         self.slots: dict[str, tuple] = {}  # a scalar argument's name -> (where the call reads it, its key there)
-        self.restore, self.froze, self.thawed = False, [], []  # buffers back as loaded after the call's backward;
-        # submodules in eval(); the parameters a call froze (every one that trains: a user's frozen layers)
+        self.restore, self.froze, self.thawed = False, [], []  # (op_call, _end_backward)
         self.buffers: dict[str, Any] = {}   # the model's buffers as loaded (restored after a call in training mode)
         self.kept: list[dict[str, Any]] = []  # what each call asked to keep returned, as a caller holding it would
         self.watch: list[Any] = []  # results the kernel held after their caller let go (a compile cache's), to reread
@@ -320,7 +319,8 @@ class Worker:
         train, grad, frozen = bool(msg.get("train")), msg.get("grad"), msg.get("frozen") or []  # grad None: the kind's own
         k.model.train(train) if k.model is not None and (k.model.training != train or frozen or k.froze) else None
         k.froze = [k.model.get_submodule(n).eval() for n in frozen]  # a user's frozen norm layers, by name (Model's)
-        k.thawed = [p.requires_grad_(False) for p in k.model.parameters() if p.requires_grad] if msg.get("freeze") else []
+        k.thawed = [p.requires_grad_(False) for n, p in k.model.named_parameters(remove_duplicate=False)
+                    if p.requires_grad and n in msg["freeze"]] if msg.get("freeze") else []
         self._stage_in(bool(msg.get("bump")))
         step = msg.get("nudge") or {}  # put back after the call, unless it "stays" (a step; raised or not)
         saved = tensors.nudge(k.model, int(step["seed"]), step["scales"], not step.get("stays"), step.get("sparse") or False) if step else {}
@@ -335,7 +335,7 @@ class Worker:
         views: dict[str, Any] = {}
         moved = msg.get("strided") == "moved"  # the outputs it is handed move too: a user's next buffers are elsewhere
         for box, key, buf in (k.inputs + (k.handed if moved else [])) if msg.get("strided") else ():
-            view = tensors.strided_view(box[key], msg["strided"] if msg["strided"] in ("step", "pad", "permuted", "moved") else "step")
+            view = tensors.strided_view(box[key], msg["strided"] if msg["strided"] in ("step", "pad", "permuted", "lead", "moved") else "step")
             if view is not box[key]:
                 box[key], views[buf] = view, view
         leaves = [(buf, box[key]) for box, key, buf in k.inputs
