@@ -362,7 +362,7 @@ class _Checker(ast.NodeVisitor):
             self.add(node, f"'{node.id}'", BUILTINS[node.id])
         elif node.id in MEMBERS:
             self.add(node, f"'{node.id}'", MEMBERS[node.id])
-        elif free and node.id in ("__name__", "__spec__") and id(node) not in self.main_guard:
+        elif free and node.id == "__name__" and id(node) not in self.main_guard:
             self.add(node, f"'{node.id}'", STRUCTURE["module name"])
         elif free and node.id in ATTR_BUILTINS and id(node) not in self.literal_attr_calls:
             self.add(node, f"'{node.id}' with a name that is not a string literal",

@@ -42,6 +42,8 @@ _WHY_HARNESS = ("the harness's own modules: importing them lets a kernel rebind 
 _WHY_IMPORTER = "loads a module by a computed name or from a path, out of sight of this check"
 _WHY_PROCESS = "starts or detaches a process that runs outside the measured call and can outlive it"
 _WHY_THREAD = "a background thread keeps running while the harness times and compares the kernel's results"
+_WHY_MODULE_NAME = ("the name a module was imported under tells the harness's import from a user's (a red team's "
+                    "kernel was right under one alone, a review's under another)")
 _WHY_ENV = ("an environment variable can switch the kernel's behaviour between checked and timed runs, and "
             "exposes the harness's settings; a kernel gets everything it needs as arguments")
 _WHY_ENV_SET = "changes the environment the harness and its other children run with"
@@ -219,6 +221,7 @@ RULES: tuple[Rule, ...] = (
         "__code__", "__closure__", "__builtins__", "__import__", "__getattribute__", "__loader__", "__spec__",
         "__self__", "__setattr__", "__delattr__")),
     *(Rule("member", n, _WHY_MODE) for n in ("__torch_function__", "__torch_dispatch__")),
+    Rule("member", "__module__", _WHY_MODULE_NAME),
     *(Rule("member", n, _WHY_FRAME) for n in (
         "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "gi_frame", "cr_frame", "ag_frame",
         "tb_frame")),
@@ -281,9 +284,7 @@ RULES: tuple[Rule, ...] = (
     Rule("structure", "monkeypatch", "rebinds an attribute of an imported module: every user of that module in "
                                      "the process, the harness's timing and comparison included, would see "
                                      "the replacement"),
-    Rule("structure", "module name", "the name its module was imported under tells the harness's import from a "
-                                     "user's (a red team's kernel was right under one alone); only `if __name__ == "
-                                     "\"__main__\":` may read it"),
+    Rule("structure", "module name", _WHY_MODULE_NAME + "; only `if __name__ == \"__main__\":` may read it"),
     Rule("structure", "computed attribute", "an attribute named at run time, out of sight of this check; use a "
                                             "string literal"),
     Rule("structure", "star import", "binds names this check cannot see"),

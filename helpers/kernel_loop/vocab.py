@@ -223,6 +223,9 @@ def by_priority(tags: list[str]) -> list[str]:
 # benchmark.json's flags (and so benchmark.md and the report) repeat for the chosen version
 NO_GRADIENT_NOTE = ("gradients: not compared: ModelNew's output carries no gradient (a custom kernel without backward), "
                     "where Model's does: a user cannot train through it")
+# a correctness failure: with parameters frozen, a gradient ModelNew gave in eval() while every parameter trained is gone
+FROZEN_LOST = ("with parameters frozen, ModelNew's output carries no gradient to it, where it did while every parameter "
+               "trained: a user training the layers before it (adapters) gets none")
 
 # every condition of a correctness call, in words (measure/conditions.py draws them; correctness.md lists them)
 CONDITION_WORDS = {

@@ -1523,7 +1523,10 @@ def test_gradients_of_a_modelnew(tmp_path, worker_here, ref, kernel, dims, passe
      "after backward() in eval() differs from Model's"),  # the first of the two calls' rows: the input's or the bias's
     ("kb_ref_linear_relu.py", "kb_cheat_linear_bias_grad_with_weight.py", {"mode:grad:partial"},
      "gradient of parameter 'fc.bias'"),
-    ("kb_ref_linear_plus_y.py", "kb_new_linear_forward_only_plus_y.py", None, "3 of them unused by ModelNew")])
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_forward_only_when_frozen.py", {"mode:grad:frozen"},
+     "with parameters frozen, ModelNew's output carries no gradient to it"),
+    ("kb_ref_linear_plus_y.py", "kb_new_linear_forward_only_plus_y.py", None, "3 of them unused by ModelNew"),
+    ("kb_ref_linear_plus_y.py", "kb_new_linear_forward_only_in_eval_plus_y.py", None, "3 of them unused by ModelNew")])
 def test_gradients_are_compared_with_parameters_frozen(tmp_path, worker_here, ref, kernel, wrong, what):
     """Found by a red team and a review: a custom backward that gave no gradient at all once the weight was frozen, and
     one that gave the bias its gradient only while the weight trained, passed, since every call with autograd

@@ -698,11 +698,13 @@ def test_a_red_teams_readers_of_files_and_the_environment_are_named(tmp_path, sr
 @pytest.mark.parametrize("text, line", [
     ('import re\n\nU = re.fullmatch(r".+_[0-9a-f]{12}", __name__)\n', 3),
     ('RIGHT = __name__ == "kernel"\n', 1),
-    ('NAME = str(__name__)\n', 1)])
+    ('NAME = str(__name__)\n', 1),
+    ('class M:\n    def f(self):\n        return type(self).__module__ == "kernel"\n', 3),  # a review's
+    ('class M:\n    N = __module__\n', 2)])
 def test_the_module_name_is_refused_but_in_the_main_guard(tmp_path, text, line):
     """A red team's kernel was right only under the harness's module name, a review's only under the name the harness
     gives it now: the name a module was imported under says nothing a kernel may compute from."""
-    _refused(tmp_path, text, line, "'__name__'")
+    _refused(tmp_path, text, line, "__name__'" if "__name__" in text else "__module__'")
 
 
 def test_the_main_guard_and_names_of_objects_pass(tmp_path):

@@ -20,7 +20,7 @@ from .. import compare as comparing
 from ..common import MeasuredFailure, UsageError
 from ..compare import applied_tolerances, changed_input_row, compare, compare_outputs, first_failure
 from ..tensors import FLOAT_SENTINEL, fingerprint, is_tensor, poison_tensor, random_like
-from ..vocab import NO_GRADIENT_NOTE
+from ..vocab import FROZEN_LOST, NO_GRADIENT_NOTE
 from . import protocol
 from .conditions import VARIANTS, Condition, as_exact_as_the_reference, free_cached, range_ok
 from .launch import KernelFailed, WorkerProc
@@ -53,9 +53,7 @@ class Shared:
 
     def __init__(self, problem: Problem, ds: DataSet, folder: Path, tag: str, use_file: bool, keep: bool = False,
                  watch: tuple = ()):
-        self.bufs: dict[str, Any] = {}
-        self.names: dict[str, str] = {}
-        self.problem = problem
+        self.bufs, self.names, self.problem = {}, {}, problem  # judge buffer -> tensor; output/input name -> buffer
         for n, t in ds.tensors().items():
             self._add(f"a{len(self.bufs)}-{tag}", n, t, folder, use_file)
         for n, e in ds.expected.items():
@@ -178,8 +176,7 @@ def verify(shared: Shared, ds: DataSet, report: dict[str, Any], tolerance: Any, 
     more += [bad_row(f"output '{n}'", t, f"output '{n}' changed after the call returned (a thread or a stream of the "
                      "kernel's wrote it later, out of the timed window): a call's work is done when it returns")
              for n, t in got.items() if n in (held or {}) and is_tensor(t) and fingerprint(t) != held[n]]
-    if prob is not None:
-        as_exact_as_the_reference(prob, ds, more, got, held)
+    as_exact_as_the_reference(prob, ds, more, got, held) if prob is not None else None
     rows += more
     for row in rows:
         meta, props = report.get(row["name"]) or {}, ds.ref_props.get(row["name"]) or {}
@@ -239,9 +236,11 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, returned: d
     mode = "training mode" if cond.train else "eval()"
     if not back.carries:
         return []
-    if not any(m.get("grad") for m in returned.values()):
-        notes.append(NO_GRADIENT_NOTE)
-        return []
+    reached = sess.problem.seen.setdefault("reached", set())  # inputs and parameters of eval() calls all training
+    if not any(m.get("grad") for m in returned.values()):  # frozen: a gradient given while all trained is owed
+        lost = [n for n in back.grads if cond.fixed and n in reached and bool(back.grads[n].any())]
+        notes += [] if lost else [NO_GRADIENT_NOTE]
+        return [bad_row(f"gradient of {n}", back.grads[n], FROZEN_LOST) for n in lost]
     names = list(back.grads)
     sh = sess.shared
     targets = [[n, n.partition(" ")[0], n.partition(" ")[2][1:-1]] for n in names]
@@ -259,7 +258,7 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, returned: d
     tols = applied_tolerances(back.grads, sess.judge.tolerance, sess.judge.ref)
     rows = []
     unused = set(reply.get("unused") or [])
-    (reached := sess.problem.seen.setdefault("reached", set())).update(() if cond.fixed else set(names) - unused)
+    reached.update(() if cond.fixed or cond.train else set(names) - unused)
     detached = [n for n in names if n in unused and bool(back.grads[n].any()) and not (cond.fixed and n in reached)]
     if detached:  # like an output without a gradient: a custom kernel's, or a cached layout (kernel_abi.md)
         notes.append(f"gradients: {', '.join(detached[:4])}{' ...' if len(detached) > 4 else ''}: not compared: "

@@ -198,11 +198,11 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
         if any(is_tensor(a := first.args[n]) and a.dim() > 2 and min(a.shape[:2]) > 1 for n in first.input_names()):
             wanted += ["layout:lead"]  # and a review's, checking only the last dim's stride
     rng.shuffle(wanted)
-    for late in ("mode:grad:frozen", "mode:grad:partial") if "mode:grad:frozen" in wanted else ():
-        wanted.remove(late)
+    for late in ("mode:grad:frozen", "mode:grad:partial") if "mode:grad:frozen" in wanted else ():  # after mode:grad,
+        wanted.remove(late)  # whose gradients say what ModelNew reaches (what follows only inserts: they stay after)
         wanted.insert(rng.randint(wanted.index("mode:grad") + 1, len(wanted)), late)
-    if wanted[-1:] == ["layout:moved"]:  # its handed outputs are read after the next call: never the last call
-        wanted[0], wanted[-1] = wanted[-1], wanted[0]
+    if len(wanted) > 1 and wanted[-1] == "layout:moved":  # its handed outputs are read after the next call: never the
+        wanted[-2], wanted[-1] = wanted[-1], wanted[-2]  # last (before it, a frozen call or another: never mode:grad)
     if "weights:twin" in wanted:
         wanted.remove("weights:twin")
         wanted.insert(_twin_spot(rng, wanted), "weights:twin")

@@ -222,11 +222,12 @@ def other_batches(cfg: Any, done: list[dict], device: str):
     once the run's shapes are done."""
     b = cfg.dims.get("batch_size") or 1
     peak = max((t.get("peak_mem_bytes") or 0 for s in done for t in s["trials"]), default=0)
-    for s in cfg.batch_shapes:  # each followed by the run's batch size again (conditions.other_plan): a red team's
-        if s["batch_size"] < b or peak * s["batch_size"] / b <= OTHER_FIT * device_memory(device):  # cache of the two
-            yield s  # sizes last called, one stamp for both, had let the run's go by the time it came back
-            if s["batch_size"] > 1:  # (after one row, the next size)
-                yield dict(cfg.dims)
+    shapes = [s for s in cfg.batch_shapes if s["batch_size"] < b
+              or peak * s["batch_size"] / b <= OTHER_FIT * device_memory(device)]
+    for i, s in enumerate(shapes):  # each followed by the run's batch size again (conditions.other_plan): a red team's
+        yield s  # cache of the two sizes last called, one stamp for both, had let the run's go by the time it came back
+        if s["batch_size"] > 1 or i == len(shapes) - 1:  # (after one row, the next size; the run's if none fits)
+            yield dict(cfg.dims)
 
 
 def problem_at(judge: Any, dims: dict, kernel: Any, notes: list[str], unfit: tuple, before: Problem | None
