@@ -416,9 +416,10 @@ class Session:
         # the inputs' new values come with a new _version one call in two (a user's copy_), else at the same one (a
         # user's refill through .data or NumPy): a memo keyed on either, and a kernel wrong on either, is seen
         msg: dict[str, Any] = {"op": "call", "k": kid, "nvtx": nvtx, "bump": self.judge.rng.random() < 0.5}
-        # inventory: the worker lists the kernels the call launched (torch's profiler), a hint, not a measure; quiet: an
-        # unverified call of the ring probe's (held.cycle_rings), what lives frozen out of collections
-        msg.update({k: True for k, on in (("inventory", inventory), ("quiet", quiet)) if on})
+        if inventory:  # the worker lists the kernels the call launched (torch's profiler): a hint, not a measure
+            msg["inventory"] = True
+        if quiet:  # an unverified call of the ring probe's (held.cycle_rings): what lives is frozen out of collections
+            msg["quiet"] = True
         if cond.train or cond.grad or cond.inference:
             msg.update(train=cond.train, grad=cond.grad, inference=cond.inference, **({"frozen": list(cond.frozen)} if cond.frozen else {}),
                        **({"freeze": list(cond.fixed)} if cond.fixed else {}))

@@ -320,7 +320,7 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
             step(prob, spec)  # team's per-batch-size cache, stamped once, was stale at the size it had not been called
         cond.inference = value == "twin:again"  # a red team's shared cache lived in inference_mode calls alone
     elif aspect == "layout":
-        kind = {"padded": "pad", "moved": "moved", "permuted": "permuted", "lead": "lead"}.get(value, "step")
+        kind = {"strided": "step", "padded": "pad"}.get(value, value)  # the others by strided_view's own names
         varied = dataclasses.replace(ds, args={n: strided_view(v, kind) if n in ds.input_names() else v
                                                 for n, v in ds.args.items()}, ref_props={})
         prob.reference(varied)
