@@ -119,9 +119,9 @@ def nudge(model, seed: int, scales: dict[str, float], keep: bool = True, sparse:
     """Change ``model``'s parameters (or buffers) named in ``scales`` in place, as an optimizer step does (their
     ``_version`` moves on): normal noise of ``scales``' size (``sparse``: on about half the elements, as a step whose
     gradient is zero elsewhere; "swap": the values of about half the elements exchanged among them, as a checkpoint
-    with its units in another order, every sum, norm and extreme kept), drawn on the CPU from ``seed`` and each name's
-    place in ``scales`` so that the judge (for Model) and the worker (for ModelNew) make the same change.  A tied parameter is found under any of its names
-    (a ModelNew may register it first under another).  Returns what they were (``keep``)."""
+    with its units in another order, every sum, norm and extreme kept), drawn on the parameter's device (upstream) from
+    ``seed`` and each name's place in ``scales``: the judge (for Model) and the worker (for ModelNew) make the same
+    change.  A tied parameter is found under any of its names (a ModelNew may register it first).  Returns the old (``keep``)."""
     torch = _torch()
     params, saved = _named(model), {}
     with torch.no_grad():
@@ -129,18 +129,18 @@ def nudge(model, seed: int, scales: dict[str, float], keep: bool = True, sparse:
             p = params[name]
             if keep:
                 saved[name] = p.detach().clone()
-            gen = torch.Generator().manual_seed((seed * 7919 + i) % (1 << 63))
+            gen = torch.Generator(device=p.device).manual_seed((seed * 7919 + i) % (1 << 63))  # (see upstream)
             if sparse == "swap":  # each chosen place takes the next one's value in a random cycle: none keeps its own
-                at = (torch.rand(tuple(p.shape), generator=gen) < 0.5).reshape(-1).nonzero().squeeze(1)
-                at = at[torch.randperm(at.numel(), generator=gen)].to(p.device)
+                at = (torch.rand(tuple(p.shape), generator=gen, device=p.device) < 0.5).reshape(-1).nonzero().squeeze(1)
+                at = at[torch.randperm(at.numel(), generator=gen, device=p.device)]
                 old = p.detach().reshape(-1)
                 flat = old.clone()
                 flat[at] = old[at.roll(1)]
                 if not torch.equal(flat, old):  # (values all alike there, a running mean's zeros: noise instead)
                     p.copy_(flat.view(tuple(p.shape)))
                     continue
-            step = torch.randn(tuple(p.shape), generator=gen).mul_(scale)
-            step = step.mul_(torch.rand(tuple(p.shape), generator=gen) < 0.5) if sparse else step
+            step = torch.randn(tuple(p.shape), generator=gen, device=p.device).mul_(scale)
+            step = step.mul_(torch.rand(tuple(p.shape), generator=gen, device=p.device) < 0.5) if sparse else step
             p.add_(step.to(device=p.device, dtype=p.dtype))
     return saved
 
@@ -241,14 +241,14 @@ def uninfer(model, names: list[str] | None = None) -> list[str]:
 
 
 def upstream(seed: int, i: int, like):
-    """The gradient handed to backward() for the ``i``-th output of a call, drawn on the CPU from ``seed`` so that
-    the judge (for Model) and the worker (for ModelNew) draw the same: normal values, or for an odd ``seed`` one
-    value expanded over the output (stride 0), as ``out.sum()`` or ``.mean()`` hands it to a custom backward."""
+    """The gradient handed to backward() for the ``i``-th output of a call, drawn from ``seed`` by torch's generator on
+    the output's device, where the judge (for Model) and the worker (for ModelNew) draw the same numbers (on the CPU and
+    copied, a level-3 MLP's 671 M parameters were drawn single-threaded at each nudge): normal values, or for an odd
+    ``seed`` one value expanded over the output (stride 0), as ``out.sum()`` or ``.mean()`` hands it to a custom backward."""
     torch = _torch()
-    gen = torch.Generator().manual_seed(seed * 31 + i)
-    if seed % 2:
-        return torch.randn((), generator=gen).to(device=like.device, dtype=like.dtype).expand(tuple(like.shape))
-    return torch.randn(tuple(like.shape), generator=gen).to(device=like.device, dtype=like.dtype)
+    gen = torch.Generator(device=like.device).manual_seed(seed * 31 + i)
+    one = torch.randn(() if seed % 2 else tuple(like.shape), generator=gen, device=like.device)
+    return one.to(device=like.device, dtype=like.dtype).expand(tuple(like.shape))
 
 
 def grads_into(outs: list, targets: list[tuple[str, Any, Any]], seed: int) -> list[str]:
