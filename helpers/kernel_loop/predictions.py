@@ -434,7 +434,19 @@ def score_versions(pred: dict[str, Any], before: dict[str, Any] | None, after: d
                    names: tuple[str, str] = ("this version", "the next version")) -> dict[str, Any]:
     """Score one prediction against the ncu.json of its version and of the next one (see the module's
     docstring).  Adds ``on``: ``{"before": label, "after": label}`` of the kernel scored (None for the whole
-    call's figures) and ``note``: how the kernel was found, where it needed saying."""
+    call's figures) and ``note``: how the kernel was found, where it needed saying, and that the two versions ran
+    on different GPUs (an agent's trial was offered an H200 for v1 after v0's H100: times and percentages of peak
+    then compare two cards, not two kernels)."""
+    out = _score_versions(pred, before, after, names)
+    cards = [((v.get("gpu") or {}).get("name") if isinstance(v, dict) else None) for v in (before, after)]
+    if all(cards) and cards[0] != cards[1]:
+        card = f"measured on different GPUs ({cards[0]} in {names[0]}, {cards[1]} in {names[1]})"
+        out["note"] = f"{out['note']}; {card}" if out.get("note") else card
+    return out
+
+
+def _score_versions(pred: dict[str, Any], before: dict[str, Any] | None, after: dict[str, Any] | None,
+                    names: tuple[str, str]) -> dict[str, Any]:
     bname, aname = names
     out: dict[str, Any] = {**pred, "why": None, "note": None, "on": None}
     metric, kernel = pred["metric"], pred.get("kernel")

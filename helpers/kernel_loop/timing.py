@@ -225,11 +225,15 @@ class LaunchCount:
     def __init__(self, device: str):
         self.device, self.prof = device, None
         try:
-            from torch.profiler import ProfilerActivity, profile
-
-            self.prof = profile(activities=[ProfilerActivity.CUDA])
+            self.prof = self._new()
         except Exception:  # noqa: BLE001 - no CUPTI here: the judge takes the census
             self.prof = None
+
+    @staticmethod
+    def _new() -> Any:
+        from torch.profiler import ProfilerActivity, profile
+
+        return profile(activities=[ProfilerActivity.CUDA])
 
     def around(self, fn: Callable[[], Any]) -> Callable[[], Any]:
         if self.prof is None:
@@ -238,7 +242,8 @@ class LaunchCount:
         def call():
             import torch
 
-            with self.prof:
+            self.prof = self._new()  # a fresh one each call: one entered again warns that it clears its events
+            with self.prof:  # (an agent read that warning, printed in profile's output, as an error)
                 got = fn()
                 torch.cuda.synchronize(self.device)
             return got
@@ -252,7 +257,7 @@ class LaunchCount:
         try:
             kernels: dict[str, list] = {}
             with warnings.catch_warnings():  # "Profiler clears events at the end of each cycle": one cycle is all it
-                warnings.simplefilter("ignore")  # records, and the warning in profile's output read as an error
+                warnings.simplefilter("ignore")  # records
                 events = list(self.prof.events())
             for ev in events:
                 if str(getattr(ev, "device_type", "")).endswith("CUDA") and not ev.name.startswith(("Memcpy", "Memset")):

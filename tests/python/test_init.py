@@ -13,6 +13,7 @@ import klcli
 import pytest
 from kernel_loop.common import UsageError
 from kernel_loop.config import RunConfig, check_flags_against_run
+from kernel_loop.kbs import family as kfamily
 from kernel_loop.steps import init
 from test_env import _facts
 from test_kb_dims import CUMSUM
@@ -123,7 +124,7 @@ def test_cu_without_setup_needs_ptr_size(tmp_path, capsys):
 
 def test_kernelbench_ref_is_accepted(tmp_path):
     assert klcli.init_run(tmp_path / "run", "kb_ref.py", "kb_new.py", "triton", "batch_size=8") == 0
-    assert _cfg(tmp_path / "run")["kernel_type"] == "any"
+    assert _cfg(tmp_path / "run")["kernel_type"] == "gemm"  # its Model's main op, a Linear (the name says nothing)
 
 
 def test_tolerance_from_ref_and_cli(tmp_path):
@@ -142,7 +143,22 @@ def test_tolerance_from_ref_and_cli(tmp_path):
     ("moe_gate", "moe"), ("conv2d", "conv"), ("transpose", "transpose"), ("mystery", "any"),
 ])
 def test_kernel_type_guess(name, expected):
-    assert init.guess_kernel_type(name) == expected
+    assert kfamily.kernel_type_of(name)[0] == expected
+
+
+def test_init_says_the_kernel_type_and_guesses_it_from_an_op_family_or_the_ref(tmp_path, capsys):
+    """An agent's trial (96_HuberLoss, --kernel huber_loss): the run's kernel type was "any", said only in run.json.
+    A loss names a reduction; a name that says nothing leaves it to ref.py's main op; init says which and from what."""
+    assert kfamily.kernel_type_of("huber_loss") == ("reduction", "from the name 'huber_loss', a loss")
+    ref = tmp_path / "ref.py"
+    ref.write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, p, t):\n"
+                   "        return torch.nn.functional.smooth_l1_loss(p, t)\n"
+                   "def get_inputs():\n    return [torch.rand(8), torch.rand(8)]\n"
+                   "def get_init_inputs():\n    return []\n")
+    assert kfamily.kernel_type_of("mine", ref) == ("reduction", "from ref.py's main op, a loss")
+    assert klcli.init_run(tmp_path / "run", "kb_ref.py", "kb_new.py", "triton", "batch_size=8") == 0
+    err = capsys.readouterr().err
+    assert f"kernel type {_cfg(tmp_path / 'run')['kernel_type']}, " in err and "--kernel-type sets it" in err
 
 
 def test_check_flags_against_run():
@@ -248,6 +264,12 @@ def test_a_kernelbench_tuple_constant_is_varied_by_element_and_the_axis_is_no_di
     cfg = _cfg(out)
     assert cfg["dims"] == {"batch_size": 256, "input_shape_0": 4096}  # dim = 1 is the scanned axis, not a size
     assert cfg["extra_shapes"] == [{"batch_size": 256, "input_shape_0": 1000}, {"batch_size": 3, "input_shape_0": 4096}]
+    # correctness's own batch sizes stay beside an extra shape of another batch size (an agent's trial gave
+    # batch_size=333, and one, half and a quarter more made odd were all dropped; a one-row path went unchecked)
+    assert [s["batch_size"] for s in cfg["batch_shapes"]] == [1, 128, 321]
+    (tmp_path / "b").mkdir()
+    rc, out = _init_files(tmp_path / "b", KB_CUMSUM, "--extra-shapes", "batch_size=128")
+    assert rc == 0 and [s["batch_size"] for s in _cfg(out)["batch_shapes"]] == [1, 321]  # its own size is not repeated
 
 
 @pytest.mark.parametrize("flag, value, message", [

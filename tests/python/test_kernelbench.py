@@ -113,8 +113,9 @@ def test_a_model_that_reads_its_sizes_in_init_and_keeps_its_state_passes_at_othe
                       tmp_path / "new.py", "--skip-env", "--dims", "batch_size=3", "--extra-shapes", "batch_size=5") == 0
     assert klcli.main("correctness", out) == 0, read_json(out / "v0" / "correctness.json")["error"]
     data = read_json(out / "v0" / "correctness.json")
-    assert [s["trials"][0]["outputs"][0]["shape"] for s in data["shapes"]] == [[3, 5], [5, 5]]
-    conds = [t["condition"] for s in data["shapes"] for t in s["trials"]]
+    assert [s["trials"][0]["outputs"][0]["shape"] for s in data["shapes"] if not s.get("own")] == [[3, 5], [5, 5]]
+    assert {s["dims"]["batch_size"] for s in data["shapes"] if s.get("own")} == {1, 3}  # correctness's own: one, then 3
+    conds = [t["condition"] for s in data["shapes"] if not s.get("own") for t in s["trials"]]
     assert conds.count("mode:inference") == 2, conds  # in each shape (at a place drawn at random)
     assert "batch_size=3: ref.py's Model reads this constant" in (out / "v0" / "correctness.md").read_text()
 

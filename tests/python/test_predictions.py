@@ -259,3 +259,19 @@ def test_a_prediction_that_cannot_fail_or_cannot_hold_is_named(line, measured, m
                                   "attn:duration: <= 1"])
 def test_predictions_that_can_fail_and_hold_pass(line):
     assert P.senseless(P.parse_line(line), 50.0) is None
+
+
+def test_a_prediction_scored_across_two_gpus_says_so():
+    """An agent's trial was offered an H200 for v1 after v0 ran on an H100: a prediction scored across them compares
+    two cards.  The score keeps its status and says so in its note, beside any other note."""
+    import runfixture as rf
+
+    v0, v1 = _block(rf.BLOCK_V0), _block(rf.BLOCK_V1)
+    same = P.score_versions(P.parse_line("duration: -5%"), v0, v1, ("v0", "v1"))
+    assert same["note"] is None
+    v0["gpu"], v1["gpu"] = {"name": "NVIDIA H100 80GB HBM3"}, {"name": "NVIDIA H200"}
+    s = P.score_versions(P.parse_line("duration: -5%"), v0, v1, ("v0", "v1"))
+    assert s["status"] == same["status"] and s["note"] == (
+        "measured on different GPUs (NVIDIA H100 80GB HBM3 in v0, NVIDIA H200 in v1)")
+    v1["gpu"] = {"name": "NVIDIA H100 80GB HBM3"}
+    assert P.score_versions(P.parse_line("duration: -5%"), v0, v1, ("v0", "v1"))["note"] is None

@@ -797,3 +797,50 @@ def test_the_launch_count_keeps_torchs_profiler_warning_out_of_the_output(recwar
     lc.prof = types.SimpleNamespace(events=events)
     assert lc.result() == {"launches": 1, "kernels": [["k", 1, 2.0]]}
     assert not [w for w in recwarn if "Profiler clears" in str(w.message)]
+
+
+def test_the_launch_count_enters_a_fresh_profiler_each_call(recwarn, monkeypatch):
+    """The second agent's trial saw that warning again: torch warns when one profiler is entered a second time (the
+    timer may call the call more than once), not only when its events are read.  A fresh one each call (a CPU
+    profiler here, CUDA's needs a GPU)."""
+    import torch
+    from kernel_loop.timing import LaunchCount
+    from torch.profiler import ProfilerActivity, profile
+
+    monkeypatch.setattr(LaunchCount, "_new", staticmethod(lambda: profile(activities=[ProfilerActivity.CPU])))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    lc = LaunchCount("cpu")
+    call = lc.around(lambda: torch.ones(4).sum())
+    for _ in range(3):
+        assert float(call()) == 4.0
+    assert not [w for w in recwarn if "Profiler clears" in str(w.message)]
+
+
+def test_a_minor_kernels_tags_rank_last_and_stay_out_of_the_drafts():
+    """An agent's trial (96_HuberLoss, H100): torch's reduce_kernel, 0.3% of the call, put its occupancy gap in the
+    summary's five tags beside the Triton kernel's (99.6%) and its small grid and launch overhead in hypothesis.txt's
+    draft.  A kernel under inventory.MINOR_SHARE of the largest kernel's time is minor: its tags come after the call's
+    own (multi-kernel), are counted apart in ncu_summary.md, and are left out of the drafts."""
+    from kernel_loop.kbs import evidence
+    from kernel_loop.steps import hypothesis
+
+    p = ncu_json.build_profile(_text("h100_huber_v0_raw.csv"), _text("h100_huber_v0_details.csv"), None,
+                               {"version": "v0", "kernel_file": "kernel.py", "defined_kernels": ["_huber_partial"]})
+    shares = {k["label"]: k["share"] for k in p["kernels"]}
+    assert shares["_huber_partial"] > 0.99 and shares["reduce_kernel"] < 0.01
+    tags = [(s["tag"], s.get("label"), bool(s.get("minor"))) for s in p["symptoms"]]
+    small = [t for t in tags if t[2]]
+    assert small and all(label in ("reduce_kernel", "vectorized_elementwise_kernel") for _, label, _ in small), tags
+    assert ("achieved-occupancy-gap", "reduce_kernel", True) in tags
+    first_minor = tags.index(small[0])
+    assert all(not m for *_, m in tags[:first_minor]) and tags[first_minor - 1][0] == "multi-kernel", tags
+    assert all(label == "_huber_partial" for t, label, _ in tags[:first_minor - 1]), tags
+    text = ncu_json.render_summary(p)
+    table = text.split("## Symptom tags", 1)[1].split("## ", 1)[0]
+    assert "| **achieved-occupancy-gap** |" not in table and "| **dram-near-peak** |" in table
+    assert "of kernels with less than 5% of the largest kernel's time, left out of the drafts: " in table
+    assert "achieved-occupancy-gap" in table.split("left out of the drafts: ", 1)[1]
+    drafted = hypothesis.current_evidence(p, {})["symptoms"]
+    assert [s["tag"] for s in drafted] == [t for t, _, m in tags if not m]
+    view = evidence.kernel_view(p)
+    assert {s["tag"] for s in view["fired"]} == {t for t, _, m in tags if not m}

@@ -205,6 +205,18 @@ def of_run(kernel_type: str | None, kernel_name: str | None) -> str | None:
     return named[0] if named else None
 
 
+def kernel_type_of(name: str, ref: Any = None) -> tuple[str, str]:
+    """The kernel type (``vocab.KERNEL_TYPES``) a run's name says (its words, as ``of_run`` reads them; an op family's
+    type: 'huber_loss' names a loss, a reduction), else ref.py's main op's (``of_ref``), else ``any``; with where it
+    came from (init says it: an agent's trial found its run's "any" only in run.json)."""
+    ops = op_families_in(name or "")[0]
+    for fam, where in ((of_run(None, name), f"the name {name!r}"), (ops[0] if ops else None, f"the name {name!r}"),
+                       *[(f, "ref.py's main op") for f in (of_ref(ref) if ref else [])[:1]]):
+        if fam and parent(fam) in vocab.KERNEL_TYPES and parent(fam) != "any":
+            return parent(fam), f"from {where}" + (f", a {fam}" if fam != parent(fam) else "")
+    return "any", f"neither the name {name!r} nor ref.py's ops name a kernel type"
+
+
 def fit(page: dict[str, Any], family: str) -> float:
     """How squarely a page is about one family (0..1): 0 when it is not, 1 for a page of that family
     alone, less for a page listing several kernel types; ``any`` pages are about no family in particular.

@@ -303,6 +303,19 @@ def representatives(inv: dict[str, Any], records: list[dict[str, Any]], defined:
     return out, stray
 
 
+MINOR_SHARE = 0.05  # a kernel with less time than this fraction of the call's largest kernel's is minor
+
+
+def minor(share: Any, largest: Any) -> bool:
+    """Whether a kernel of ``share`` of the call's kernel time is minor beside the largest kernel's ``largest``: its
+    symptom tags rank after every other kernel's and the call's own, and the drafts of hypothesis.txt and the KBS
+    evidence leave them out (an agent's trial: a 0.3% torch reduce_kernel finishing a 99.6% Triton loss filled the
+    tag table and the draft with its occupancy gap, small grid and launch overhead)."""
+    num = (int, float)
+    return (isinstance(share, num) and isinstance(largest, num) and not isinstance(share, bool)
+            and largest > 0 and share < MINOR_SHARE * largest)
+
+
 def focus(kernels: list[dict[str, Any]]) -> dict[str, Any]:
     """The kernel whose metrics stand for the version: its own kernel with the most time in the call, or,
     when it has none, the kernel with the most time; with ``why``."""

@@ -134,13 +134,17 @@ def build_profile(raw_csv_text: str | None, details_csv_text: str | None, timing
     focus = inventory.focus(kernels)
     whole = {**focus["metrics"], **{key: sums[key] for key in inventory.SUM_KEYS}}
 
-    # Symptoms: per kernel, the version's own kernels first, then by share; each tag once, from the first.
+    # Symptoms: per kernel, the version's own kernels first, then by share, the minor kernels' last (after the
+    # call's own, multi-kernel); each tag once, from the first.
     symptoms: dict[str, dict[str, Any]] = {}
-    for kr in sorted(kernels, key=lambda k: (k["owner"] != "own", -k["share"])):
+    largest = max((k["share"] for k in kernels), default=0.0)
+    for kr in sorted(kernels, key=lambda k: (inventory.minor(k["share"], largest), k["owner"] != "own", -k["share"])):
         for s in kr["symptoms"]:
             symptoms.setdefault(s["tag"], {**s, "kernel": kr["name"], "label": kr["label"], "owner": kr["owner"],
-                                           "share": kr["share"]})
-    sym_list = list(symptoms.values())
+                                           "share": kr["share"]} | ({"minor": True} if inventory.minor(
+                                               kr["share"], largest) else {}))
+    sym_list = [s for s in symptoms.values() if not s.get("minor")]
+    minor_tags = [s for s in symptoms.values() if s.get("minor")]
     if inv["launches"] > 1:
         sym_list.append({"tag": "multi-kernel", "metrics": {"duration_us": total_us},
                          "thresholds": {"kernel launches in one call": "> 1"}, "source": "metrics", "kernel": None,
@@ -148,6 +152,7 @@ def build_profile(raw_csv_text: str | None, details_csv_text: str | None, timing
                                  f"kernels in ncu's census of the first {inv['launches']})" if sample else
                                  f"{inv['launches']} kernel launches ({len(inv['rows'])} kernels)")
                                 + " ran for one solution call"})
+    sym_list += minor_tags
 
     timing_out = None
     if timing:
@@ -258,7 +263,8 @@ def render_summary(profile: dict[str, Any]) -> str:
     for rows, symptoms, rules, rule_chars, warn_chars, warns in SUMMARY_RUNGS:
         text = render("ncu_summary.md.j2", p=profile, cats=cats, keys=metrics.KEYS,
                       rule_rows=[(n, {**r, "text": _cut(r["text"], rule_chars)}) for n, r in found[:rules]],
-                      rows_shown=rows, symptoms_shown=symptoms,
+                      rows_shown=rows, symptoms_shown=symptoms, major=[s for s in profile["symptoms"] if not s.get("minor")],
+                      minor=[s for s in profile["symptoms"] if s.get("minor")], minor_pct=round(100 * inventory.MINOR_SHARE),
                       warnings=[_cut(w, warn_chars) for w in every[:warns]] + (
                           [f"{len(every) - warns} more warnings: in ncu_details.md"] if len(every) > warns else []),
                       unevaluated=[n.split(":", 1)[0] for n in profile.get("not_evaluated") or []],

@@ -128,7 +128,7 @@ KERNELS_SHOWN = 8  # hypothesis.txt lists this many kernels of a many-kernel cal
 
 def current_evidence(ncu: dict[str, Any], corr: dict[str, Any]) -> dict[str, Any]:
     mabs, ml2 = max_errors(corr)
-    fired = ncu.get("symptoms") or []
+    fired = [s for s in ncu.get("symptoms") or [] if not s.get("minor")]  # (a minor kernel's: profiling.inventory)
     recs = predictions.kernel_records(ncu)
     label_of = {r["name"]: r["label"] for r in recs.values()}
     # with several kernels in the call, each symptom says which one fired it (the whole call's have none)

@@ -59,12 +59,6 @@ _VOLATILE = ("created", "batch_shapes")  # not compared when re-running init (ru
 CPU_WARN_BYTES = 256 * 2**20
 
 
-def guess_kernel_type(name: str) -> str:
-    """The kernel type a run's name says (``kbs.family``'s words, the ones the KBS ranks by), else ``any``."""
-    fam = kfamily.of_run(None, name)
-    return fam if fam in KERNEL_TYPES else "any"
-
-
 def inspect_ref(path: Path) -> dict[str, Any]:
     """Parse ref.py without importing it: what it defines, literal atol/rtol/rel_l2 and, for a KernelBench
     file, its dims (``kb_dims``: the size constants by name, tuple elements as ``T_i``, axis arguments apart)."""
@@ -235,7 +229,7 @@ def build_config(args: argparse.Namespace, ref_info: dict) -> dict[str, Any]:
         tolerance = {**tolerance, "preset": "kernelbench", "source": "kernelbench preset"}
     cfg = RunConfig(
         kernel=args.kernel, impl=args.impl, dims=dims,
-        kernel_type=args.kernel_type or guess_kernel_type(args.kernel),
+        kernel_type=args.kernel_type or kfamily.kernel_type_of(args.kernel, Path(args.ref))[0],
         extra_shapes=extra_shapes, batch_shapes=others, seed=args.seed,
         tolerance=tolerance,
         gpu=args.gpu, device=args.device, iterations=args.iterations, warmup=args.warmup, trials=args.trials,
@@ -434,7 +428,9 @@ def run_init(args: argparse.Namespace) -> int:
         _record_init(rd, cfg, v0_kernel)
     progress(f"records.log is signed with the record key at {records.key_path()} (key id "
              f"{records.key_id(records.load_key(rd.root))}); every later step must find the same key there")
-    progress(f"run.json written ({cfg['impl']}, dims {', '.join(f'{k}={v}' for k, v in cfg['dims'].items())})")
+    how = "as --kernel-type set it" if args.kernel_type else kfamily.kernel_type_of(args.kernel, Path(args.ref))[1]
+    progress(f"run.json written: {cfg['impl']}; dims {', '.join(f'{k}={v}' for k, v in cfg['dims'].items())}; kernel type "
+             f"{cfg['kernel_type']}, {how} (the KBS queries weigh it; --kernel-type sets it)")
     if args.device == "cpu":
         warn_large_cpu_inputs(ref_info, cfg["dims"], cfg["extra_shapes"])
     print(f"initialised {rd.root}: v0 = {v0_kernel.relative_to(rd.root)}; next: {command('correctness', args.out)}")
