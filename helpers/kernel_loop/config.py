@@ -193,13 +193,13 @@ def batch_shapes(dims: dict[str, int], shapes: list[dict[str, int]],
     left a tail of rows past its tile of 8 passed at 40 after 32), ``complete``
     making each whole: correctness calls them after the run's shapes on the instance those called (held.other_batches),
     as a user's next batch is often of another size (a red team's kernel sized by its first call passed).  No shapes
-    for other refs (``complete`` None) or without a batch_size; a size an --extra-shapes entry has already is not
-    repeated (an agent's trial gave batch_size=333, and the sizes one, half and odd were all dropped)."""
+    for other refs (``complete`` None) or without a batch_size; one an --extra-shapes entry is already is not repeated
+    (an agent's trial gave batch_size=333, and the sizes one, half and odd had all been dropped)."""
     b = dims.get("batch_size", 0)
     if complete is None or b < 1:
         return []
-    theirs = {s.get("batch_size") for s in shapes}
-    return [complete({"batch_size": v}) for v in sorted({1, b // 2, (b + max(1, b // 4)) | 1} - {0, b} - theirs)]
+    own = [complete({"batch_size": v}) for v in sorted({1, b // 2, (b + max(1, b // 4)) | 1} - {0, b})]
+    return [s for s in own if s not in shapes]
 
 
 def parse_extra_shapes(text: str | None, dims: dict[str, int],

@@ -173,7 +173,7 @@ def twin(model, init: list, spec: dict[str, Any], device: str, made=None, own: d
     ModelNew; an eleventh's shared it in training mode alone).  ``own``: the buffers drawn per instance, as the judge's
     second Model drew them (drawn_buffers).  Built under a fork of torch's generators."""
     torch = _torch()
-    scratch = spare_instance(model, init, device)
+    scratch = spare_instance(model, init, device).to(device)  # on the device, as the judge's copy: nudge draws there
     made = made if made is not None else spare_instance(model, init, device)
     scratch.load_state_dict(model.state_dict())
     nudge(scratch, int(spec["seed"]), spec["scales"], keep=False, sparse=spec.get("sparse") or False)

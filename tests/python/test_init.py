@@ -270,6 +270,9 @@ def test_a_kernelbench_tuple_constant_is_varied_by_element_and_the_axis_is_no_di
     (tmp_path / "b").mkdir()
     rc, out = _init_files(tmp_path / "b", KB_CUMSUM, "--extra-shapes", "batch_size=128")
     assert rc == 0 and [s["batch_size"] for s in _cfg(out)["batch_shapes"]] == [1, 321]  # its own size is not repeated
+    (tmp_path / "c").mkdir()  # (a review) at other sizes of the rest, that batch size is still called at the run's
+    rc, out = _init_files(tmp_path / "c", KB_CUMSUM, "--extra-shapes", "batch_size=128,input_shape_0=1000")
+    assert rc == 0 and [s["batch_size"] for s in _cfg(out)["batch_shapes"]] == [1, 128, 321]
 
 
 @pytest.mark.parametrize("flag, value, message", [

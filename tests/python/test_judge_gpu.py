@@ -612,6 +612,18 @@ def test_the_weights_noise_is_drawn_on_the_gpu_alike_and_without_a_cpu_draw():
         assert torch.equal(a.weight, b.weight) and torch.equal(a.bias, b.bias), sparse
     out = torch.empty(512, 4096, device="cuda")
     assert torch.equal(tensors.upstream(6, 1, out), tensors.upstream(6, 1, out)) and tensors.upstream(6, 1, out).is_cuda
+
+    class CpuBuilt(torch.nn.Module):  # (a review) a ModelNew whose layer is built on the CPU whatever the device
+        def __init__(self, n):
+            super().__init__()
+            self.lin = torch.nn.Linear(n, n, device="cpu")
+
+    m = CpuBuilt(64).cuda()
+    spec = {"seed": 3, "scales": tensors.nudge_scales(m)}
+    judge_copy = CpuBuilt(64).cuda()
+    judge_copy.load_state_dict(m.state_dict())
+    tensors.nudge(judge_copy, 3, spec["scales"], keep=False)  # the judge's Model copy, on the GPU
+    assert torch.equal(tensors.twin(m, [64], spec, "cuda").lin.weight, judge_copy.lin.weight)  # the worker's twin
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     tensors.nudge(a, 9, scales, keep=False, sparse=True)

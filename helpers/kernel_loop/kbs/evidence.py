@@ -103,8 +103,8 @@ def _dedupe_words(text: str) -> str:
 def kernel_view(ncu: dict[str, Any]) -> dict[str, Any] | None:
     """A call whose kernels have owners (ncu.json schema 2): its own kernels by share of the call's kernel time
     (each with its bottleneck and symptoms), the symptoms to draft the evidence from (the own kernels', ranked
-    by share, those of minor kernels left out; every kernel's but the minor ones, by share, when the version has none
-    of its own; the whole call's, such as
+    by share, those of minor kernels left out; every kernel's but the minor ones, by share, when the version has no
+    own kernel that is not minor; the whole call's, such as
     ``multi-kernel``), and the library kernels with a large share, to replace or fuse.  None for a profile
     whose kernels have no owner (schema 1), or a call of one kernel, which are drafted from ``symptoms`` as before."""
     recs = predictions.kernel_records(ncu)
@@ -113,7 +113,7 @@ def kernel_view(ncu: dict[str, Any]) -> dict[str, Any] | None:
     own = [r for r in recs.values() if r.get("owner") == "own"]
     largest = max((_share(r) for r in recs.values()), default=0.0)
     major = [r for r in recs.values() if not minor(_share(r), largest)]  # a minor kernel's tags stay out of the draft
-    source = [r for r in own if r in major] or own or major
+    source = [r for r in own if r in major] or major  # (as out of hypothesis.txt's: steps/hypothesis.py)
     fired = [dict(sym, kernel=r["label"], owner=r.get("owner"), share=r.get("share"))
              for r in source for sym in r.get("symptoms") or []]
     fired += [dict(sym, kernel=None, owner=None, share=None) for sym in ncu.get("symptoms") or []

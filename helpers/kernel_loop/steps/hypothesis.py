@@ -35,6 +35,7 @@ from ..common import (
     warn,
     write_json,
 )
+from ..profiling.inventory import minor
 from ..profiling.kernel_names import short_name
 from ..prose import (
     TEXT_FIELDS,
@@ -128,9 +129,11 @@ KERNELS_SHOWN = 8  # hypothesis.txt lists this many kernels of a many-kernel cal
 
 def current_evidence(ncu: dict[str, Any], corr: dict[str, Any]) -> dict[str, Any]:
     mabs, ml2 = max_errors(corr)
-    fired = [s for s in ncu.get("symptoms") or [] if not s.get("minor")]  # (a minor kernel's: profiling.inventory)
     recs = predictions.kernel_records(ncu)
     label_of = {r["name"]: r["label"] for r in recs.values()}
+    largest = max((r["share"] for r in recs.values() if isinstance(r["share"], (int, float))), default=0.0)
+    small = {r["label"] for r in recs.values() if minor(r["share"], largest)}  # a minor kernel's tags: not drafted
+    fired = [s for s in ncu.get("symptoms") or [] if not s.get("minor") and label_of.get(s.get("kernel")) not in small]
     # with several kernels in the call, each symptom says which one fired it (the whole call's have none)
     several = len({s.get("kernel") for s in fired if s.get("kernel")}) > 1 or len(recs) > 1
     focus = predictions.focus_record(ncu, recs) if len(recs) > 1 else None
