@@ -58,6 +58,21 @@ def test_rerun_identical_is_noop_and_different_is_refused(tmp_path, capsys):
     assert _cfg(out)["dims"] == {"N": 4096}
 
 
+def test_rerun_keeps_the_kernel_type_an_older_init_guessed(tmp_path, capsys):
+    """A run an older init made holds the type it guessed ("any" where a KernelBench Linear now guesses "gemm"): the
+    same init command again is a no-op, not a refusal over kernel_type; --kernel-type given is compared as before."""
+    out = tmp_path / "run"
+    assert klcli.init_run(out, "kb_ref.py", "kb_new.py", "triton", "batch_size=8") == 0
+    cfg = json.loads((out / "run.json").read_text())
+    assert cfg["kernel_type"] == "gemm"
+    (out / "run.json").write_text(json.dumps(dict(cfg, kernel_type="any"), indent=2) + "\n")
+    capsys.readouterr()
+    assert klcli.init_run(out, "kb_ref.py", "kb_new.py", "triton", "batch_size=8") == 0
+    assert "nothing to do" in capsys.readouterr().out and _cfg(out)["kernel_type"] == "any"
+    assert klcli.init_run(out, "kb_ref.py", "kb_new.py", "triton", "batch_size=8", "--kernel-type", "gemm") == 2
+    assert "kernel_type" in capsys.readouterr().err
+
+
 def test_rerun_never_overwrites_changed_v0(tmp_path, capsys):
     out = tmp_path / "run"
     assert klcli.init_run(out, "ref_vadd.py", "triton_vadd.py", "triton", "N=64") == 0

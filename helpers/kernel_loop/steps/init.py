@@ -381,6 +381,8 @@ def run_init(args: argparse.Namespace) -> int:
     v0_kernel = rd.vdir(0) / f"kernel{Path(args.baseline).suffix}"
     if rd.run_json.exists():
         old = rd.config().to_json()  # normalised: keys an older init did not write take their defaults
+        if not args.kernel_type:  # a guessed type is the run's as it was guessed (an older init guessed less)
+            cfg["kernel_type"] = old.get("kernel_type", cfg["kernel_type"])
         diffs = _differences(old, cfg)
         if rd.ref_py.exists() and not _same_file(rd.ref_py, ref):
             diffs.append("ref.py (contents)")
