@@ -33,7 +33,7 @@ from typing import Any
 
 from .. import plan, predictions, provenance, vocab
 from ..common import UsageError, atomic_write_text, read_json, sha256_text, warn
-from ..profiling.inventory import minor
+from ..profiling.inventory import minor_labels
 from ..prose import TODO
 from ..rundir import RunDir
 from ..sidecars import KBS_EVIDENCE, NCU_JSON
@@ -111,8 +111,8 @@ def kernel_view(ncu: dict[str, Any]) -> dict[str, Any] | None:
     if len(recs) < 2 or not any(r.get("owner") in ("own", "library") for r in recs.values()):
         return None  # one kernel: drafted as before
     own = [r for r in recs.values() if r.get("owner") == "own"]
-    largest = max((_share(r) for r in recs.values()), default=0.0)
-    major = [r for r in recs.values() if not minor(_share(r), largest)]  # a minor kernel's tags stay out of the draft
+    small = minor_labels(recs.values())  # a minor kernel's tags stay out of the draft
+    major = [r for r in recs.values() if r["label"] not in small]
     source = [r for r in own if r in major] or major  # (as out of hypothesis.txt's: steps/hypothesis.py)
     fired = [dict(sym, kernel=r["label"], owner=r.get("owner"), share=r.get("share"))
              for r in source for sym in r.get("symptoms") or []]

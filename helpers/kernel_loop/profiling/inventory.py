@@ -306,14 +306,15 @@ def representatives(inv: dict[str, Any], records: list[dict[str, Any]], defined:
 MINOR_SHARE = 0.05  # a kernel with less time than this fraction of the call's largest kernel's is minor
 
 
-def minor(share: Any, largest: Any) -> bool:
-    """Whether a kernel of ``share`` of the call's kernel time is minor beside the largest kernel's ``largest``: its
-    symptom tags rank after every other kernel's and the call's own, and the drafts of hypothesis.txt and the KBS
-    evidence leave them out (an agent's trial: a 0.3% torch reduce_kernel finishing a 99.6% Triton loss filled the
-    tag table and the draft with its occupancy gap, small grid and launch overhead)."""
-    num = (int, float)
-    return (isinstance(share, num) and isinstance(largest, num) and not isinstance(share, bool)
-            and largest > 0 and share < MINOR_SHARE * largest)
+def minor_labels(kernels: Any) -> set[str]:
+    """The labels of the minor kernels among ``kernels`` (each with "label" and "share"): less than MINOR_SHARE of the
+    largest one's time.  Their symptom tags rank after every other kernel's and the call's own, and the drafts of
+    hypothesis.txt and the KBS evidence leave them out (an agent's trial: a 0.3% torch reduce_kernel finishing a 99.6%
+    Triton loss filled the tag table and the draft with its occupancy gap, small grid and launch overhead)."""
+    shares = [(k["label"], k["share"]) for k in kernels
+              if isinstance(k.get("share"), (int, float)) and not isinstance(k.get("share"), bool)]
+    largest = max((v for _, v in shares), default=0.0)
+    return {label for label, v in shares if v < MINOR_SHARE * largest}
 
 
 def focus(kernels: list[dict[str, Any]]) -> dict[str, Any]:

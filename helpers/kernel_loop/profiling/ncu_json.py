@@ -137,12 +137,11 @@ def build_profile(raw_csv_text: str | None, details_csv_text: str | None, timing
     # Symptoms: per kernel, the version's own kernels first, then by share, the minor kernels' last (after the
     # call's own, multi-kernel); each tag once, from the first.
     symptoms: dict[str, dict[str, Any]] = {}
-    largest = max((k["share"] for k in kernels), default=0.0)
-    for kr in sorted(kernels, key=lambda k: (inventory.minor(k["share"], largest), k["owner"] != "own", -k["share"])):
+    small = inventory.minor_labels(kernels)
+    for kr in sorted(kernels, key=lambda k: (k["label"] in small, k["owner"] != "own", -k["share"])):
         for s in kr["symptoms"]:
             symptoms.setdefault(s["tag"], {**s, "kernel": kr["name"], "label": kr["label"], "owner": kr["owner"],
-                                           "share": kr["share"]} | ({"minor": True} if inventory.minor(
-                                               kr["share"], largest) else {}))
+                                           "share": kr["share"]} | ({"minor": True} if kr["label"] in small else {}))
     sym_list = [s for s in symptoms.values() if not s.get("minor")]
     minor_tags = [s for s in symptoms.values() if s.get("minor")]
     if inv["launches"] > 1:

@@ -35,7 +35,7 @@ from ..common import (
     warn,
     write_json,
 )
-from ..profiling.inventory import minor
+from ..profiling.inventory import minor_labels
 from ..profiling.kernel_names import short_name
 from ..prose import (
     TEXT_FIELDS,
@@ -131,9 +131,8 @@ def current_evidence(ncu: dict[str, Any], corr: dict[str, Any]) -> dict[str, Any
     mabs, ml2 = max_errors(corr)
     recs = predictions.kernel_records(ncu)
     label_of = {r["name"]: r["label"] for r in recs.values()}
-    largest = max((r["share"] for r in recs.values() if isinstance(r["share"], (int, float))), default=0.0)
-    small = {r["label"] for r in recs.values() if minor(r["share"], largest)}  # a minor kernel's tags: not drafted
-    fired = [s for s in ncu.get("symptoms") or [] if not s.get("minor") and label_of.get(s.get("kernel")) not in small]
+    small = minor_labels(recs.values())  # a minor kernel's tags are not drafted (as in the KBS evidence's draft)
+    fired = [s for s in ncu.get("symptoms") or [] if (s.get("label") or label_of.get(s.get("kernel"))) not in small]
     # with several kernels in the call, each symptom says which one fired it (the whole call's have none)
     several = len({s.get("kernel") for s in fired if s.get("kernel")}) > 1 or len(recs) > 1
     focus = predictions.focus_record(ncu, recs) if len(recs) > 1 else None
