@@ -943,6 +943,14 @@ def test_one_instance_is_called_at_every_batch_size_of_the_run(tmp_path, worker_
         assert "batch_size=48" in data["error"], data["error"]
 
 
+def test_a_one_row_path_fails_when_the_run_names_another_batch_size_too(tmp_path, worker_here):
+    """An agent's trial: an --extra-shapes entry of another batch size (batch_size=333) dropped correctness's own sizes,
+    so the red team's Linear+ReLU whose one-row path forgets the bias passed a run that named one.  They stay now."""
+    rc, data, _ = _kb(tmp_path, "kb_ref_linear_relu.py", "kb_cheat_linear_relu_row_path.py", "batch_size=32,features=64",
+                      "--extra-shapes", "batch_size=48")
+    assert rc == 1 and "batch_size=1," in data["error"], data["error"]
+
+
 @pytest.mark.parametrize("ref, kernel, passes", [
     ("kb_ref_linear_relu.py", "kb_cheat_linear_rows_of_first_call.py", False),
     ("kb_ref_linear_relu.py", "kb_cheat_linear_raises_then_wrong.py", False),
