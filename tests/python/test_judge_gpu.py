@@ -189,6 +189,24 @@ def test_a_kernelbench_model_whose_output_depends_on_the_mode_passes_at_three_ba
         assert any("not compared: Model's output in training mode changes from call to call" in n for n in notes)
 
 
+@pytest.mark.parametrize("kernel, passes", [("kb_cheat_linear_relu_row_path.py", False),
+                                            ("kb_new_linear_cached_weight_t.py", True)])
+def test_an_extra_shape_of_another_batch_size_keeps_the_runs_own_batch_sizes_on_the_gpu(tmp_path, kernel, passes):
+    """An --extra-shapes entry of another batch size once dropped correctness's own (one, half, a quarter more): the
+    Linear+ReLU whose one-row path forgets the bias passed such a run.  On the GPU both sets are called now."""
+    out = _init(tmp_path, klcli.KERNELS / "kb_ref_linear_relu.py", (klcli.KERNELS / kernel).read_text(), "--dims",
+                "batch_size=32,features=64", "--extra-shapes", "batch_size=48")
+    proc = klcli.run("correctness", out, timeout=600)
+    data = json.loads((out / "v0" / "correctness.json").read_text())
+    sizes = [s["dims"]["batch_size"] for s in data["shapes"]]
+    print(f"{kernel}: {data['result']}, batch sizes {sizes}")
+    assert proc.returncode == (0 if passes else 1), proc.stderr[-3000:]
+    if passes:
+        assert {1, 16, 32, 41, 48} <= set(sizes), sizes
+    else:
+        assert "batch_size=1," in data["error"], data["error"]
+
+
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_bn_fold_kept_past_training.py", False),
                                             ("kb_cheat_bn_stats_frozen_after_three_batches.py", False),
                                             ("kb_new_batchnorm.py", True)])
