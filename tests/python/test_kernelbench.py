@@ -508,3 +508,37 @@ def test_each_parameter_gets_both_a_swap_and_noise_in_its_turns(n):
         name, kind = alone(prob, scales, 99)
         kinds.setdefault(name, set()).add(kind)
     assert set(kinds) == set(scales) and all(k == {True, "swap"} for k in kinds.values()), kinds
+
+
+def test_sweep_chunks_join_problem_by_problem_at_one_digest():
+    """Issue 43's level-3 sweep runs in chunks across device calls and sessions: the chunks' logs join problem by
+    problem under one code digest; a step cut by the call's limit (exit 130) is not done, a later run of it counts,
+    and a chunk of other code counts for nothing."""
+    from test_kernelbench_gpu import _line, _profile_line, join_chunks
+
+    names = [f"{n}_P{n}" for n in range(1, 50, 2)]  # level 3's 25, by number
+    head = "# level3: {} problems on 1 GPU(s), correctness 2 at a time on each, profile all; helpers code {}"
+
+    def chunk(digest, rows, profs):
+        return "\n".join([head.format(len(rows), digest)]
+                         + [_line({"problem": k, "result": res, "seconds": 20.0, "peak_gib": 1.5, "why": why})
+                            for k, res, why in rows]
+                         + [_profile_line({"problem": k, "rc": rc, "seconds": s, "what": "v0: memory-bound"})
+                            for k, rc, s in profs]) + "\n"
+
+    a, b = "a" * 16, "b" * 16
+    first = chunk(a, [(k, "PASS", None) for k in names[:13]],
+                  [(k, 0, 30.0) for k in names[:12]] + [(names[12], 130, 5.0)])
+    other = chunk(b, [(k, "PASS", None) for k in names[13:]], [(k, 0, 30.0) for k in names[13:]])
+    lines = join_chunks(first + other, a)
+    assert lines[-1].startswith("KernelBench level 3 sweep so far: 12 of 12 done pass, 13 of 25 not done "
+                                f"({names[12]} not profiled)"), lines[-1]
+    assert join_chunks(first + other)[-1].startswith("KernelBench level 3 sweep so far: 12 of 12 done pass"), "b's"
+    second = chunk(a, [(names[12], "PASS", None), (names[13], "FAIL", "max abs err 3.1 at batch_size=1")]
+                   + [(k, "PASS", None) for k in names[14:]],
+                   [(names[12], 0, 41.0)] + [(k, 0, 60.0 + i) for i, k in enumerate(names[14:])])
+    lines = join_chunks(first + other + second, a)
+    assert lines[-1] == (f"KernelBench level 3 sweep: 24 of 25 pass (init, correctness, profile); median profile 35.5 s;"
+                         f" max profile 70.0 s; helpers code {a}, 2 chunks"), lines[-1]
+    assert any(ln.startswith(names[13]) and "FAIL" in ln and "batch_size=1" in ln for ln in lines), lines
+    assert join_chunks(first + other + second, "c" * 16)[0].startswith("no chunk of helpers code cccc")

@@ -145,11 +145,15 @@ def _profile(r: dict) -> dict:
     p["census"] = f"census of {census.group(1)} launches, full sections for {census.group(2)}" if census else None
     vdir = Path(r["out"]) / "v0"
     p["folder_mib"] = round(sum(f.stat().st_size for f in vdir.iterdir() if f.is_file()) / 2**20, 1)
-    _log(f"profile {p['problem']}: exit {p['rc']} in {seconds} s" + (
-        f" (judge ready {p['phases'][0]} s, timed by {p['phases'][1]} s, ncu done by {p['phases'][2]} s)"
-        if p["phases"] else "") + (f"; {p['census']}" if p["census"] else "")
-        + f"; v0 folder {p['folder_mib']} MiB: {what}")
+    _log(_profile_line(p))
     return p
+
+
+def _profile_line(p: dict) -> str:
+    return (f"profile {p['problem']}: exit {p['rc']} in {p['seconds']} s" + (
+        f" (judge ready {p['phases'][0]} s, timed by {p['phases'][1]} s, ncu done by {p['phases'][2]} s)"
+        if p.get("phases") else "") + (f"; {p['census']}" if p.get("census") else "")
+        + f"; v0 folder {p.get('folder_mib', 0)} MiB: {p['what']}")
 
 
 @pytest.mark.skipif(not LEVEL.is_dir(), reason="KernelBench is not beside the repository")
@@ -218,6 +222,59 @@ def test_kernelbench_sweep_at_own_sizes(tmp_path):
     assert not left, f"{len(left)} chosen problems were not profiled within the budget: {left[:5]}"
 
 
+
+_SWEPT = re.compile(r"^(\d+_\S+)( \(alone\))?\s+(PASS|FAIL|INIT-FAILED|exit -?\d+)\s+([\d.]+) s\s+peak\s+([\d.]+) GiB"
+                    r"(?:\s+\([^)]*\))?\s*(.*)$")
+_PROFILED = re.compile(r"^profile (\d+_\S+): exit (-?\d+) in ([\d.]+) s")
+_HEADER = re.compile(r"^# (level\d+): .*helpers code ([0-9a-f]{16})")
+
+
+def join_chunks(text: str, digest: str | None = None) -> list[str]:
+    """The chunks of one sweep joined problem by problem: ``text`` holds the ``kernelbench-sweep.txt`` logs of several
+    calls (or sessions) one after another.  Only lines under a header naming ``digest`` (by default the last
+    header's) count, a problem's last line winning (a run again alone, a chunk run again), so a chunk cut by its
+    call's limit still counts the problems it finished (a step cut there, exit 130, is not done).  A problem passes when its correctness PASSed and its
+    profile exited 0.  The last line is the sweep's line once every problem of the level has both, else what is
+    missing."""
+    heads = [m.groups() for m in map(_HEADER.match, text.splitlines()) if m]
+    if not heads:
+        return ["no sweep header (# levelN: ... helpers code D) in the logs"]
+    if digest is None:
+        level, digest = heads[-1]
+    elif (level := next((lv for lv, d in heads if d == digest), None)) is None:
+        return [f"no chunk of helpers code {digest} in the logs (they name {sorted({d for _, d in heads})})"]
+    checks: dict[str, tuple] = {}
+    profiles: dict[str, tuple] = {}
+    mine, chunks = False, 0
+    for ln in text.splitlines():
+        if (m := _HEADER.match(ln)):
+            mine = m.groups() == (level, digest)
+            chunks += mine
+        elif mine and (m := _SWEPT.match(ln)) and m.group(3) != "exit 130":  # 130: cut by the call's limit
+            checks[m.group(1)] = (m.group(3), float(m.group(4)), float(m.group(5)), m.group(6).strip())
+        elif mine and (m := _PROFILED.match(ln)) and m.group(2) != "130":
+            profiles[m.group(1)] = (int(m.group(2)), float(m.group(3)))
+    out = [f"{'problem':45s} {'check':5s} {'seconds':>8s} {'peak GiB':>9s} {'profile':>8s}"]
+    order = sorted(checks, key=lambda k: int(k.split("_")[0]))
+    for k in order:
+        result, secs, peak, why = checks[k]
+        prof = profiles.get(k)
+        cell = "-" if prof is None else (f"{prof[1]:.1f} s" if prof[0] == 0 else f"exit {prof[0]}")
+        out.append(f"{k:45s} {result:5s} {secs:6.1f} s {peak:9.2f} {cell:>8s}" + (f"  {why}" if why else ""))
+    done = {k for k, (result, *_) in checks.items() if result != "PASS" or k in profiles}
+    passed = [k for k in done if checks[k][0] == "PASS" and profiles[k][0] == 0]
+    total = EXPECTED.get(level, len(checks))
+    name = f"KernelBench {level.replace('level', 'level ')} sweep"
+    if len(done) < total:
+        waiting = sorted(set(checks) - done, key=lambda k: int(k.split("_")[0]))
+        out.append(f"{name} so far: {len(passed)} of {len(done)} done pass, {total - len(done)} of {total} not done"
+                   + (f" ({', '.join(waiting)} not profiled)" if waiting else "") + f"; helpers code {digest}")
+        return out
+    secs = [profiles[k][1] for k in passed] or [0.0]
+    out.append(f"{name}: {len(passed)} of {total} pass (init, correctness, profile); median profile "
+               f"{statistics.median(secs):.1f} s; max profile {max(secs):.1f} s; helpers code {digest}, {chunks} chunks")
+    return out
+
 LOAD_INLINE_RELU = r'''"""A KernelBench-style CUDA C++ solution: ReLU built with torch.utils.cpp_extension.load_inline."""
 import torch
 from torch import nn
@@ -274,3 +331,12 @@ def test_load_inline_cuda_solution_for_a_kernelbench_problem(tmp_path):
     assert not list(fresh.rglob("*.so")), proc.stderr[-3000:]
     names = [k["name"] for k in json.loads((out / "v0" / "ncu.json").read_text())["kernels"]]
     assert any("relu_kernel" in n for n in names), names
+
+
+if __name__ == "__main__":  # python3 tests/python/test_kernelbench_gpu.py LOG... [--digest D]: the chunks joined
+    import sys
+
+    args = sys.argv[1:]
+    want = args[args.index("--digest") + 1] if "--digest" in args else None
+    files = [a for i, a in enumerate(args) if a != "--digest" and (i == 0 or args[i - 1] != "--digest")]
+    print("\n".join(join_chunks("".join(Path(f).read_text() for f in files), want)))
