@@ -542,3 +542,7 @@ def test_sweep_chunks_join_problem_by_problem_at_one_digest():
                          f" max profile 70.0 s; helpers code {a}, 2 chunks"), lines[-1]
     assert any(ln.startswith(names[13]) and "FAIL" in ln and "batch_size=1" in ln for ln in lines), lines
     assert join_chunks(first + other + second, "c" * 16)[0].startswith("no chunk of helpers code cccc")
+    again = chunk(a, [(names[13], "PASS", None)], [(names[13], 0, 33.0)])  # a failure run again stays in sight
+    lines = join_chunks(first + other + second + again, a)
+    assert lines[-1].startswith("KernelBench level 3 sweep: 25 of 25 pass") and lines[-1].endswith("3 chunks"), lines
+    assert any(ln.startswith(names[13]) and "(earlier: FAIL max abs err 3.1 at batch_size=1)" in ln for ln in lines)

@@ -232,10 +232,11 @@ _HEADER = re.compile(r"^# (level\d+): .*helpers code ([0-9a-f]{16})")
 def join_chunks(text: str, digest: str | None = None) -> list[str]:
     """The chunks of one sweep joined problem by problem: ``text`` holds the ``kernelbench-sweep.txt`` logs of several
     calls (or sessions) one after another.  Only lines under a header naming ``digest`` (by default the last
-    header's) count, a problem's last line winning (a run again alone, a chunk run again), so a chunk cut by its
-    call's limit still counts the problems it finished (a step cut there, exit 130, is not done).  A problem passes when its correctness PASSed and its
-    profile exited 0.  The last line is the sweep's line once every problem of the level has both, else what is
-    missing."""
+    header's) count.  A problem's last run counts (a run again alone, a chunk run again), and its row names any
+    earlier outcome that was not a pass, so a flaky failure stays in sight.  A chunk cut by its call's limit still
+    counts the problems it finished; a step cut there (exit 130) is not done.  A problem passes when its correctness
+    PASSed and its profile exited 0.  The last line is the sweep's line once every problem of the level has both,
+    else what is missing."""
     heads = [m.groups() for m in map(_HEADER.match, text.splitlines()) if m]
     if not heads:
         return ["no sweep header (# levelN: ... helpers code D) in the logs"]
@@ -245,14 +246,19 @@ def join_chunks(text: str, digest: str | None = None) -> list[str]:
         return [f"no chunk of helpers code {digest} in the logs (they name {sorted({d for _, d in heads})})"]
     checks: dict[str, tuple] = {}
     profiles: dict[str, tuple] = {}
+    earlier: dict[str, list[str]] = {}
     mine, chunks = False, 0
     for ln in text.splitlines():
         if (m := _HEADER.match(ln)):
             mine = m.groups() == (level, digest)
             chunks += mine
         elif mine and (m := _SWEPT.match(ln)) and m.group(3) != "exit 130":  # 130: cut by the call's limit
+            if (was := checks.get(m.group(1))) and was[0] != "PASS":
+                earlier.setdefault(m.group(1), []).append(f"{was[0]} {was[3]}".strip())
             checks[m.group(1)] = (m.group(3), float(m.group(4)), float(m.group(5)), m.group(6).strip())
         elif mine and (m := _PROFILED.match(ln)) and m.group(2) != "130":
+            if (was := profiles.get(m.group(1))) and was[0] != 0:
+                earlier.setdefault(m.group(1), []).append(f"profile exit {was[0]}")
             profiles[m.group(1)] = (int(m.group(2)), float(m.group(3)))
     out = [f"{'problem':45s} {'check':5s} {'seconds':>8s} {'peak GiB':>9s} {'profile':>8s}"]
     order = sorted(checks, key=lambda k: int(k.split("_")[0]))
@@ -260,7 +266,8 @@ def join_chunks(text: str, digest: str | None = None) -> list[str]:
         result, secs, peak, why = checks[k]
         prof = profiles.get(k)
         cell = "-" if prof is None else (f"{prof[1]:.1f} s" if prof[0] == 0 else f"exit {prof[0]}")
-        out.append(f"{k:45s} {result:5s} {secs:6.1f} s {peak:9.2f} {cell:>8s}" + (f"  {why}" if why else ""))
+        out.append(f"{k:45s} {result:5s} {secs:6.1f} s {peak:9.2f} {cell:>8s}" + (f"  {why}" if why else "")
+                   + (f"  (earlier: {'; '.join(earlier[k])})" if k in earlier else ""))
     done = {k for k, (result, *_) in checks.items() if result != "PASS" or k in profiles}
     passed = [k for k in done if checks[k][0] == "PASS" and profiles[k][0] == 0]
     total = EXPECTED.get(level, len(checks))
