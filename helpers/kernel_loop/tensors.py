@@ -62,8 +62,9 @@ def random_like(t):
 def strided_view(t, kind: str = "step"):
     """``t``'s values as a user's other layouts hand them: ``step``, every other element of its last dim over 1 (a
     slice with a step); ``pad``, rows of a wider tensor (``big[:, :n]``), the elements between poisoned; ``moved``, a
-    copy at another address (a user's next tensor); dense in another order: ``permuted``, channels_last for 4 dims else
-    a transpose's, ``lead``, its first two dims swapped (a sequence-first tensor made batch-first).  Else ``t``."""
+    copy at another address (a user's next tensor); ``offset``, dense but a batch less its first row (``big[1:]``), 16-byte
+    aligned only where a row is; dense in another order: ``permuted``, channels_last for 4 dims else a transpose's,
+    ``lead``, its first two dims swapped (a sequence-first tensor made batch-first).  Else ``t``."""
     torch = _torch()
     if kind == "moved":
         return t.clone(memory_format=torch.contiguous_format)
@@ -73,15 +74,14 @@ def strided_view(t, kind: str = "step"):
     if kind in ("permuted", "lead"):
         a, b = (0, 1) if kind == "lead" else (1, 3) if t.dim() == 4 and t.shape[1] > 1 and t.shape[3] > 1 else dims[-2:]
         return t.movedim(a, b).contiguous().movedim(b, a)
-    wide = list(t.shape)
-    last = t.dim() - 1 if kind == "pad" else dims[-1]
-    wide[last] = wide[last] * 2 if kind == "step" else wide[last] + 16
+    wide = list(t.shape)  # offset: a red team's kernel read from its storage's start; a float4 load faults there
+    last = 0 if kind == "offset" else t.dim() - 1 if kind == "pad" else dims[-1]
+    wide[last] += 1 if kind == "offset" else wide[last] if kind == "step" else 16
     base = torch.empty(wide, dtype=t.dtype, device=t.device)
     poison_tensor(base)
-    cut = slice(None, None, 2) if kind == "step" else slice(0, t.shape[last])
+    cut = slice(None, None, 2) if kind == "step" else slice(1, None) if kind == "offset" else slice(0, t.shape[last])
     view = base[(slice(None),) * last + (cut,)]
-    view.copy_(t)
-    return view
+    return view.copy_(t)
 
 
 def drawn_buffers(model, spare) -> list[str]:

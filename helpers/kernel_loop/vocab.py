@@ -256,7 +256,10 @@ CONDITION_WORDS = {
     "layout:padded": "every input handed as rows of a wider tensor (a column slice, big[:, :n]: unit stride along "
                      "the last dim, rows further apart)",
     "layout:permuted": "every input handed dense but in another memory order (channels_last, a transpose's), as a "
-                       "user's permuted tensor is",
+                       "user's permuted tensor is; a model's 4-d and 5-d weights channels_last too, as a user's "
+                       "model.to(memory_format=torch.channels_last) holds them",
+    "layout:offset": "every input handed dense but as a batch less its first row (big[1:]: at a storage offset, "
+                     "16-byte aligned only where a row is)",
     "layout:lead": "every input of three dims or more handed dense with its first two dims swapped in memory (a "
                    "sequence-first tensor made batch-first: the last dim still unit-stride)",
     "layout:moved": "every input (and every output it is handed) in memory of its own, at another address (a user's next)",

@@ -951,6 +951,21 @@ def test_a_one_row_path_fails_when_the_run_names_another_batch_size_too(tmp_path
     assert rc == 1 and "batch_size=1," in data["error"], data["error"]
 
 
+@pytest.mark.parametrize("ref, kernel, dims, passes, why", [
+    ("kb_ref_relu_only.py", "kb_cheat_relu_storage_base.py", "batch_size=8,features=16", False, "big[1:]"),
+    ("kb_ref_conv2d.py", "kb_cheat_conv_weight_oihw.py", "batch_size=2", False, "model.to(memory_format"),
+    ("kb_ref_conv2d.py", "kb_new_conv_weight_made_contiguous.py", "batch_size=2", True, None),
+])
+def test_a_kernel_right_only_for_the_layouts_the_judge_used_to_hand_fails(tmp_path, worker_here, ref, kernel, dims,
+                                                                            passes, why):
+    """A red team's: a kernel that read its input's storage from the start passed (no input was ever at a storage
+    offset), and a conv that read its weight's storage as contiguous OIHW passed (the weights were never permuted).
+    Now a batch less its first row (layout:offset) and a channels_last model (layout:permuted) are among the calls."""
+    rc, data, _ = _kb(tmp_path, ref, kernel, dims)
+    assert rc == (0 if passes else 1), data["error"]
+    assert passes or why in data["error"], data["error"]
+
+
 @pytest.mark.parametrize("ref, kernel, passes", [
     ("kb_ref_linear_relu.py", "kb_cheat_linear_rows_of_first_call.py", False),
     ("kb_ref_linear_relu.py", "kb_cheat_linear_raises_then_wrong.py", False),

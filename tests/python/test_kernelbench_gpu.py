@@ -340,6 +340,64 @@ def test_load_inline_cuda_solution_for_a_kernelbench_problem(tmp_path):
     assert any("relu_kernel" in n for n in names), names
 
 
+RELU4 = r'''"""A KernelBench-style load_inline ReLU that moves 16 bytes a thread (float4) where it may."""
+import torch
+from torch import nn
+from torch.utils.cpp_extension import load_inline
+
+_SRC = """
+#include <torch/extension.h>
+#include <cstdint>
+__global__ void relu4(const float4* x, float4* y, long n4) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n4) { float4 v = x[i]; y[i] = make_float4(fmaxf(v.x, 0.f), fmaxf(v.y, 0.f), fmaxf(v.z, 0.f), fmaxf(v.w, 0.f)); }
+}
+__global__ void relu1(const float* x, float* y, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = fmaxf(x[i], 0.f);
+}
+torch::Tensor relu(torch::Tensor x, bool check) {
+    auto y = torch::empty_like(x);
+    long n = x.numel();
+    bool aligned = reinterpret_cast<std::uintptr_t>(x.data_ptr()) % 16 == 0 && n % 4 == 0;
+    if (aligned || !check)
+        relu4<<<(n / 4 + 255) / 256, 256>>>(reinterpret_cast<const float4*>(x.data_ptr<float>()),
+                                            reinterpret_cast<float4*>(y.data_ptr<float>()), n / 4);
+    else
+        relu1<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+_ext = load_inline(name="kl_relu4_ext", cpp_sources="torch::Tensor relu(torch::Tensor x, bool check);",
+                   cuda_sources=_SRC, functions=["relu"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return _ext.relu(x.contiguous(), CHECK)
+'''
+
+
+@pytest.mark.skipif(not (LEVEL1 / "19_ReLU.py").is_file(), reason="KernelBench level 1 is not beside the repository")
+def test_a_float4_kernel_that_assumes_aligned_inputs_fails_and_one_that_checks_passes(tmp_path):
+    """A user's x[1:] (a batch less its first row) is dense, at an offset of one row: with rows of 1023 floats it is not
+    16-byte aligned, and a kernel that loads float4 there faults (misaligned address).  layout:offset hands it, and
+    such a fault is a failure, not a refusal; the same kernel that checks the address and falls back passes."""
+    cache = {"KERNEL_LOOP_CACHE": str(tmp_path / "cache")}  # one build serves both (the same source)
+    for check in ("True", "False"):
+        kernel, out = tmp_path / f"relu4_{check}.py", tmp_path / f"run_{check}"
+        kernel.write_text(RELU4.replace("CHECK)", f"{check})"))
+        proc = run("init", out, "--kernel", "relu", "--ref", LEVEL1 / "19_ReLU.py", "--impl", "cuda-cpp",
+                   "--baseline", kernel, "--skip-env", "--dims", "batch_size=64,dim=1023", env=cache)
+        assert proc.returncode == 0, proc.stderr
+        proc = run("correctness", out, env=cache)
+        data = json.loads((out / "v0" / "correctness.json").read_text())
+        print(f"float4 ReLU, check {check}: {data['result']} {(data.get('error') or '')[:300]}")
+        if check == "True":
+            assert proc.returncode == 0, proc.stderr[-3000:]
+        else:
+            assert proc.returncode == 1 and "misaligned" in (data.get("error") or ""), data.get("error")
+
 if __name__ == "__main__":  # python3 tests/python/test_kernelbench_gpu.py LOG... [--digest D]: the chunks joined
     import sys
 

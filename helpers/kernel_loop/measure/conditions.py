@@ -12,8 +12,10 @@ the correctness calls of each shape vary, in an order drawn at random (``conditi
   compared with Model's; two runs of two or three training calls (a user's steps, with autograd in one run,
   without in the other) start from the statistics the model holds and leave them for the eval() calls after them; every call with autograd on is followed by backward() (normal or expanded output
   gradients, tensors.upstream), and the gradients of the parameters and inputs compared with Model's (``backward_expected``);
-- a KernelBench model's inputs handed as strided views (``layout:strided``, ``layout:padded``) or dense in another
-  memory order (``layout:permuted``: channels_last, a transpose's): right, or a refusal (it raises); every
+- a KernelBench model's inputs handed as strided views (``layout:strided``, ``layout:padded``), dense at a storage
+  offset (``layout:offset``, a batch less its first row) or dense in another memory order (``layout:permuted``:
+  channels_last, a transpose's, with the model's 4-d and 5-d weights channels_last too): right, or a refusal (it
+  raises; a CUDA error that breaks the context, a misaligned address say, is a failure); every
   kernel's inputs handed in memory of their own, at another address (``layout:moved``): right;
 - the inputs' range: scaled up (x20 to x500), down (x0.002 to x0.05) and shifted (2 to 8 RMS), each range at
   both ends and at a factor taken from the draw's seed, and across zero: signs flipped (x-0.5 to x-2) and shifted
@@ -192,7 +194,8 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
     if any(is_tensor(first.args[n]) for n in first.input_names()):
         wanted += ["layout:moved"]  # found by a red team: a kernel right only at the address of the first input it saw
     if prob.model is not None and any(max(first.args[n].shape, default=0) > 1 for n in first.input_names()):
-        wanted += ["layout:strided"]  # a module takes what its caller has; a run_kernel's inputs are setup()'s
+        wanted += ["layout:strided", "layout:offset"]  # a module takes what its caller has; a run_kernel's inputs
+        # are setup()'s (offset: a red team's kernel read its input's storage from the start; a float4 load faults)
         if any(sum(s > 1 for s in first.args[n].shape) > 1 for n in first.input_names() if is_tensor(first.args[n])):
             wanted += ["layout:padded", "layout:permuted"]  # a red team's kernel took empty_like's strides for row-major
         if any(is_tensor(a := first.args[n]) and a.dim() > 2 and min(a.shape[:2]) > 1 for n in first.input_names()):

@@ -69,8 +69,7 @@ class Worker:
         self.kernels: dict[str, Kernel] = {}
         self.shared: dict[str, Any] = {}   # judge buffer name -> the judge's tensor, mapped here
         self.local: dict[str, Any] = {}    # judge buffer name -> this process's staged copy
-        self.device, self.folder = "cpu", ""
-        self.torch, self.timer, self.plain = None, None, ()
+        self.device, self.folder, self.torch, self.timer, self.plain = "cpu", "", None, None, ()
         self.modes: tuple = ()  # the two mode stacks' lengths, read before any kernel code ran
         self.no_function_mode: Any = None  # torch._C.DisableTorchFunction, read before any kernel code ran
         self.settings: dict[str, Any] = {}  # guards.process_settings(), read before any kernel code ran
@@ -151,8 +150,7 @@ class Worker:
         self.local.clear()
         given = protocol.handed_over(msg["calls"].values())
         for entry in msg["buffers"]:
-            t = protocol.open_shared(self.folder, entry)
-            self.shared[entry["name"]] = t
+            self.shared[entry["name"]] = t = protocol.open_shared(self.folder, entry)
             # a buffer no call is given (a returned output's) only receives the returned tensor: not staged
             self.local[entry["name"]] = protocol.local_like(torch, t, self.device) if entry["name"] in given else t
         self._stage_in()
@@ -333,6 +331,7 @@ class Worker:
                 for n in msg["stats"]:
                     state[n].copy_(k.state_bufs[n])
         views: dict[str, Any] = {}
+        k.formats = guards.weights_channels_last(torch, k.model) if msg.get("strided") == "permuted" else []
         moved = msg.get("strided") == "moved"  # the outputs it is handed move too: a user's next buffers are elsewhere
         for box, key, buf in (k.inputs + (k.handed if moved else [])) if msg.get("strided") else ():
             view = tensors.strided_view(box[key], msg["strided"])  # the judge's layout (conditions.py)
@@ -423,6 +422,7 @@ class Worker:
 
     def _unstride(self, k: Kernel, views: dict[str, Any]) -> None:
         """The inputs' (and handed outputs') own buffers back where the call reads them, with what it left in its views."""
+        guards.weights_back(k.__dict__.pop("formats", []))  # the model's weights in their own format again
         for box, key, buf in k.inputs + k.handed:
             if buf in views:
                 prior = self.shared.get(k.kept_bufs.get(next((n for n, b in k.outputs.items() if b == buf), ""), ""))
