@@ -359,8 +359,8 @@ __global__ void relu1(const float* x, float* y, long n) {
 torch::Tensor relu(torch::Tensor x, bool check) {
     auto y = torch::empty_like(x);
     long n = x.numel();
-    bool aligned = reinterpret_cast<std::uintptr_t>(x.data_ptr()) % 16 == 0 && n % 4 == 0;
-    if (aligned || !check)
+    bool aligned = reinterpret_cast<std::uintptr_t>(x.data_ptr()) % 16 == 0;
+    if (n % 4 == 0 && (aligned || !check))  // check false: the address taken to be aligned, as a cudaMalloc's is
         relu4<<<(n / 4 + 255) / 256, 256>>>(reinterpret_cast<const float4*>(x.data_ptr<float>()),
                                             reinterpret_cast<float4*>(y.data_ptr<float>()), n / 4);
     else

@@ -255,19 +255,24 @@ def no_working_folder_on_path() -> None:
     sys.path[:] = [p for p in sys.path if p and (os.path.realpath(p) != here or here in named)]
 
 
-def weights_channels_last(torch: Any, model: Any) -> list[tuple[Any, Any]]:
+def weights_channels_last(torch: Any, model: Any, left: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
     """A user's ``model.to(memory_format=torch.channels_last)`` for one call (a layout:permuted one): the model's 4-d
     weights (and buffers) held channels_last, 5-d ones channels_last_3d, as Module.to swaps a tensor's ``.data`` (a red
-    team's conv read its weight's storage as contiguous OIHW).  ``weights_back`` undoes it with what the call left."""
-    held = []
+    team's conv read its weight's storage as contiguous OIHW); their old memory poisoned meanwhile, as a user's is
+    freed (a review's alias kept from before read it).  ``weights_back`` undoes it with what the call left, first
+    for ``left``, what a call that raised before its own undoing left."""
+    weights_back(left)
+    held, seen = [], set()
     for t in [*model.parameters(), *model.buffers()] if model is not None else ():
-        if t.dim() in (4, 5) and t.is_floating_point():
+        if t.dim() in (4, 5) and t.is_floating_point() and id(t) not in seen:
+            seen.add(id(t))
             held.append((t, t.data))
             t.data = t.data.contiguous(memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d)
+            held[-1][1].fill_(float("nan"))
     return held
 
 
 def weights_back(held: list[tuple[Any, Any]]) -> None:
-    for t, data in held:
+    for t, data in reversed(held):
         data.copy_(t.data)
         t.data = data

@@ -272,7 +272,7 @@ def refused(notes: list[str], words: str, own: bool, raised: str, plan: list[str
     """Note a call that raised on a strided view or at the judge's own batch size (once per condition); the calls to
     add to the shape's plan: at another batch size, the refused call once more at its end, as a user retries (a
     twelfth red team's kernel raised on its first two training calls there, then was wrong)."""
-    said = (f"{words}: the kernel refused {'its batch size' if own else 'non-contiguous inputs'} (it raised: "
+    said = (f"{words}: the kernel refused {'its batch size' if own else 'inputs so laid out'} (it raised: "
             f"{raised.splitlines()[0][:200]})")
     notes += [said] if said not in notes else []
     seen.pop("left", None)  # a training step that raised left no statistics: the eval() calls after it start from the loaded

@@ -65,8 +65,7 @@ class Kernel:
 
 class Worker:
     def __init__(self, chan: protocol.Channel):
-        self.chan = chan
-        self.kernels: dict[str, Kernel] = {}
+        self.chan, self.kernels = chan, {}  # (kernels: by id)
         self.shared: dict[str, Any] = {}   # judge buffer name -> the judge's tensor, mapped here
         self.local: dict[str, Any] = {}    # judge buffer name -> this process's staged copy
         self.device, self.folder, self.torch, self.timer, self.plain = "cpu", "", None, None, ()
@@ -331,7 +330,8 @@ class Worker:
                 for n in msg["stats"]:
                     state[n].copy_(k.state_bufs[n])
         views: dict[str, Any] = {}
-        k.formats = guards.weights_channels_last(torch, k.model) if msg.get("strided") == "permuted" else []
+        k.formats = guards.weights_channels_last(torch, k.model if msg.get("strided") == "permuted" else None,
+                                                 k.__dict__.pop("formats", []))
         moved = msg.get("strided") == "moved"  # the outputs it is handed move too: a user's next buffers are elsewhere
         for box, key, buf in (k.inputs + (k.handed if moved else [])) if msg.get("strided") else ():
             view = tensors.strided_view(box[key], msg["strided"])  # the judge's layout (conditions.py)
