@@ -399,9 +399,10 @@ def test_a_float4_kernel_that_assumes_aligned_inputs_fails_and_one_that_checks_p
             assert proc.returncode == 1 and "misaligned" in (data.get("error") or ""), data.get("error")
 
 if __name__ == "__main__":  # python3 tests/python/test_kernelbench_gpu.py LOG... [--digest D]: the chunks joined
-    import sys
+    import argparse
 
-    args = sys.argv[1:]
-    want = args[args.index("--digest") + 1] if "--digest" in args else None
-    files = [a for i, a in enumerate(args) if a != "--digest" and (i == 0 or args[i - 1] != "--digest")]
-    print("\n".join(join_chunks("".join(Path(f).read_text() for f in files), want)))
+    ap = argparse.ArgumentParser(description="join the chunks' kernelbench-sweep.txt logs of one sweep")
+    ap.add_argument("logs", nargs="+", type=Path)
+    ap.add_argument("--digest", help="the helpers code digest to join (default: the last header's)")
+    a = ap.parse_args()
+    print("\n".join(join_chunks("".join(f.read_text() for f in a.logs), a.digest)))

@@ -276,3 +276,4 @@ def weights_back(held: list[tuple[Any, Any]]) -> None:
     for t, data in reversed(held):
         data.copy_(t.data)
         t.data = data
+    held.clear()  # undone once (a call that raised before its own undoing leaves it to the next call's)

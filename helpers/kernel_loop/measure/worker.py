@@ -61,6 +61,7 @@ class Kernel:
         self.consts: dict[str, Any] = {}  # the module's constants the run's dims change, as imported (loader)
         self.model_state: list[str] = []  # the names of the tensors Model keeps on its modules (tensors.uninfer)
         self.init, self.args, self.twin, self.spare, self.made = [], [], None, None, None  # (op_bind, _twin)
+        self.formats: list[tuple[Any, Any]] = []  # the weights a channels_last call swapped (guards.weights_back)
 
 
 class Worker:
@@ -330,8 +331,7 @@ class Worker:
                 for n in msg["stats"]:
                     state[n].copy_(k.state_bufs[n])
         views: dict[str, Any] = {}
-        k.formats = guards.weights_channels_last(torch, k.model if msg.get("strided") == "permuted" else None,
-                                                 k.__dict__.pop("formats", []))
+        k.formats = guards.weights_channels_last(torch, k.model if msg.get("strided") == "permuted" else None, k.formats)
         moved = msg.get("strided") == "moved"  # the outputs it is handed move too: a user's next buffers are elsewhere
         for box, key, buf in (k.inputs + (k.handed if moved else [])) if msg.get("strided") else ():
             view = tensors.strided_view(box[key], msg["strided"])  # the judge's layout (conditions.py)
@@ -422,7 +422,7 @@ class Worker:
 
     def _unstride(self, k: Kernel, views: dict[str, Any]) -> None:
         """The inputs' (and handed outputs') own buffers back where the call reads them, with what it left in its views."""
-        guards.weights_back(k.__dict__.pop("formats", []))  # the model's weights in their own format again
+        guards.weights_back(k.formats)  # the model's weights in their own format again
         for box, key, buf in k.inputs + k.handed:
             if buf in views:
                 prior = self.shared.get(k.kept_bufs.get(next((n for n, b in k.outputs.items() if b == buf), ""), ""))

@@ -221,7 +221,7 @@ def _budget(text: str | None) -> dict[str, Any]:
         raise UsageError(f"--ncu-budget: {exc}") from None
 
 
-def build_config(args: argparse.Namespace, ref_info: dict) -> dict[str, Any]:
+def build_config(args: argparse.Namespace, ref_info: dict, kernel_type: str) -> dict[str, Any]:
     dims, extra_shapes, others = run_shapes(args, ref_info)
     tolerance = resolve_run_tolerance(args.atol, args.rtol, ref_info["atol"], ref_info["rtol"],
                                       args.rel_l2, ref_info["rel_l2"])
@@ -229,7 +229,7 @@ def build_config(args: argparse.Namespace, ref_info: dict) -> dict[str, Any]:
         tolerance = {**tolerance, "preset": "kernelbench", "source": "kernelbench preset"}
     cfg = RunConfig(
         kernel=args.kernel, impl=args.impl, dims=dims,
-        kernel_type=args.kernel_type or kfamily.kernel_type_of(args.kernel, Path(args.ref))[0],
+        kernel_type=kernel_type,
         extra_shapes=extra_shapes, batch_shapes=others, seed=args.seed,
         tolerance=tolerance,
         gpu=args.gpu, device=args.device, iterations=args.iterations, warmup=args.warmup, trials=args.trials,
@@ -373,7 +373,9 @@ def _record_init(rd: RunDir, cfg: dict[str, Any], v0_kernel: Path) -> None:
 
 def run_init(args: argparse.Namespace) -> int:
     ref, baseline, ref_info = _validate(args)
-    cfg = build_config(args, ref_info)
+    typed, how = ((args.kernel_type, "as --kernel-type set it") if args.kernel_type
+                  else kfamily.kernel_type_of(args.kernel, Path(args.ref)))
+    cfg = build_config(args, ref_info, typed)
     rd = RunDir.open(args.out, must_exist=False)
     kind = what_path_is(args.out)
     if kind not in ("is a directory", "does not exist"):
@@ -381,8 +383,8 @@ def run_init(args: argparse.Namespace) -> int:
     v0_kernel = rd.vdir(0) / f"kernel{Path(args.baseline).suffix}"
     if rd.run_json.exists():
         old = rd.config().to_json()  # normalised: keys an older init did not write take their defaults
-        if not args.kernel_type:  # a guessed type is the run's as it was guessed (an older init guessed less)
-            cfg["kernel_type"] = old.get("kernel_type", cfg["kernel_type"])
+        if not args.kernel_type and old.get("kernel_type", typed) != typed:  # a guessed type is the run's as it was
+            cfg["kernel_type"], how = old["kernel_type"], "as this run's first init guessed it"  # (an older init's)
         diffs = _differences(old, cfg)
         if rd.ref_py.exists() and not _same_file(rd.ref_py, ref):
             diffs.append("ref.py (contents)")
@@ -430,7 +432,6 @@ def run_init(args: argparse.Namespace) -> int:
         _record_init(rd, cfg, v0_kernel)
     progress(f"records.log is signed with the record key at {records.key_path()} (key id "
              f"{records.key_id(records.load_key(rd.root))}); every later step must find the same key there")
-    how = "as --kernel-type set it" if args.kernel_type else kfamily.kernel_type_of(args.kernel, Path(args.ref))[1]
     progress(f"run.json written: {cfg['impl']}; dims {', '.join(f'{k}={v}' for k, v in cfg['dims'].items())}; kernel type "
              f"{cfg['kernel_type']}, {how} (the KBS queries weigh it; --kernel-type sets it)")
     if args.device == "cpu":
