@@ -953,6 +953,7 @@ def test_a_one_row_path_fails_when_the_run_names_another_batch_size_too(tmp_path
 
 @pytest.mark.parametrize("ref, kernel, dims, passes, why", [
     ("kb_ref_relu_only.py", "kb_cheat_relu_storage_base.py", "batch_size=8,features=16", False, "big[1:]"),
+    ("kb_ref_relu_only.py", "kb_cheat_relu_faults_off_alignment.py", "batch_size=8,features=15", False, "misaligned"),
     ("kb_ref_conv2d.py", "kb_cheat_conv_weight_oihw.py", "batch_size=2", False, "model.to(memory_format"),
     ("kb_ref_conv2d.py", "kb_cheat_conv_weight_alias.py", "batch_size=2", False, "model.to(memory_format"),
     ("kb_ref_conv2d.py", "kb_new_conv_weight_made_contiguous.py", "batch_size=2", True, None),
