@@ -1,6 +1,11 @@
 """Drive kernel-loop through a whole example run from a written plan, as an agent following SKILL.md would.
 
     python3 examples/drive_loop.py examples/<name>/loop.json --out DIR [--key FILE]
+    python3 examples/drive_loop.py examples/<name>/loop.json --out DIR --resume   # DIR: the example's unpacked run
+
+With --resume, DIR holds the run as the plan first finished it (its final gate passed at the plan's "extend_at"):
+the driver goes on from there (extend, that version's hypothesis and gate, the versions after it), as drive from
+scratch would, without measuring the earlier versions again.
 
 The plan (loop.json; its "files" hold the kernels and ref.py it names) holds what an agent writes: the init flags, each
 version's kernel file (the single change), the text of kbs_evidence.md's Selected Evidence,
@@ -126,6 +131,7 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--key", help="the record key to sign with (KERNEL_LOOP_RECORD_KEY)")
     ap.add_argument("--skip-benchmark", action="store_true")
+    ap.add_argument("--resume", action="store_true", help="--out holds the run as finished at the plan's extend_at")
     a = ap.parse_args()
     plan = json.loads(Path(a.plan).read_text())
     out = Path(a.out).resolve()
@@ -140,14 +146,20 @@ def main() -> int:
         key.chmod(0o600)
     if key is not None:
         os.environ["KERNEL_LOOP_RECORD_KEY"] = str(key)
-    init = [str(plan_dir / x) if x.startswith("./") else x.replace("{repo}", str(REPO)) for x in plan["init"]]
-    kl("init", str(out), *init)
     n = plan["iterations"]
     extend_at = plan.get("extend_at")
+    if a.resume and (extend_at is None or not (out / f"v{extend_at}").is_dir()):
+        raise SystemExit(f"[drive] --resume needs the plan's extend_at and its version's folder in {out}")
+    if not a.resume:
+        init = [str(plan_dir / x) if x.startswith("./") else x.replace("{repo}", str(REPO)) for x in plan["init"]]
+        kl("init", str(out), *init)
     for k, v in enumerate(plan["versions"]):
         is_final = k == len(plan["versions"]) - 1
         at_planned_end = extend_at is not None and k == extend_at
-        version(out, plan_dir, k, v, final=is_final or at_planned_end)
+        if a.resume and k <= extend_at and not at_planned_end:
+            continue  # measured when the run was first driven
+        if not (a.resume and at_planned_end):
+            version(out, plan_dir, k, v, final=is_final or at_planned_end)
         if at_planned_end:
             kl("gate", str(out / f"v{k}"), "--final")  # the run as first planned is finished
             kl("extend", str(out), "--iterations", str(n))

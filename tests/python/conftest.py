@@ -321,5 +321,19 @@ def gpu_memory_alone():
 
     with open(Path(tempfile.gettempdir()) / "kernel-loop-tests-gpu-memory.lock", "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
+        _free_this_process_gpu_memory()
         yield
+
+
+def _free_this_process_gpu_memory() -> None:
+    """What the earlier tests of this pytest process left in torch's CUDA cache, handed back before a test that
+    needs the device's memory (seen on the H100 80GB: 10.4 GiB held by the pytest process ran the l1norm example's
+    judge and worker, 65 GiB together, out of memory)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return
+    import gc
+
+    gc.collect()
+    torch.cuda.empty_cache()
 

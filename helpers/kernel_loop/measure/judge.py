@@ -345,17 +345,21 @@ def benchmark(judge: Judge) -> dict[str, Any]:
     if same is None:
         kernels.insert(0, {"name": "solution", "kernel": spec["solution"]["kernel"]})
     entries = {k["name"]: _kernel_entry(judge, Path(k["kernel"])) for k in kernels}
-    prebuild(judge, entries)
+    ready: dict[str, Any] = {}
+
+    def meanwhile() -> None:  # while the libraries build: the timing worker's start, the problem and its first data
+        ready.setdefault("w", judge.start_worker("kernel")).hello(cfg.impl)
+        ready["prob"] = judge.problem(dict(cfg.dims), Path(spec["solution"]["kernel"]))
+        ready["first"] = ready["prob"].draw(judge.rng.randrange(1 << 30))  # a secret seed, as every timed call's
+
+    prebuild(judge, entries, meanwhile)
+    w, prob, first = ready["w"], ready["prob"], ready["first"]
     items = {n: _item(n) for n in entries}
     res: dict[str, Any] = {"device": {"name": judge.device}, "torch": judge.torch.__version__,
                            "items": list(items.values()), "ab": []}
     if judge.device.startswith("cuda"):
         res["device"] = {"name": judge.torch.cuda.get_device_name(),
                          "capability": ".".join(map(str, judge.torch.cuda.get_device_capability()))}
-    w = judge.start_worker("kernel")
-    w.hello(cfg.impl)
-    prob = judge.problem(dict(cfg.dims), Path(spec["solution"]["kernel"]))
-    first = prob.draw(judge.rng.randrange(1 << 30))  # a secret seed, as every timed call's
     for name, (path, kind) in entries.items():
         try:
             import_kernel(w, name, path, kind, cfg)

@@ -279,9 +279,11 @@ def import_kernel(worker: WorkerProc, kid: str, path: Path, kind: str, cfg: RunC
 BUILD_BEAT_S = 15.0  # a progress line this often while the versions' libraries build
 
 
-def prebuild(judge: Any, entries: dict[str, tuple[Path, str]]) -> None:
+def prebuild(judge: Any, entries: dict[str, tuple[Path, str]], meanwhile: Any = None) -> None:
     """Build every version's library (nvcc, load_inline) at once, each in its own short-lived worker, so that
-    the timing worker loads them from the cache one after another without waiting on each build."""
+    the timing worker loads them from the cache one after another without waiting on each build.  ``meanwhile``
+    (no arguments) runs here while they build, or before, where nothing is built (benchmark: the timing worker's
+    start and the judge's first data set, which need no library)."""
     todo: dict[str, tuple[Path, str]] = {}
     seen: set[tuple[bytes, str]] = set()
     same = 0
@@ -298,6 +300,8 @@ def prebuild(judge: Any, entries: dict[str, tuple[Path, str]]) -> None:
         seen.add((data, kind))
         todo[n] = (path, kind)
     if len(todo) < 2:
+        if meanwhile is not None:
+            meanwhile()
         return
     progress(f"building {len(todo)} versions' libraries in parallel before timing"
              + (f" ({same} more {'is' if same == 1 else 'are'} byte-identical to one of them)" if same else ""))
@@ -319,6 +323,8 @@ def prebuild(judge: Any, entries: dict[str, tuple[Path, str]]) -> None:
     threads = [threading.Thread(target=one, args=a) for a in workers]
     for t in threads:
         t.start()
+    if meanwhile is not None:  # (where it raises, Judge.close ends the builds' workers with the others)
+        meanwhile()
     beat = t0
     while any(t.is_alive() for t in threads):  # one line for all the builds, not one per worker every 15 s
         time.sleep(0.1)
