@@ -208,8 +208,8 @@ def run_hashes(root: Path) -> dict[str, str]:
     return {"ref": sha256_file(Path(root) / "ref.py"), "run": sha256_file(Path(root) / "run.json")}
 
 
-def check_run_files(root: Path, recs: list[Record]) -> None:
-    """ref.py and run.json must still be what init recorded."""
+def check_run_files(root: Path, recs: list[Record]) -> str | None:
+    """ref.py and run.json must still be what init recorded.  Returns the GPU init measured ("-": none)."""
     init = recs[0] if recs and recs[0].get("step") == "init" else None
     if init is None:
         raise UsageError(f"{Path(root) / FILENAME} has no init record: start a new run with 'kernel-loop init'")
@@ -217,6 +217,13 @@ def check_run_files(root: Path, recs: list[Record]) -> None:
     for key, name in (("ref", "ref.py"), ("run", "run.json")):
         if init.get(key) != now[key]:
             raise UsageError(f"{name} changed after init recorded it: restore it, or start a new run")
+    return init.get("gpu")
+
+
+def another_card(card: str, here: str, device: str) -> str:
+    """The refusal of a measuring step on another card than the run's: the gate fails what it would record."""
+    return (f"this run's GPU is a {card} (init measured its peaks there), and {device} here is a {here}: the gate fails "
+            "a version measured on another card, so nothing was measured: run the step where the run's GPU is")
 
 
 def device_matches(run_device: str, gpu: int, rec_device: str) -> bool:

@@ -158,6 +158,27 @@ def test_a_modelnew_with_a_renamed_parameter_is_refused(tmp_path):
     assert not (out / "v0" / "correctness.json").exists()
 
 
+def test_a_step_on_another_card_than_the_runs_is_refused_before_it_measures(tmp_path, monkeypatch, capsys):
+    """Seen on the device: the l1norm example, measured on an H200, extended on an H100: correctness and profile ran
+    (170 s), and only the final gate failed them for the card.  They now refuse in one line, and record nothing."""
+    from kernel_loop import records
+
+    ref = _kb("level1", "19_ReLU")
+    text = "import torch\nfrom torch import nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n" \
+           "        return torch.relu(x)\n"
+    out = _init(tmp_path, ref, text, "--dims", "batch_size=16,dim=1024", "--clock-control", "none")
+    assert klcli.main("correctness", out) == 0
+    real = records.check_run_files
+    monkeypatch.setattr(records, "check_run_files", lambda root, recs: real(root, recs) and "NVIDIA B200")
+    capsys.readouterr()
+    for step in ("profile", "correctness"):
+        before = (out / "records.log").read_text()
+        assert klcli.main(step, out) == 2, step
+        errors = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("kernel-loop: error:")]
+        assert len(errors) == 1 and "this run's GPU is a NVIDIA B200" in errors[0], errors
+        assert (out / "records.log").read_text() == before
+
+
 @pytest.mark.parametrize("stem", ["33_Gemm_Scale_BatchNorm", "73_Conv2d_BatchNorm_Scaling",
                                   "66_Matmul_Dropout_Softmax"])
 def test_a_kernelbench_model_whose_output_depends_on_the_mode_passes_at_three_batch_sizes(tmp_path, stem):

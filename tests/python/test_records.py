@@ -44,6 +44,18 @@ def test_the_key_is_made_once_private_and_never_inside_a_run(tmp_path, monkeypat
         records.load_key()
 
 
+def test_the_card_init_measured_is_what_the_measuring_steps_hand_their_judge(tmp_path):
+    """check_run_files gives the GPU of the run's signed init record: correctness and profile hand it to the judge,
+    which refuses another card before it measures (test_judge_gpu.py); "-" (no GPU measured) refuses nothing."""
+    root = _run(tmp_path)
+    assert records.check_run_files(root, records.read(root)) is None
+    (root / "records.log").unlink()
+    records.append(root, "init", gpu="NVIDIA H200", **records.run_hashes(root))
+    assert records.check_run_files(root, records.read(root)) == "NVIDIA H200"
+    msg = records.another_card("NVIDIA H200", "NVIDIA H100 80GB HBM3", "cuda:0")
+    assert msg.startswith("this run's GPU is a NVIDIA H200") and "\n" not in msg and "nothing was measured" in msg
+
+
 def test_a_line_is_chained_and_signed_as_documented(tmp_path):
     root = _run(tmp_path)
     rec = records.append(root, "kbs", "v0", files="kbs_queries.jsonl:" + "a" * 64, hits="x,y")

@@ -84,6 +84,8 @@ class Judge:
             if index >= torch.cuda.device_count():
                 raise UsageError(f"run.json gpu {index} does not exist: {torch.cuda.device_count()} GPU(s) visible")
             torch.cuda.set_device(torch.device(self.device))
+            if spec.get("card") not in (None, "-", torch.cuda.get_device_name(index)):  # the gate fails it: said first
+                raise UsageError(records.another_card(spec["card"], torch.cuda.get_device_name(index), self.device))
         self.ref = import_ref(self.run_root)
         self.tolerance = spec.get("tolerance", self.cfg.tolerance)
         self._problems: dict[tuple, Problem] = {}
@@ -345,15 +347,13 @@ def benchmark(judge: Judge) -> dict[str, Any]:
     if same is None:
         kernels.insert(0, {"name": "solution", "kernel": spec["solution"]["kernel"]})
     entries = {k["name"]: _kernel_entry(judge, Path(k["kernel"])) for k in kernels}
-    ready: dict[str, Any] = {}
 
-    def meanwhile() -> None:  # while the libraries build: the timing worker's start, the problem and its first data
-        ready.setdefault("w", judge.start_worker("kernel")).hello(cfg.impl)
-        ready["prob"] = judge.problem(dict(cfg.dims), Path(spec["solution"]["kernel"]))
-        ready["first"] = ready["prob"].draw(judge.rng.randrange(1 << 30))  # a secret seed, as every timed call's
+    def meanwhile() -> tuple[WorkerProc, Problem, DataSet]:  # while the libraries build: the timing worker's start,
+        (w := judge.start_worker("kernel")).hello(cfg.impl)  # the problem and its first data set
+        prob = judge.problem(dict(cfg.dims), Path(spec["solution"]["kernel"]))
+        return w, prob, prob.draw(judge.rng.randrange(1 << 30))  # a secret seed, as every timed call's
 
-    prebuild(judge, entries, meanwhile)
-    w, prob, first = ready["w"], ready["prob"], ready["first"]
+    w, prob, first = prebuild(judge, entries, meanwhile)
     items = {n: _item(n) for n in entries}
     res: dict[str, Any] = {"device": {"name": judge.device}, "torch": judge.torch.__version__,
                            "items": list(items.values()), "ab": []}

@@ -279,11 +279,11 @@ def import_kernel(worker: WorkerProc, kid: str, path: Path, kind: str, cfg: RunC
 BUILD_BEAT_S = 15.0  # a progress line this often while the versions' libraries build
 
 
-def prebuild(judge: Any, entries: dict[str, tuple[Path, str]], meanwhile: Any = None) -> None:
+def prebuild(judge: Any, entries: dict[str, tuple[Path, str]], meanwhile: Any = None) -> Any:
     """Build every version's library (nvcc, load_inline) at once, each in its own short-lived worker, so that
     the timing worker loads them from the cache one after another without waiting on each build.  ``meanwhile``
     (no arguments) runs here while they build, or before, where nothing is built (benchmark: the timing worker's
-    start and the judge's first data set, which need no library)."""
+    start and the judge's first data set, which need no library); what it returns is returned."""
     todo: dict[str, tuple[Path, str]] = {}
     seen: set[tuple[bytes, str]] = set()
     same = 0
@@ -300,9 +300,7 @@ def prebuild(judge: Any, entries: dict[str, tuple[Path, str]], meanwhile: Any = 
         seen.add((data, kind))
         todo[n] = (path, kind)
     if len(todo) < 2:
-        if meanwhile is not None:
-            meanwhile()
-        return
+        return meanwhile() if meanwhile is not None else None
     progress(f"building {len(todo)} versions' libraries in parallel before timing"
              + (f" ({same} more {'is' if same == 1 else 'are'} byte-identical to one of them)" if same else ""))
     t0 = time.monotonic()
@@ -323,8 +321,7 @@ def prebuild(judge: Any, entries: dict[str, tuple[Path, str]], meanwhile: Any = 
     threads = [threading.Thread(target=one, args=a) for a in workers]
     for t in threads:
         t.start()
-    if meanwhile is not None:  # (where it raises, Judge.close ends the builds' workers with the others)
-        meanwhile()
+    got = meanwhile() if meanwhile is not None else None  # (where it raises, Judge.close ends the builds' workers)
     beat = t0
     while any(t.is_alive() for t in threads):  # one line for all the builds, not one per worker every 15 s
         time.sleep(0.1)
@@ -338,3 +335,4 @@ def prebuild(judge: Any, entries: dict[str, tuple[Path, str]], meanwhile: Any = 
         judge.end_worker(w)
     progress(f"built {len(todo) - len(errors)} of {len(todo)} versions' libraries in {time.monotonic() - t0:.1f} s"
              + (" (the failures are reported with their versions)" if errors else ""))
+    return got

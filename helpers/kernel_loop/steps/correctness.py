@@ -142,11 +142,11 @@ def run_correctness(args: argparse.Namespace) -> int:
     device = device_for(cfg)
     if args.sanitize and device == "cpu":
         raise UsageError("--sanitize needs a CUDA device (compute-sanitizer); this run uses the cpu test mode")
-    records.check_run_files(rd.root, records.read(rd.root))
+    card = records.check_run_files(rd.root, records.read(rd.root))
     check_runs_on(kernel, device)  # before a judge starts (it refuses the same)
     kernel_sha = sha256_file(kernel)
     shapes = cfg.shapes
-    spec = {"cfg": cfg.to_json(), "device": device, "run_root": str(rd.root), "kernel": str(kernel),
+    spec = {"cfg": cfg.to_json(), "device": device, "run_root": str(rd.root), "kernel": str(kernel), "card": card,
             "shapes": shapes, "trials": cfg.correctness_trials, "keep_libraries": str(vdir / libraries.LIB_DIR)}
     shutil.rmtree(vdir / libraries.LIB_DIR, ignore_errors=True)  # an earlier kernel's (the judge keeps this one's)
     timeout = float(cfg.timeout_s)

@@ -208,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
     ncu = find_ncu()
     timeout = float(cfg.timeout_s)
     spec = {"cfg": cfg.to_json(), "run_root": str(rd.root), "kernel": str(kernel), "device": f"cuda:{cfg.gpu}",
+            "card": records.check_run_files(rd.root, records.read(rd.root)),
             "libraries": {str(kernel): libraries.stored(rd.root, vdir.name, kernel, cfg.device, cfg.gpu)}}  # kept
     report = vdir / NCU_REPORT
     # everything is made in a temporary folder and moved into vK only when the whole profile succeeded:
