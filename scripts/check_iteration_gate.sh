@@ -158,7 +158,8 @@ Checks (each failure prints one "[FAIL] vK: ..." line saying what to fix):
   arguments) prints a [WARN] line naming them; it never fails.  A kernel
   byte-identical to an earlier version's (a revert), or one defining fewer
   kernels than the previous version's (a fusion), prints an [INFO] line saying so
-  instead.
+  instead.  A kbs_evidence.md of the gated version that cites as kbs:ID a page
+  no query logged for that version returned prints a [WARN] line too.
 
   The record key is $KERNEL_LOOP_RECORD_KEY, else
   ${XDG_CONFIG_HOME:-~/.config}/kernel-loop/record.key; the format of
@@ -1114,6 +1115,19 @@ check_12_kbs_queries() {
   fi
 }
 
+# A [WARN] line for the kbs:ID pages the gated version's kbs_evidence.md cites that no query logged for it returned
+# (an agent's trial cited a page opened for an earlier version): never a failure, since check 14 holds the
+# hypothesis's Evidence used: to the hits, and the earlier versions of a final audit were gated before.
+warn_unlogged_citations() {
+  ((HITS_OK && VK == K)) && [[ -f $D/kbs_evidence.md ]] || return 0
+  local id ids=() unknown=()
+  mapfile -t ids < <(grep -oE 'kbs:[a-z0-9][a-z0-9-]*[a-z0-9]' "$D/kbs_evidence.md" | LC_ALL=C sort -u)
+  for id in "${ids[@]}"; do [[ ,$HITS, == *,"${id#kbs:}",* ]] || unknown+=("${id#kbs:}"); done
+  ((${#unknown[@]})) || return 0
+  printf '[WARN] %s: kbs_evidence.md cites %s, which no query logged for %s returned (cite as kbs:ID the pages a logged query of this version found: kernel-loop kbs get ID --log, or kbs query --log; name others bare)\n' \
+    "$V" "$(printf 'kbs:%s ' "${unknown[@]}" | sed 's/ $//')" "$V"
+}
+
 # The prediction lines on stdin that cannot fail or cannot hold, each as SENSELESS_AWK says (none: no output).
 senseless_predictions() {
   awk "$SENSELESS_AWK"'{ v = senseless($0); if (v != "") print v }'
@@ -1229,6 +1243,7 @@ check_version() {
   warn_tuning_changes
   check_11_provenance
   check_12_kbs_queries
+  warn_unlogged_citations
   check_14_hypothesis_content
   ((FINAL && $1 < K)) && check_15_frozen "$1"
   return 0

@@ -129,6 +129,21 @@ load test_helper
   run -0 gate "$OUT/v0"
 }
 
+@test "kbs_evidence.md citing as kbs:ID a page no logged query of the gated version returned is warned, not failed" {
+  make_run
+  printf '%s\n' '- kbs:gpu-latency-hiding: hides the latency' '- kbs:invented-page: opened for an earlier version' \
+    >>"$OUT/v0/kbs_evidence.md"
+  run -0 gate "$OUT/v0"
+  assert_line '[WARN] v0: kbs_evidence.md cites kbs:invented-page, which no query logged for v0 returned (cite as kbs:ID the pages a logged query of this version found: kernel-loop kbs get ID --log, or kbs query --log; name others bare)'
+}
+
+@test "kbs_evidence.md citing as kbs:ID only logged hits, and naming another page bare, draws no warning" {
+  make_run
+  printf '%s\n' '- kbs:gpu-latency-hiding: hides the latency' '- invented-page, named bare' >>"$OUT/v0/kbs_evidence.md"
+  run -0 gate "$OUT/v0"
+  refute_line --partial '[WARN]'
+}
+
 @test "kbs_queries.jsonl: compact JSON and extra queries pass" {
   make_run
   printf '%s\n' '{"purpose":"bottleneck","query":"x","hits":["gpu-latency-hiding"]}' '{"purpose": "extra", "query": "y"}' \

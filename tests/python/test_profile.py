@@ -865,3 +865,17 @@ def test_the_two_drafts_leave_out_the_same_minor_kernels_also_when_the_own_kerne
     drafted = {s["tag"] for s in hypothesis.current_evidence(ncu, {})["symptoms"]}
     kbs = {s["tag"] for s in evidence.kernel_view(ncu)["fired"]}
     assert drafted == kbs and "low-occupancy" in kbs and "uncoalesced-global" not in kbs, (drafted, kbs)
+
+
+def test_the_launch_counters_profiler_says_nothing_of_its_cycles(recwarn):
+    """torch warns that a profiler started again 'clears events at the end of each cycle' (seen in profile's output on
+    the device, and an agent asked what it meant): the worker's launch counter, which reads one call a cycle, hides it."""
+    import torch.profiler as tp
+    from kernel_loop.timing import LaunchCount
+
+    LaunchCount("cpu")
+    p = tp.profile(activities=[tp.ProfilerActivity.CPU])
+    for _ in range(2):
+        with p:
+            pass
+    assert not [w for w in recwarn if "clears events" in str(w.message)]
