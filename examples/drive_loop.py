@@ -148,8 +148,9 @@ def main() -> int:
         os.environ["KERNEL_LOOP_RECORD_KEY"] = str(key)
     n = plan["iterations"]
     extend_at = plan.get("extend_at")
-    if a.resume and (extend_at is None or not (out / f"v{extend_at}").is_dir()):
-        raise SystemExit(f"[drive] --resume needs the plan's extend_at and its version's folder in {out}")
+    if a.resume and (extend_at is None or not (out / f"v{extend_at}").is_dir() or (out / f"v{extend_at + 1}").exists()):
+        raise SystemExit(f"[drive] --resume needs the run as first finished in {out}: the plan's extend_at version's "
+                         "folder, and none after it (a run already extended: unpack the recorded one again)")
     if not a.resume:
         init = [str(plan_dir / x) if x.startswith("./") else x.replace("{repo}", str(REPO)) for x in plan["init"]]
         kl("init", str(out), *init)

@@ -222,7 +222,7 @@ def check_run_files(root: Path, recs: list[Record]) -> str | None:
 
 def another_card(card: str, here: str, device: str) -> str:
     """The refusal of a measuring step on another card than the run's: the gate fails what it would record."""
-    return (f"this run's GPU is a {card} (init measured its peaks there), and {device} here is a {here}: the gate fails "
+    return (f"this run's GPU is the {card} init measured its peaks on, and {device} here is an {here}: the gate fails "
             "a version measured on another card, so nothing was measured: run the step where the run's GPU is")
 
 

@@ -323,6 +323,7 @@ def gpu_memory_alone():
         fcntl.flock(f, fcntl.LOCK_EX)
         _free_this_process_gpu_memory()
         yield
+        _free_this_process_gpu_memory()  # before the lock goes to another worker (its own cache it frees itself)
 
 
 def _free_this_process_gpu_memory() -> None:

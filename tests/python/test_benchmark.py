@@ -100,6 +100,20 @@ def test_finish_computes_speedups_and_flags():
     assert any("torch-compile disagrees" in f for f in b["flags"]) and "torch-compile" not in b["speedups"]
 
 
+def test_a_benchmark_on_another_card_than_inits_is_flagged():
+    """The demo re-times an example recorded on an H200 on whatever GPU a user has: benchmark times it (correctness
+    and profile refuse another card) and flags it, since the roofline's percentages use the run's card's peaks."""
+    env = {"gpu": {"name": "NVIDIA H200"}}
+    res = rf.synthetic_child_result()
+    res["device"] = {"name": "NVIDIA H100 80GB HBM3", "capability": "9.0"}
+    b = B.finish(res, version="v3", selection="best", timing=TIMING, tolerance=None, env=env)
+    assert any(f.startswith("timed on an NVIDIA H100 80GB HBM3, not on the run's NVIDIA H200") for f in b["flags"])
+    for same in ({"name": "NVIDIA H200", "capability": "9.0"}, {"name": "cpu"}):
+        res["device"] = same
+        b = B.finish(res, version="v3", selection="best", timing=TIMING, tolerance=None, env=env)
+        assert not any("timed on an" in f for f in b["flags"]), b["flags"]
+
+
 def test_finish_flags_a_wrong_solution_and_gives_no_speedups():
     res = rf.synthetic_child_result()
     res["items"][0].update(correct_after=False, error="y: 8192 mismatches after timing")

@@ -175,7 +175,7 @@ def test_a_step_on_another_card_than_the_runs_is_refused_before_it_measures(tmp_
         before = (out / "records.log").read_text()
         assert klcli.main(step, out) == 2, step
         errors = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("kernel-loop: error:")]
-        assert len(errors) == 1 and "this run's GPU is a NVIDIA B200" in errors[0], errors
+        assert len(errors) == 1 and "this run's GPU is the NVIDIA B200 init measured" in errors[0], errors
         assert (out / "records.log").read_text() == before
 
 

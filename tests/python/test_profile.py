@@ -867,12 +867,15 @@ def test_the_two_drafts_leave_out_the_same_minor_kernels_also_when_the_own_kerne
     assert drafted == kbs and "low-occupancy" in kbs and "uncoalesced-global" not in kbs, (drafted, kbs)
 
 
-def test_the_launch_counters_profiler_says_nothing_of_its_cycles(recwarn):
+def test_the_launch_counters_profiler_says_nothing_of_its_cycles(recwarn, monkeypatch):
     """torch warns that a profiler started again 'clears events at the end of each cycle' (seen in profile's output on
     the device, and an agent asked what it meant): the worker's launch counter, which reads one call a cycle, hides it."""
     import torch.profiler as tp
+    import torch.profiler.profiler as tpp
     from kernel_loop.timing import LaunchCount
 
+    if hasattr(tpp, "_WARNINGS_SHOWN"):  # torch says it once a process: an earlier test may have had it said
+        monkeypatch.setattr(tpp, "_WARNINGS_SHOWN", set())
     LaunchCount("cpu")
     p = tp.profile(activities=[tp.ProfilerActivity.CPU])
     for _ in range(2):

@@ -174,10 +174,11 @@ def cycle_rings(sess: Session, n: int, notes: list[str]) -> None:
     for _ in range(max(RING_CALLS, n)):  # inputs of its own each (a red team's ring stood still while they repeated)
         ds = sess.problem.draw(sess.judge.rng.randrange(1 << 30), reference=False)
         sess.call("k", ds, checked=False, cond=Condition(), quiet=True)
-    notes.append(f"results the caller had let go of were still alive before the last call (held by the kernel, or only in "
-                 "a reference cycle no garbage collection had freed yet, as autograd and Triton's interpreter make: "
-                 f"harmless): {max(RING_CALLS, n)} calls more before the last one, their results not held, so a ring "
-                 "of buffers returned in turn would come back; what the kernel holds is read after the calls")
+    notes.append("results of earlier calls were held by something besides their caller before the last call (the kernel, "
+                 "or only a reference cycle no garbage collection had freed yet, as autograd and Triton's interpreter "
+                 f"make, which is harmless): {max(RING_CALLS, n)} calls more before the last one, their results not "
+                 "held, so a ring of buffers returned in turn would come back; what the kernel holds is read after "
+                 "the calls")
 
 
 def read_back(sess: Session, name: str, want: tuple, *, i: int = -1, watch: int = -1, buf: str | None = None
