@@ -224,6 +224,18 @@ def test_each_table_says_which_measurement_it_shows_and_booleans_read_yes_no(tmp
     assert "| yes / yes |" in md and "True" not in md
 
 
+def test_the_benchmark_sentence_of_an_older_benchmark_keeps_apart_from_the_next(tmp_path):
+    """A benchmark.json without rounds (an older run, as the bundled l1norm example's): its sentence ran into the
+    sandbox's ("...imports no kernel.The kernels' worker ..."), seen re-rendering that example."""
+    root = rf.build_complete(tmp_path / "run")
+    bench = benchmark.finish(rf.synthetic_child_result(), version="v3", selection="best",
+                             timing={"method": "cuda_event", "warmup": 10, "trials": 40, "discard_first": 0,
+                                     "l2_flush": True}, tolerance=None, env=read_json(root / "env.json"))
+    benchmark.write_outputs(root, bench)
+    md = render(root)
+    assert "imports no kernel.\nThe kernels' worker" in md and "kernel.The" not in md
+
+
 def test_speedups_over_the_baselines_come_first_and_a_slow_v0_is_flagged():
     from kernel_loop.steps.report import ordered_speedups
 
