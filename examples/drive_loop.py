@@ -157,7 +157,7 @@ def main() -> int:
     for k, v in enumerate(plan["versions"]):
         is_final = k == len(plan["versions"]) - 1
         at_planned_end = extend_at is not None and k == extend_at
-        if a.resume and k <= extend_at and not at_planned_end:
+        if a.resume and k < extend_at:
             continue  # measured when the run was first driven
         if not (a.resume and at_planned_end):
             version(out, plan_dir, k, v, final=is_final or at_planned_end)

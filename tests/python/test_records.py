@@ -229,3 +229,29 @@ def test_the_kernel_runs_from_its_hashed_bytes_never_a_planted_cache_nor_a_sibli
     k2.write_text("from impl import X\n")
     with pytest.raises(ModuleNotFoundError):
         loader.import_file(k2, "kernel")
+
+
+@pytest.mark.parametrize("here, refused", [("NVIDIA H100 80GB HBM3", True), ("NVIDIA H200", False)])
+def test_the_judge_refuses_a_card_other_than_inits_before_it_reads_anything(tmp_path, monkeypatch, here, refused):
+    """The l1norm example's extension ran correctness and profile on an H100 for a run init measured on an H200, and
+    only the final gate failed them: the judge (its spec's "card", check_run_files' answer) refuses at its start.  A
+    CPU build's torch is told a CUDA device is there, so the check runs here; the GPU test runs the steps."""
+    import types
+
+    import torch
+    from kernel_loop.config import RunConfig
+    from kernel_loop.measure import judge
+
+    for name, fake in (("is_available", lambda: True), ("device_count", lambda: 1), ("set_device", lambda d: None),
+                       ("get_device_name", lambda i=None: here)):
+        monkeypatch.setattr(torch.cuda, name, fake)
+    (tmp_path / "ref.py").write_text("def reference(x):\n    return x\n")
+    started = types.SimpleNamespace(deadline=0.0, tmp=None, worker_tmp=str(tmp_path), folder=tmp_path, workers={})
+    spec = {"cfg": RunConfig(kernel="k", impl="triton", dims={"N": 8}).to_json(), "device": "cuda:0",
+            "run_root": str(tmp_path), "card": "NVIDIA H200"}
+    if refused:
+        with pytest.raises(UsageError, match="this run's GPU is the NVIDIA H200 init measured its peaks on, and "
+                                             "cuda:0 here is an NVIDIA H100 80GB HBM3"):
+            judge.Judge(spec, started)
+    else:
+        assert judge.Judge(spec, started).ref is not None  # the run's card: on to ref.py

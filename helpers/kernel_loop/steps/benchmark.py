@@ -312,7 +312,7 @@ def finish(result: dict[str, Any], *, version: str, selection: str, timing: dict
     if sol_ok and v0.get("median") and v0["median"] / sol["stats_us"]["median"] > SPEEDUP_FLAG:
         flags.append(f"speedup {v0['median'] / sol['stats_us']['median']:.1f}x over v0 is above {SPEEDUP_FLAG:g}x: "
                      "review that the solution computes the whole result and that v0 was a fair start")
-    flags += [f for f in (slow_v0(by_name), same_bytes_note(version, same_as), another_card(result, env)) if f]
+    flags += [f for f in (slow_v0(by_name), same_bytes_note(version, same_as), other_card_flag(result, env)) if f]
     flags += [f"{version}: {note}" for note in (limits or {}).get(version, [])]
     ab = [ab_entry(rec) for rec in result.get("ab") or []]
     nbytes, lower = result.get("bytes_moved"), False
@@ -454,7 +454,7 @@ def run(args) -> int:
     return 0
 
 
-def another_card(result: dict[str, Any], env: dict[str, Any] | None) -> str | None:
+def other_card_flag(result: dict[str, Any], env: dict[str, Any] | None) -> str | None:
     """A benchmark on another card than init's (the demo re-times an H200's example on a user's GPU), flagged."""
     card, here = ((env or {}).get("gpu") or {}).get("name"), (result.get("device") or {}).get("name") or "cpu"
     return None if not card or here in (card, "cpu") or here.startswith("cuda") else (
