@@ -226,6 +226,8 @@ NO_GRADIENT_NOTE = ("gradients: not compared: ModelNew's output carries no gradi
 # a correctness failure: with parameters frozen, a gradient ModelNew gave in eval() while every parameter trained is gone
 FROZEN_LOST = ("with parameters frozen, ModelNew's output carries no gradient to it, where it did while every parameter "
                "trained: a user training the layers before it (adapters) gets none")
+DATA_LOST = ("with inputs that ask no gradient (data), ModelNew gives this parameter none, where it did while the inputs "
+             "asked one: a user's first layer, fed a batch, never trains")
 
 # every condition of a correctness call, in words (measure/conditions.py draws them; correctness.md lists them)
 CONDITION_WORDS = {
@@ -267,6 +269,8 @@ CONDITION_WORDS = {
                         "as in adapter training); the inputs' gradients compared",
     "mode:grad:partial": "eval() with autograd on and every parameter but the smallest frozen (a bias or a norm's "
                          "scale fine-tuned alone); the gradients of the inputs and of that one compared",
+    "mode:grad:data": "eval() with autograd on, every parameter training and the inputs plain data that ask no gradient "
+                      "(a network's first layer, fed a batch); the parameters' gradients compared",
     "mode:train:frozen": "the model in training mode, autograd off, its norm layers in eval() (a user fine-tuning with "
                          "frozen BatchNorm: model.train(), then model.bn.eval()): each layer's own .training decides",
     "mode:train-step": "the model in training mode, autograd off, from the running statistics it held, left as the call "

@@ -1558,13 +1558,17 @@ def test_gradients_of_a_modelnew(tmp_path, worker_here, ref, kernel, dims, passe
      "gradient of parameter 'fc.bias'"),
     ("kb_ref_linear_relu.py", "kb_cheat_linear_forward_only_when_frozen.py", {"mode:grad:frozen"},
      "with parameters frozen, ModelNew's output carries no gradient to it"),
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_grads_only_for_input_grad.py", {"mode:grad:data"},
+     "with inputs that ask no gradient (data), ModelNew gives this parameter none"),
+    ("kb_ref_linear_relu.py", "kb_new_linear_own_backward.py", None, None),
     ("kb_ref_linear_plus_y.py", "kb_new_linear_forward_only_plus_y.py", None, "3 of them unused by ModelNew"),
     ("kb_ref_linear_plus_y.py", "kb_new_linear_forward_only_in_eval_plus_y.py", None, "3 of them unused by ModelNew")])
 def test_gradients_are_compared_with_parameters_frozen(tmp_path, worker_here, ref, kernel, wrong, what):
     """Found by a red team and a review: a custom backward that gave no gradient at all once the weight was frozen, and
     one that gave the bias its gradient only while the weight trained, passed, since every call with autograd
     trained every parameter.  One call has them all frozen (a user's adapter training), one all but the smallest (a
-    bias fine-tuned alone); a gradient ModelNew reached while all trained, missing there, fails.  One it never
+    bias fine-tuned alone), one the inputs plain data (a first layer's: a red team's backward ran only where the input
+    asked a gradient); a gradient ModelNew reached while all trained, missing there, fails.  One it never
     reached (a forward-only kernel on one input of two) is noted there as everywhere (the review's false rejection)."""
     dims = "batch_size=32,features=64"
     rc, data, md = _kb(tmp_path, ref, kernel, dims)
@@ -1572,7 +1576,7 @@ def test_gradients_are_compared_with_parameters_frozen(tmp_path, worker_here, re
     if wrong is not None:
         conds, _ = _failed(data)
         assert conds == wrong and what in data["error"], (conds, data["error"])
-    else:
+    elif what is not None:
         assert what in md and "not compared: ModelNew's output does not reach it" in md, md[:3000]
 
 

@@ -20,7 +20,7 @@ from .. import compare as comparing
 from ..common import MeasuredFailure, UsageError
 from ..compare import applied_tolerances, changed_input_row, compare, compare_outputs, first_failure
 from ..tensors import FLOAT_SENTINEL, fingerprint, is_tensor, poison_tensor, random_like
-from ..vocab import FROZEN_LOST, NO_GRADIENT_NOTE
+from ..vocab import DATA_LOST, FROZEN_LOST, NO_GRADIENT_NOTE
 from . import protocol
 from .conditions import VARIANTS, Condition, as_exact_as_the_reference, free_cached, range_ok
 from .launch import KernelFailed, WorkerProc
@@ -159,10 +159,6 @@ def count_poison(torch, t, variant: int) -> int:
     return int(n)
 
 
-def changed_input(name: str, t) -> dict[str, Any]:
-    return changed_input_row(name, t)
-
-
 def verify(shared: Shared, ds: DataSet, report: dict[str, Any], tolerance: Any, ref: Any, prob: Problem | None = None,
            held: dict[str, tuple] | None = None) -> tuple[list[dict], list[str]]:
     """Rows for every output and every input: the outputs against the reference, in the judge's
@@ -205,7 +201,7 @@ def verify(shared: Shared, ds: DataSet, report: dict[str, Any], tolerance: Any, 
     for n in ds.input_names():
         t = shared.bufs[shared.names[n]]
         if fingerprint(t) != ds.fingerprints[n]:
-            rows.append(changed_input(n, t))
+            rows.append(changed_input_row(n, t))
     return rows, warns
 
 
@@ -231,16 +227,18 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, returned: d
                   ) -> list[dict]:
     """Rows for the gradients a user's backward() gets after this call, against Model's (``cond.backward``), with
     a note where none is compared: Model's output carries none, the kernel's does not, or its backward raised; with
-    parameters frozen (``cond.fixed``), one it reached while all trained (``reached``) missing fails."""
+    parameters frozen or the inputs plain data (``cond.owed``), one it reached while all trained (``reached``)
+    missing fails."""
     back = cond.backward
     mode = "training mode" if cond.train else "eval()"
     if not back.carries:
         return []
     reached = sess.problem.seen.setdefault("reached", set())  # inputs and parameters of eval() calls all training
-    if not any(m.get("grad") for m in returned.values()):  # frozen: a gradient given while all trained is owed
-        lost = [n for n in back.grads if cond.fixed and n in reached and bool(back.grads[n].any())]
+    why = DATA_LOST if cond.data else FROZEN_LOST
+    if not any(m.get("grad") for m in returned.values()):
+        lost = [n for n in back.grads if cond.owed and n in reached and bool(back.grads[n].any())]
         notes += [] if lost else [NO_GRADIENT_NOTE]
-        return [bad_row(f"gradient of {n}", back.grads[n], FROZEN_LOST) for n in lost]
+        return [bad_row(f"gradient of {n}", back.grads[n], why) for n in lost]
     names = list(back.grads)
     sh = sess.shared
     targets = [[n, n.partition(" ")[0], n.partition(" ")[2][1:-1]] for n in names]
@@ -256,16 +254,17 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, returned: d
     # elementwise only: gradients cancel (a bias that feeds a normalisation has an exact gradient of zero), where
     # a normwise bound would compare rounding with rounding; a wrong gradient of any size that matters fails here
     tols = applied_tolerances(back.grads, sess.judge.tolerance, sess.judge.ref)
-    rows = []
     unused = set(reply.get("unused") or [])
-    reached.update(() if cond.fixed or cond.train else set(names) - unused)
-    detached = [n for n in names if n in unused and bool(back.grads[n].any()) and not (cond.fixed and n in reached)]
+    reached.update(() if cond.owed or cond.train else set(names) - unused)
+    lost = [n for n in names if cond.data and n in unused and n in reached and bool(back.grads[n].any())]
+    detached = [n for n in names if n in unused and bool(back.grads[n].any()) and not (cond.owed and n in reached)]
     if detached:  # like an output without a gradient: a custom kernel's, or a cached layout (kernel_abi.md)
         notes.append(f"gradients: {', '.join(detached[:4])}{' ...' if len(detached) > 4 else ''}: not compared: "
                      "ModelNew's output does not reach it through autograd (a custom kernel, or a copy made from "
                      "it and cached), where Model's does: a user's training would leave it as it is")
+    rows = [bad_row(f"gradient of {n}", back.grads[n], why) for n in lost]
     for (n, kind, key), (_, exp) in zip(targets, back.grads.items(), strict=True):
-        if n in detached:
+        if n in detached or n in lost:
             continue
         got = sh.bufs[sh.names[f"param:{key}"] if kind == "parameter" else key]
         if kind == "input":  # where the input is exactly zero no gradient is owed (backward_expected)
@@ -457,7 +456,8 @@ class Session:
         if cond.after:  # a training call's statistics left as it updated them, for the eval() call after it
             msg["after"] = cond.after  # (a red team's ModelNew wrote them at their _version and kept a stale fold)
         if cond.backward is not None and cond.backward.carries:  # inputs as a layer inside a network gets them (not
-            msg["backward"] = "nonleaf" if self.judge.rng.random() < 0.5 else True  # leaves): a red team's kernel detached those
+            msg["backward"] = "data" if cond.data else "nonleaf" if self.judge.rng.random() < 0.5 else True  # leaves:
+            # a red team's kernel detached those), or as data, asking none (another's then gave the weights none)
         try:
             reply = self.worker.request(msg)
         except KernelFailed as exc:

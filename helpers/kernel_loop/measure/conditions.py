@@ -90,6 +90,16 @@ class Condition:
     backward: Backward | None = None
     frozen: tuple = ()  # the submodules put in eval() inside the model in training mode (modes.frozen_norms)
     fixed: tuple = ()  # the parameters frozen (requires_grad off) by name (modes.frozen_params); the others compared
+    data: bool = False  # the inputs plain data (no gradient asked of them), every parameter training: a first layer's
+
+    @property
+    def owed(self) -> bool:
+        """A gradient ModelNew gave while every input and parameter trained must not be missing in this call."""
+        return bool(self.fixed) or self.data
+
+
+LATE_GRAD = ("mode:grad:frozen", "mode:grad:partial", "mode:grad:data")  # compared with what mode:grad reached
+LATE_GRAD_VALUES = ("grad:frozen", "grad:partial")  # those that freeze parameters
 
 
 def forget(prob: Problem) -> None:
@@ -184,7 +194,8 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
             wanted += ["weights:updated"] * 2 + ["weights:twin", "weights:twin:train"]  # a ninth's shared a cache across
             wanted += ["weights:updated:again", "weights:twin:again", "input:again"]  # instances; an eleventh's memo
             wanted += ["mode:grad:frozen", "mode:grad:partial"]  # a red team's backward gave the input (the bias) no
-            # gradient once the weights were frozen: after mode:grad, whose gradients say what ModelNew reaches (below)
+            # gradient once the weights were frozen: after mode:grad, whose gradients say what ModelNew reaches (below);
+            wanted += ["mode:grad:data"]  # another's gave the weights none where the input asked for none (data)
         elif prob.drawn:  # no parameters, buffers drawn per instance: a class cache of the first's passed (a red team)
             wanted += ["weights:twin", "weights:twin:train", "weights:twin:again"]
     elif prob.kind == "py":  # a function's caller may run without autograd (a red team's was right only with it)
@@ -201,7 +212,7 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
         if any(is_tensor(a := first.args[n]) and a.dim() > 2 and min(a.shape[:2]) > 1 for n in first.input_names()):
             wanted += ["layout:lead"]  # and a review's, checking only the last dim's stride
     rng.shuffle(wanted)
-    for late in ("mode:grad:frozen", "mode:grad:partial") if "mode:grad:frozen" in wanted else ():  # after mode:grad,
+    for late in LATE_GRAD if "mode:grad:frozen" in wanted else ():  # after mode:grad,
         wanted.remove(late)  # whose gradients say what ModelNew reaches (what follows only inserts: they stay after)
         wanted.insert(rng.randint(wanted.index("mode:grad") + 1, len(wanted)), late)
     if len(wanted) > 1 and wanted[-1] == "layout:moved":  # its handed outputs are read after the next call: never the
@@ -273,7 +284,8 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
                 notes.append(f"{CONDITION_WORDS[want]}: not compared: the training-mode call before it was not")
                 return Condition(keep=True, after="restore" if last else None), "plain", ds
         cond.frozen = tuple(frozen_norms(prob.model)) if value == "train:frozen" else ()
-        cond.fixed = frozen_params(prob.model, value == "grad:partial") if value.startswith("grad:") else ()
+        cond.fixed = frozen_params(prob.model, value == "grad:partial") if value in LATE_GRAD_VALUES else ()
+        cond.data = value == "grad:data"
         if train:
             expected, why = train_expected(prob, ds, tolerance, cond)
         else:

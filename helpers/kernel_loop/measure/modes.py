@@ -179,7 +179,7 @@ def eval_expected(prob: Problem, ds: DataSet, cond: Condition) -> dict[str, Any]
 
 def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, notes: list[str]) -> Backward | None:
     """Model's gradients on ``ds`` in ``cond``'s mode: of every continuous float input (made to require grad, as a
-    user's that trains through it does; zero where the input is exactly zero) and every parameter, for the outputs' gradients ``upstream`` draws.  None, with a
+    user's that trains through it does, unless ``cond.data``; zero where the input is exactly zero) and every parameter, for the outputs' gradients ``upstream`` draws.  None, with a
     note, where they cannot be computed (the notes say why: memory, a Model without backward)."""
     import torch
 
@@ -188,7 +188,7 @@ def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, no
     def grads_of(m, wide: bool) -> dict[str, Any] | None:
         guards.set_torch_rng(torch, prob.device, start_state(torch, prob.device, ds.seed))  # the worker's call's start
         args = [(ds.args[n].detach().double() if wide and ds.args[n].dtype.is_floating_point else
-                 ds.args[n].detach().clone()).requires_grad_(continuous(ds.args[n]))
+                 ds.args[n].detach().clone()).requires_grad_(continuous(ds.args[n]) and not cond.data)
                 if is_tensor(ds.args[n]) else ds.args[n] for n in ds.args]
         with torch.enable_grad():
             out = [t for t in normalize_outputs(m(*args), []).values() if is_tensor(t)]

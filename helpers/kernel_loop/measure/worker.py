@@ -338,7 +338,7 @@ class Worker:
             if view is not box[key]:
                 box[key], views[buf] = view, view
         leaves = [(buf, box[key]) for box, key, buf in k.inputs
-                  if msg.get("backward") and box[key].dtype.is_floating_point]
+                  if msg.get("backward") not in (None, False, "data") and box[key].dtype.is_floating_point]
         for _, t in leaves:
             t.requires_grad_(True)
         for box, key, buf in k.inputs if msg.get("backward") == "nonleaf" else ():  # made by autograd, as a layer in a
@@ -381,7 +381,7 @@ class Worker:
             self._unstride(k, views)
             returned, held = self._stage_out(k, value, views, msg.get("keep") == "object")
             held.update({n: views[b] for n, b in k.outputs.items() if b in views} if moved and msg.get("keep") else {})
-            if leaves:
+            if leaves or msg.get("backward") == "data":  # (data: the parameters alone ask for gradients)
                 outs = [v for v in ([] if value is None else tensors.normalize_outputs(value, k.out_names).values())
                         if type(v) is torch.Tensor]
                 k.pending = (outs, dict(leaves))
