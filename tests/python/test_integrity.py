@@ -717,9 +717,9 @@ def test_a_softmax_without_the_max_subtraction_fails_at_large_inputs(tmp_path, w
     rc, data, md = _correctness(tmp_path, "ref_softmax.py", "cheat_softmax_no_max.py", "M=8,N=64")
     assert rc == 1, md
     conds, _ = _failed(data)
-    # exact on the problem's own inputs; overflows scaled up, and underflows (0/0) shifted 500 RMS down
+    # exact on the problem's own inputs; overflows scaled up, and underflows (0/0) shifted 500 RMS down (rows too)
     assert {"range:up", "range:up:lo", "range:up:hi", "range:sink:lo"} <= conds <= {
-        "range:up", "range:up:lo", "range:up:hi", "range:sink:lo", "range:sink"}, conds
+        "range:up", "range:up:lo", "range:up:hi", "range:sink:lo", "range:sink", "range:rows"}, conds
     assert "(inputs s" in data["error"] and "; this draw " in data["error"]
 
 
@@ -1593,6 +1593,21 @@ def test_an_input_with_its_leading_dims_swapped_is_handed_once(tmp_path, worker_
         assert conds == {"layout:lead"}, conds
 
 
+@pytest.mark.parametrize("kernel, passes", [("kb_cheat_softmax_global_max.py", False), ("ModelNew = Model", True)])
+def test_rows_far_apart_meet_a_max_taken_over_the_whole_tensor(tmp_path, worker_here, kernel, passes):
+    """Found by a red team: every range condition moved the whole tensor by one factor, so each row kept the others'
+    level and a softmax steadied by the tensor's max in place of each row's passed.  One call shifts each row on its
+    own, up or down by 2 to 500 RMS (range:rows)."""
+    kernel = _same_model(tmp_path, "kb_ref_softmax.py", kernel)
+    rc, data, md = _kb(tmp_path, "kb_ref_softmax.py", kernel, "batch_size=16,dim=512")
+    assert (rc == 0) is passes, data["error"]
+    if not passes:
+        conds, _ = _failed(data)
+        assert conds == {"range:rows"}, (conds, data["error"])
+    else:
+        assert "range:rows: not checked" not in md, md[:3000]
+
+
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_relu_identity.py", False), ("kb_new_relu.py", True)])
 def test_inputs_drawn_never_negative_are_moved_across_zero(tmp_path, worker_here, kernel, passes):
     """Found by a red team: the range conditions only scaled by positive factors and shifted up, so inputs drawn
@@ -1608,8 +1623,8 @@ def test_logits_far_below_zero_are_tried(tmp_path, worker_here):
     """Found by a red team: a softmax that subtracts max(row max, 0) passed (every draw had a non-negative logit per
     row); the far end of the downward shift (500 RMS) makes every logit of a row negative."""
     rc, data, md = _correctness(tmp_path, "ref_softmax.py", "cheat_softmax_clamped_max.py", "M=64,N=128")
-    assert rc != 0 and "shifted down by" in data["error"], data["error"]
-    conds, _ = _failed(data)
+    assert rc != 0 and ("shifted down by" in data["error"] or "shifted on its own" in data["error"]), data["error"]
+    conds, _ = _failed(data)  # (each row on its own, some far down: range:rows too, when it comes first)
     assert "range:sink:lo" in conds and not conds & {"plain", "range:up", "range:down", "range:flip"}, conds
 
 

@@ -19,7 +19,8 @@ the correctness calls of each shape vary, in an order drawn at random (``conditi
   kernel's inputs handed in memory of their own, at another address (``layout:moved``): right;
 - the inputs' range: scaled up (x20 to x500), down (x0.002 to x0.05) and shifted (2 to 8 RMS), each range at
   both ends and at a factor taken from the draw's seed, and across zero: signs flipped (x-0.5 to x-2) and shifted
-  down (2 to 500 RMS, at both ends too) (``VARIANTS``), where the reference stays finite and as well conditioned as
+  down (2 to 500 RMS, at both ends too), and each row on its own, up or down by 2 to 500 RMS (``VARIANTS``), where
+  the reference stays finite and as well conditioned as
   on the problem's own inputs, judged against the reference in float64
   (``range_ok``); integer, bool and discrete-valued inputs (masks, labels) keep their values;
 - and, the results of every call held as a caller would hold them, that none shares storage with a later
@@ -58,7 +59,10 @@ from .problem import DataSet, Problem
 # the input ranges correctness also checks: name -> (what is drawn, its low and high end, drawn log-uniformly)
 VARIANTS = {"up": ("scale", 20.0, 500.0), "down": ("scale", 0.002, 0.05), "shift": ("shift", 2.0, 8.0),
             # across zero: inputs drawn never negative (rand) get negative values, randn's get a negative offset
-            "flip": ("scale", -2.0, -0.5), "sink": ("shift", -500.0, -2.0)}
+            "flip": ("scale", -2.0, -0.5), "sink": ("shift", -500.0, -2.0),
+            # each row (a slice along the first dim) shifted on its own, up or down: a red team's softmax took one max
+            # over the whole tensor for each row's, exact while every row sat near the same level
+            "rows": ("rows", 2.0, 500.0)}
 ENDS = ("up", "down", "shift", "sink")  # the ranges also tried at both ends
 
 
@@ -201,7 +205,9 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
     elif prob.kind == "py":  # a function's caller may run without autograd (a red team's was right only with it)
         wanted += ["call:nograd", "call:inference"]
     if any(first.args[n].dtype.is_floating_point for n in first.input_names()):
-        wanted += [f"range:{k}{end}" for k in VARIANTS for end in (("", ":lo", ":hi") if k in ENDS else ("",))]
+        rows = any(is_tensor(t := first.args[n]) and t.dim() > 1 and t.shape[0] > 1 for n in first.input_names())
+        wanted += [f"range:{k}{end}" for k in VARIANTS if k != "rows" or rows  # (one row: a shift's)
+                   for end in (("", ":lo", ":hi") if k in ENDS else ("",))]
     if any(is_tensor(first.args[n]) for n in first.input_names()):
         wanted += ["layout:moved"]  # found by a red team: a kernel right only at the address of the first input it saw
     if prob.model is not None and any(max(first.args[n].shape, default=0) > 1 for n in first.input_names()):
@@ -378,10 +384,17 @@ def move(ds: DataSet, vary: str) -> None:
             continue
         sample = t.detach().reshape(-1)[:65536].double()  # float64: the RMS takes every float dtype
         moved = t.double() * scale
+        shift = shift_rms * float(sample.square().mean().sqrt())
+        if what == "rows" and t.dim() > 1:  # row i by +-f_i RMS, f_i log-uniform in the range, the sign drawn too
+            rng = random.Random(ds.seed * 104729 + len(name))
+            f_i = [rng.choice((-1.0, 1.0)) * math.exp(rng.uniform(*map(math.log, VARIANTS["rows"][1:])))
+                   for _ in range(t.shape[0])]
+            shift = torch.tensor(f_i, dtype=torch.float64, device=t.device).view(-1, *[1] * (t.dim() - 1)) * (shift / f)
         if shift_rms:  # zeros stay zeros: a triangular, banded or masked input keeps its structure
-            moved = torch.where(moved != 0, moved + shift_rms * float(sample.square().mean().sqrt()), moved)
+            moved = torch.where(moved != 0, moved + shift, moved)
         ds.args[name] = moved.to(t.dtype)
-    ds.vary = f"{vary.partition(':')[0]}: " + (f"x{f:.3g}" if what == "scale" else f"{f:+.3g} RMS")
+    ds.vary = f"{vary.partition(':')[0]}: " + (f"x{f:.3g}" if what == "scale" else
+                                               "each row by +-2 to 500 RMS" if what == "rows" else f"{f:+.3g} RMS")
 
 
 def range_ok(prob: Problem, base: DataSet, varied: DataSet, tolerance: Any) -> str | None:
