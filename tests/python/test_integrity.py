@@ -1608,6 +1608,14 @@ def test_rows_far_apart_meet_a_max_taken_over_the_whole_tensor(tmp_path, worker_
         assert "range:rows: not checked" not in md, md[:3000]
 
 
+def test_a_symmetric_input_stays_symmetric_when_each_row_is_shifted(tmp_path, worker_here):
+    """A review's: range:rows turned a symmetric problem's inputs into others, and failed a kernel that reads A as
+    A.T, as the problem's contract allows; a square matrix equal to its transpose is shifted as a whole."""
+    rc, data, md = _kb(tmp_path, "kb_ref_symmetric_matmul.py", "kb_new_symmetric_reads_transpose.py", "N=32")
+    assert rc == 0, data["error"]
+    assert any(t["condition"] == "range:rows" for s in data["shapes"] for t in s["trials"]), md[:2000]
+
+
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_relu_identity.py", False), ("kb_new_relu.py", True)])
 def test_inputs_drawn_never_negative_are_moved_across_zero(tmp_path, worker_here, kernel, passes):
     """Found by a red team: the range conditions only scaled by positive factors and shifted up, so inputs drawn

@@ -37,6 +37,7 @@ import copy
 import dataclasses
 import math
 import random
+import zlib
 from typing import Any
 
 from ..compare import applied_tolerances, compare_outputs, constant_outputs
@@ -385,8 +386,8 @@ def move(ds: DataSet, vary: str) -> None:
         sample = t.detach().reshape(-1)[:65536].double()  # float64: the RMS takes every float dtype
         moved = t.double() * scale
         shift = shift_rms * float(sample.square().mean().sqrt())
-        if what == "rows" and t.dim() > 1:  # row i by +-f_i RMS, f_i log-uniform in the range, the sign drawn too
-            rng = random.Random(ds.seed * 104729 + len(name))
+        if what == "rows" and t.dim() > 1 and not symmetric(t):  # row i by +-f_i RMS, f_i log-uniform, the sign
+            rng = random.Random(ds.seed * 104729 + zlib.crc32(name.encode()))  # drawn too (each input its own)
             f_i = [rng.choice((-1.0, 1.0)) * math.exp(rng.uniform(*map(math.log, VARIANTS["rows"][1:])))
                    for _ in range(t.shape[0])]
             shift = torch.tensor(f_i, dtype=torch.float64, device=t.device).view(-1, *[1] * (t.dim() - 1)) * (shift / f)
@@ -395,6 +396,11 @@ def move(ds: DataSet, vary: str) -> None:
         ds.args[name] = moved.to(t.dtype)
     ds.vary = f"{vary.partition(':')[0]}: " + (f"x{f:.3g}" if what == "scale" else
                                                "each row by +-2 to 500 RMS" if what == "rows" else f"{f:+.3g} RMS")
+
+
+def symmetric(t: Any) -> bool:
+    """A square matrix equal to its transpose: a kernel may read it either way (range:rows shifts it as a whole)."""
+    return t.dim() == 2 and t.shape[0] == t.shape[1] and bool((t == t.T).all())
 
 
 def range_ok(prob: Problem, base: DataSet, varied: DataSet, tolerance: Any) -> str | None:
