@@ -254,8 +254,8 @@ CONDITION_WORDS = {
     "range:sink": "inputs shifted down by 2 to 500 RMS (zeros kept)",
     "range:sink:lo": "inputs shifted down by 500 RMS, the far end of that range (zeros kept)",
     "range:sink:hi": "inputs shifted down by 2 RMS, the near end of that range (zeros kept)",
-    "range:rows": "each row of the inputs (a slice along the first dim) shifted on its own, up or down by 2 to 500 RMS "
-                  "(zeros kept): rows at levels far apart",
+    "range:rows": "inputs shifted row by row: each row (a slice along the first dim) on its own, up or down by 2 to "
+                  "500 RMS (zeros kept), so rows lie at levels far apart",
     "layout:strided": "every input handed as a strided view (every other element of a wider tensor), as a user's slice is",
     "layout:padded": "every input handed as rows of a wider tensor (a column slice, big[:, :n]: unit stride along "
                      "the last dim, rows further apart)",

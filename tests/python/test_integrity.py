@@ -1608,6 +1608,19 @@ def test_rows_far_apart_meet_a_max_taken_over_the_whole_tensor(tmp_path, worker_
         assert "range:rows: not checked" not in md, md[:3000]
 
 
+@pytest.mark.parametrize("kernel, passes", [("kb_cheat_two_softmax_one_max.py", False), ("ModelNew = Model", True)])
+def test_each_input_gets_row_shifts_of_its_own(tmp_path, worker_here, kernel, passes):
+    """A review's: every KernelBench input (arg0, arg1: one length) drew the same row shifts, so row i of a and of b
+    always sat at one level there and a max shared by the two inputs' rows passed range:rows (it fails x500 too,
+    where the two rows' maxima lie hundreds apart); each input's shifts come from its name."""
+    kernel = _same_model(tmp_path, "kb_ref_two_softmax.py", kernel)
+    rc, data, md = _kb(tmp_path, "kb_ref_two_softmax.py", kernel, "batch_size=16,dim=256")
+    assert (rc == 0) is passes, data["error"]
+    if not passes:
+        conds, _ = _failed(data)
+        assert "range:rows" in conds, (conds, data["error"])
+
+
 def test_a_symmetric_input_stays_symmetric_when_each_row_is_shifted(tmp_path, worker_here):
     """A review's: range:rows turned a symmetric problem's inputs into others, and failed a kernel that reads A as
     A.T, as the problem's contract allows; a square matrix equal to its transpose is shifted as a whole."""
@@ -1631,7 +1644,7 @@ def test_logits_far_below_zero_are_tried(tmp_path, worker_here):
     """Found by a red team: a softmax that subtracts max(row max, 0) passed (every draw had a non-negative logit per
     row); the far end of the downward shift (500 RMS) makes every logit of a row negative."""
     rc, data, md = _correctness(tmp_path, "ref_softmax.py", "cheat_softmax_clamped_max.py", "M=64,N=128")
-    assert rc != 0 and ("shifted down by" in data["error"] or "shifted on its own" in data["error"]), data["error"]
+    assert rc != 0 and ("shifted down by" in data["error"] or "shifted row by row" in data["error"]), data["error"]
     conds, _ = _failed(data)  # (each row on its own, some far down: range:rows too, when it comes first)
     assert "range:sink:lo" in conds and not conds & {"plain", "range:up", "range:down", "range:flip"}, conds
 

@@ -104,7 +104,6 @@ class Condition:
 
 
 LATE_GRAD = ("mode:grad:frozen", "mode:grad:partial", "mode:grad:data")  # compared with what mode:grad reached
-LATE_GRAD_VALUES = ("grad:frozen", "grad:partial")  # those that freeze parameters
 
 
 def forget(prob: Problem) -> None:
@@ -291,8 +290,9 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
                 notes.append(f"{CONDITION_WORDS[want]}: not compared: the training-mode call before it was not")
                 return Condition(keep=True, after="restore" if last else None), "plain", ds
         cond.frozen = tuple(frozen_norms(prob.model)) if value == "train:frozen" else ()
-        cond.fixed = frozen_params(prob.model, value == "grad:partial") if value in LATE_GRAD_VALUES else ()
-        cond.data = value == "grad:data"
+        cond.data = value == "grad:data"  # (every parameter trains: none fixed)
+        cond.fixed = frozen_params(prob.model, value == "grad:partial") if value.startswith("grad:") and not cond.data \
+            else ()
         if train:
             expected, why = train_expected(prob, ds, tolerance, cond)
         else:
@@ -384,18 +384,17 @@ def move(ds: DataSet, vary: str) -> None:
         if not continuous(t):
             continue
         sample = t.detach().reshape(-1)[:65536].double()  # float64: the RMS takes every float dtype
-        moved = t.double() * scale
-        shift = shift_rms * float(sample.square().mean().sqrt())
-        if what == "rows" and t.dim() > 1 and not symmetric(t):  # row i by +-f_i RMS, f_i log-uniform, the sign
-            rng = random.Random(ds.seed * 104729 + zlib.crc32(name.encode()))  # drawn too (each input its own)
-            f_i = [rng.choice((-1.0, 1.0)) * math.exp(rng.uniform(*map(math.log, VARIANTS["rows"][1:])))
-                   for _ in range(t.shape[0])]
-            shift = torch.tensor(f_i, dtype=torch.float64, device=t.device).view(-1, *[1] * (t.dim() - 1)) * (shift / f)
+        moved, rms = t.double() * scale, float(sample.square().mean().sqrt())
+        shift = shift_rms * rms
+        if what == "rows" and t.dim() > 1 and not symmetric(t):  # row i by +-f_i RMS, f_i drawn as factor draws,
+            rng = random.Random(ds.seed * 104729 + zlib.crc32(name.encode()))  # its sign too (each input its own)
+            f_i = [rng.choice((-1.0, 1.0)) * factor("rows", rng.randrange(1 << 30)) for _ in range(t.shape[0])]
+            shift = torch.tensor(f_i, dtype=torch.float64, device=t.device).view(-1, *[1] * (t.dim() - 1)) * rms
         if shift_rms:  # zeros stay zeros: a triangular, banded or masked input keeps its structure
             moved = torch.where(moved != 0, moved + shift, moved)
         ds.args[name] = moved.to(t.dtype)
-    ds.vary = f"{vary.partition(':')[0]}: " + (f"x{f:.3g}" if what == "scale" else
-                                               "each row by +-2 to 500 RMS" if what == "rows" else f"{f:+.3g} RMS")
+    ds.vary = f"{vary.partition(':')[0]}: " + (f"x{f:.3g}" if what == "scale" else f"{f:+.3g} RMS" if what == "shift"
+                                               else "each row by +-{:g} to {:g} RMS".format(*VARIANTS["rows"][1:]))
 
 
 def symmetric(t: Any) -> bool:
