@@ -187,18 +187,23 @@ def parse_dims(text: str, what: str = "--dims", positive: bool = True) -> dict[s
 
 
 def batch_shapes(dims: dict[str, int], shapes: list[dict[str, int]],
-                 complete: Callable[[dict[str, int]], dict[str, int]] | None) -> list[dict[str, int]]:
+                 complete: Callable[[dict[str, int]], dict[str, int]] | None, free: list[str] = ()) -> list[dict[str, int]]:
     """A KernelBench file's run dims at other batch sizes (one, a user's single sample: a red team's kernel had a path
     for one row that forgot the bias; half its ``batch_size``; and a quarter more made odd: a red team's kernel that
     left a tail of rows past its tile of 8 passed at 40 after 32), ``complete``
     making each whole: correctness calls them after the run's shapes on the instance those called (held.other_batches),
     as a user's next batch is often of another size (a red team's kernel sized by its first call passed).  No shapes
     for other refs (``complete`` None) or without a batch_size; one an --extra-shapes entry is already is not repeated
-    (an agent's trial gave batch_size=333, and the sizes one, half and odd had all been dropped)."""
+    (an agent's trial gave batch_size=333, and the sizes one, half and odd had all been dropped).  Last, where some
+    dims reach get_inputs() alone (``free``: kb_dims.input_only), one shape with each made a quarter smaller and odd,
+    at half the batch: a user's input of another width meets the same instance (a red team's ReLU left the tail past
+    its last whole block of 1024 unwritten, right at every size a multiple of it)."""
     b = dims.get("batch_size", 0)
-    if complete is None or b < 1:
+    if complete is None:
         return []
-    own = [complete({"batch_size": v}) for v in sorted({1, b // 2, (b + max(1, b // 4)) | 1} - {0, b})]
+    own = [complete({"batch_size": v}) for v in sorted({1, b // 2, (b + max(1, b // 4)) | 1} - {0, b})] if b > 0 else []
+    if free:
+        own.append(complete({**({"batch_size": max(1, b // 2)} if b > 0 else {}), **{n: dims[n] * 3 // 4 | 1 for n in free}}))
     return [s for s in own if s not in shapes]
 
 

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import UsageError
-from .kb_eval import Binding, evaluate, is_int, is_int_seq, value_of
+from .kb_eval import Binding, evaluate, is_int, is_int_seq
 
 # keyword arguments that take an axis (or a tuple of axes)
 AXIS_KEYWORDS = frozenset({"dim", "dims", "axis", "axes", "dim0", "dim1", "start_dim", "end_dim"})
@@ -419,13 +419,34 @@ def changes(source_text: str, dims: dict[str, int]) -> dict[str, tuple[Any, Any]
     return {name: (was, now) for name, (was, now) in _pinned(source_text, dims).items() if not _same(was, now)}
 
 
-def model_reads(source: ast.Module | os.PathLike | str) -> set[str]:
-    """The module-level names read inside the file's classes and functions other than get_inputs and get_init_inputs:
-    the constants Model itself depends on (VanillaRNN's __init__ reads batch_size), whatever the inputs' sizes."""
+def model_reads(source: ast.Module | os.PathLike | str, skip: tuple[str, ...] = ("get_inputs", "get_init_inputs")
+                ) -> set[str]:
+    """The module-level names read inside the file's classes and functions other than ``skip`` (get_inputs and
+    get_init_inputs): the constants Model itself depends on (VanillaRNN's __init__ reads batch_size)."""
     scan = _Scan()
     scan.visit(parse(source))
-    return {name for name, shadow, top in scan.reads
-            if name not in shadow and top not in (None, "get_inputs", "get_init_inputs")}
+    return {name for name, shadow, top in scan.reads if name not in shadow and top not in (None, *skip)}
+
+
+def input_only(source: ast.Module | os.PathLike | str, dims: dict[str, int]) -> list[str]:
+    """The dims but batch_size (and those under 8) that reach get_inputs() alone: neither Model nor get_init_inputs()
+    reads them or a constant they derive, so a call at another value meets the instance the run's shapes built, as a
+    user's input of another width does (config.batch_shapes; a red team's kernel left the tail past its last whole
+    block of 1024 unwritten, right at every size the judge called)."""
+    tree = parse(source)
+    sizes, axes = _sizes(tree)
+    fixed, inputs = model_reads(tree, ("get_inputs",)), model_reads(tree, ("get_init_inputs",))
+    file = evaluate(tree)
+    out = []
+    for name, v in dims.items():  # literal ones: a derived constant follows them (``extra = width * 2``)
+        own = file.get(name) or file.get(name.rpartition("_")[0])
+        if name == "batch_size" or v < 8 or own is None or not own.literal:
+            continue
+        alt = evaluate(tree, {name: v * 3 // 4 | 1}, set(sizes))
+        moved = {k for k, b in alt.items() if k not in axes and (k not in file or not _same(b.value, file[k].value))}
+        if moved and not moved & fixed and moved & inputs:
+            out.append(name)
+    return out
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -443,78 +464,3 @@ def _pinned(text: str, dims: dict[str, int]) -> dict[str, tuple[Any, Any]]:
     check_changes(tree, dims, "dims")
     return {name: (file_values[name].value if name in file_values else None, b.value)
             for name, b in evaluate(tree, dims, set(sizes)).items() if name not in axes}
-
-
-# torch factories get_inputs() may call, and the bytes of an element of each dtype (float32 by default)
-_FACTORIES = ("rand", "randn", "zeros", "ones", "empty", "full", "randint")
-_DTYPE_BYTES = {"float64": 8, "double": 8, "int64": 8, "long": 8, "complex64": 8, "float32": 4, "float": 4,
-                "int32": 4, "int": 4, "float16": 2, "half": 2, "bfloat16": 2, "int16": 2, "short": 2,
-                "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
-
-
-def input_bytes(tree: ast.Module, dims: dict[str, int]) -> int:
-    """A lower bound of the bytes of the inputs a KernelBench ``get_inputs()`` makes at ``dims``: the torch
-    factory calls (torch.rand(batch_size, dim), torch.randn(*input_shape), ...) whose sizes are pure
-    expressions of the file's constants, each counted once; any other call counts nothing."""
-    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "get_inputs"), None)
-    if fn is None:
-        return 0
-    consts = evaluate(tree, dims, set(size_constants(tree)))
-    return _factory_bytes(fn, {k: b.value for k, b in consts.items()})
-
-
-def setup_bytes(tree: ast.Module, dims: dict[str, int]) -> int:
-    """A lower bound of the bytes of the tensors a ref.py ``setup(**dims)`` makes at ``dims`` (its inputs and
-    the outputs it allocates): the torch factory calls (torch.randn(N), torch.empty(M, N, dtype=...), ...)
-    whose sizes are pure expressions of setup's parameters (the dims, else their defaults) and the file's
-    constants, each counted once; a name assigned inside setup() and any other call count nothing."""
-    fn = _module_function(tree, "setup")
-    if fn is None:
-        return 0
-    env = {k: b.value for k, b in evaluate(tree).items() if k not in _local_names(fn)}
-    a = fn.args
-    positional = a.posonlyargs + a.args
-    defaults = [*([None] * (len(positional) - len(a.defaults))), *a.defaults, *a.kw_defaults]
-    for arg, default in zip(positional + a.kwonlyargs, defaults, strict=True):
-        if arg.arg in dims:
-            env[arg.arg] = dims[arg.arg]
-        elif default is not None:
-            try:
-                env[arg.arg] = value_of(default, env)
-            except Exception:  # a default that is not a pure expression: the name stays unknown
-                pass
-    return _factory_bytes(fn, env)
-
-
-def _factory_bytes(fn: ast.FunctionDef | ast.AsyncFunctionDef, env: dict[str, Any]) -> int:
-    """The bytes of the torch factory calls in ``fn`` whose sizes are pure expressions of ``env``."""
-    total = 0
-    for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
-        f = call.func
-        if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "torch"
-                and f.attr in _FACTORIES):
-            continue
-        kw = {k.arg: k.value for k in call.keywords if k.arg}
-        args = list(call.args)
-        if f.attr == "randint":
-            args = [kw["size"]] if "size" in kw else args[-1:]
-        elif f.attr == "full":
-            args = [kw["size"]] if "size" in kw else args[:1]
-        elif "size" in kw:
-            args = [kw["size"]]
-        sizes: list[Any] = []
-        try:
-            for a in args:
-                v = value_of(a.value if isinstance(a, ast.Starred) else a, env)
-                sizes.extend(v if isinstance(v, (tuple, list)) else [v])
-        except Exception:  # a size that is not a pure expression of the constants: not counted
-            continue
-        if not sizes or not all(is_int(v) and v >= 0 for v in sizes):
-            continue
-        dtype = kw.get("dtype")
-        name = dtype.attr if isinstance(dtype, ast.Attribute) else "int64" if f.attr == "randint" else "float32"
-        numel = 1
-        for v in sizes:
-            numel *= v
-        total += numel * _DTYPE_BYTES.get(name, 1)
-    return total

@@ -299,5 +299,7 @@ CONDITION_WORDS = {
                        "called at the run's batch size again with no other change",
     "batch:other": "a batch size other than the run's, on the instance the run's shapes called, as a user's next "
                    "batch",
+    "sizes:other": "input sizes other than the run's (those only get_inputs() reads, each a quarter smaller and odd, "
+                   "at half the batch), on the instance the run's shapes called, as a user's input of another width",
     "batch:back": "the run's batch size again, after calls at other sizes and a change of the parameters there",
 }

@@ -281,13 +281,15 @@ def test_a_kernelbench_tuple_constant_is_varied_by_element_and_the_axis_is_no_di
     assert cfg["extra_shapes"] == [{"batch_size": 256, "input_shape_0": 1000}, {"batch_size": 3, "input_shape_0": 4096}]
     # correctness's own batch sizes stay beside an extra shape of another batch size (an agent's trial gave
     # batch_size=333, and one, half and a quarter more made odd were all dropped; a one-row path went unchecked)
-    assert [s["batch_size"] for s in cfg["batch_shapes"]] == [1, 128, 321]
+    # and last, the width only get_inputs() reads a quarter smaller and odd, at half the batch (kb_dims.input_only)
+    assert cfg["batch_shapes"] == [{"batch_size": 1, "input_shape_0": 4096}, {"batch_size": 128, "input_shape_0": 4096},
+                                   {"batch_size": 321, "input_shape_0": 4096}, {"batch_size": 128, "input_shape_0": 3073}]
     (tmp_path / "b").mkdir()
     rc, out = _init_files(tmp_path / "b", KB_CUMSUM, "--extra-shapes", "batch_size=128")
-    assert rc == 0 and [s["batch_size"] for s in _cfg(out)["batch_shapes"]] == [1, 321]  # its own size is not repeated
+    assert rc == 0 and [s["batch_size"] for s in _cfg(out)["batch_shapes"]] == [1, 321, 128]  # its own size is not repeated
     (tmp_path / "c").mkdir()  # (a review) at other sizes of the rest, that batch size is still called at the run's
     rc, out = _init_files(tmp_path / "c", KB_CUMSUM, "--extra-shapes", "batch_size=128,input_shape_0=1000")
-    assert rc == 0 and [s["batch_size"] for s in _cfg(out)["batch_shapes"]] == [1, 128, 321]
+    assert rc == 0 and [s["batch_size"] for s in _cfg(out)["batch_shapes"]] == [1, 128, 321, 128]
 
 
 @pytest.mark.parametrize("flag, value, message", [

@@ -1621,6 +1621,26 @@ def test_each_input_gets_row_shifts_of_its_own(tmp_path, worker_here, kernel, pa
         assert "range:rows" in conds, (conds, data["error"])
 
 
+@pytest.mark.parametrize("kernel, passes", [("kb_cheat_relu_whole_blocks.py", False), ("kb_new_relu_refuses_tail.py", True),
+                                            ("kb_new_relu.py", True)])
+def test_a_width_other_than_the_runs_meets_a_tail_left_unwritten(tmp_path, worker_here, kernel, passes):
+    """Found by a red team: a ReLU over whole blocks of 1024 with no tail passed, since every size the judge called
+    (the run's width 1024 at batch sizes 1, 32, 64 and 81) was a multiple of the block.  The dims only get_inputs()
+    reads are made a quarter smaller and odd in one shape of the judge's own (sizes:other, at 32 x 769); a kernel
+    that refuses a size it does not take, by raising, passes, and the refusal is noted."""
+    rc, data, md = _kb(tmp_path, "kb_ref_relu_rand.py", kernel, "batch_size=64,dim=1024")
+    assert (rc == 0) is passes, data["error"]
+    sizes = [s for s in data["shapes"] if s["dims"] == {"batch_size": 32, "dim": 769}]
+    assert len(sizes) == 1 and sizes[0].get("own"), [s["dims"] for s in data["shapes"]]
+    if not passes:  # there alone, and at its every call
+        assert all(t["passed"] for s in data["shapes"] if s is not sizes[0] for t in s["trials"]), data["error"]
+        assert not any(t["passed"] for t in sizes[0]["trials"]) and "as a user's input of another width" in data["error"]
+    elif "refuses" in kernel:
+        assert "the kernel refused its batch size" not in md and "refused these input sizes" in md, md[:3000]
+    else:
+        assert all(t["passed"] for t in sizes[0]["trials"]) and len(sizes[0]["trials"]) >= 2
+
+
 def test_a_symmetric_input_stays_symmetric_when_each_row_is_shifted(tmp_path, worker_here):
     """A review's: range:rows turned a symmetric problem's inputs into others, and failed a kernel that reads A as
     A.T, as the problem's contract allows; a square matrix equal to its transpose is shifted as a whole."""

@@ -22,7 +22,7 @@ from pathlib import Path
 import klcli
 import pytest
 from conftest import REPO
-from kernel_loop import rundir, static_check
+from kernel_loop import kb_dims, rundir, static_check
 
 pytestmark = pytest.mark.gpu
 KB = Path(os.environ.get("KERNEL_LOOP_KERNELBENCH_ROOT") or REPO.parent / "shared" / "kernelbench")
@@ -198,10 +198,14 @@ def test_a_kernelbench_model_whose_output_depends_on_the_mode_passes_at_three_ba
     notes = [n for s in data["shapes"] for n in s.get("notes") or []]
     print(f"{stem}: {[s['dims']['batch_size'] for s in data['shapes']]} batch sizes, {len(conds)} calls, "
           f"{sorted(set(conds))}; notes {notes}")
-    # each other batch size (one, half, and a quarter more made odd: config.batch_shapes) is followed by the run's own
-    larger = (b + max(1, b // 4)) | 1
+    # each other batch size (one, half, and a quarter more made odd: config.batch_shapes) is followed by the run's own,
+    # and where some dims reach only get_inputs() (a convolution's height and width), half the batch at those made odd
+    larger, free = (b + max(1, b // 4)) | 1, kb_dims.input_only(ref, kb_dims.shape_dims(ref))
     assert data["result"] == "PASS"
-    assert [s["dims"]["batch_size"] for s in data["shapes"]] == [b, 1, b // 2, b, larger, b]
+    assert [s["dims"]["batch_size"] for s in data["shapes"]] == [b, 1, b // 2, b, larger, b] + [b // 2, b] * bool(free)
+    if free:
+        assert {t["condition"] for t in data["shapes"][6]["trials"]} >= {"sizes:other", "mode:grad"}
+        assert all(data["shapes"][6]["dims"][n] == data["shapes"][0]["dims"][n] * 3 // 4 | 1 for n in free)
     assert len(data["shapes"][1]["trials"]) == 4 and all(len(data["shapes"][i]["trials"]) >= 8 for i in (2, 4))
     assert all(len(data["shapes"][i]["trials"]) == 2 for i in (3, 5))
     if "BatchNorm" in stem:
@@ -226,6 +230,25 @@ def test_an_extra_shape_of_another_batch_size_keeps_the_runs_own_batch_sizes_on_
         assert {1, 16, 32, 41, 48} <= set(sizes), sizes
     else:
         assert "batch_size=1," in data["error"], data["error"]
+
+
+@pytest.mark.parametrize("kernel, impl, passes", [("kb_triton_relu_masked.py", "triton", True),
+                                                  ("kb_triton_relu_whole_blocks.py", "triton", False),
+                                                  ("kb_cuda_relu_vec4.py", "cuda-cpp", True)])
+def test_input_sizes_other_than_the_runs_on_the_gpu(tmp_path, kernel, impl, passes):
+    """The run's width 1024 at every batch size, then 769 at half the batch (sizes:other): a Triton ReLU with no tail
+    mask fails there; a masked one, and a CUDA C++ one (load_inline) that moves float4 where the address allows and
+    the tail one by one, pass."""
+    out = _init(tmp_path, klcli.KERNELS / "kb_ref_relu_rand.py", (klcli.KERNELS / kernel).read_text(), "--dims",
+                "batch_size=64,dim=1024", "--impl", impl)
+    proc = klcli.run("correctness", out, timeout=900)
+    data = json.loads((out / "v0" / "correctness.json").read_text())
+    shapes = [(s["dims"]["batch_size"], s["dims"]["dim"]) for s in data["shapes"]]
+    print(f"{kernel}: {data['result']}, shapes {shapes}, error {data['error']}")
+    assert proc.returncode == (0 if passes else 1), proc.stderr[-3000:]
+    assert (32, 769) in shapes, shapes
+    if not passes:
+        assert "as a user's input of another width" in data["error"], data["error"]
 
 
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_bn_fold_kept_past_training.py", False),

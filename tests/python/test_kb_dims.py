@@ -346,3 +346,56 @@ def test_apply_dims_on_imported_kernelbench_files():
         torch.manual_seed(0)
         out = mod.Model(*mod.get_init_inputs())(*mod.get_inputs())
         assert tuple(out.shape) == want, path.name
+
+
+INPUT_ONLY = """import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def __init__(self, features, eps):
+        super().__init__()
+        self.norm = nn.LayerNorm(features, eps=eps)
+        self.rows = rows
+
+    def forward(self, x, y):
+        return self.norm(x) + y[:, :1]
+
+
+batch_size = 64
+features = 256
+rows = 32
+width = 96
+extra = width * 2
+tiny = 4
+eps = 1e-5
+
+
+def get_inputs():
+    return [torch.rand(batch_size, features), torch.rand(batch_size, extra, tiny)]
+
+
+def get_init_inputs():
+    return [features, eps]
+"""
+
+
+def test_the_dims_only_get_inputs_reads_are_input_only():
+    """config.batch_shapes calls one shape with these a quarter smaller and odd: a dim get_init_inputs() hands to Model
+    (features) or Model reads (rows) changes the instance, batch_size has shapes of its own, a dim under 8 is a
+    structure, not a width; a dim read through a constant derived from it (width, through extra) counts."""
+    dims = kb_dims.shape_dims(INPUT_ONLY)
+    assert kb_dims.input_only(INPUT_ONLY, dims) == ["width"]
+    assert kb_dims.input_only(INPUT_ONLY, {**dims, "width": 7}) == []
+
+
+@pytest.mark.parametrize("level, stem, free", [
+    ("level1", "19_ReLU", ["dim"]), ("level1", "1_Square_matrix_multiplication_", ["N"]),
+    ("level1", "40_LayerNorm", []), ("level2", "76_Gemm_Add_ReLU", []),
+    ("level2", "73_Conv2d_BatchNorm_Scaling", ["height", "width"]), ("level1", "89_cumsum", ["input_shape_0"]),
+    ("level3", "35_LSTM", ["sequence_length"])])
+def test_kernelbench_files_input_only_dims(level, stem, free):
+    path = KERNELBENCH / level / f"{stem}.py"
+    if not path.is_file():
+        pytest.skip(f"{path} is not here (the shared KernelBench files)")
+    assert kb_dims.input_only(path, kb_dims.shape_dims(path)) == free

@@ -116,7 +116,7 @@ TWIN_TRAIN = ["weights:twin:train"]
 OTHER_BATCH = "batch:other"  # held.other_batches
 
 
-def other_plan(rng, back: bool, prob: Problem) -> list[str]:
+def other_plan(rng, back: bool, prob: Problem, run: dict[str, int]) -> list[str]:
     """The calls at a batch size of the judge's own (held.other_batches), in an order drawn at random between two
     plain ones: a training call without autograd (its buffers compared) and one with it (its gradients), eval() with
     autograd and under inference_mode, one after the parameters changed, a second instance, 0 to 3 more plain calls
@@ -126,11 +126,12 @@ def other_plan(rng, back: bool, prob: Problem) -> list[str]:
     batch size again, a plain call, then one with a parameter changed alone (a fold stamped with another layer's
     parameters passed 7 runs in 10 on three such calls a run).  At batch size one, three or four calls: plain, with
     autograd, after an optimizer step that stays, plain (a red team's path for one row forgot the bias, a review's
-    cached the transposed weight there), the next size after them."""
+    cached W.t() there), the next size after them; at input sizes other than the ``run``'s dims, the same, sizes:other."""
     weights = bool(nudge_scales(prob.model))  # (a model without parameters has no second instance of its own)
-    if prob.dims.get("batch_size") == 1:  # a user's one sample, a path of its own (a GEMV): with autograd, after the
-        middle = ["mode:grad", *["weights:stepped"] * weights]  # weights stepped (a review's cached W.t() there alone)
-        return [OTHER_BATCH, *rng.sample(middle, len(middle)), OTHER_BATCH]
+    sizes = any(prob.dims.get(k) != v for k, v in run.items() if k != "batch_size")
+    if prob.dims.get("batch_size") == 1 or sizes:  # a user's one sample, a path of its own (a GEMV), or other widths
+        middle, edge = ["mode:grad", *["weights:stepped"] * weights], "sizes:other" if sizes else OTHER_BATCH
+        return [edge, *rng.sample(middle, len(middle)), edge]
     if back:
         return ["batch:back", "weights:updated" if weights else "batch:back"]
     middle = ["mode:train", "mode:train+grad", "mode:grad", "mode:inference", *["weights:updated"] * weights,

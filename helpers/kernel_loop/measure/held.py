@@ -15,7 +15,7 @@ from typing import Any
 
 from ..tensors import fingerprint, is_tensor
 from .calls import PARK_SHARE, Session, Shared, bad_row, changed_state, device_memory
-from .conditions import CONDITION_WORDS, OTHER_BATCH, Condition, forget, free_cached, step
+from .conditions import Condition, forget, free_cached, step
 from .problem import DataSet, Problem
 
 KEEP_SHARE = 4  # the results a shape's calls hold in the kernel's worker stay within 1/KEEP_SHARE of the device's memory
@@ -226,11 +226,11 @@ def other_batches(cfg: Any, done: list[dict], device: str):
     once the run's shapes are done."""
     b = cfg.dims.get("batch_size") or 1
     peak = max((t.get("peak_mem_bytes") or 0 for s in done for t in s["trials"]), default=0)
-    shapes = [s for s in cfg.batch_shapes if s["batch_size"] < b
-              or peak * s["batch_size"] / b <= OTHER_FIT * device_memory(device)]
+    shapes = [s for s in cfg.batch_shapes if s.get("batch_size", b) < b  # (the input sizes' shape: none, or one)
+              or peak * s.get("batch_size", b) / b <= OTHER_FIT * device_memory(device)]
     for i, s in enumerate(shapes):  # each followed by the run's batch size again (conditions.other_plan): a red team's
         yield s  # cache of the two sizes last called, one stamp for both, had let the run's go by the time it came back
-        if s["batch_size"] > 1 or i == len(shapes) - 1:  # (after one row, the next size; the run's if none fits)
+        if s.get("batch_size", b) > 1 or i == len(shapes) - 1:  # (after one row, the next size; the run's if none fits)
             yield dict(cfg.dims)
 
 
@@ -269,15 +269,15 @@ def judge_failed_at(exc: BaseException, shapes: list[dict], device: str) -> str:
 
 
 def cannot_run(notes: list[str], exc: BaseException) -> None:
-    notes.append(f"{CONDITION_WORDS[OTHER_BATCH]}: not checked: the reference cannot run there ({exc})"[:300])
+    notes.append(f"this shape of the judge's own: not checked: the reference cannot run there ({exc})"[:300])
 
 
 def refused(notes: list[str], words: str, own: bool, raised: str, plan: list[str], t: int, seen: dict) -> list[str]:
     """Note a call that raised on a strided view or at the judge's own batch size (once per condition); the calls to
     add to the shape's plan: at another batch size, the refused call once more at its end, as a user retries (a
     twelfth red team's kernel raised on its first two training calls there, then was wrong)."""
-    said = (f"{words}: the kernel refused {'its batch size' if own else 'inputs so laid out'} (it raised: "
-            f"{raised.splitlines()[0][:200]})")
+    what = "these input sizes" if plan[:1] == ["sizes:other"] else "its batch size" if own else "inputs so laid out"
+    said = f"{words}: the kernel refused {what} (it raised: {raised.splitlines()[0][:200]})"
     notes += [said] if said not in notes else []
     seen.pop("left", None)  # a training step that raised left no statistics: the eval() calls after it start from the loaded
     return [plan[t]] if own and plan[t] not in plan[t + 1:] and plan.count(plan[t]) < 3 else []

@@ -243,7 +243,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                 break
             if sess is None:
                 sess, first = Session(judge, worker, prob, {"k": (path, kind)}, ds, f"s{si}", keep=True, watch=watched), ds
-                plan = other_plan(judge.rng, back, prob) if own else condition_plan(judge.rng, ds, prob, int(spec["trials"]))
+                plan = other_plan(judge.rng, back, prob, spec["shapes"][0]) if own else condition_plan(judge.rng, ds, prob, int(spec["trials"]))
                 keep, checks = hold.calls_to_keep(judge.rng, len(plan), ds, judge.device, notes)
                 cont = hold.continue_plan(judge.rng, plan, prob, notes)
                 notes += prob.constants_note()

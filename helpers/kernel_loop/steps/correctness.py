@@ -129,6 +129,13 @@ def refuse_no_cuda_in_cpu_mode(cfg, version: str, error: str | None) -> None:
                      "CUDA in a GPU run (init without --device cpu) on the machine with the GPU")
 
 
+
+def _other_shape(dims: dict[str, int], shape: dict[str, int]) -> str:
+    """One of config.batch_shapes as the progress line names it: ``batch_size 8``, or the input sizes it changes."""
+    moved = ", ".join(f"{n}={v}" for n, v in shape.items() if n != "batch_size" and dims.get(n) != v)
+    return (f"batch_size {shape['batch_size']}" if "batch_size" in shape else "") + (
+        f"{' with ' if 'batch_size' in shape else ''}{moved}" if moved else "")
+
 def run_correctness(args: argparse.Namespace) -> int:
     rd = RunDir.open(args.out)
     cfg = rd.config()
@@ -150,9 +157,9 @@ def run_correctness(args: argparse.Namespace) -> int:
             "shapes": shapes, "trials": cfg.correctness_trials, "keep_libraries": str(vdir / libraries.LIB_DIR)}
     shutil.rmtree(vdir / libraries.LIB_DIR, ignore_errors=True)  # an earlier kernel's (the judge keeps this one's)
     timeout = float(cfg.timeout_s)
-    others = ", ".join(str(b["batch_size"]) for b in cfg.batch_shapes)  # held.other_batches, conditions.other_plan
+    others = ", ".join(_other_shape(cfg.dims, b) for b in cfg.batch_shapes)  # held.other_batches, conditions.other_plan
     progress(f"v{k}: checking {kernel.name} on {device}: {len(shapes)} shape(s) x {spec['trials']} trial(s), "
-             + (f"batch_size {others} on the same instance, " if others else "")
+             + (f"{others} on the same instance, " if others else "")
              + "and the conditions a user's call can differ in (output pre-states, the module's mode, input ranges); "
              "the data and the verdicts are a judge process's, which never imports the kernel")
     with judge_tmpdir() as scratch:

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .. import envcheck, kb_dims, records
+from .. import envcheck, kb_bytes, kb_dims, records
 from ..common import (
     UsageError,
     atomic_write_text,
@@ -162,7 +162,8 @@ def run_shapes(args: argparse.Namespace, ref_info: dict) -> tuple[dict[str, int]
         shapes = parse_extra_shapes(args.extra_shapes, dims)
     for shape in shapes:  # complete shapes: a changed dim and those it keeps or derives, together
         check_dim_limits(shape, "--extra-shapes", product=not _is_kb(ref_info))
-    return dims, shapes, batch_shapes(dims, shapes, complete)
+    free = kb_dims.input_only(ref_info["kb_tree"], dims) if complete is not None else []
+    return dims, shapes, batch_shapes(dims, shapes, complete, free)
 
 
 def check_inputs_fit(ref_info: dict[str, Any], shapes: list[dict[str, int]], gpu: dict[str, Any] | None) -> None:
@@ -172,7 +173,7 @@ def check_inputs_fit(ref_info: dict[str, Any], shapes: list[dict[str, int]], gpu
     if not _is_kb(ref_info) or not isinstance(mem_gib, (int, float)) or mem_gib <= 0:
         return
     for shape in shapes:
-        need = kb_dims.input_bytes(ref_info["kb_tree"], shape)
+        need = kb_bytes.input_bytes(ref_info["kb_tree"], shape)
         if need > mem_gib * 2**30:
             raise UsageError(f"at dims {format_dims(shape)} the inputs get_inputs() makes take at least "
                              f"{need / 2**30:.3g} GiB, and {gpu.get('name') or 'the GPU'} has {mem_gib:.3g} GiB: "
@@ -189,7 +190,7 @@ def warn_large_cpu_inputs(ref_info: dict[str, Any], dims: dict[str, int], extra:
     (``kb_dims``' lower bound: get_inputs()'s for a KernelBench ref, else setup()'s) exceed CPU_WARN_BYTES:
     correctness then computes for minutes on the CPU with nothing else said.  Never refuses."""
     kb = _is_kb(ref_info)
-    count = kb_dims.input_bytes if kb else kb_dims.setup_bytes
+    count = kb_bytes.input_bytes if kb else kb_bytes.setup_bytes
     need, shape = max(((count(ref_info["tree"], s), s) for s in [dims, *extra]), key=lambda t: t[0])
     if need > CPU_WARN_BYTES:
         flag = "--dims" if shape is dims else "--extra-shapes"
