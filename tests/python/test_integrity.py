@@ -1641,6 +1641,22 @@ def test_a_width_other_than_the_runs_meets_a_tail_left_unwritten(tmp_path, worke
         assert all(t["passed"] for t in sizes[0]["trials"]) and len(sizes[0]["trials"]) >= 2
 
 
+@pytest.mark.parametrize("kernel, passes", [("kb_cheat_linear_scaled_arg_hardcoded.py", False),
+                                            ("kb_new_linear_scaled_arg.py", True), ("ModelNew = Model", True)])
+def test_a_second_instance_gets_other_float_constructor_arguments(tmp_path, worker_here, kernel, passes):
+    """Found by a red team: the constructor's arguments were always the file's, so a kernel with the slope and the
+    scale written in as the problem's values passed, wrong for a user's ModelNew(features, 0.5, 0.2).  The second
+    instance (weights:twin) is built with every float argument scaled by one factor of the run's (problem.twin_init),
+    as a network's second layer with its own; an integer argument (a size) stays."""
+    kernel = _same_model(tmp_path, "kb_ref_linear_scaled_arg.py", kernel)
+    rc, data, md = _kb(tmp_path, "kb_ref_linear_scaled_arg.py", kernel, "batch_size=16,features=32")
+    assert (rc == 0) is passes, data["error"]
+    assert "the second instance (weights:twin) is built with [32, " in md, md[:3000]
+    if not passes:
+        conds, _ = _failed(data)
+        assert conds and all(c.startswith("weights:twin") for c in conds), (conds, data["error"])
+
+
 def test_a_symmetric_input_stays_symmetric_when_each_row_is_shifted(tmp_path, worker_here):
     """A review's: range:rows turned a symmetric problem's inputs into others, and failed a kernel that reads A as
     A.T, as the problem's contract allows; a square matrix equal to its transpose is shifted as a whole."""

@@ -251,6 +251,23 @@ def test_input_sizes_other_than_the_runs_on_the_gpu(tmp_path, kernel, impl, pass
         assert "as a user's input of another width" in data["error"], data["error"]
 
 
+@pytest.mark.parametrize("kernel, passes", [("kb_triton_linear_scaled_arg.py", True),
+                                            ("kb_cheat_linear_scaled_arg_hardcoded.py", False)])
+def test_a_second_instance_with_other_float_arguments_on_the_gpu(tmp_path, kernel, passes):
+    """The second instance (weights:twin) built with the float constructor arguments scaled: a Triton epilogue that
+    takes its own instance's scale and slope passes; one with the file's values written in fails there."""
+    out = _init(tmp_path, klcli.KERNELS / "kb_ref_linear_scaled_arg.py", (klcli.KERNELS / kernel).read_text(), "--dims",
+                "batch_size=16,features=32")
+    proc = klcli.run("correctness", out, timeout=600)
+    data = json.loads((out / "v0" / "correctness.json").read_text())
+    md = (out / "v0" / "correctness.md").read_text()
+    print(f"{kernel}: {data['result']}, error {data['error']}")
+    assert proc.returncode == (0 if passes else 1), proc.stderr[-3000:]
+    assert "the second instance (weights:twin) is built with [32, " in md, md[:3000]
+    if not passes:
+        assert "float constructor arguments scaled" in data["error"], data["error"]
+
+
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_bn_fold_kept_past_training.py", False),
                                             ("kb_cheat_bn_stats_frozen_after_three_batches.py", False),
                                             ("kb_new_batchnorm.py", True)])

@@ -23,9 +23,10 @@ from ..tensors import FLOAT_SENTINEL, fingerprint, is_tensor, poison_tensor, ran
 from ..vocab import DATA_LOST, FROZEN_LOST, NO_GRADIENT_NOTE
 from . import protocol
 from .conditions import VARIANTS, Condition, as_exact_as_the_reference, free_cached, range_ok
+from .guards import start_state
 from .launch import KernelFailed, WorkerProc
 from .modes import draws_into, grad_slack
-from .problem import DataSet, Problem, start_state
+from .problem import DataSet, Problem
 
 FRESH_DRAW_BUDGET_S = 20.0      # a fresh data set for every call while drawing them all costs no more
 PARK_SHARE = 8                  # a data set past 1/PARK_SHARE of the device's memory is large (held.between_calls)
@@ -37,9 +38,8 @@ def device_memory(device: Any) -> int:
     import torch
 
     device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else \
+        os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def large(ds: DataSet, device: str) -> bool:

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..tensors import continuous, is_tensor, normalize_outputs, upstream
 from . import guards
-from .problem import DataSet, Problem, start_state
+from .guards import start_state
+from .problem import DataSet, Problem
 
 if TYPE_CHECKING:
     from .conditions import Condition

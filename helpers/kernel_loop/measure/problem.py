@@ -114,6 +114,10 @@ class DataSet:
                 "outputs_bytes": size(self.expected.values())}
 
 
+def _shapes(model: Any) -> dict[str, tuple]:
+    return {n: tuple(t.shape) for n, t in model.state_dict().items()}
+
+
 class Problem:
     """The run's problem at one shape: draws data sets and knows how a kernel is called on them."""
 
@@ -122,7 +126,8 @@ class Problem:
         self.cfg, self.ref, self.dims, self.device, self.kind = cfg, ref, dict(dims), device, kind
         self.params = build.parse_signature(kernel_text) if kind == "cu" and kernel_text is not None else None
         self.model, self.spare, self.drawn = None, None, []  # a second Model, the state's buffers it draws otherwise
-        self.init: list[Any] = []
+        self.init: list[Any] = []  # Model's constructor arguments, and the second instance's (_build_model)
+        self.twin_init: list[Any] = []
         self.seen: dict[str, Any] = {}     # what the correctness conditions learnt of this problem (conditions.py)
         self.drew: tuple[bool, bool] = (False, False)  # the last run_reference's draws: torch's; Python's or NumPy's
         self.rng_after: bytes | None = None  # torch's generators after the last run_reference
@@ -157,9 +162,11 @@ class Problem:
     def constants_note(self) -> list[str]:
         """The shape's note on the constants ``changes`` gives the kernel file, if any."""
         ch = self.changes() if self.model is not None else {}
+        twin = [f"the second instance (weights:twin) is built with {repr(self.twin_init)[:200]}, not {repr(self.init)[:200]}: its "
+                "float constructor arguments scaled alike, as a network's second layer with its own"] * (self.twin_init != self.init)
         return [f"{', '.join(f'{n}={v[1]}' for n, v in ch.items())}: ref.py's Model reads "
                 f"{'these constants' if len(ch) > 1 else 'this constant'} of its module, so the kernel file's own, "
-                "where it holds ref.py's value, took this shape's too"] if ch else []
+                "where it holds ref.py's value, took this shape's too"] * bool(ch) + twin
 
     @property
     def model_seed(self) -> int:
@@ -179,11 +186,25 @@ class Problem:
             guards.seed_torch(torch, self.model_seed)
             self.model = self.ref.Model(*self.init).to(self.device).eval()
         attrs = any(isinstance(v, torch.Tensor) for m in self.model.modules() for v in vars(m).values())
-        spare = spare_instance(self.model, self.init, self.device) if attrs or next(self.model.buffers(), None) is not None else None
+        # the second instance (weights:twin) gets every float constructor argument scaled by one factor of the run's, as
+        # a network's second layer its own scale or slope (a kernel that hard-codes the value it was built with is wrong
+        # there); built with the first's where the scaled ones fail or build parameters of other shapes (a width factor)
+        self.twin_init = [v * (1.25 + self.model_seed % 500 / 1000) if type(v) is float else v for v in self.init]
+        spare = self._spare() if self.twin_init != self.init else None
+        if spare is None or _shapes(spare) != _shapes(self.model):
+            self.twin_init = list(self.init)
+            spare = self._spare() if attrs or next(self.model.buffers(), None) is not None else None
         drawn = drawn_buffers(self.model, spare)  # a buffer or tensor drawn in __init__ (a projection, an older RNN's h0):
-        self.spare = spare.to(self.device).eval() if spare is not None and (attrs or drawn) else None  # built as the worker's
+        self.spare = spare.to(self.device).eval() if spare is not None and (  # built as the worker's
+            attrs or drawn or self.twin_init != self.init) else None
         self.drawn = [n for n in drawn if n in self.model.state_dict()]  # (sent through the state's shared buffers)
         as_trained(self.model, self.model_seed)
+
+    def _spare(self) -> Any:
+        try:
+            return spare_instance(self.model, self.twin_init, self.device)
+        except Exception:  # (a dropout's p scaled past 1): the first's arguments
+            return None
 
     def state(self) -> dict[str, Any]:
         """Model's parameters and buffers: the run's one set of weights."""
@@ -195,10 +216,7 @@ class Problem:
         """Fresh inputs for ``seed`` (moved to the range ``vary`` names, one of VARIANTS) and, unless
         ``reference`` is False, the reference outputs on them (the inputs checked unchanged by the reference), its
         call starting from torch's generators at ``start`` where that is given."""
-        if self.model is not None:
-            ds = self._draw_kernelbench(seed)
-        else:
-            ds = self._draw_setup(seed)
+        ds = self._draw_kernelbench(seed) if self.model is not None else self._draw_setup(seed)
         ds.start = start
         ds.accumulates = [n for n in self.accumulates() if n in ds.in_place]
         if vary is not None:
@@ -236,10 +254,7 @@ class Problem:
                 spec = loader.call_with(setup, self.dims, **extra)
             if not isinstance(spec, dict):
                 raise UsageError(f"setup() must return a dict, got {type(spec).__name__}")
-            if "inputs" in spec:
-                inputs, outs = dict(spec["inputs"]), list(spec.get("outputs") or [])
-            else:
-                inputs, outs = dict(spec), []
+            inputs, outs = (dict(spec["inputs"]), list(spec.get("outputs") or [])) if "inputs" in spec else (dict(spec), [])
             inputs = {k: v.to(self.device) if is_tensor(v) else v for k, v in inputs.items()}
             unknown = [o for o in outs if o not in inputs]
             if unknown:
@@ -289,7 +304,7 @@ class Problem:
         ``rng_after`` where it left torch's."""
         torch = _torch()
         if seed is None:
-            guards.set_torch_rng(torch, self.device, ds.start or start_state(torch, self.device, ds.seed))
+            guards.set_torch_rng(torch, self.device, ds.start or guards.start_state(torch, self.device, ds.seed))
         else:
             guards.seed_torch(torch, seed)
         before, other = guards.torch_rng(torch, self.device), guards.other_rng()
@@ -373,7 +388,7 @@ class Problem:
         kept = {n: buffers[f"kept:{n}"] for n in ds.expected if f"kept:{n}" in buffers}
         if kind in ("kb", "ref-kb"):
             args = [buffers[n] if is_tensor(v) else {"value": encode_value(v)} for n, v in ds.args.items()]
-            return {"init": encode_value(self.init), "seed": self.model_seed, "args": args,
+            return {"init": encode_value(self.init), "twin_init": encode_value(self.twin_init), "seed": self.model_seed, "args": args,
                     "module_dims": {n: [encode_value(was), encode_value(now)] for n, (was, now) in self.changes().items()},
                     "model_state": state_names(self.model) if self.model is not None else [],
                     "state": {n: buffers[f"param:{n}"] for n in self.state()}, "outputs": outputs, "kept": kept,
@@ -405,34 +420,6 @@ class Problem:
         return {"tensors": {n: buffers[n] for n, v in ds.args.items() if is_tensor(v)},
                 "scalars": {k: encode_value(v) for k, v in scalars.items()}, "outputs": outputs, "kept": kept,
                 "out_names": list(ds.in_place), "baseline": baseline, "compile": compile}
-
-
-def call_seed(seed: int) -> int:
-    """The seed torch's generators start a call from: the reference's, and the kernel's where the reference draws
-    (KernelBench's LSTMs and GRUs draw their first hidden state in forward), so both get the same numbers.  A one-way
-    hash, as torch.seed() draws them: an affine form of the trial's seed told a kernel that read torch.initial_seed()
-    it was called by the judge (a red team's find)."""
-    import hashlib
-
-    return int.from_bytes(hashlib.sha256(f"kernel-loop call {seed}".encode()).digest()[:8], "little") >> 2
-
-
-def start_state(torch: Any, device: str, seed: int) -> bytes:
-    """Where torch's generators start a call the judge reseeds (the reference's, and the kernel's where the reference
-    draws): seeded from call_seed and moved on, as a user's are after drawing (the CPU generator by up to 4096 draws,
-    the device's philox offset set): not freshly seeded (a red team's ModelNew was right only there and where its
-    previous call left them), and reachable from the seed torch.initial_seed() reports (a ninth red team's was right
-    only where the state could not be rebuilt from it, as it could not when another seed was written over it)."""
-    import hashlib
-
-    h = hashlib.sha256(f"kernel-loop start {seed}".encode()).digest()
-    guards.seed_torch(torch, call_seed(seed))
-    torch.empty(1 + int.from_bytes(h[:2], "little") % (1 << 12), device="cpu").uniform_()
-    state = bytearray(guards.torch_rng(torch, device))
-    if device.startswith("cuda"):  # the device's: its seed, then its offset (a multiple of 4)
-        cpu = torch.random.get_rng_state().numel()
-        state[cpu + 8:cpu + 16] = (4 * (1 + int.from_bytes(h[10:15], "little"))).to_bytes(8, "little")
-    return bytes(state)
 
 
 def _var_kw(fn) -> bool:
