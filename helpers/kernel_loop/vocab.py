@@ -256,6 +256,8 @@ CONDITION_WORDS = {
     "range:sink:hi": "inputs shifted down by 2 RMS, the near end of that range (zeros kept)",
     "range:rows": "inputs shifted row by row: each row (a slice along the first dim) on its own, up or down by 2 to "
                   "500 RMS (zeros kept), so rows lie at levels far apart",
+    "range:masked": "inputs masked as a left-padded batch's logits: every other row (along the last dim) leads with -inf "
+                     "over a quarter to three quarters of its length",
     "layout:strided": "every input handed as a strided view (every other element of a wider tensor), as a user's slice is",
     "layout:padded": "every input handed as rows of a wider tensor (a column slice, big[:, :n]: unit stride along "
                      "the last dim, rows further apart)",

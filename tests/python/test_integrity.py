@@ -1657,6 +1657,23 @@ def test_a_second_instance_gets_other_float_constructor_arguments(tmp_path, work
         assert conds and all(c.startswith("weights:twin") for c in conds), (conds, data["error"])
 
 
+@pytest.mark.parametrize("kernel, passes", [("kb_cheat_softmax_online_masked_block.py", False),
+                                            ("kb_new_softmax_online_masked_block.py", True), ("ModelNew = Model", True)])
+def test_a_row_that_leads_with_minus_inf_meets_an_online_softmax(tmp_path, worker_here, kernel, passes):
+    """Found by a red team: the inputs were always finite, so an online softmax that rescales by exp(m_old - m_new)
+    passed and gives NaN on a row whose first block is all -inf (a left-padded batch's masked logits).  One call
+    leads every other row with -inf over a quarter to three quarters of its length (range:masked)."""
+    kernel = _same_model(tmp_path, "kb_ref_softmax.py", kernel)
+    rc, data, md = _kb(tmp_path, "kb_ref_softmax.py", kernel, "batch_size=16,dim=1024")
+    assert (rc == 0) is passes, data["error"]
+    if not passes:
+        conds, _ = _failed(data)
+        assert conds == {"range:masked"}, (conds, data["error"])
+    else:
+        assert "range:masked: not checked" not in md, md[:3000]
+        assert any(t["condition"] == "range:masked" for s in data["shapes"] for t in s["trials"])
+
+
 def test_a_symmetric_input_stays_symmetric_when_each_row_is_shifted(tmp_path, worker_here):
     """A review's: range:rows turned a symmetric problem's inputs into others, and failed a kernel that reads A as
     A.T, as the problem's contract allows; a square matrix equal to its transpose is shifted as a whole."""

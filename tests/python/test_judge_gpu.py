@@ -268,6 +268,23 @@ def test_a_second_instance_with_other_float_arguments_on_the_gpu(tmp_path, kerne
         assert "float constructor arguments scaled" in data["error"], data["error"]
 
 
+@pytest.mark.parametrize("passes", [True, False])
+def test_a_row_leading_with_minus_inf_meets_an_online_softmax_on_the_gpu(tmp_path, passes):
+    """range:masked on the GPU: a Triton online softmax whose running max is still -inf after a masked block rescales
+    by exp(-inf - -inf), NaN, unless it takes that case as nothing summed yet (the honest one)."""
+    text = (klcli.KERNELS / "kb_triton_softmax_online.py").read_text()
+    if not passes:
+        text = text.replace('safe = tl.where(new == float("-inf"), 0.0, new)', "safe = new")
+    out = _init(tmp_path, klcli.KERNELS / "kb_ref_softmax.py", text, "--dims", "batch_size=64,dim=4096")
+    proc = klcli.run("correctness", out, timeout=600)
+    data = json.loads((out / "v0" / "correctness.json").read_text())
+    print(f"online softmax ({'honest' if passes else 'NaN on a masked block'}): {data['result']}, error {data['error']}")
+    assert proc.returncode == (0 if passes else 1), proc.stderr[-3000:]
+    assert any(t["condition"] == "range:masked" for s in data["shapes"] for t in s["trials"])
+    if not passes:
+        assert "leads with -inf" in data["error"], data["error"]
+
+
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_bn_fold_kept_past_training.py", False),
                                             ("kb_cheat_bn_stats_frozen_after_three_batches.py", False),
                                             ("kb_new_batchnorm.py", True)])

@@ -17,12 +17,10 @@ the correctness calls of each shape vary, in an order drawn at random (``conditi
   channels_last, a transpose's, with the model's 4-d and 5-d weights channels_last too): right, or a refusal (it
   raises; a CUDA error that breaks the context, a misaligned address say, is a failure); every
   kernel's inputs handed in memory of their own, at another address (``layout:moved``): right;
-- the inputs' range: scaled up (x20 to x500), down (x0.002 to x0.05) and shifted (2 to 8 RMS), each range at
-  both ends and at a factor taken from the draw's seed, and across zero: signs flipped (x-0.5 to x-2) and shifted
-  down (2 to 500 RMS, at both ends too), and each row on its own, up or down by 2 to 500 RMS (``VARIANTS``), where
-  the reference stays finite and as well conditioned as
-  on the problem's own inputs, judged against the reference in float64
-  (``range_ok``); integer, bool and discrete-valued inputs (masks, labels) keep their values;
+- the inputs' range (``VARIANTS``): scaled up, down and shifted (each at both ends too), across zero (signs flipped,
+  shifted down), each row on its own, every other row leading with -inf, where the reference stays finite and as
+  well conditioned as on the problem's own inputs, judged in float64 (``range_ok``); integer, bool and
+  discrete-valued inputs (masks, labels) keep their values;
 - and, the results of every call held as a caller would hold them, that none shares storage with a later
   result and that each still holds its bytes after all the calls that followed (a kernel that returns a
   buffer it reuses overwrites a result its caller kept), and that none is still alive once the caller lets
@@ -63,20 +61,20 @@ VARIANTS = {"up": ("scale", 20.0, 500.0), "down": ("scale", 0.002, 0.05), "shift
             "flip": ("scale", -2.0, -0.5), "sink": ("shift", -500.0, -2.0),
             # each row (a slice along the first dim) shifted on its own, up or down: a red team's softmax took one max
             # over the whole tensor for each row's, exact while every row sat near the same level
-            "rows": ("rows", 2.0, 500.0)}
+            "rows": ("rows", 2.0, 500.0),
+            # a leading part (a quarter to three quarters) of every other row, along the last dim, set to -inf: a
+            # left-padded batch's masked logits (a red team's online softmax gave NaN where a first block was all -inf)
+            "masked": ("masked", 0.25, 0.75)}
 ENDS = ("up", "down", "shift", "sink")  # the ranges also tried at both ends
-
 
 
 @dataclasses.dataclass
 class Condition:
     """How a correctness call differs from a plain one: ``pre``, what the outputs handed to the kernel hold before it
-    ("poison", "zeros", "random", "stale": ``stale``'s expected values); ``train``/``grad``, the module's mode and
-    autograd (with ``expected``, the reference's outputs in that mode when they differ); ``keep``, the worker holds
-    the returned tensors, as a caller would, to be checked after the later calls; ``strided``, the worker hands every
-    input as a strided view; after a training-mode call, ``buffers`` are Model's buffers (running statistics) as the
-    call leaves them, from the running statistics ``stats`` loaded before it (``after``: left for the next call); ``backward``, a call with autograd
-    whose gradients are compared (``Backward``)."""
+    ("poison", "zeros", "random", "stale": ``stale``'s expected values); ``train``/``grad``, the module's mode and autograd
+    (``expected``, the reference's outputs there where they differ); ``keep``, the worker holds the returned tensors, as
+    a caller would; ``strided``, the inputs' layout; after a training-mode call, ``buffers`` are Model's as the call
+    leaves them, from ``stats`` loaded before it (``after``: left for the next); ``backward``: gradients compared."""
 
     pre: str = "poison"
     stale: DataSet | None = None
@@ -156,12 +154,10 @@ def step(prob: Problem, spec: dict[str, Any]) -> None:
 
 
 def alone(prob: Problem, scales: dict[str, float], seed: int) -> tuple[str, bool | str]:
-    """The parameter a ``weights:updated`` call changes alone (on half its elements) and how (tensors.nudge's
-    ``sparse``): every one in turn, in an order drawn once from the first such call's secret seed and carried through
-    the run's shapes (held.problem_at), as a user trains one layer, the biases or a norm's weights alone; by noise or
-    by a swap of half its values, every sum and norm kept (alternating, shifted by one at each pass: each gets both).
-    Red teams' caches stamped with one parameter's _version passed every change of all at once; a fourteenth's,
-    checked by each parameter's sum, every change by noise."""
+    """The parameter a ``weights:updated`` call changes alone (half its elements) and how (tensors.nudge's ``sparse``):
+    each in turn, in an order drawn once from the first such call's secret seed, carried through the shapes, as a user
+    trains one layer alone; by noise or by a swap of half its values, every sum kept (alternating, each gets both).
+    Red teams' caches stamped with one parameter's _version, or checked by its sum, passed the changes of all."""
     turn = prob.seen.setdefault("alone", {"order": random.Random(seed).sample(sorted(scales), len(scales)), "next": 0})
     order = [n for n in turn["order"] if n in scales] or sorted(scales)
     t, turn["next"] = turn["next"], turn["next"] + 1
@@ -169,15 +165,14 @@ def alone(prob: Problem, scales: dict[str, float], seed: int) -> tuple[str, bool
 
 
 def _twin_spot(rng, plan: list[str]) -> int:
-    """Where a second instance's call goes: before a call of the first instance (the first is called next, at the
-    twin's _version: a twin last, or before a nudge, left a cache the two share unseen, 4 seeds of 3000), never before
-    the first's training call, where the twin's own training call comes."""
+    """Where a second instance's call goes: before a call of the first (a twin last, or before a nudge, left a cache the
+    two share unseen, 4 seeds of 3000), never before the first's training call, where the twin's own training call comes."""
     return rng.choice([i for i, c in enumerate(plan) if not c.startswith("weights:") and c != "mode:train"])
 
 
 def _steps(rng, step: str) -> list[str]:
-    """A user's run of training steps: eval() without and with inference mode, two or three ``step`` calls that leave
-    the running statistics, then eval() from them without and with inference mode."""
+    """A user's run of training steps: eval() without and with inference mode, two or three ``step`` calls leaving the
+    running statistics, then eval() from them without and with inference mode."""
     return ["plain", "mode:inference:held", *[step] * rng.choice((2, 3)), "mode:after-train",
             "mode:after-train:inference"]
 
@@ -198,16 +193,15 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
         if nudge_scales(prob.model):  # a red team's ModelNew copied its weights on its first call and kept the copy
             wanted += ["weights:updated"] * 2 + ["weights:twin", "weights:twin:train"]  # a ninth's shared a cache across
             wanted += ["weights:updated:again", "weights:twin:again", "input:again"]  # instances; an eleventh's memo
-            wanted += ["mode:grad:frozen", "mode:grad:partial"]  # a red team's backward gave the input (the bias) no
-            # gradient once the weights were frozen: after mode:grad, whose gradients say what ModelNew reaches (below);
-            wanted += ["mode:grad:data"]  # another's gave the weights none where the input asked for none (data)
+            wanted += list(LATE_GRAD)  # a red team's backward gave the input (the bias) none once the weights were frozen,
+            # another's the weights none where the input asked none (data): after mode:grad (what ModelNew reaches)
         elif prob.drawn:  # no parameters, buffers drawn per instance: a class cache of the first's passed (a red team)
             wanted += ["weights:twin", "weights:twin:train", "weights:twin:again"]
     elif prob.kind == "py":  # a function's caller may run without autograd (a red team's was right only with it)
         wanted += ["call:nograd", "call:inference"]
     if any(first.args[n].dtype.is_floating_point for n in first.input_names()):
         rows = any(is_tensor(t := first.args[n]) and t.dim() > 1 and t.shape[0] > 1 for n in first.input_names())
-        wanted += [f"range:{k}{end}" for k in VARIANTS if k != "rows" or rows  # (one row: a shift's)
+        wanted += [f"range:{k}{end}" for k in VARIANTS if k not in ("rows", "masked") or rows  # (one row: a shift's)
                    for end in (("", ":lo", ":hi") if k in ENDS else ("",))]
     if any(is_tensor(first.args[n]) for n in first.input_names()):
         wanted += ["layout:moved"]  # found by a red team: a kernel right only at the address of the first input it saw
@@ -379,7 +373,7 @@ def move(ds: DataSet, vary: str) -> None:
     import torch
 
     what, f = VARIANTS[vary.partition(":")[0]][0], factor(vary, ds.seed)
-    scale, shift_rms = (f, 0.0) if what == "scale" else (1.0, f)
+    scale, shift_rms = (f, 0.0) if what == "scale" else (1.0, 0.0 if what == "masked" else f)
     for name in ds.input_names():
         t = ds.args[name]
         if not continuous(t):
@@ -387,15 +381,21 @@ def move(ds: DataSet, vary: str) -> None:
         sample = t.detach().reshape(-1)[:65536].double()  # float64: the RMS takes every float dtype
         moved, rms = t.double() * scale, float(sample.square().mean().sqrt())
         shift = shift_rms * rms
+        rng = random.Random(ds.seed * 104729 + zlib.crc32(name.encode()))  # (each input its own draws)
         if what == "rows" and t.dim() > 1 and not symmetric(t):  # row i by +-f_i RMS, f_i drawn as factor draws,
-            rng = random.Random(ds.seed * 104729 + zlib.crc32(name.encode()))  # its sign too (each input its own)
-            f_i = [rng.choice((-1.0, 1.0)) * factor("rows", rng.randrange(1 << 30)) for _ in range(t.shape[0])]
+            f_i = [rng.choice((-1.0, 1.0)) * factor("rows", rng.randrange(1 << 30)) for _ in range(t.shape[0])]  # its sign
             shift = torch.tensor(f_i, dtype=torch.float64, device=t.device).view(-1, *[1] * (t.dim() - 1)) * rms
+        if what == "masked" and t.dim() and t.shape[-1] > 1:  # rows 0, 2, 4, ... (of the last dim) lead with -inf
+            n, lo, hi = t.shape[-1], *VARIANTS["masked"][1:]
+            cut = torch.tensor([int(n * rng.uniform(lo, hi)) if i % 2 == 0 else 0 for i in range(t.numel() // n)],
+                               device=t.device)
+            moved = moved.reshape(-1, n).masked_fill(torch.arange(n, device=t.device) < cut[:, None], -math.inf).view(t.shape)
         if shift_rms:  # zeros stay zeros: a triangular, banded or masked input keeps its structure
             moved = torch.where(moved != 0, moved + shift, moved)
         ds.args[name] = moved.to(t.dtype)
     ds.vary = f"{vary.partition(':')[0]}: " + (f"x{f:.3g}" if what == "scale" else f"{f:+.3g} RMS" if what == "shift"
-                                               else "each row by +-{:g} to {:g} RMS".format(*VARIANTS["rows"][1:]))
+                                               else "each row by +-{:g} to {:g} RMS".format(*VARIANTS["rows"][1:])
+                                               if what == "rows" else "every other row leading with -inf")
 
 
 def symmetric(t: Any) -> bool:
