@@ -457,8 +457,15 @@ def first_failure(rows: list[dict]) -> str | None:
     bad = [r for r in rows if not r["passed"]]
     if not bad:
         return None
-    r = bad[0]
-    return f"{r['name']}: " + (r.get("note") or f"{r['mismatches']} of {r['numel']} elements outside tolerance")
+    return f"{bad[0]['name']}: {outside(bad[0])}"
+
+
+def outside(row: dict) -> str:
+    """A failed output's row in words: its note, or how many elements missed, and how many of them are NaN or Inf
+    where the reference is finite (their error is no number, so the row's largest error may read 0: a red team's)."""
+    n = row.get("nonfinite_unexpected") or 0
+    return row.get("note") or (f"{row['mismatches']} of {row['numel']} elements outside tolerance"
+                               + (f" ({n} of them NaN or Inf where the reference is finite)" if n else ""))
 
 
 LOCAL = 1024  # elements (flattened) over which the reference's own error sets a kernel's allowance

@@ -1642,7 +1642,9 @@ def test_a_width_other_than_the_runs_meets_a_tail_left_unwritten(tmp_path, worke
 
 
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_linear_scaled_arg_hardcoded.py", False),
-                                            ("kb_new_linear_scaled_arg.py", True), ("ModelNew = Model", True)])
+                                            ("kb_new_linear_scaled_arg.py", True), ("ModelNew = Model", True),
+                                            ("kb_new_linear_scaled_arg_refuses_init.py", True),
+                                            ("kb_new_linear_scaled_arg_refuses_call.py", True)])
 def test_a_second_instance_gets_other_float_constructor_arguments(tmp_path, worker_here, kernel, passes):
     """Found by a red team: the constructor's arguments were always the file's, so a kernel with the slope and the
     scale written in as the problem's values passed, wrong for a user's ModelNew(features, 0.5, 0.2).  The second
@@ -1651,10 +1653,13 @@ def test_a_second_instance_gets_other_float_constructor_arguments(tmp_path, work
     kernel = _same_model(tmp_path, "kb_ref_linear_scaled_arg.py", kernel)
     rc, data, md = _kb(tmp_path, "kb_ref_linear_scaled_arg.py", kernel, "batch_size=16,features=32")
     assert (rc == 0) is passes, data["error"]
-    assert "the second instance (weights:twin) is built with [32, " in md, md[:3000]
+    assert ("the second instance (weights:twin) is built with [32, " in md) is ("refuses_init" not in str(kernel)), md[:3000]
     if not passes:
         conds, _ = _failed(data)
         assert conds and all(c.startswith("weights:twin") for c in conds), (conds, data["error"])
+    elif "refuses" in str(kernel):  # a red team's: a kernel made for the file's values that says so is not failed (noted)
+        assert ("the kernel refused the second instance's float arguments" in md if "init" in kernel else
+                "the kernel refused the second instance's float arguments (it raised: ValueError" in md), md[:4000]
 
 
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_softmax_online_masked_block.py", False),
@@ -1674,6 +1679,30 @@ def test_a_row_that_leads_with_minus_inf_meets_an_online_softmax(tmp_path, worke
         assert any(t["condition"] == "range:masked" for s in data["shapes"] for t in s["trials"])
 
 
+def test_a_refusal_that_names_a_fault_in_its_own_words_is_a_refusal(tmp_path, worker_here):
+    """A red team's: a ValueError whose text said 'misaligned address' was taken for a CUDA fault at sizes:other (a
+    refusal is told by the CUDA error's own words in the first line, not by any mention)."""
+    rc, data, md = _kb(tmp_path, "kb_ref_relu_rand.py", "kb_new_relu_refuses_misaligned_words.py", "batch_size=64,dim=1024")
+    assert rc == 0, data["error"]
+    assert "the kernel refused these input sizes (it raised: ValueError" in md, md[:3000]
+
+
+def test_nan_where_the_reference_is_finite_is_named_in_the_error(tmp_path, worker_here):
+    """A red team's: a kernel's NaN outputs read as '4201 of 16384 elements outside tolerance' beside a largest error of
+    0 (NaN is no number): the error now counts them."""
+    rc, data, md = _kb(tmp_path, "kb_ref_softmax.py", "kb_cheat_softmax_online_masked_block.py", "batch_size=16,dim=1024")
+    assert rc == 1 and "of them NaN or Inf where the reference is finite)" in data["error"], data["error"]
+
+
+def test_an_elementwise_op_meets_no_mask(tmp_path, worker_here):
+    """A red team's ReLU written (x + |x|) / 2 failed range:masked (NaN at -inf, where torch.relu gives 0): formally
+    wrong, but no user's masked logits meet a ReLU.  The condition is for ops that couple a row's elements: where the
+    mask changes no output at the elements it left alone, it is not checked (noted)."""
+    rc, data, md = _kb(tmp_path, "kb_ref_relu_rand.py", "kb_cheat_relu_abs_form.py", "batch_size=16,dim=1024")
+    assert rc == 0, data["error"]
+    assert "range:masked" in md and "an elementwise op: a mask's -inf changes no other output" in md, md[:3000]
+
+
 def test_a_symmetric_input_stays_symmetric_when_each_row_is_shifted(tmp_path, worker_here):
     """A review's: range:rows turned a symmetric problem's inputs into others, and failed a kernel that reads A as
     A.T, as the problem's contract allows; a square matrix equal to its transpose is shifted as a whole."""
@@ -1690,7 +1719,8 @@ def test_inputs_drawn_never_negative_are_moved_across_zero(tmp_path, worker_here
     rc, data, md = _kb(tmp_path, "kb_ref_relu_rand.py", kernel, "batch_size=64,dim=256")
     assert (rc == 0) is passes, data["error"]
     if not passes:
-        assert "signs flipped" in data["error"] or "shifted down" in data["error"], data["error"]
+        err = data["error"]  # (each row shifted on its own, up or down, takes some below zero too: range:rows)
+        assert "signs flipped" in err or "shifted down" in err or "shifted row by row" in err, err
 
 
 def test_logits_far_below_zero_are_tried(tmp_path, worker_here):
@@ -1741,6 +1771,10 @@ def test_a_cuda_error_at_another_batch_size_is_a_crash_not_a_refusal():
     from kernel_loop.measure import held
 
     assert held.refusal("ValueError: this kernel is specialised for batch_size 32")
+    assert held.refusal("ValueError: rows of 769 floats would give a misaligned address for float4 loads")
+    assert held.refusal("RuntimeError: x: expected an address 16-byte aligned (a misaligned address faults)")
+    assert not held.refusal("CUDA_ERROR_MISALIGNED_ADDRESS: cuda.bindings.driver.CUresult")
+    assert not held.refusal("RuntimeError: Triton Error [CUDA]: an illegal memory access was encountered")
     for text in ("RuntimeError: CUDA error: an illegal memory access was encountered",
                  "torch.AcceleratorError: CUDA error: device-side assert triggered"):
         assert not held.refusal(text)

@@ -234,11 +234,13 @@ def test_an_extra_shape_of_another_batch_size_keeps_the_runs_own_batch_sizes_on_
 
 @pytest.mark.parametrize("kernel, impl, passes", [("kb_triton_relu_masked.py", "triton", True),
                                                   ("kb_triton_relu_whole_blocks.py", "triton", False),
-                                                  ("kb_cuda_relu_vec4.py", "cuda-cpp", True)])
+                                                  ("kb_cuda_relu_vec4.py", "cuda-cpp", True),
+                                                  ("kb_cuda_relu_rows_vec4_unchecked.py", "cuda-cpp", False)])
 def test_input_sizes_other_than_the_runs_on_the_gpu(tmp_path, kernel, impl, passes):
     """The run's width 1024 at every batch size, then 769 at half the batch (sizes:other): a Triton ReLU with no tail
     mask fails there; a masked one, and a CUDA C++ one (load_inline) that moves float4 where the address allows and
-    the tail one by one, pass."""
+    the tail one by one, pass; one that loads float4 from each row's start unchecked faults there (a misaligned
+    address: the kernel's failure, not a refusal)."""
     out = _init(tmp_path, klcli.KERNELS / "kb_ref_relu_rand.py", (klcli.KERNELS / kernel).read_text(), "--dims",
                 "batch_size=64,dim=1024", "--impl", impl)
     proc = klcli.run("correctness", out, timeout=900)
@@ -252,7 +254,8 @@ def test_input_sizes_other_than_the_runs_on_the_gpu(tmp_path, kernel, impl, pass
 
 
 @pytest.mark.parametrize("kernel, passes", [("kb_triton_linear_scaled_arg.py", True),
-                                            ("kb_cheat_linear_scaled_arg_hardcoded.py", False)])
+                                            ("kb_cheat_linear_scaled_arg_hardcoded.py", False),
+                                            ("kb_new_linear_scaled_arg_refuses_init.py", True)])
 def test_a_second_instance_with_other_float_arguments_on_the_gpu(tmp_path, kernel, passes):
     """The second instance (weights:twin) built with the float constructor arguments scaled: a Triton epilogue that
     takes its own instance's scale and slope passes; one with the file's values written in fails there."""
@@ -263,7 +266,9 @@ def test_a_second_instance_with_other_float_arguments_on_the_gpu(tmp_path, kerne
     md = (out / "v0" / "correctness.md").read_text()
     print(f"{kernel}: {data['result']}, error {data['error']}")
     assert proc.returncode == (0 if passes else 1), proc.stderr[-3000:]
-    assert "the second instance (weights:twin) is built with [32, " in md, md[:3000]
+    refused = "refuses" in kernel  # made for the file's values, it raises on others: noted, not failed
+    assert ("the kernel refused the second instance's float arguments" in md) is refused, md[:3000]
+    assert ("the second instance (weights:twin) is built with [32, " in md) is not refused, md[:3000]
     if not passes:
         assert "float constructor arguments scaled" in data["error"], data["error"]
 

@@ -305,3 +305,13 @@ def start_state(torch: Any, device: str, seed: int) -> bytes:
         cpu = torch.random.get_rng_state().numel()
         state[cpu + 8:cpu + 16] = (4 * (1 + int.from_bytes(h[10:15], "little"))).to_bytes(8, "little")
     return bytes(state)
+
+
+def second_instance(tensors: Any, model: Any, twin_init: list, init: list, device: str) -> tuple[Any, str | None]:
+    """ModelNew's second instance (weights:twin), built with the judge's arguments for it (problem.twin_init: the floats
+    scaled); where ModelNew refuses them (raises), with the first's, and what it raised (the judge notes a refusal, as
+    a red team's honest kernel made for the file's slope raises on another)."""
+    try:
+        return tensors.spare_instance(model, twin_init, device), None
+    except Exception as exc:
+        return tensors.spare_instance(model, init, device), error_text(exc).split("\n")[0][:200]

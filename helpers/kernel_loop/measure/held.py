@@ -272,23 +272,40 @@ def cannot_run(notes: list[str], exc: BaseException) -> None:
     notes.append(f"this shape of the judge's own: not checked: the reference cannot run there ({exc})"[:300])
 
 
+def shape_notes(sess: Session, prob: Problem) -> list[str]:
+    """A shape's notes once its session is bound: the constants its Model reads, and the second instance's arguments
+    (where ModelNew refused the scaled ones, building it raised: the judge's second Model takes the first's too)."""
+    refused = next((i["twin_refused"] for i in (sess.reply.get("kernels") or {}).values() if i.get("twin_refused")), None)
+    if refused and prob.twin_init != prob.init:
+        prob.refuse_twin(refused)
+    return prob.constants_note()
+
+
 def refused(notes: list[str], words: str, own: bool, raised: str, plan: list[str], t: int, seen: dict) -> list[str]:
     """Note a call that raised on a strided view or at the judge's own batch size (once per condition); the calls to
     add to the shape's plan: at another batch size, the refused call once more at its end, as a user retries (a
     twelfth red team's kernel raised on its first two training calls there, then was wrong)."""
-    what = "these input sizes" if plan[:1] == ["sizes:other"] else "its batch size" if own else "inputs so laid out"
+    what = ("the second instance's float arguments" if plan[t].startswith("weights:twin") and seen.get("twin_floats")
+            else ("these input sizes" if plan[:1] == ["sizes:other"] else "its batch size") if own else "inputs so laid out")
     said = f"{words}: the kernel refused {what} (it raised: {raised.splitlines()[0][:200]})"
     notes += [said] if said not in notes else []
     seen.pop("left", None)  # a training step that raised left no statistics: the eval() calls after it start from the loaded
     return [plan[t]] if own and plan[t] not in plan[t + 1:] and plan.count(plan[t]) < 3 else []
 
 
+_FAULTS = ("illegal memory access", "illegal address", "device-side assert", "misaligned address", "illegal instruction",
+           "unspecified launch failure", "ILLEGAL_ADDRESS", "MISALIGNED_ADDRESS", "ILLEGAL_INSTRUCTION", "LAUNCH_FAILED",
+           "CUDA_ERROR_ASSERT")
+
+
 def refusal(raised: str) -> bool:
-    """Whether what a call at the judge's own batch size raised is a refusal (noted), not a crash: a CUDA error that
-    breaks the context (an illegal address or instruction, a device-side assert) is the kernel's failure there; a
-    launch refused for its configuration (too many threads or resources) is a refusal."""
-    return not any(s in raised for s in ("illegal memory access", "illegal address", "device-side assert",
-                                         "misaligned address", "illegal instruction", "unspecified launch failure"))
+    """Whether what a call at the judge's own sizes raised is a refusal (noted), not a crash: a CUDA error that breaks
+    the context (an illegal address or instruction, a device-side assert), as CUDA, torch or Triton name it in the
+    error's first line, is the kernel's failure there; anything else (its own ValueError, a TORCH_CHECK, a launch
+    refused for its configuration) a refusal, whatever its words (a red team's ValueError said 'misaligned address')."""
+    head = raised.split("\n", 1)[0]
+    return not (any(c in head for c in ("CUDA error", "[CUDA]", "CUDA_ERROR", "CUDA launch error"))
+                and any(s in head for s in _FAULTS))
 
 
 def after_the_calls(sess: Session | None, prob: Problem, first: DataSet, trials: list[dict], held: list[dict],

@@ -246,13 +246,13 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                 plan = other_plan(judge.rng, back, prob, spec["shapes"][0]) if own else condition_plan(judge.rng, ds, prob, int(spec["trials"]))
                 keep, checks = hold.calls_to_keep(judge.rng, len(plan), ds, judge.device, notes)
                 cont = hold.continue_plan(judge.rng, plan, prob, notes)
-                notes += prob.constants_note()
+                notes += hold.shape_notes(sess, prob)
             cond, said, ds = condition(judge.tolerance, prob, first, ds, plan[t], earlier, seed, notes)
             cond.keep = t in keep or cond.strided == "moved"  # the outputs a moved call was handed: kept by the caller
             hold.cycle_rings(sess, len(plan), notes) if t == len(plan) - 1 > 0 else None
             free_cached()
             r = sess.call("k", ds, checked=True, cond=cond)
-            if r.get("raised") and (cond.strided not in (None, "moved") or bool(unfit)) and hold.refusal(r["raised"]):
+            if r.get("raised") and (cond.strided not in (None, "moved") or bool(unfit) or cond.twin and prob.twin_init != prob.init) and hold.refusal(r["raised"]):
                 plan += hold.refused(notes, CONDITION_WORDS[said], own, r["raised"], plan, t, prob.seen)  # noted
                 t, ds, cond, r = t + 1, None, None, None  # every call there must raise or be right (refused: retried)
                 continue

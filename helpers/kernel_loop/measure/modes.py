@@ -231,3 +231,20 @@ def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, no
         prob.seen["backward"] = False
         free_cached()
         return None
+
+
+def masks_nothing(prob: Problem, varied: DataSet, plain: DataSet | None = None) -> bool:
+    """Whether range:masked's -inf changes no output where the input kept its values: an elementwise op (a ReLU, a
+    sigmoid), which a mask's -inf meets nowhere a user's would (a red team's ReLU written (x + |x|) / 2 gave NaN there:
+    formally wrong, no user's case); the condition is for ops that couple a row's elements (a softmax, an argmax).
+    ``plain``: the same draw unmasked (correctness's call has it), else drawn again; decided once a problem."""
+    import torch
+
+    if "elementwise" not in prob.seen:
+        ins = [varied.args[n] for n in varied.input_names() if continuous(varied.args[n])]
+        plain = plain if plain is not None and plain.expected else prob.draw(varied.seed) if len(ins) == 1 else None
+        keep = ins[0] != float("-inf") if plain is not None else None
+        prob.seen["elementwise"] = plain is not None and all(
+            is_tensor(o) and o.shape == keep.shape and is_tensor(plain.expected.get(n)) and
+            torch.equal(o[keep], plain.expected[n][keep]) for n, o in varied.expected.items())
+    return bool(prob.seen["elementwise"])

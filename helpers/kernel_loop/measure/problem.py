@@ -164,6 +164,8 @@ class Problem:
         ch = self.changes() if self.model is not None else {}
         twin = [f"the second instance (weights:twin) is built with {repr(self.twin_init)[:200]}, not {repr(self.init)[:200]}: its "
                 "float constructor arguments scaled alike, as a network's second layer with its own"] * (self.twin_init != self.init)
+        twin += [f"weights:twin: the kernel refused the second instance's float arguments (building ModelNew with the scaled "
+                 f"ones raised: {self.seen['twin_refused']}): built with the first's"] if self.seen.get("twin_refused") else []
         return [f"{', '.join(f'{n}={v[1]}' for n, v in ch.items())}: ref.py's Model reads "
                 f"{'these constants' if len(ch) > 1 else 'this constant'} of its module, so the kernel file's own, "
                 "where it holds ref.py's value, took this shape's too"] * bool(ch) + twin
@@ -185,20 +187,31 @@ class Problem:
         with torch.device(self.device):  # parameters are created where they are used, from the run's seed
             guards.seed_torch(torch, self.model_seed)
             self.model = self.ref.Model(*self.init).to(self.device).eval()
-        attrs = any(isinstance(v, torch.Tensor) for m in self.model.modules() for v in vars(m).values())
         # the second instance (weights:twin) gets every float constructor argument scaled by one factor of the run's, as
         # a network's second layer its own scale or slope (a kernel that hard-codes the value it was built with is wrong
         # there); built with the first's where the scaled ones fail or build parameters of other shapes (a width factor)
         self.twin_init = [v * (1.25 + self.model_seed % 500 / 1000) if type(v) is float else v for v in self.init]
+        self._second()
+        as_trained(self.model, self.model_seed)
+
+    def refuse_twin(self, raised: str) -> None:
+        """ModelNew raised when built with the scaled arguments (held.shape_notes): the second instances take the
+        first's, the judge's too (a refusal, noted)."""
+        self.twin_init, self.seen["twin_refused"] = list(self.init), raised
+        self._second()
+
+    def _second(self) -> None:
+        """The judge's second Model (``spare``: built as the worker builds the second ModelNew) and the buffers it draws
+        otherwise (``drawn``: a projection, an older RNN's h0, sent through the state's shared buffers)."""
+        attrs = any(is_tensor(v) for m in self.model.modules() for v in vars(m).values())
         spare = self._spare() if self.twin_init != self.init else None
         if spare is None or _shapes(spare) != _shapes(self.model):
             self.twin_init = list(self.init)
             spare = self._spare() if attrs or next(self.model.buffers(), None) is not None else None
-        drawn = drawn_buffers(self.model, spare)  # a buffer or tensor drawn in __init__ (a projection, an older RNN's h0):
-        self.spare = spare.to(self.device).eval() if spare is not None and (  # built as the worker's
+        drawn = drawn_buffers(self.model, spare)
+        self.spare = spare.to(self.device).eval() if spare is not None and (
             attrs or drawn or self.twin_init != self.init) else None
-        self.drawn = [n for n in drawn if n in self.model.state_dict()]  # (sent through the state's shared buffers)
-        as_trained(self.model, self.model_seed)
+        self.drawn, self.seen["twin_floats"] = [n for n in drawn if n in self.model.state_dict()], self.twin_init != self.init
 
     def _spare(self) -> Any:
         try:

@@ -60,7 +60,7 @@ class Kernel:
         self.pending: tuple | None = None     # a call's outputs and input leaves, until its backward() (op_backward)
         self.consts: dict[str, Any] = {}  # the module's constants the run's dims change, as imported (loader)
         self.model_state: list[str] = []  # the names of the tensors Model keeps on its modules (tensors.uninfer)
-        self.init, self.args, self.twin, self.spare, self.made = [], [], None, None, None  # (op_bind, _twin)
+        self.init, self.args, self.twin, self.spare, self.made, self.refused = [], [], None, None, None, None  # (op_bind)
         self.formats: list[tuple[Any, Any]] = []  # the weights a channels_last call swapped (guards.weights_back)
 
 
@@ -231,7 +231,7 @@ class Worker:
             k.inputs = [(args, i, b) for i, b in enumerate(plan) if isinstance(b, str)]
             k.slots = {f"arg{i}": (args, i) for i, b in enumerate(plan) if not isinstance(b, str)}
             k.model, k.model_state, k.init, k.args, k.twin = model, list(call.get("model_state") or []), init, args, None
-            k.spare = k.spare if same else tensors.spare_instance(model, protocol.decode_value(call.get("twin_init") or call.get("init") or []), self.device) if k.kind == "kb" else None  # (problem.twin_init)
+            k.spare, k.refused = (k.spare, k.refused) if same else guards.second_instance(tensors, model, protocol.decode_value(call.get("twin_init") or call.get("init") or []), init, self.device) if k.kind == "kb" else (None, None)
             k.made = (init, call.get("module_dims"))  # its twin's instance too is built before any call
             target = torch.compile(model) if call.get("compile") else model
 
@@ -239,7 +239,7 @@ class Worker:
                 with torch.set_grad_enabled(bool(grad)):
                     return guards.same_grad_mode(target(*args), bool(grad), torch)
             k.fn = forward
-            return {}
+            return {"twin_refused": k.refused} if k.refused else {}
         if k.kind == "cu":
             from .. import build
 

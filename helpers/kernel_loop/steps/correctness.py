@@ -30,6 +30,7 @@ from ..common import (
     sha256_file,
     write_json,
 )
+from ..compare import outside
 from ..config import add_check_flags, check_flags_against_run, parse_dims
 from ..loader import check_runs_on, device_for
 from ..measure import libraries
@@ -91,7 +92,7 @@ def _overall(res: dict) -> tuple[str, str | None]:
         dims, t = min(failed, key=lambda f: (f[1].get("condition") or "plain") != "plain")
         bad = [o for o in t["outputs"] if not o["passed"]]
         o = bad[0]
-        what = o.get("note") or f"{o['mismatches']} of {o['numel']} elements outside tolerance"
+        what = outside(o)
         shown = ",".join(f"{k}={v}" for k, v in dims.items())
         cond = t.get("condition") or "plain"
         when = "" if cond == "plain" else f" ({(res.get('conditions') or {}).get(cond, cond)}" + (
