@@ -10,7 +10,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 
-MAX_FILES=197  # measure/held.py (the results a caller holds) apart from calls.py, measure/modes.py (Model in a mode) apart from conditions.py, measure/libraries.py (kept load_inline libraries) with the GPU logs one xz file and the FlashInfer test in test_benchmark_gpu.py; the judge and its worker (measure/) are a package of their own, the KBS families a module; skillmds allows 200
+MAX_FILES=198  # kb_bytes.py (the inputs' bytes read from the source) apart from kb_dims.py, measure/held.py (the results a caller holds) apart from calls.py, measure/modes.py (Model in a mode) apart from conditions.py, measure/libraries.py (kept load_inline libraries) with the GPU logs one xz file and the FlashInfer test in test_benchmark_gpu.py; the judge and its worker (measure/) are a package of their own, the KBS families a module; skillmds allows 200
 MAX_BYTES=$((10 * 1024 * 1024))
 skillmd=(node "$repo/node_modules/skillmds/bin/skillmd.mjs")
 py="$repo/.venv/bin/python"
