@@ -290,11 +290,11 @@ CONDITION_WORDS = {
                        "about half its elements, by noise or by a swap of their values that keeps every sum (a training "
                        "step on part of the model, a layer reloaded with its units in another order), and put back",
     "weights:updated:again": "the model's parameters changed in place before the call, on the inputs of the last call, put back",
-    "weights:twin": "a second instance of the model, with other weights and its float constructor arguments scaled (correctness.md's notes), called in place of the first (a network's second "
+    "weights:twin": "a second instance of the model, with other weights and its float constructor arguments scaled, where Model takes any (correctness.md's notes), called in place of the first (a network's second "
                     "layer of one shape); the first is called next, its weights as they were",
-    "weights:twin:train": "a second instance of the model, with other weights and its float constructor arguments scaled (correctness.md's notes), called in training mode without autograd "
+    "weights:twin:train": "a second instance of the model, with other weights and its float constructor arguments scaled, where Model takes any (correctness.md's notes), called in training mode without autograd "
                           "in place of the first (a network's second layer of one shape); the first is called next",
-    "weights:twin:again": "a second instance of the model, with other weights and its float constructor arguments scaled (correctness.md's notes), called under torch.inference_mode() on the "
+    "weights:twin:again": "a second instance of the model, with other weights and its float constructor arguments scaled, where Model takes any (correctness.md's notes), called under torch.inference_mode() on the "
                           "inputs of the call before it; the first is called next",
     "input:again": "the inputs of the call before it again (a user's repeated batch)",
     "weights:stepped": "the model's parameters changed in place before the call and left so (an optimizer step), then "

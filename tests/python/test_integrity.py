@@ -1593,19 +1593,24 @@ def test_an_input_with_its_leading_dims_swapped_is_handed_once(tmp_path, worker_
         assert conds == {"layout:lead"}, conds
 
 
+def _fails_only_at(tmp_path, ref, kernel, dims, passes, cond):
+    """``kernel`` (or "ModelNew = Model") FAILs at the condition ``cond`` alone, or passes with ``cond`` checked."""
+    rc, data, md = _kb(tmp_path, ref, _same_model(tmp_path, ref, kernel), dims)
+    assert (rc == 0) is passes, data["error"]
+    if not passes:
+        conds, _ = _failed(data)
+        assert conds == {cond}, (conds, data["error"])
+    else:
+        assert f"{cond}: not checked" not in md, md[:3000]
+        assert any(t["condition"] == cond for s in data["shapes"] for t in s["trials"])
+
+
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_softmax_global_max.py", False), ("ModelNew = Model", True)])
 def test_rows_far_apart_meet_a_max_taken_over_the_whole_tensor(tmp_path, worker_here, kernel, passes):
     """Found by a red team: every range condition moved the whole tensor by one factor, so each row kept the others'
     level and a softmax steadied by the tensor's max in place of each row's passed.  One call shifts each row on its
     own, up or down by 2 to 500 RMS (range:rows)."""
-    kernel = _same_model(tmp_path, "kb_ref_softmax.py", kernel)
-    rc, data, md = _kb(tmp_path, "kb_ref_softmax.py", kernel, "batch_size=16,dim=512")
-    assert (rc == 0) is passes, data["error"]
-    if not passes:
-        conds, _ = _failed(data)
-        assert conds == {"range:rows"}, (conds, data["error"])
-    else:
-        assert "range:rows: not checked" not in md, md[:3000]
+    _fails_only_at(tmp_path, "kb_ref_softmax.py", kernel, "batch_size=16,dim=512", passes, "range:rows")
 
 
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_two_softmax_one_max.py", False), ("ModelNew = Model", True)])
@@ -1644,7 +1649,7 @@ def test_a_width_other_than_the_runs_meets_a_tail_left_unwritten(tmp_path, worke
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_linear_scaled_arg_hardcoded.py", False),
                                             ("kb_new_linear_scaled_arg.py", True), ("ModelNew = Model", True),
                                             ("kb_new_linear_scaled_arg_refuses_init.py", True),
-                                            ("kb_new_linear_scaled_arg_refuses_call.py", True)])
+                                            ("kb_new_linear_scaled_arg_refuses_call.py", False)])
 def test_a_second_instance_gets_other_float_constructor_arguments(tmp_path, worker_here, kernel, passes):
     """Found by a red team: the constructor's arguments were always the file's, so a kernel with the slope and the
     scale written in as the problem's values passed, wrong for a user's ModelNew(features, 0.5, 0.2).  The second
@@ -1656,10 +1661,13 @@ def test_a_second_instance_gets_other_float_constructor_arguments(tmp_path, work
     assert ("the second instance (weights:twin) is built with [32, " in md) is ("refuses_init" not in str(kernel)), md[:3000]
     if not passes:
         conds, _ = _failed(data)
-        assert conds and all(c.startswith("weights:twin") for c in conds), (conds, data["error"])
-    elif "refuses" in str(kernel):  # a red team's: a kernel made for the file's values that says so is not failed (noted)
-        assert ("the kernel refused the second instance's float arguments" in md if "init" in kernel else
-                "the kernel refused the second instance's float arguments (it raised: ValueError" in md), md[:4000]
+        assert (conds and all(c.startswith("weights:twin") for c in conds)) if "refuses" not in str(kernel) else (
+            "ValueError: made for multiplier 2.0" in data["error"] and "a second instance of the model" in data["error"]), (
+            conds, data["error"])
+    if "refuses" in str(kernel):  # a red team's: one made for the file's values that raises in __init__ is noted (its
+        # second instance built with the first's, the checks as ever); a raise in a call is a failure (a review's: a
+        # kernel raising for every second instance would skip the checks of a cache shared by instances)
+        assert ("the kernel refused the second instance's float arguments" in md) is passes, md[:4000]
 
 
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_softmax_online_masked_block.py", False),
@@ -1668,15 +1676,7 @@ def test_a_row_that_leads_with_minus_inf_meets_an_online_softmax(tmp_path, worke
     """Found by a red team: the inputs were always finite, so an online softmax that rescales by exp(m_old - m_new)
     passed and gives NaN on a row whose first block is all -inf (a left-padded batch's masked logits).  One call
     leads every other row with -inf over a quarter to three quarters of its length (range:masked)."""
-    kernel = _same_model(tmp_path, "kb_ref_softmax.py", kernel)
-    rc, data, md = _kb(tmp_path, "kb_ref_softmax.py", kernel, "batch_size=16,dim=1024")
-    assert (rc == 0) is passes, data["error"]
-    if not passes:
-        conds, _ = _failed(data)
-        assert conds == {"range:masked"}, (conds, data["error"])
-    else:
-        assert "range:masked: not checked" not in md, md[:3000]
-        assert any(t["condition"] == "range:masked" for s in data["shapes"] for t in s["trials"])
+    _fails_only_at(tmp_path, "kb_ref_softmax.py", kernel, "batch_size=16,dim=1024", passes, "range:masked")
 
 
 def test_a_refusal_that_names_a_fault_in_its_own_words_is_a_refusal(tmp_path, worker_here):
@@ -1772,7 +1772,7 @@ def test_a_cuda_error_at_another_batch_size_is_a_crash_not_a_refusal():
 
     assert held.refusal("ValueError: this kernel is specialised for batch_size 32")
     assert held.refusal("ValueError: rows of 769 floats would give a misaligned address for float4 loads")
-    assert held.refusal("RuntimeError: x: expected an address 16-byte aligned (a misaligned address faults)")
+    assert not held.refusal("RuntimeError: an illegal memory access was encountered")  # (TORCH_CHECK of cudaGetErrorString)
     assert not held.refusal("CUDA_ERROR_MISALIGNED_ADDRESS: cuda.bindings.driver.CUresult")
     assert not held.refusal("RuntimeError: Triton Error [CUDA]: an illegal memory access was encountered")
     for text in ("RuntimeError: CUDA error: an illegal memory access was encountered",

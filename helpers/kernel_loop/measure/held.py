@@ -285,8 +285,7 @@ def refused(notes: list[str], words: str, own: bool, raised: str, plan: list[str
     """Note a call that raised on a strided view or at the judge's own batch size (once per condition); the calls to
     add to the shape's plan: at another batch size, the refused call once more at its end, as a user retries (a
     twelfth red team's kernel raised on its first two training calls there, then was wrong)."""
-    what = ("the second instance's float arguments" if plan[t].startswith("weights:twin") and seen.get("twin_floats")
-            else ("these input sizes" if plan[:1] == ["sizes:other"] else "its batch size") if own else "inputs so laid out")
+    what = ("these input sizes" if plan[:1] == ["sizes:other"] else "its batch size") if own else "inputs so laid out"
     said = f"{words}: the kernel refused {what} (it raised: {raised.splitlines()[0][:200]})"
     notes += [said] if said not in notes else []
     seen.pop("left", None)  # a training step that raised left no statistics: the eval() calls after it start from the loaded
@@ -304,8 +303,8 @@ def refusal(raised: str) -> bool:
     error's first line, is the kernel's failure there; anything else (its own ValueError, a TORCH_CHECK, a launch
     refused for its configuration) a refusal, whatever its words (a red team's ValueError said 'misaligned address')."""
     head = raised.split("\n", 1)[0]
-    return not (any(c in head for c in ("CUDA error", "[CUDA]", "CUDA_ERROR", "CUDA launch error"))
-                and any(s in head for s in _FAULTS))
+    return not (any(s in head for s in _FAULTS) and (any(c in head for c in ("CUDA error", "[CUDA]", "CUDA_ERROR")) or
+                head.split(":", 1)[0].strip() not in ("ValueError", "NotImplementedError", "AssertionError", "TypeError")))
 
 
 def after_the_calls(sess: Session | None, prob: Problem, first: DataSet, trials: list[dict], held: list[dict],

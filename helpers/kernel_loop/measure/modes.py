@@ -242,9 +242,12 @@ def masks_nothing(prob: Problem, varied: DataSet, plain: DataSet | None = None) 
 
     if "elementwise" not in prob.seen:
         ins = [varied.args[n] for n in varied.input_names() if continuous(varied.args[n])]
-        plain = plain if plain is not None and plain.expected else prob.draw(varied.seed) if len(ins) == 1 else None
-        keep = ins[0] != float("-inf") if plain is not None else None
-        prob.seen["elementwise"] = plain is not None and all(
-            is_tensor(o) and o.shape == keep.shape and is_tensor(plain.expected.get(n)) and
-            torch.equal(o[keep], plain.expected[n][keep]) for n, o in varied.expected.items())
+        if len(ins) != 1:
+            prob.seen["elementwise"] = False
+            return False
+        plain = plain if plain is not None else prob.draw(varied.seed, reference=False)  # (a lean draw: no new set)
+        exp = plain.expected or prob.run_reference(plain.args, plain)
+        keep = ins[0] != float("-inf")
+        prob.seen["elementwise"] = all(is_tensor(o) and o.shape == keep.shape and is_tensor(exp.get(n)) and
+                                       torch.equal(o[keep], exp[n][keep]) for n, o in varied.expected.items())
     return bool(prob.seen["elementwise"])

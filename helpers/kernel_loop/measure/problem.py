@@ -138,8 +138,7 @@ class Problem:
 
     # --- KernelBench ----------------------------------------------------------------------------
     def _apply_dims(self) -> None:
-        """Set this shape's dims on ref.py's module; a no-op while they are the module's current ones (every
-        draw asks; the module is shared by the shapes of one process)."""
+        """Set this shape's dims on ref.py's module (a no-op while they are current: every draw asks)."""
         from .. import kb_dims
 
         if getattr(self.ref, "_kl_applied_dims", None) == self.dims:
@@ -148,11 +147,9 @@ class Problem:
         self.ref._kl_applied_dims = dict(self.dims)
 
     def changes(self) -> dict[str, tuple[Any, Any]]:
-        """The constants of ref.py's file that Model reads (in __init__ or forward, not only get_inputs) and this
-        shape's dims change, {name: (the file's value, this shape's)}: a kernel file that holds the file's value
-        under the same name gets this shape's (loader.set_constants), as a KernelBench ModelNew file copies the
-        problem's module, whose Model may read its sizes (VanillaRNN's batch_size).  One that Model does not read
-        keeps the file's value, as in a user's import (a red team's kernel reshaped by its copy of batch_size)."""
+        """The constants of ref.py that Model reads (not only get_inputs) and this shape changes, {name: (the file's value,
+        this shape's)}: a kernel file holding the file's value gets this shape's (loader.set_constants; VanillaRNN reads
+        batch_size); one Model does not read keeps the file's, as in a user's import (a red team's copy of batch_size)."""
         from .. import kb_dims
 
         text = Path(self.ref.__file__).read_text(encoding="utf-8")
@@ -187,6 +184,7 @@ class Problem:
         with torch.device(self.device):  # parameters are created where they are used, from the run's seed
             guards.seed_torch(torch, self.model_seed)
             self.model = self.ref.Model(*self.init).to(self.device).eval()
+        self._after = guards.torch_rng(torch, self.device)  # where every second instance starts (_spare)
         # the second instance (weights:twin) gets every float constructor argument scaled by one factor of the run's, as
         # a network's second layer its own scale or slope (a kernel that hard-codes the value it was built with is wrong
         # there); built with the first's where the scaled ones fail or build parameters of other shapes (a width factor)
@@ -195,14 +193,12 @@ class Problem:
         as_trained(self.model, self.model_seed)
 
     def refuse_twin(self, raised: str) -> None:
-        """ModelNew raised when built with the scaled arguments (held.shape_notes): the second instances take the
-        first's, the judge's too (a refusal, noted)."""
+        """ModelNew raised when built with the scaled arguments (held.shape_notes): both second instances take the first's."""
         self.twin_init, self.seen["twin_refused"] = list(self.init), raised
         self._second()
 
     def _second(self) -> None:
-        """The judge's second Model (``spare``: built as the worker builds the second ModelNew) and the buffers it draws
-        otherwise (``drawn``: a projection, an older RNN's h0, sent through the state's shared buffers)."""
+        """The judge's second Model (``spare``) and the state's buffers it draws otherwise (``drawn``, sent to the worker)."""
         attrs = any(is_tensor(v) for m in self.model.modules() for v in vars(m).values())
         spare = self._spare() if self.twin_init != self.init else None
         if spare is None or _shapes(spare) != _shapes(self.model):
@@ -211,11 +207,15 @@ class Problem:
         drawn = drawn_buffers(self.model, spare)
         self.spare = spare.to(self.device).eval() if spare is not None and (
             attrs or drawn or self.twin_init != self.init) else None
-        self.drawn, self.seen["twin_floats"] = [n for n in drawn if n in self.model.state_dict()], self.twin_init != self.init
+        self.drawn = [n for n in drawn if n in self.model.state_dict()]
 
     def _spare(self) -> Any:
+        """A second Model from torch's generators right after the first, as the worker's (an h0 drawn outside the state)."""
+        torch = _torch()
         try:
-            return spare_instance(self.model, self.twin_init, self.device)
+            with torch.random.fork_rng(devices=[torch.device(self.device)] if self.device.startswith("cuda") else []):
+                guards.set_torch_rng(torch, self.device, self._after)
+                return spare_instance(self.model, self.twin_init, self.device)
         except Exception:  # (a dropout's p scaled past 1): the first's arguments
             return None
 
