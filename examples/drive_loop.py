@@ -3,9 +3,11 @@
     python3 examples/drive_loop.py examples/<name>/loop.json --out DIR [--key FILE]
     python3 examples/drive_loop.py examples/<name>/loop.json --out DIR --resume   # DIR: the example's unpacked run
 
-With --resume, DIR holds the run as the plan first finished it (its final gate passed at the plan's "extend_at"):
-the driver goes on from there (extend, that version's hypothesis and gate, the versions after it), as drive from
-scratch would, without measuring the earlier versions again.
+With --resume, DIR holds the run as the plan last finished it (its final gate passed at the plan's "extend_at", or
+at the last of a list of them: a run extended more than once): the driver goes on from there (extend, that version's
+hypothesis and gate, the versions after it), as drive from scratch would, without measuring the earlier versions
+again.  From scratch, each point of the list is a final gate, then `extend` to the next point (the last to
+"iterations").
 
 The plan (loop.json; its "files" hold the kernels and ref.py it names) holds what an agent writes: the init flags, each
 version's kernel file (the single change), the text of kbs_evidence.md's Selected Evidence,
@@ -147,7 +149,9 @@ def main() -> int:
     if key is not None:
         os.environ["KERNEL_LOOP_RECORD_KEY"] = str(key)
     n = plan["iterations"]
-    extend_at = plan.get("extend_at")
+    points = plan.get("extend_at")
+    points = [] if points is None else points if isinstance(points, list) else [points]
+    extend_at = points[-1] if points else None  # the run as --resume finds it
     if a.resume and (extend_at is None or not (out / f"v{extend_at}").is_dir() or (out / f"v{extend_at + 1}").exists()):
         raise SystemExit(f"[drive] --resume needs the run as first finished in {out}: the plan's extend_at version's "
                          "folder, and none after it (a run already extended: unpack the recorded one again)")
@@ -156,14 +160,14 @@ def main() -> int:
         kl("init", str(out), *init)
     for k, v in enumerate(plan["versions"]):
         is_final = k == len(plan["versions"]) - 1
-        at_planned_end = extend_at is not None and k == extend_at
+        at_planned_end = k in points
         if a.resume and k < extend_at:
             continue  # measured when the run was first driven
         if not (a.resume and at_planned_end):
             version(out, plan_dir, k, v, final=is_final or at_planned_end)
         if at_planned_end:
             kl("gate", str(out / f"v{k}"), "--final")  # the run as first planned is finished
-            kl("extend", str(out), "--iterations", str(n))
+            kl("extend", str(out), "--iterations", str(next((p for p in points if p > k), n)))
             # extend left a TODO for v(K+1)'s change where vK's final decision was: the plan's text names it
             fill_evidence(out / f"v{k}" / "kbs_evidence.md", {"Decision Link": v["evidence"]["Decision Link"]})
             hypothesis_and_gate(out, k, v)  # after an extension vK is an ordinary version
