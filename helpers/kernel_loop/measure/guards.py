@@ -2,7 +2,9 @@
 ``KernelDefect``, said in one line by ``error_text``): no torch mode left active (``left_modes``), torch's process-wide
 settings as they were before any kernel code ran (``process_settings``), its random number generators where the
 reference leaves them (``rng_state``), nothing imported from the folder the step
-was started in (``no_working_folder_on_path``), and a ModelNew with Model's parameters (``state_mismatch``)."""
+was started in (``no_working_folder_on_path``), and a ModelNew with Model's parameters (``state_mismatch``).  The
+generators' helpers both sides use live here too: where a call's generators start (``start_state``, the judge's), and
+ModelNew's second instance (``second_instance``, the worker's)."""
 
 from __future__ import annotations
 
@@ -307,7 +309,7 @@ def start_state(torch: Any, device: str, seed: int) -> bytes:
     return bytes(state)
 
 
-def second_instance(tensors: Any, model: Any, twin_init: list, init: list, device: str) -> tuple[Any, str | None]:
+def second_instance(model: Any, twin_init: list, init: list, device: str) -> tuple[Any, str | None]:
     """ModelNew's second instance (weights:twin), built with the judge's arguments for it (problem.twin_init: the floats
     scaled); where ModelNew refuses them (raises), with the first's, and what it raised (the judge notes a refusal, as
     a red team's honest kernel made for the file's slope raises on another)."""

@@ -231,7 +231,7 @@ class Worker:
             k.inputs = [(args, i, b) for i, b in enumerate(plan) if isinstance(b, str)]
             k.slots = {f"arg{i}": (args, i) for i, b in enumerate(plan) if not isinstance(b, str)}
             k.model, k.model_state, k.init, k.args, k.twin = model, list(call.get("model_state") or []), init, args, None
-            k.spare, k.refused = (k.spare, k.refused) if same else guards.second_instance(tensors, model, protocol.decode_value(call.get("twin_init") or call.get("init") or []), init, self.device) if k.kind == "kb" else (None, None)
+            k.spare, k.refused = (k.spare, k.refused) if same else guards.second_instance(model, protocol.decode_value(call.get("twin_init") or call.get("init") or []), init, self.device) if k.kind == "kb" else (None, None)
             k.made = (init, call.get("module_dims"))  # its twin's instance too is built before any call
             target = torch.compile(model) if call.get("compile") else model
 
