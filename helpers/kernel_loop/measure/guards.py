@@ -268,8 +268,11 @@ def weights_channels_last(torch: Any, model: Any, left: list[tuple[Any, Any]]) -
     for t in [*model.parameters(), *model.buffers()] if model is not None else ():
         if t.dim() in (4, 5) and t.is_floating_point() and id(t) not in seen:
             seen.add(id(t))
+            moved = t.data.contiguous(memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d)
+            if moved.data_ptr() == t.data.data_ptr():  # already in that order (a 1x1 or a depthwise conv's weight):
+                continue  # Module.to leaves it where it is, and poisoning it would poison the weight itself
             held.append((t, t.data))
-            t.data = t.data.contiguous(memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d)
+            t.data = moved
             held[-1][1].fill_(float("nan"))
     return held
 
