@@ -472,7 +472,7 @@ LOCAL = 1024  # elements (flattened) over which the reference's own error sets a
 
 
 def within_the_references_error(g, e, x, tol: dict[str, Any]) -> tuple[float, float]:
-    """For measure.conditions.as_exact_as_the_reference: the kernel's output ``g``'s worst element error against the
+    """For measure.exact.as_exact_as_the_reference: the kernel's output ``g``'s worst element error against the
     float64 answer ``x`` over its allowance (the tolerance, or twice the float32 reference ``e``'s worst error among
     the LOCAL elements around it, in units of the tolerance), and its relative L2 error over its allowance (the limit,
     or twice the reference's own); inf where ``g`` is not finite and ``x`` is, or differs from the reference where
@@ -510,6 +510,6 @@ def within_the_references_error(g, e, x, tol: dict[str, Any]) -> tuple[float, fl
 
 def numeric_miss(row: dict) -> bool:
     """A failed output row whose values are off and nothing else: what the float64 re-check may forgive
-    (measure.conditions.as_exact_as_the_reference)."""
+    (measure.exact.as_exact_as_the_reference)."""
     return not row["passed"] and bool(row.get("normwise_only") or row.get("mismatches") and not row.get("note")) \
         and not row.get("nonfinite_unexpected")

@@ -156,7 +156,7 @@ def train_expected(prob: Problem, ds: DataSet, tolerance: Any, cond: Condition
         same = all(r["passed"] for r in compare_outputs(first, ds.expected, tolerance, prob.ref)[0])
         again = all(r["passed"] for r in compare_outputs(run(prob.cfg.seed + 2)[0], first, tolerance, prob.ref)[0])
         prob.seen[key] = "same" if same else ("differs" if again else "random")
-    names = {n for n, _ in model.named_buffers()}
+    names, cond.made = {n for n, _ in model.named_buffers()}, model  # (its outputs in training mode: the batch's)
     cond.buffers = {n: t.detach().clone() for n, t in model.state_dict().items() if n in names}
     if prob.seen[key] == "random":  # its buffers may not be (a BatchNorm before the dropout): compared alone; a red
         other = run(prob.cfg.seed + 2)[1].state_dict()  # team's ModelNew ran eval() in training mode and passed
@@ -175,7 +175,8 @@ RANDOM_TRAINING = "Model's output in training mode changes from call to call (dr
 def eval_expected(prob: Problem, ds: DataSet, cond: Condition) -> dict[str, Any]:
     """Model's outputs in eval() on ``ds`` from the running statistics ``cond.stats`` (a ModelNew that assumed
     the statistics a model is built with, mean 0 and variance 1, is wrong here)."""
-    return prob.run_reference(ds.args, ds, model_copy(prob, False, cond.stats))
+    cond.made = model_copy(prob, False, cond.stats)
+    return prob.run_reference(ds.args, ds, cond.made)
 
 
 def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, notes: list[str]) -> Backward | None:
