@@ -1452,8 +1452,10 @@ def test_a_model_more_exact_than_the_reference_passes_in_every_mode_and_with_oth
     kernel off in training mode by more than the reference's own error still fails there."""
     rc, data, md = _kb(tmp_path, "kb_ref_bn_shift_loses_digits.py", kernel, "batch_size=32,features=16")
     assert (rc == 0) is passes, data["error"]
-    if passes:
-        assert "as exact as the reference, or more" in md
+    if passes:  # (the report's table is bounded: the rows' notes are read from the json)
+        forgiven = {t["condition"] for s in data["shapes"] for t in s["trials"] for o in t["outputs"]
+                    if "as exact as the reference, or more" in (o.get("note") or "")}
+        assert {c for c in forgiven if c.startswith(("mode:", "weights:"))}, forgiven
     else:
         conds, _ = _failed(data)
         assert conds and all("train" in c for c in conds), conds
