@@ -111,13 +111,14 @@ def _compress(src: Path, dest: Path) -> None:
 
 def census_command(ncu: str, ncfg: dict[str, Any], report: Path) -> list[str]:
     """ncu's census of the measured call: every launch, with the few metrics of profiling.inventory (one
-    pass each), under the run's clock and cache control."""
+    pass each), under the run's clock control, each launch finding the L2 as the launches before it left it
+    (``--cache-control none``), as in the timed call: its sum bounds the event time (timecheck), and flushed
+    before each of a network's hundreds of small launches it did not (ModelNew = Model: GoogleNet 11% and
+    ResNet18 13% over their event medians on the H100, their activations read from DRAM at every launch)."""
     cmd = [ncu, "--nvtx", "--nvtx-include", NVTX_FILTER, "--metrics", ",".join(inventory.CENSUS_METRICS)]
     if ncfg.get("clock_control"):
         cmd += ["--clock-control", ncfg["clock_control"]]
-    if ncfg.get("cache_control"):
-        cmd += ["--cache-control", ncfg["cache_control"]]
-    return cmd + ["-o", str(report.with_suffix("")), "-f"]
+    return cmd + ["--cache-control", "none", "-o", str(report.with_suffix("")), "-f"]
 
 
 def check_ncu_output(returncode: int | None, out: str) -> None:
@@ -306,7 +307,8 @@ def register(subparsers: Any) -> None:
         epilog="Budget (run.json ncu.budget, set by init --ncu-budget; default kernels=8,share=0.9,configs=16,"
         "census=400): a call that launches at most 'kernels' kernels gets ncu's full sections for every launch. A "
         "larger one (a network, an RNN of thousands of launches) gets two runs under ncu: a census of every launch "
-        "(duration and DRAM bytes: the call's sums, and ncu_census.csv.gz; ncu takes about 90 ms a launch, so a call "
+        "(duration and DRAM bytes, each launch finding the L2 as the launches before it left it, as in the timed call: "
+        "the call's sums, and ncu_census.csv.gz; ncu takes about 90 ms a launch, so a call "
         "of more than 'census' launches gets a census of its first 'census' only: the shares are of those, and the "
         "call's sums are left unknown), then full sections for the version's own kernels and "
         "the largest shares of the call's time until 'share', at most 'kernels' kernels and 'configs' launch "
