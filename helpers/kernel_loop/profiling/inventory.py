@@ -118,15 +118,18 @@ class Budget:
 def function_base(name: str) -> str:
     """ncu's "function" base of a demangled kernel name: ``void at::native::(anonymous
     namespace)::vectorized_elementwise_kernel<4, ...>(int, T2, T3)`` -> ``vectorized_elementwise_kernel``;
-    a Triton or ``extern "C"`` name is itself."""
-    n = name.strip()
+    a Triton or ``extern "C"`` name is itself.  ncu prints an anonymous namespace as ``(anonymous namespace)``,
+    ``<unnamed>`` or, in its raw CSV, ``unnamed>`` (its ``<`` lost: ``void unnamed>::cunn_SoftMaxForwardReg<float,
+    float, float, unnamed>::SoftMaxForwardEpilogue, long, 8>(...)`` on the H100), whose lone ``>`` closed the
+    template early and left ``8`` as the base: each is dropped first."""
+    n = re.sub(r"(\(anonymous namespace\)|<?\bunnamed>)::", "", name.strip())
     depth, cut = 0, len(n)
     for i, ch in enumerate(n):  # the parameter list: the first '(' outside template brackets
         if ch == "<":
             depth += 1
         elif ch == ">":
             depth = max(0, depth - 1)
-        elif ch == "(" and depth == 0 and not n.startswith("(anonymous", i):
+        elif ch == "(" and depth == 0:
             cut = i
             break
     n = n[:cut]
@@ -138,8 +141,7 @@ def function_base(name: str) -> str:
             depth = max(0, depth - 1)
         elif depth == 0:
             out.append(ch)
-    n = re.sub(r"\(anonymous namespace\)::", "", "".join(out)).strip()
-    n = n.rsplit("::", 1)[-1].strip()
+    n = "".join(out).strip().rsplit("::", 1)[-1].strip()
     n = n.split()[-1] if n.split() else n  # the return type before the name
     return n or name.strip()
 
