@@ -10,8 +10,8 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 
-MAX_FILES=198  # kb_bytes.py (the inputs' bytes read from the source) apart from kb_dims.py, measure/held.py (the results a caller holds) apart from calls.py, measure/modes.py (Model in a mode) apart from conditions.py, measure/libraries.py (kept load_inline libraries) with the GPU logs one xz file and the FlashInfer test in test_benchmark_gpu.py; the judge and its worker (measure/) are a package of their own, the KBS families a module; skillmds allows 200
-MAX_BYTES=$((10 * 1024 * 1024))
+MAX_FILES=198  # four small test files merged into their neighbours for measure/exact.py and the level-3 example; kb_bytes.py (the inputs' bytes read from the source) apart from kb_dims.py, measure/held.py (the results a caller holds) apart from calls.py, measure/modes.py (Model in a mode) apart from conditions.py, measure/libraries.py (kept load_inline libraries) with the GPU logs one xz file and the FlashInfer test in test_benchmark_gpu.py; the judge and its worker (measure/) are a package of their own, the KBS families a module; skillmds allows 200
+MAX_BYTES=$((12 * 1024 * 1024))  # 11.2 MB with the level-3 example (1.0 MB, its Nsight Compute reports kept); skillmds allows 20 MB
 skillmd=(node "$repo/node_modules/skillmds/bin/skillmd.mjs")
 py="$repo/.venv/bin/python"
 
@@ -56,7 +56,7 @@ pack_files "$src" | awk -F/ '{ d = (NF > 3 ? $1 "/" $2 "/" $3 : (NF > 1 ? $1 "/"
   END { for (d in n) printf "  %5d  %s\n", n[d], d }' | sort -rn | head -8
 if (( files > MAX_FILES )); then fail "$files files, more than the budget of $MAX_FILES"
 else ok "$files files (budget $MAX_FILES)"; fi
-if (( bytes > MAX_BYTES )); then fail "$bytes bytes, more than the budget of $MAX_BYTES (10 MiB)"
+if (( bytes > MAX_BYTES )); then fail "$bytes bytes, more than the budget of $MAX_BYTES (12 MiB)"
 else ok "$bytes bytes (budget $MAX_BYTES)"; fi
 
 # 3. lint, and what the security scan reports
