@@ -1461,6 +1461,20 @@ def test_a_model_more_exact_than_the_reference_passes_in_every_mode_and_with_oth
         assert conds and all("train" in c for c in conds), conds
 
 
+@pytest.mark.parametrize("ref, kernel, passes", [
+    ("kb_ref_ema_buffer.py", "kb_cheat_ema_bf16_in_training.py", False),
+    ("kb_ref_ema_buffer.py", "ModelNew = Model", True),
+    ("kb_ref_noise_in_forward.py", "kb_cheat_noise_bf16_where_typical.py", False),
+    ("kb_ref_noise_in_forward.py", "ModelNew = Model", True)])
+def test_the_float64_answer_is_of_the_model_as_it_gave_the_reference(tmp_path, ref, kernel, passes):
+    """A review's two bfloat16 cheats passed the float64 re-check of a condition's calls: it ran the Model copy after
+    the float32 call had changed its buffer (a running mean kept in a plain buffer), and it ran a Model that draws in
+    forward, whose float64 draws are other numbers.  The copy is now kept as it was before that call, and a
+    reference that draws is never re-checked in float64.  (A real worker process: the generators are compared.)"""
+    rc, data, md = _kb(tmp_path, ref, _same_model(tmp_path, ref, kernel), "batch_size=32,features=64")
+    assert (rc == 0) is passes, data["error"]
+
+
 def test_the_float64_recheck_reads_a_copy_of_what_the_call_returned(tmp_path, worker_here, monkeypatch):
     """Red team 13: the re-check read the shared output again after the float64 reference, so a kernel's thread could
     write right values for that read and undo them.  It reads a private copy whose fingerprint is the call's return;

@@ -323,8 +323,8 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
             m = model_copy(prob, train, None, twin=twin)
             nudge(m, seed, scales, sparse=sparse)
             return m
-        cond.made = nudged()  # (kept: "stepped" changes the judge's Model itself below)
-        runs = [prob.run_reference(ds.args, ds, m, s) for m, s in ((cond.made, None), (nudged(), prob.cfg.seed + 2))[:1 + train]]
+        cond.made = nudged()  # never run (a forward may change its buffers); made now: "stepped" changes Model below
+        runs = [prob.run_reference(ds.args, ds, nudged(), s) for s in (None, prob.cfg.seed + 2)[:1 + train]]
         if train and not all(r["passed"] for r in compare_outputs(runs[1], runs[0], tolerance, prob.ref)[0]):
             return _condition(tolerance, prob, first, ds, "weights:twin", earlier, seed, notes)  # random (dropout)
         cond.expected, spec = runs[0], {"seed": seed, "scales": scales, **({"train": True} if train else {}),

@@ -121,8 +121,9 @@ def function_base(name: str) -> str:
     a Triton or ``extern "C"`` name is itself.  ncu prints an anonymous namespace as ``(anonymous namespace)``,
     ``<unnamed>`` or, in its raw CSV, ``unnamed>`` (its ``<`` lost: ``void unnamed>::cunn_SoftMaxForwardReg<float,
     float, float, unnamed>::SoftMaxForwardEpilogue, long, 8>(...)`` on the H100), whose lone ``>`` closed the
-    template early and left ``8`` as the base: each is dropped first."""
-    n = re.sub(r"(\(anonymous namespace\)|<?\bunnamed>)::", "", name.strip())
+    template early and left ``8`` as the base: each is dropped first (a template's own ``<`` before ``unnamed>::``
+    stays: ``CatArrayBatchedCopy<unnamed>::OpaqueType<4>, ...>``)."""
+    n = re.sub(r"\(anonymous namespace\)::|(?:(?<=[<\s,:])|^)<unnamed>::|(?<!\w)unnamed>::", "", name.strip())
     depth, cut = 0, len(n)
     for i, ch in enumerate(n):  # the parameter list: the first '(' outside template brackets
         if ch == "<":
