@@ -1475,6 +1475,22 @@ def test_the_float64_answer_is_of_the_model_as_it_gave_the_reference(tmp_path, r
     assert (rc == 0) is passes, data["error"]
 
 
+@pytest.mark.parametrize("layout", ["layout:permuted", "layout:padded"])
+def test_inputs_again_after_a_layout_call_are_handed_as_the_worker_holds_them(tmp_path, monkeypatch, layout):
+    """Found while checking a review's fixes (about 1 run in 10 of ModelNew = Model on a Model that adds
+    randn_like(x) noise): the call with the previous call's inputs again took them as that call's judge had them,
+    a transposed or padded view after a layout condition, so the reference drew its noise laid out another way than
+    the worker's plain buffer.  They are now dense, as the worker holds them.  (A real worker process: the
+    generators are compared.)"""
+    from kernel_loop.measure import judge
+
+    monkeypatch.setattr(judge, "condition_plan", lambda rng, ds, prob, trials: ["plain", layout, "input:again", "plain"])
+    ref = "kb_ref_noise_in_forward.py"
+    rc, data, md = _kb(tmp_path, ref, _same_model(tmp_path, ref, "ModelNew = Model"), "batch_size=32,features=64")
+    assert rc == 0, data["error"]
+    assert [t["condition"] for t in data["shapes"][0]["trials"]][:4] == ["plain", layout, "input:again", "plain"]
+
+
 def test_the_float64_recheck_reads_a_copy_of_what_the_call_returned(tmp_path, worker_here, monkeypatch):
     """Red team 13: the re-check read the shared output again after the float64 reference, so a kernel's thread could
     write right values for that read and undo them.  It reads a private copy whose fingerprint is the call's return;

@@ -307,8 +307,8 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
     elif aspect == "call":
         cond.nograd, cond.inference = True, value == "inference"
     elif (want or "").endswith(":again"):  # inputs a call has just had, with weights changed or not: a memo keyed on their
-        base = earlier or first  # values, blind to the weights and the instance (a red team's), is stale
-        ds = dataclasses.replace(ds, args={n: base.args[n].to(v.device) if n in ds.input_names() else v
+        base = earlier or first  # values, blind to the weights and the instance (a red team's), is stale (_dense)
+        ds = dataclasses.replace(ds, args={n: _dense(base.args[n].to(v.device)) if n in ds.input_names() else v
                                            for n, v in ds.args.items()}, ref_props={}, vary=None)
         prob.reference(ds)
     if aspect == "weights":  # a second instance's frozen parameters, norms' means and drawn buffers differ too
@@ -355,6 +355,12 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
 
 
 # --- the inputs' range -----------------------------------------------------------------------------
+def _dense(v: Any) -> Any:
+    """An input as the worker holds it in a plain call (its buffer's layout), whatever view the call before had it as
+    (a layout condition's): a Model that draws randn_like(x) lays its numbers out as x is laid out."""
+    return v.contiguous() if is_tensor(v) else v
+
+
 def factor(vary: str, seed: int) -> float:
     """The scale or shift of a draw moved to ``vary``: "up", "down" or "shift" (VARIANTS), log-uniform in its
     range from the draw's seed; "up:lo", "up:hi" and so on, that range's low or high end."""
