@@ -58,6 +58,24 @@ def _init(tmp_path: Path, ref: Path, kernel_text: str, *extra: str) -> Path:
     return out
 
 
+def _batches(data: dict) -> list[int]:
+    return [s["dims"]["batch_size"] for s in data["shapes"]]
+
+
+def _widths(data: dict) -> list[tuple[int, int]]:
+    return [(s["dims"]["batch_size"], s["dims"]["dim"]) for s in data["shapes"]]
+
+
+def _verdict(out: Path, label: str, passes: bool, *, timeout: int = 600, shown=None) -> dict:
+    """Correctness on ``out``: its verdict printed for the device's log before the exit code is asserted (what
+    ``shown`` says of the data, else its error), and its correctness.json."""
+    proc = klcli.run("correctness", out, timeout=timeout)
+    data = json.loads((out / "v0" / "correctness.json").read_text())
+    print(f"{label}: {data['result']}, {shown(data) if shown else 'error ' + str(data['error'])}")
+    assert proc.returncode == (0 if passes else 1), proc.stderr[-3000:]
+    return data
+
+
 # --- KernelBench with parameters --------------------------------------------------------------------------
 @needs_gpu
 @pytest.mark.parametrize("level, stem", [("level2", "86_Matmul_Divide_GELU"), ("level2", "99_Matmul_GELU_Softmax"),
@@ -221,11 +239,8 @@ def test_an_extra_shape_of_another_batch_size_keeps_the_runs_own_batch_sizes_on_
     Linear+ReLU whose one-row path forgets the bias passed such a run.  On the GPU both sets are called now."""
     out = _init(tmp_path, klcli.KERNELS / "kb_ref_linear_relu.py", (klcli.KERNELS / kernel).read_text(), "--dims",
                 "batch_size=32,features=64", "--extra-shapes", "batch_size=48")
-    proc = klcli.run("correctness", out, timeout=600)
-    data = json.loads((out / "v0" / "correctness.json").read_text())
-    sizes = [s["dims"]["batch_size"] for s in data["shapes"]]
-    print(f"{kernel}: {data['result']}, batch sizes {sizes}")
-    assert proc.returncode == (0 if passes else 1), proc.stderr[-3000:]
+    data = _verdict(out, kernel, passes, shown=lambda d: f"batch sizes {_batches(d)}")
+    sizes = _batches(data)
     if passes:
         assert {1, 16, 32, 41, 48} <= set(sizes), sizes
     else:
@@ -243,11 +258,8 @@ def test_input_sizes_other_than_the_runs_on_the_gpu(tmp_path, kernel, impl, pass
     address: the kernel's failure, not a refusal)."""
     out = _init(tmp_path, klcli.KERNELS / "kb_ref_relu_rand.py", (klcli.KERNELS / kernel).read_text(), "--dims",
                 "batch_size=64,dim=1024", "--impl", impl)
-    proc = klcli.run("correctness", out, timeout=900)
-    data = json.loads((out / "v0" / "correctness.json").read_text())
-    shapes = [(s["dims"]["batch_size"], s["dims"]["dim"]) for s in data["shapes"]]
-    print(f"{kernel}: {data['result']}, shapes {shapes}, error {data['error']}")
-    assert proc.returncode == (0 if passes else 1), proc.stderr[-3000:]
+    data = _verdict(out, kernel, passes, timeout=900, shown=lambda d: f"shapes {_widths(d)}, error {d['error']}")
+    shapes = _widths(data)
     assert (32, 769) in shapes, shapes
     if not passes:
         assert "as a user's input of another width" in data["error"], data["error"]
@@ -261,11 +273,8 @@ def test_a_second_instance_with_other_float_arguments_on_the_gpu(tmp_path, kerne
     takes its own instance's scale and slope passes; one with the file's values written in fails there."""
     out = _init(tmp_path, klcli.KERNELS / "kb_ref_linear_scaled_arg.py", (klcli.KERNELS / kernel).read_text(), "--dims",
                 "batch_size=16,features=32")
-    proc = klcli.run("correctness", out, timeout=600)
-    data = json.loads((out / "v0" / "correctness.json").read_text())
+    data = _verdict(out, kernel, passes)
     md = (out / "v0" / "correctness.md").read_text()
-    print(f"{kernel}: {data['result']}, error {data['error']}")
-    assert proc.returncode == (0 if passes else 1), proc.stderr[-3000:]
     refused = "refuses" in kernel  # made for the file's values, it raises on others: noted, not failed
     assert ("the kernel refused the second instance's float arguments" in md) is refused, md[:3000]
     assert ("the second instance (weights:twin) is built with [32, " in md) is not refused, md[:3000]
@@ -281,10 +290,7 @@ def test_a_row_leading_with_minus_inf_meets_an_online_softmax_on_the_gpu(tmp_pat
     if not passes:
         text = text.replace('safe = tl.where(new == float("-inf"), 0.0, new)', "safe = new")
     out = _init(tmp_path, klcli.KERNELS / "kb_ref_softmax.py", text, "--dims", "batch_size=64,dim=4096")
-    proc = klcli.run("correctness", out, timeout=600)
-    data = json.loads((out / "v0" / "correctness.json").read_text())
-    print(f"online softmax ({'honest' if passes else 'NaN on a masked block'}): {data['result']}, error {data['error']}")
-    assert proc.returncode == (0 if passes else 1), proc.stderr[-3000:]
+    data = _verdict(out, f"online softmax ({'honest' if passes else 'NaN on a masked block'})", passes)
     assert any(t["condition"] == "range:masked" for s in data["shapes"] for t in s["trials"])
     if not passes:
         assert "leads with -inf" in data["error"], data["error"]

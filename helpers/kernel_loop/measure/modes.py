@@ -145,21 +145,19 @@ def train_expected(prob: Problem, ds: DataSet, tolerance: Any, cond: Condition
 
     from ..compare import compare_outputs
 
-    def run(seed: int, keep: list | None = None) -> tuple[dict[str, Any], Any]:
+    def run(seed: int) -> tuple[dict[str, Any], Any]:
         m = model_copy(prob, True, cond.stats, frozen=cond.frozen)
-        if keep is not None:  # as it was before its call changed its buffers (exact.py runs it in float64)
-            keep.append(copy.deepcopy(m))
         out = prob.run_reference(ds.args, ds, m, seed)  # (its draws noted there: seen["train_draws"])
         return out, m
 
-    kept: list = []
-    first, model = run(prob.cfg.seed + 1, kept)
+    cond.made = model_copy(prob, True, cond.stats, frozen=cond.frozen)  # never run: a call changes its buffers
+    first, model = run(prob.cfg.seed + 1)
     key = "train:frozen" if cond.frozen else "train"  # (with its norm layers in eval(), the model's output may not vary)
     if key not in prob.seen:
         same = all(r["passed"] for r in compare_outputs(first, ds.expected, tolerance, prob.ref)[0])
         again = all(r["passed"] for r in compare_outputs(run(prob.cfg.seed + 2)[0], first, tolerance, prob.ref)[0])
         prob.seen[key] = "same" if same else ("differs" if again else "random")
-    names, cond.made = {n for n, _ in model.named_buffers()}, kept[0]
+    names = {n for n, _ in model.named_buffers()}
     cond.buffers = {n: t.detach().clone() for n, t in model.state_dict().items() if n in names}
     if prob.seen[key] == "random":  # its buffers may not be (a BatchNorm before the dropout): compared alone; a red
         other = run(prob.cfg.seed + 2)[1].state_dict()  # team's ModelNew ran eval() in training mode and passed
