@@ -264,6 +264,10 @@ CONDITION_WORDS = {
     "layout:permuted": "every input handed dense but in another memory order (channels_last, a transpose's), as a "
                        "user's permuted tensor is; a model's 4-d and 5-d weights channels_last too, as a user's "
                        "model.to(memory_format=torch.channels_last) holds them",
+    "layout:permuted:input": "every input handed dense but in another memory order (channels_last, a transpose's), "
+                             "the model's weights as it holds them: a user's permuted tensor into a model left as built",
+    "layout:weights": "the model's 4-d and 5-d weights channels_last, as a user's model.to(memory_format="
+                      "torch.channels_last) holds them, every input as drawn: a user's contiguous tensor into that model",
     "layout:offset": "every input handed dense but as a batch less its first row (big[1:]: at a storage offset, "
                      "16-byte aligned only where a row is)",
     "layout:lead": "every input of three dims or more handed dense with its first two dims swapped in memory (a "

@@ -956,6 +956,7 @@ def test_a_one_row_path_fails_when_the_run_names_another_batch_size_too(tmp_path
     ("kb_ref_relu_only.py", "kb_cheat_relu_faults_off_alignment.py", "batch_size=8,features=15", False, "misaligned"),
     ("kb_ref_conv2d.py", "kb_cheat_conv_weight_oihw.py", "batch_size=2", False, "model.to(memory_format"),
     ("kb_ref_conv2d.py", "kb_cheat_conv_weight_alias.py", "batch_size=2", False, "model.to(memory_format"),
+    ("kb_ref_conv2d.py", "kb_cheat_conv_weight_order_of_input.py", "batch_size=2", False, "channels_last"),
     ("kb_ref_conv2d.py", "kb_new_conv_weight_made_contiguous.py", "batch_size=2", True, None),
     ("kb_ref_conv_pointwise.py", "ModelNew = Model", "batch_size=2", True, None),
 ])
@@ -966,7 +967,8 @@ def test_a_kernel_right_only_for_the_layouts_the_judge_used_to_hand_fails(tmp_pa
     Now a batch less its first row (layout:offset) and a channels_last model (layout:permuted) are among the calls.
     A 1x1 and a depthwise conv's weights are in that order already: the judge poisoned the old memory of a weight
     that had not moved, the weight itself, and every later call of an honest DenseNet layer failed (found on the
-    level-3 example's drafts)."""
+    level-3 example's drafts).  A later red team's conv took its weight's order from its input's: the weights moved
+    exactly when the inputs did; now each also without the other (layout:permuted:input, layout:weights)."""
     rc, data, _ = _kb(tmp_path, ref, _same_model(tmp_path, ref, kernel), dims)
     assert rc == (0 if passes else 1), data["error"]
     assert passes or why in data["error"], data["error"]
@@ -1506,6 +1508,7 @@ def test_the_float64_recheck_reads_a_copy_of_what_the_call_returned(tmp_path, wo
     ("ref_inexact_two_outputs.py", "cheat_two_outputs_one_tensor_inexact_ref.py", "N=4096", "shares memory with the output"),
     ("ref_inexact_row_sum_repeated.py", "cheat_row_sum_expanded_inexact_ref.py", "M=64,N=64", "expanded tensor"),
     ("ref_inexact_then_exact.py", "cheat_sloppy_where_the_reference_is_exact.py", "N=4096", "outside tolerance"),
+    ("ref_inexact_then_exact.py", "cheat_float16_where_the_reference_is_exact.py", "N=4096", "outside tolerance"),
     ("ref_inexact_then_exact.py", "honest_inexact_then_exact.py", "N=4096", None),
     ("ref_inexact_two_outputs.py", "honest_two_outputs_inexact_ref.py", "N=4096", None)])
 def test_red_team_6_an_output_forgiven_for_an_inexact_reference_is_still_checked(tmp_path, worker_here, ref, kernel,
@@ -1514,10 +1517,27 @@ def test_red_team_6_an_output_forgiven_for_an_inexact_reference_is_still_checked
     after the values (two outputs in one tensor; a stride-0 output that writes one value per row), and the allowance,
     twice the reference's worst error anywhere, let a kernel be ten times the tolerance off where the reference is
     exact.  The rule now runs before those checks, and the allowance is the reference's error near each element; honest
-    kernels more exact than the reference still pass."""
+    kernels more exact than the reference still pass.  A later red team's float16 half, within the elementwise
+    tolerance, passed on the reference's relative L2 error over the whole output: that allowance is local too."""
     rc, data, md = _correctness(tmp_path, ref, kernel, dims)
     assert (rc == 0) is (why is None), data["error"]
     assert why is None or why in data["error"], data["error"]
+
+
+@pytest.mark.parametrize("kernel, passes", [("cheat_variance_one_pass_far_rows.py", False),
+                                            ("cheat_zeros_on_far_rows.py", False),
+                                            ("honest_standardize_var_mean.py", True)])
+def test_a_range_where_the_reference_is_a_little_off_is_checked_in_float64(tmp_path, worker_here, kernel, passes):
+    """A later red team's: rows shifted hundreds of RMS, where the float32 reference's two-pass variance is a little
+    off, were left unchecked (range:rows, range:sink), and a one-pass variance there, hundreds of times the reference's
+    error, or zeros, passed about nine runs in ten.  Such a range is checked now, against the float64 answer where the
+    reference misses; honest statistics rounded otherwise still pass."""
+    rc, data, md = _correctness(tmp_path, "ref_standardize_two_pass.py", kernel, "M=64,N=256")
+    assert (rc == 0) is passes, data["error"]
+    conds = {t["condition"] for s in data["shapes"] for t in s["trials"]}
+    assert {"range:rows", "range:sink:lo"} <= conds, conds
+    if not passes:
+        assert {"range:rows", "range:sink:lo"} <= _failed(data)[0], data["error"]
 
 
 @pytest.mark.parametrize("kernel, passes", [("cheat_noise_then_reseeds_everything.py", False),
@@ -1586,6 +1606,8 @@ def test_a_kernel_is_imported_under_the_name_a_users_import_gives_it(tmp_path, n
 @pytest.mark.parametrize("ref, kernel, dims, passes, note", [
     ("kb_ref_linear_relu.py", "kb_cheat_wrong_grad.py", "batch_size=32,features=64", False, None),
     ("kb_ref_linear_relu.py", "kb_new_no_grad.py", "batch_size=32,features=64", True, "carries no gradient"),
+    ("kb_ref_linear_relu.py", "kb_cheat_grads_rounded_to_half.py", "batch_size=32,features=64", False, None),
+    ("kb_ref_linear_relu.py", "kb_new_grads_own_backward.py", "batch_size=32,features=64", True, None),
     ("kb_ref.py", "kb_new.py", "batch_size=16,in_features=64,out_features=32", True, "gradients of the inputs"),
     # a red team's false rejection: a weight layout cached on the first call reaches no gradient: noted, not failed
     ("kb_ref_linear_relu.py", "kb_new_linear_cached_weight_t.py", "batch_size=32,features=64", True,
@@ -1593,10 +1615,14 @@ def test_a_kernel_is_imported_under_the_name_a_users_import_gives_it(tmp_path, n
 ])
 def test_gradients_of_a_modelnew(tmp_path, worker_here, ref, kernel, dims, passes, note):
     """A ModelNew whose output carries a gradient has its input and parameter gradients compared with Model's on
-    one call with autograd on; one whose output carries none (a custom kernel without backward) is noted."""
+    one call with autograd on; one whose output carries none (a custom kernel without backward) is noted.  A later red
+    team's backward rounded its gradients to float16, within the elementwise tolerance: a gradient Model gets within
+    the relative L2 limit is held to it too (against float64, beyond twice Model's own error)."""
     rc, data, md = _kb(tmp_path, ref, kernel, dims)
     assert (rc == 0) is passes, data["error"]
-    if not passes:
+    if kernel == "kb_cheat_grads_rounded_to_half.py":
+        assert "relative L2 error against Model's float64 gradient" in data["error"], data["error"]
+    elif not passes:
         # its backward halves the input's gradient and gives the weight none (noted, like a cached layout)
         assert "gradient of input 'arg0'" in data["error"], data["error"]
         assert "parameter 'fc.weight': not compared" in md

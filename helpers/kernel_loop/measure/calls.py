@@ -26,7 +26,7 @@ from .conditions import VARIANTS, Condition, free_cached, range_ok
 from .exact import as_exact_as_the_reference
 from .guards import start_state
 from .launch import KernelFailed, WorkerProc
-from .modes import draws_into, grad_slack
+from .modes import draws_into, grad_normwise, grad_slack
 from .problem import DataSet, Problem
 
 FRESH_DRAW_BUDGET_S = 20.0      # a fresh data set for every call while drawing them all costs no more
@@ -251,8 +251,8 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, returned: d
         first = str(exc).splitlines()[0] if str(exc) else "an error"
         notes.append(f"gradients: not compared: backward() raised ({first[:200]})")
         return []
-    # elementwise only: gradients cancel (a bias that feeds a normalisation has an exact gradient of zero), where
-    # a normwise bound would compare rounding with rounding; a wrong gradient of any size that matters fails here
+    # elementwise; normwise only where Model's own gradient holds the limit (grad_normwise): gradients cancel (a bias
+    # that feeds a normalisation has an exact gradient of zero), where a normwise bound compares rounding with rounding
     tols = applied_tolerances(back.grads, sess.judge.tolerance, sess.judge.ref)
     unused = set(reply.get("unused") or [])
     reached.update(() if cond.owed or cond.train else set(names) - unused)
@@ -276,6 +276,8 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, returned: d
             slack, by = grad_slack(back, exp, exact)
             wide = dict(tol, atol=tol["atol"] + slack, source=f"{tol['source']}; + {by} ({slack:.3g})")
             row = {"name": f"gradient of {n}", **compare(got, exact, wide["atol"], wide["rtol"]), "tolerance": wide}
+        if row["passed"] and exact is not None and (why := grad_normwise(got, exp, exact, tols[n])):
+            row.update(passed=False, note=why)
         if not row["passed"]:
             row["note"] = (f"the {row['name']} after backward() in {mode} differs from Model's ("
                            + (row.get("note") or f"{row['mismatches']} of {row['numel']} elements outside "
@@ -431,10 +433,8 @@ class Session:
         if scalars_of(ds) != self.scalars:  # setup() may draw a scalar per seed: the kernel gets this draw's
             self.scalars = scalars_of(ds)
             msg["scalars"] = {n: protocol.encode_value(v) for n, v in self.scalars.items()}
-        if cond.strided:
-            msg["strided"] = cond.strided
-        if cond.nudge:
-            msg["nudge"] = cond.nudge
+        msg.update({k: v for k, v in (("strided", cond.strided), ("weights", cond.weights and "channels_last"),
+                                       ("nudge", cond.nudge)) if v})
         if cond.twin:
             msg["twin"] = cond.twin
             draws_into(sh, self.problem, cond.twin.get("own") or (), twin=True)  # its own draws (then the first's)

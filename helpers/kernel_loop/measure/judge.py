@@ -252,7 +252,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
             hold.cycle_rings(sess, len(plan), notes) if t == len(plan) - 1 > 0 else None
             free_cached()
             r = sess.call("k", ds, checked=True, cond=cond)
-            if r.get("raised") and (cond.strided not in (None, "moved") or bool(unfit)) and hold.refusal(r["raised"]):
+            if r.get("raised") and (cond.strided not in (None, "moved") or cond.weights or bool(unfit)) and hold.refusal(r["raised"]):
                 plan += hold.refused(notes, CONDITION_WORDS[said], own, r["raised"], plan, t, prob.seen)  # noted
                 t, ds, cond, r = t + 1, None, None, None  # every call there must raise or be right (refused: retried)
                 continue

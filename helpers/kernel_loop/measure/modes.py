@@ -49,6 +49,23 @@ def grad_slack(back: Backward, exp: Any, exact: Any) -> tuple[float, str]:
     return slack, "2x Model's float32 error"
 
 
+def grad_normwise(got: Any, exp: Any, exact: Any, tol: dict[str, Any]) -> str | None:
+    """Why a gradient within its elementwise tolerance still fails (None when it passes): where Model's own float32
+    gradient holds the relative L2 limit against its float64 one (under half of it), the kernel's must too, beyond
+    twice Model's own error near each element (compare.within_the_references_error).  A red team's backward rounded
+    its gradients to float16, within the elementwise tolerance, 25 times the limit; a gradient Model itself gets far
+    from exact (cancellation) is held elementwise alone."""
+    from ..compare import within_the_references_error
+
+    limit = tol.get("rel_l2")
+    norm = float(exact.double().norm()) if exact.numel() else 0.0
+    if not limit or norm == 0 or float((exp.double() - exact.to(exp.device)).norm()) / norm > limit / 2:
+        return None
+    _, l2 = within_the_references_error(got, exp, exact.to(exp.device), tol)
+    return None if l2 <= 1.0 else (f"its relative L2 error against Model's float64 gradient, beyond twice Model's own "
+                                   f"float32 error near each element, is {l2:.3g} times the limit {limit:g}")
+
+
 def free_cached() -> None:
     """The judge's cached device memory given back: what it drew or computed for one call (float64 references, moved
     inputs) must not leave the worker short (seen on the H200: ConvTranspose2d, the judge holding 75 GiB)."""

@@ -331,7 +331,7 @@ class Worker:
                 for n in msg["stats"]:
                     state[n].copy_(k.state_bufs[n])
         views: dict[str, Any] = {}
-        k.formats = guards.weights_channels_last(torch, k.model if msg.get("strided") == "permuted" else None, k.formats)
+        k.formats = guards.weights_channels_last(torch, k.model if msg.get("weights") else None, k.formats)
         moved = msg.get("strided") == "moved"  # the outputs it is handed move too: a user's next buffers are elsewhere
         for box, key, buf in (k.inputs + (k.handed if moved else [])) if msg.get("strided") else ():
             view = tensors.strided_view(box[key], msg["strided"])  # the judge's layout (conditions.py)
