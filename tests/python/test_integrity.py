@@ -1524,22 +1524,6 @@ def test_red_team_6_an_output_forgiven_for_an_inexact_reference_is_still_checked
     assert why is None or why in data["error"], data["error"]
 
 
-@pytest.mark.parametrize("kernel, passes", [("cheat_variance_one_pass_far_rows.py", False),
-                                            ("cheat_zeros_on_far_rows.py", False),
-                                            ("honest_standardize_var_mean.py", True)])
-def test_a_range_where_the_reference_is_a_little_off_is_checked_in_float64(tmp_path, worker_here, kernel, passes):
-    """A later red team's: rows shifted hundreds of RMS, where the float32 reference's two-pass variance is a little
-    off, were left unchecked (range:rows, range:sink), and a one-pass variance there, hundreds of times the reference's
-    error, or zeros, passed about nine runs in ten.  Such a range is checked now, against the float64 answer where the
-    reference misses; honest statistics rounded otherwise still pass."""
-    rc, data, md = _correctness(tmp_path, "ref_standardize_two_pass.py", kernel, "M=64,N=256")
-    assert (rc == 0) is passes, data["error"]
-    conds = {t["condition"] for s in data["shapes"] for t in s["trials"]}
-    assert {"range:rows", "range:sink:lo"} <= conds, conds
-    if not passes:
-        assert {"range:rows", "range:sink:lo"} <= _failed(data)[0], data["error"]
-
-
 @pytest.mark.parametrize("kernel, passes", [("cheat_noise_then_reseeds_everything.py", False),
                                             ("honest_noise_as_the_reference.py", True)])
 def test_red_team_7_a_reference_drawing_from_python_too_still_checks_torchs_generators(tmp_path, no_static_check,

@@ -58,7 +58,7 @@ def as_exact_as_the_reference(prob: Problem, ds: DataSet, rows: list[dict], got:
     elsewhere), and a forgiven output still goes through every check after the values (verify).  ``made``: the Model
     a condition's expected outputs came from (``Condition.made``), run in float64 the same way (a DenseNet layer more
     exact than cuDNN's TF32 conv failed every call in training mode or with its weights changed, on the H100)."""
-    from ..compare import degenerate, numeric_miss, within_the_references_error
+    from ..compare import degenerate, numeric_miss, outside, within_the_references_error
     from ..tensors import clone_or_none, fingerprint
 
     numeric = [r for r in rows if numeric_miss(r) and is_tensor(got.get(r["name"]))]
@@ -73,11 +73,14 @@ def as_exact_as_the_reference(prob: Problem, ds: DataSet, rows: list[dict], got:
             continue
         tol = r["tolerance"]  # what compare_outputs applied to this output
         worst, l2 = within_the_references_error(g, e, x, tol)
+        said = (f"at most {worst:.3g} of the allowance of each element (the tolerance, or twice the float32 reference's "
+                f"own error near it), relative L2 error beyond twice the reference's own, block by block, {l2:.3g} of "
+                "the limit")
         if worst <= 1.0 and l2 <= 1.0 and not degenerate(g, e, r, bool(tol.get("preset"))):
             r.update(passed=True, normwise_only=False,
-                     note=f"against the reference in float64: every element within the tolerance or twice the float32 "
-                     f"reference's own error near it (at most {worst:.3g} of that allowance), relative L2 beyond twice the "
-                     f"reference's own near it {l2:.3g} of the limit: as exact as the reference, or more")
+                     note=f"against the reference in float64: {said}: as exact as the reference, or more")
+        else:  # what the re-check found, beside what the float32 comparison said
+            r["note"] = f"{outside(r)}; against the reference in float64 too: {said}"
     if exact:  # the float64 outputs go, and the memory with them
         exact = None
         free_cached()
