@@ -958,6 +958,7 @@ def test_a_one_row_path_fails_when_the_run_names_another_batch_size_too(tmp_path
     ("kb_ref_conv2d.py", "kb_cheat_conv_weight_alias.py", "batch_size=2", False, "model.to(memory_format"),
     ("kb_ref_conv2d.py", "kb_cheat_conv_weight_order_of_input.py", "batch_size=2", False, "channels_last"),
     ("kb_ref_conv2d.py", "kb_new_conv_weight_made_contiguous.py", "batch_size=2", True, None),
+    ("kb_ref_conv2d.py", "kb_new_conv_refuses_permuted_weight.py", "batch_size=2", True, "refused"),
     ("kb_ref_conv_pointwise.py", "ModelNew = Model", "batch_size=2", True, None),
 ])
 def test_a_kernel_right_only_for_the_layouts_the_judge_used_to_hand_fails(tmp_path, worker_here, ref, kernel, dims,
@@ -969,9 +970,11 @@ def test_a_kernel_right_only_for_the_layouts_the_judge_used_to_hand_fails(tmp_pa
     that had not moved, the weight itself, and every later call of an honest DenseNet layer failed (found on the
     level-3 example's drafts).  A later red team's conv took its weight's order from its input's: the weights moved
     exactly when the inputs did; now each also without the other (layout:permuted:input, layout:weights)."""
-    rc, data, _ = _kb(tmp_path, ref, _same_model(tmp_path, ref, kernel), dims)
+    rc, data, md = _kb(tmp_path, ref, _same_model(tmp_path, ref, kernel), dims)
     assert rc == (0 if passes else 1), data["error"]
     assert passes or why in data["error"], data["error"]
+    if passes and why:  # a raise where the weights alone are channels_last is a refusal, noted, as in the others
+        assert "torch.channels_last) holds them, every input as drawn" in md and why in md, md[:3000]
 
 
 @pytest.mark.parametrize("ref, kernel, passes", [

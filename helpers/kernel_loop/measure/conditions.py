@@ -42,6 +42,7 @@ from ..compare import compare_outputs, constant_outputs
 from ..tensors import continuous, is_tensor, nudge, nudge_scales, random_like, strided_view
 from ..vocab import CONDITION_WORDS
 from .exact import error_units, exact_reference, nonfinite
+from .guards import moving_weights
 from .modes import (
     RANDOM_TRAINING,
     Backward,
@@ -183,6 +184,8 @@ def _steps(rng, step: str) -> list[str]:
 def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]:
     """Each correctness call's condition: the first plain (a model's, one time in two, under inference_mode, then training
     with autograd); every condition that applies once, in an order drawn at random, with running statistics two runs of steps."""
+    import torch
+
     wanted: list[str] = []
     if first.write_only():
         wanted += ["pre:zeros", "pre:random", "pre:stale"]
@@ -207,13 +210,14 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
     if any(is_tensor(first.args[n]) for n in first.input_names()):
         wanted += ["layout:moved"]  # found by a red team: a kernel right only at the address of the first input it saw
     if prob.model is not None and any(max(first.args[n].shape, default=0) > 1 for n in first.input_names()):
+        moving = bool(moving_weights(torch, prob.model))  # weights a user's channels_last model holds moved
         wanted += ["layout:strided", "layout:offset"]  # a module takes what its caller has; a run_kernel's inputs
         # are setup()'s (offset: a red team's kernel read its input's storage from the start; a float4 load faults)
         if any(sum(s > 1 for s in first.args[n].shape) > 1 for n in first.input_names() if is_tensor(first.args[n])):
             wanted += ["layout:padded", "layout:permuted"]  # a red team's kernel took empty_like's strides for row-major
-            wanted += ["layout:permuted:input"] if moving_weights(prob.model) else []  # and a red team's conv took its
-            # weight's order from its input's: the two apart, the inputs alone here, the weights alone in layout:weights
-        wanted += ["layout:weights"] if moving_weights(prob.model) else []
+            wanted += ["layout:permuted:input"] if moving else []  # and a red team's conv took its weight's order
+            # from its input's: the two apart, the inputs alone here, the weights alone in layout:weights
+        wanted += ["layout:weights"] if moving else []
         if any(is_tensor(a := first.args[n]) and a.dim() > 2 and min(a.shape[:2]) > 1 for n in first.input_names()):
             wanted += ["layout:lead"]  # and a review's, checking only the last dim's stride
     rng.shuffle(wanted)
@@ -364,17 +368,6 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
 
 
 # --- the inputs' range -----------------------------------------------------------------------------
-def moving_weights(model: Any) -> bool:
-    """Whether ``model.to(memory_format=torch.channels_last)`` would move any of its weights or buffers (a 4-d or 5-d
-    float tensor not already in that order: a 1x1 or a depthwise conv's weight is)."""
-    import torch
-
-    return model is not None and any(
-        t.dim() in (4, 5) and t.is_floating_point()
-        and not t.is_contiguous(memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d)
-        for t in [*model.parameters(), *model.buffers()])
-
-
 def _dense(v: Any) -> Any:
     """An input as the worker holds it in a plain call (its buffer's layout), whatever view the call before had it as
     (a layout condition's): a Model that draws randn_like(x) lays its numbers out as x is laid out."""

@@ -264,17 +264,25 @@ def weights_channels_last(torch: Any, model: Any, left: list[tuple[Any, Any]]) -
     freed (a review's alias kept from before read it).  ``weights_back`` undoes it with what the call left, first
     for ``left``, what a call that raised before its own undoing left."""
     weights_back(left)
-    held, seen = [], set()
-    for t in [*model.parameters(), *model.buffers()] if model is not None else ():
-        if t.dim() in (4, 5) and t.is_floating_point() and id(t) not in seen:
-            seen.add(id(t))
-            moved = t.data.contiguous(memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d)
-            if moved.data_ptr() == t.data.data_ptr():  # already in that order (a 1x1 or a depthwise conv's weight):
-                continue  # Module.to leaves it where it is, and poisoning it would poison the weight itself
-            held.append((t, t.data))
-            t.data = moved
-            held[-1][1].fill_(float("nan"))
+    held = []
+    for t, fmt in moving_weights(torch, model):
+        held.append((t, t.data))
+        t.data = t.data.contiguous(memory_format=fmt)
+        held[-1][1].fill_(float("nan"))
     return held
+
+
+def moving_weights(torch: Any, model: Any) -> list[tuple[Any, Any]]:
+    """The weights and buffers ``model.to(memory_format=torch.channels_last)`` moves, each with its new format: 4-d
+    and 5-d float tensors not in that order already (a 1x1 or a depthwise conv's weight is: Module.to leaves it where
+    it is, and poisoning its old memory would poison the weight itself)."""
+    out, seen = [], set()
+    for t in [*model.parameters(), *model.buffers()] if model is not None else ():
+        fmt = torch.channels_last if t.dim() == 4 else torch.channels_last_3d
+        if t.dim() in (4, 5) and t.is_floating_point() and id(t) not in seen and not t.is_contiguous(memory_format=fmt):
+            seen.add(id(t))
+            out.append((t, fmt))
+    return out
 
 
 def weights_back(held: list[tuple[Any, Any]]) -> None:
