@@ -153,8 +153,22 @@ def atomic_write_with(path: Path, write: Callable[[BinaryIO], Any]) -> None:
         raise
 
 
-def write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+def write_json(path: Path, data: Any, *, depth: int | None = None) -> None:
+    """``data`` as JSON, indented by 2; with ``depth``, what lies deeper than ``depth`` levels is written on one line
+    (json's indented writer is Python, its one-line writer C: a judge's result and correctness.json took 13 ms)."""
+    text = json.dumps(data, indent=2, default=str) if depth is None else _indented(data, depth, 0)
+    atomic_write_text(path, text + "\n")
+
+
+def _indented(data: Any, depth: int, level: int) -> str:
+    if level >= depth or not isinstance(data, (dict, list, tuple)) or not data:
+        return json.dumps(data, default=str)
+    pad, inner = "  " * level, "  " * (level + 1)
+    if isinstance(data, dict):
+        parts = [f"{inner}{json.dumps(k if isinstance(k, str) else json.dumps(k))}: {_indented(v, depth, level + 1)}"
+                 for k, v in data.items()]
+        return "{\n" + ",\n".join(parts) + f"\n{pad}}}"
+    return "[\n" + ",\n".join(inner + _indented(v, depth, level + 1) for v in data) + f"\n{pad}]"
 
 
 def read_json(path: Path) -> dict[str, Any]:

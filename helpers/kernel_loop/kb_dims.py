@@ -50,6 +50,8 @@ detection; the evaluation of the constants (pure expressions, pins) is in ``kb_e
 from __future__ import annotations
 
 import ast
+import copy
+import functools
 import inspect
 import os
 from pathlib import Path
@@ -93,11 +95,18 @@ def parse(source: ast.Module | os.PathLike | str) -> ast.Module:
         return source
     if isinstance(source, os.PathLike):
         path = Path(source)
-        return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        return _parsed(path.read_text(encoding="utf-8"), str(path))
     if isinstance(source, str):
-        return ast.parse(source)
+        return _parsed(source, "<unknown>")
     raise TypeError(f"expected an ast.Module, a path or source text, got {type(source).__name__}")
 
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(text: str, filename: str) -> ast.Module:
+    """One tree per text (nothing here changes a tree): the judge and its workers ask for the same file's rules at
+    every call they shape, and a tree kept is what ``_sizes`` keeps its answer by."""
+    return ast.parse(text, filename=filename)
 
 
 # --- axis arguments -------------------------------------------------------------------------------
@@ -304,7 +313,20 @@ def axis_constants(source: ast.Module | os.PathLike | str) -> set[str]:
     return _axes(tree, evaluate(tree))
 
 
+_SIZES: dict[int, tuple[ast.Module, dict[str, int | tuple], set[str]]] = {}  # id(tree) -> (the tree, its answer)
+
+
 def _sizes(tree: ast.Module) -> tuple[dict[str, int | tuple], set[str]]:
+    """(sizes, axes) of a tree, kept per tree (its values are ints and tuples: copies of the containers suffice)."""
+    kept = _SIZES.get(id(tree))
+    if kept is None or kept[0] is not tree:
+        if len(_SIZES) >= 32:
+            _SIZES.clear()
+        kept = _SIZES[id(tree)] = (tree, *_sizes_of(tree))
+    return dict(kept[1]), set(kept[2])
+
+
+def _sizes_of(tree: ast.Module) -> tuple[dict[str, int | tuple], set[str]]:
     consts = evaluate(tree)
     axes = _axes(tree, consts)
     sizes: dict[str, int | tuple] = {}
@@ -454,7 +476,19 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _pinned(text: str, dims: dict[str, int]) -> dict[str, tuple[Any, Any]]:
-    """Every pure constant of the file but its axes: {name: (the file's value or None, the value under dims)}."""
+    """Every pure constant of the file but its axes: {name: (the file's value or None, the value under dims)}.  A
+    copy of the answer kept per (text, dims): a module may change a list it was handed (apply_dims)."""
+    items = tuple(dict(dims).items())
+    try:
+        hash(items)
+    except TypeError:  # a value no key can hold: worked out afresh (and refused there)
+        return _pinned_kept.__wrapped__(text, items)
+    return copy.deepcopy(_pinned_kept(text, items))
+
+
+@functools.lru_cache(maxsize=64)
+def _pinned_kept(text: str, items: tuple[tuple[Any, Any], ...]) -> dict[str, tuple[Any, Any]]:
+    dims = dict(items)
     tree = parse(text)
     sizes, axes = _sizes(tree)
     file_values = evaluate(tree)

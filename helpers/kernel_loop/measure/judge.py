@@ -512,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         elif started is not None:
             started.close()
         proctree.end_descendants()
-    write_json(Path(spec["result_path"]), {**result, "seal": seal})
+    write_json(Path(spec["result_path"]), {**result, "seal": seal}, depth=0)  # read by the step alone
     return 0
 
 

@@ -197,7 +197,7 @@ def run_correctness(args: argparse.Namespace) -> int:
             "warnings": res.get("warnings", []), "sanitize": sanitize, "memory": memory_summary(res["shapes"]),
             "conditions": res.get("conditions"),
             "worker_isolated": res.get("worker_isolated"), "isolation_why": res.get("isolation_why")}
-    write_json(vdir / "correctness.json", data)
+    write_json(vdir / "correctness.json", data, depth=3)
     atomic_write_text(vdir / "correctness.md", render("correctness.md.j2", c=data))
     provenance.record(vdir, [kernel, vdir / "correctness.md", vdir / "correctness.json", rd.run_json],
                       drop=PROFILE_FILES)
