@@ -161,9 +161,9 @@ def count_poison(torch, t, variant: int) -> int:
 
 
 def verify(shared: Shared, ds: DataSet, report: dict[str, Any], tolerance: Any, ref: Any, prob: Problem | None = None,
-           held: dict[str, tuple] | None = None, made: Any = None) -> tuple[list[dict], list[str]]:
+           held: dict[str, tuple] | None = None, cond: Condition | None = None) -> tuple[list[dict], list[str]]:
     """Rows for every output and input: the outputs against the reference in the judge's buffers (and in float64 where
-    ``prob`` is given: ``made``'s, exact.py); the inputs as drawn; no output expanded or an input's view unless Model's is."""
+    ``prob`` is given: ``cond``'s Model copy, exact.py); the inputs as drawn; no output expanded or an input's view unless Model's is."""
     got, rows = shared.got(ds, report)
     bad = {r["name"] for r in rows}
     expected = {n: e for n, e in ds.expected.items() if n not in bad}
@@ -172,7 +172,7 @@ def verify(shared: Shared, ds: DataSet, report: dict[str, Any], tolerance: Any, 
     more += [bad_row(f"output '{n}'", t, f"output '{n}' changed after the call returned (a thread or a stream of the "
                      "kernel's wrote it later, out of the timed window): a call's work is done when it returns")
              for n, t in got.items() if n in (held or {}) and is_tensor(t) and fingerprint(t) != held[n]]
-    as_exact_as_the_reference(prob, ds, more, got, held, made) if prob is not None else None
+    as_exact_as_the_reference(prob, ds, more, got, held, cond) if prob is not None else None
     rows += more
     for row in rows:
         meta, props = report.get(row["name"]) or {}, ds.ref_props.get(row["name"]) or {}
@@ -476,7 +476,7 @@ class Session:
         if checked:
             exp = ds if cond.expected is None else dataclasses.replace(ds, expected=cond.expected)
             rows, warns = verify(sh, exp, reply.get("returned") or {}, self.judge.tolerance, self.judge.ref,
-                                 self.problem if cond.expected is None or cond.made else None, held, cond.made) if exp.expected else ([], [])
+                                 self.problem if cond.expected is None or cond.made else None, held, cond) if exp.expected else ([], [])
             if cond.buffers:
                 rows += buffer_rows(self, cond.buffers)
             out.update(rows=rows, warnings=warns, notes=[])

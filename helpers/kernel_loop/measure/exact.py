@@ -46,8 +46,15 @@ def exact_reference(prob: Problem, ds: DataSet, model: Any = None) -> dict[str, 
     return out
 
 
+LOOSE = 16.0  # on inputs where the float32 reference is off (Condition.loose): the kernel's error against float64, over
+# the whole output, within this many times the reference's own (CPU, LayerNorm rows shifted 2-500 RMS, 600 draws: two
+# honest ones written out within 6.3 times, 3 at the 95th percentile; a one-pass variance 20 times or more, zeros 980)
+RANGE_L2 = 4.0  # and its relative L2 error within this many limits however exact the reference happened to be there (an
+# honest LayerNorm failed 1.3-2.3 limits where the reference's rounding was the luckier, about one run in ten)
+
+
 def as_exact_as_the_reference(prob: Problem, ds: DataSet, rows: list[dict], got: dict, held: dict | None = None,
-                              made: Any = None) -> None:
+                              cond: Any = None) -> None:
     """An output whose values failed the comparison with the float32 reference passes when it is as exact as the
     reference, or more: against the reference computed in float64, each element within the tolerance or twice the
     reference's own worst error among its compare.LOCAL neighbours (in units of the tolerance), and the relative L2 error
@@ -57,7 +64,9 @@ def as_exact_as_the_reference(prob: Problem, ds: DataSet, rows: list[dict], got:
     allowance is local (a red team's kernel was sloppy where the reference is exact and passed on its worst error
     elsewhere), and a forgiven output still goes through every check after the values (verify).  ``made``: the Model
     a condition's expected outputs came from (``Condition.made``), run in float64 the same way (a DenseNet layer more
-    exact than cuDNN's TF32 conv failed every call in training mode or with its weights changed, on the H100)."""
+    exact than cuDNN's TF32 conv failed every call in training mode or with its weights changed, on the H100).  Where
+    the reference itself is off (``cond.loose``), the output may instead be within LOOSE times the reference's error,
+    both over the whole output (block by block, which of two honest roundings of a row's mean lands nearer is luck)."""
     from ..compare import degenerate, numeric_miss, outside, within_the_references_error
     from ..tensors import clone_or_none, fingerprint
 
@@ -65,6 +74,7 @@ def as_exact_as_the_reference(prob: Problem, ds: DataSet, rows: list[dict], got:
     if held is not None:  # private copies matching the call's return (a thread could write right values for this read)
         got = {**got, **{r["name"]: clone_or_none(got[r["name"]]) for r in numeric}}  # None: no room, not forgiven
         numeric = [r for r in numeric if got[r["name"]] is not None and fingerprint(got[r["name"]]) == held.get(r["name"])]
+    made, loose = getattr(cond, "made", None), bool(getattr(cond, "loose", False))
     exact = exact_reference(prob, ds, made) if numeric else None
     for r in numeric if exact else ():
         n = r["name"]
@@ -76,7 +86,13 @@ def as_exact_as_the_reference(prob: Problem, ds: DataSet, rows: list[dict], got:
         said = (f"at most {worst:.3g} of the allowance of each element (the tolerance, or twice the float32 reference's "
                 f"own error near it), relative L2 error beyond twice the reference's own, block by block, {l2:.3g} of "
                 "the limit")
-        if worst <= 1.0 and l2 <= 1.0 and not degenerate(g, e, r, bool(tol.get("preset"))):
+        ok = worst <= 1.0 and l2 <= 1.0
+        if loose and not ok:
+            (kr, kl), (rr, rl) = units(g, x, tol), units(e, x, tol)
+            ok = kr <= max(1.0, LOOSE * rr) and kl <= max(RANGE_L2, LOOSE * rl)
+            said = (f"{kr:.3g} of the tolerance at worst and {kl:.3g} of the relative L2 limit, the float32 reference "
+                    f"{rr:.3g} and {rl:.3g} (inputs where it is off: within {LOOSE:g} times its error passes)")
+        if ok and not degenerate(g, e, r, bool(tol.get("preset"))):
             r.update(passed=True, normwise_only=False,
                      note=f"against the reference in float64: {said}: as exact as the reference, or more")
         else:  # what the re-check found, beside what the float32 comparison said
@@ -103,16 +119,25 @@ def error_units(got: dict, exact: dict, tolerance: Any, ref: Any) -> dict[str, A
         if not (g.dtype.is_floating_point or g.dtype.is_complex):
             ratio = max(ratio, 0.0 if torch.equal(g, e.to(g.dtype)) else math.inf)
             continue
-        gd, ed = g.detach().to(torch.float64), e.detach().to(torch.float64)
-        if bool((torch.isfinite(gd) & ~torch.isfinite(ed)).any()):
+        if bool((torch.isfinite(g) & ~torch.isfinite(e)).any()):
             return {"why": "the float64 reference is not finite where the reference is"}
-        finite = torch.isfinite(gd) & torch.isfinite(ed)
-        tol = tols[name]
-        d = (gd - ed).abs()[finite]
-        bound = (tol["atol"] + tol["rtol"] * ed.abs()[finite]).clamp_min(1e-300)
-        if d.numel():
-            ratio = max(ratio, float((d / bound).max()))
-        norm = float(ed[finite].norm())
-        if tol.get("rel_l2") and norm > 0:
-            l2 = max(l2, float(d.norm()) / norm / tol["rel_l2"])
+        r, n = units(g, e, tols[name])
+        ratio, l2 = max(ratio, r), max(l2, n)
     return {"ratio": ratio, "l2": l2}
+
+
+def units(g: Any, e: Any, tol: dict[str, Any]) -> tuple[float, float]:
+    """(the largest |g - e| / (atol + rtol * |e|), the relative L2 error over the limit or 0 without one) of a float
+    output ``g`` against its float64 answer ``e``, where both are finite; infinite where ``g`` is finite and ``e`` is
+    not (NaN or infinities elsewhere are the comparison's to judge)."""
+    import torch
+
+    gd, ed = g.detach().to(torch.float64), e.detach().to(device=g.device, dtype=torch.float64)
+    if bool((torch.isfinite(gd) & ~torch.isfinite(ed)).any()):
+        return math.inf, math.inf
+    finite = torch.isfinite(gd) & torch.isfinite(ed)
+    d = (gd - ed).abs()[finite]
+    bound = (tol["atol"] + tol["rtol"] * ed.abs()[finite]).clamp_min(1e-300)
+    ratio = float((d / bound).max()) if d.numel() else 0.0
+    norm = float(ed[finite].norm())
+    return ratio, float(d.norm()) / norm / tol["rel_l2"] if tol.get("rel_l2") and norm > 0 else 0.0
