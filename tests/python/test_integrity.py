@@ -732,7 +732,7 @@ def test_a_condition_whose_copies_do_not_fit_in_memory_is_noted_and_the_call_is_
     def oom(*a, **k):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB")
 
-    monkeypatch.setattr(conditions, "range_ok", oom)
+    monkeypatch.setattr(conditions, "range_why", oom)
 
     class Prob:
         seen = {"model64": object()}
@@ -744,7 +744,7 @@ def test_a_condition_whose_copies_do_not_fit_in_memory_is_noted_and_the_call_is_
     cond, said, ds = conditions.condition(None, Prob(), "first", plain, "range:up", None, 1, notes)
     assert said == "plain" and ds is plain and cond.pre == "poison"
     assert notes and "did not fit in memory" in notes[0] and "inputs scaled up" in notes[0]
-    monkeypatch.setattr(conditions, "range_ok", lambda *a: (_ for _ in ()).throw(ValueError("outside its domain")))
+    monkeypatch.setattr(conditions, "range_why", lambda *a: (_ for _ in ()).throw(ValueError("outside its domain")))
     notes = []
     assert conditions.condition(None, Prob(), "first", plain, "range:up", None, 1, notes)[1] == "plain"
     assert "the reference cannot run there (ValueError: outside its domain)" in notes[0]
