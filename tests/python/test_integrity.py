@@ -1861,13 +1861,14 @@ def test_init_again_on_a_run_made_before_the_judges_batch_sizes_changes_nothing(
 
 @pytest.mark.parametrize("kernel, seed, passes", [
     ("kb_cheat_layernorm_one_pass.py", 42, False), ("kb_cheat_layernorm_zeros_far.py", 42, False),
-    *(("kb_new_layernorm_written.py", s, True) for s in (1, 2, 3, 4))])
+    ("kb_cheat_layernorm_nan_far.py", 42, False), *(("kb_new_layernorm_written.py", s, True) for s in (1, 2, 3, 4))])
 def test_a_kernel_wrong_only_where_the_reference_loses_digits_fails(tmp_path, worker_here, kernel, seed, passes):
     """A red team's: a one-pass variance, and zeros, on rows shifted far passed 2 and 6 runs in 10 (CPU, 4 x 4096), the
     range conditions where the float32 reference is itself off going unchecked; held there to float64, within
     exact.LOOSE times the reference's own error over the whole output, each failed 16 runs of 16.  An honest LayerNorm
     written out passes: every range call is held so, its relative L2 error within exact.RANGE_L2 limits too, however exact
-    the reference happened to be (block by block, 5 runs of 12 failed; with neither rule, about one in ten)."""
+    the reference happened to be (block by block, 5 runs of 12 failed; with neither rule, about one in ten).  A review's
+    NaN on those rows fails too (an output not finite where the reference is never goes to the float64 re-check)."""
     rc, data, md = _kb(tmp_path, "kb_ref_layernorm.py", kernel, "batch_size=4,features=4096", "--seed", str(seed))
     if not passes:
         assert rc == 1 and any(c.startswith("range:") for c in _failed(data)[0]), data["error"]  # (and the calls on

@@ -35,7 +35,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-import weakref
 import zlib
 from typing import Any
 
@@ -98,7 +97,7 @@ class Condition:
     fixed: tuple = ()  # the parameters frozen (requires_grad off) by name (modes.frozen_params); the others compared
     made: Any = None  # the Model copy ``expected`` came from, run in float64 where a kernel misses it (exact.py)
     weights: bool = False  # the model's 4-d and 5-d weights channels_last for the call (guards.weights_channels_last)
-    loose: bool = False  # inputs moved to a range (and again): held to float64 within exact.LOOSE of its error
+    loose: bool = False  # the inputs of a range's call again (ds.vary is gone): held to float64 as that call (exact.LOOSE)
     data: bool = False  # the inputs plain data (no gradient asked of them), every parameter training: a first layer's
 
     @property
@@ -322,7 +321,7 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         ds = dataclasses.replace(ds, args={n: _dense(base.args[n].to(v.device)) if n in ds.input_names() else v
                                            for n, v in ds.args.items()}, ref_props={}, vary=None)
         prob.reference(ds)
-        cond.loose = any(r() is base for r in prob.seen.get("loose", ()))  # a range's inputs the reference is off on
+        cond.loose = bool(base.vary)  # a range's inputs, held as that call was (exact.py)
     if aspect == "weights":  # a second instance's frozen parameters, norms' means and drawn buffers differ too
         twin, train = value.startswith("twin"), value == "twin:train"  # (a frozen layer or a norm's statistics are
         own = prob.drawn if twin else []  # reloaded alone too; a twin's own draws, as they are)
@@ -365,9 +364,8 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         if why and not off:
             notes.append(f"{CONDITION_WORDS[want]}: not checked: {why}")
             return cond, "plain", ds
-        cond.loose = True  # moved inputs: held to float64 as exact.py says (a one-pass variance and zeros on rows shifted
-        prob.seen["loose"] = [*(r for r in prob.seen.get("loose", ()) if r() is not None), weakref.ref(varied)]  # far
-        if why:  # passed 9 runs in 10 when ranges where the reference is off went unchecked)
+        if why:  # held to float64 as any moved inputs are (exact.py): a one-pass variance and zeros on rows shifted
+            # far passed 9 runs in 10 when ranges where the reference is off went unchecked
             notes.append(f"{CONDITION_WORDS[want]}: held to the reference in float64, within {LOOSE:g} times the float32 "
                          f"reference's own error there: {why}")
         if same := constant_outputs(varied.expected, first.expected):  # honest, if of little use: say so
@@ -441,8 +439,8 @@ def range_ok(prob: Problem, base: DataSet, varied: DataSet, tolerance: Any, plai
 
 def range_why(prob: Problem, base: DataSet, varied: DataSet, tolerance: Any, plain: DataSet | None = None
               ) -> tuple[str | None, bool]:
-    """range_ok's answer, and whether it is the reference's own error alone (a correctness call there is held to
-    float64 within exact.LOOSE times that error: Condition.loose)."""
+    """range_ok's answer, and whether it is the reference's own error alone (a correctness call is made there all the
+    same: moved inputs are held to float64 within exact.LOOSE times that error)."""
     if (varied.vary or "").startswith("masked") and masks_nothing(prob, varied, plain):
         return "an elementwise op: a mask's -inf changes no other output", False
     seen = prob.seen
