@@ -750,6 +750,34 @@ def test_a_condition_whose_copies_do_not_fit_in_memory_is_noted_and_the_call_is_
     assert "the reference cannot run there (ValueError: outside its domain)" in notes[0]
 
 
+def test_a_range_where_the_reference_itself_is_off_is_still_called(monkeypatch):
+    """A red team's one-pass variance and zeros on rows shifted far passed where the float32 reference is itself off:
+    such a range was left unchecked (the call made plain).  It is called on the moved inputs now, held to float64
+    (exact.LOOSE); the other reasons (no float64, not finite) still make the call plain."""
+    from kernel_loop.measure import conditions
+
+    varied = types.SimpleNamespace(vary="rows: each row by +-2 to 500 RMS", expected={})
+
+    class Prob:
+        seen: dict = {}
+
+        def draw(self, seed, vary=None, start=None):
+            return varied
+
+    first, plain = types.SimpleNamespace(expected={}), types.SimpleNamespace(start=None)
+    off = "the reference itself is off by 3.1 of the tolerance there (against float64), 0.02 on the problem's inputs"
+    monkeypatch.setattr(conditions, "range_why", lambda *a: (off, True))
+    notes: list[str] = []
+    cond, said, ds = conditions.condition(None, Prob(), first, plain, "range:rows", None, 1, notes)
+    assert said == "range:rows" and ds is varied, (said, notes)
+    assert notes == [f"{conditions.CONDITION_WORDS['range:rows']}: held to the reference in float64, within 16 times "
+                     f"the float32 reference's own error there: {off}"]
+    monkeypatch.setattr(conditions, "range_why", lambda *a: ("the reference cannot run in float64 there", False))
+    notes = []
+    assert conditions.condition(None, Prob(), first, plain, "range:rows", None, 1, notes)[1:] == ("plain", plain)
+    assert "not checked: the reference cannot run in float64 there" in notes[0]
+
+
 @pytest.mark.parametrize("ref, kernel, dims, note", [
     ("ref_bce.py", "honest_bce.py", "M=8,N=64", "the reference cannot run there"),
     ("ref_fp8_dequant.py", "honest_fp8_dequant.py", "M=8,N=64", None),
