@@ -778,6 +778,18 @@ def test_a_range_where_the_reference_itself_is_off_is_still_called(monkeypatch):
     assert "not checked: the reference cannot run in float64 there" in notes[0]
 
 
+def test_the_reference_of_a_channels_last_call_holds_its_weights_as_the_kernels_model_does(tmp_path, worker_here):
+    """Seen on the H100: ModelNew = Model failed layout:weights on 17_SqueezeNetFireModule and 73_Conv2d_BatchNorm_Scaling,
+    cuDNN convolving channels_last weights and contiguous inputs another way than contiguous both, which the reference
+    was.  The reference of a layout call moves Model's weights as the kernel's model has them (a Model whose output
+    shows its weight's order stands in for cuDNN's choice here)."""
+    rc, data, _ = _kb(tmp_path, "kb_ref_conv_by_weight_layout.py", _same_model(tmp_path, "kb_ref_conv_by_weight_layout.py",
+                                                                         "ModelNew = Model"), "batch_size=2")
+    assert rc == 0, data["error"]
+    conds = {t["condition"] for s in data["shapes"] for t in s["trials"]}
+    assert {"layout:weights", "layout:permuted"} <= conds, conds
+
+
 @pytest.mark.parametrize("ref, kernel, dims, note", [
     ("ref_bce.py", "honest_bce.py", "M=8,N=64", "the reference cannot run there"),
     ("ref_fp8_dequant.py", "honest_fp8_dequant.py", "M=8,N=64", None),

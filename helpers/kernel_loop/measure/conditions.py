@@ -42,7 +42,7 @@ from ..compare import compare_outputs, constant_outputs
 from ..tensors import continuous, is_tensor, nudge, nudge_scales, random_like, strided_view
 from ..vocab import CONDITION_WORDS
 from .exact import LOOSE, error_units, exact_reference, nonfinite
-from .guards import moving_weights
+from .guards import moving_weights, weights_back, weights_channels_last
 from .modes import (
     RANDOM_TRAINING,
     Backward,
@@ -349,14 +349,17 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
         cond.inference = value == "twin:again"  # a red team's shared cache lived in inference_mode calls alone
     elif aspect == "layout":
         cond.weights = value in ("permuted", "weights")  # a user's model.to(memory_format=torch.channels_last)
-        if value == "weights":  # with the inputs as they are
-            return cond, want, ds
         kind = {"strided": "step", "padded": "pad", "permuted:input": "permuted"}.get(value, value)  # the others by
-        # strided_view's own names
-        varied = dataclasses.replace(ds, args={n: strided_view(v, kind) if n in ds.input_names() else v
-                                                for n, v in ds.args.items()}, ref_props={})
-        prob.reference(varied)
-        cond.strided = kind
+        # strided_view's own names; "weights": the inputs as they are
+        varied = dataclasses.replace(ds, args={n: strided_view(v, kind) if n in ds.input_names() and value != "weights"
+                                                else v for n, v in ds.args.items()}, ref_props={})
+        import torch  # Model's weights as the kernel's model holds them: cuDNN picks its algorithm by both layouts (on
+        held = weights_channels_last(torch, prob.model if cond.weights else None, [])  # the H100, ModelNew = Model
+        try:  # failed layout:weights against contiguous weights, 17_SqueezeNetFireModule's and 73_Conv2d_BatchNorm's)
+            prob.reference(varied)
+        finally:
+            weights_back(held)
+        cond.strided = None if value == "weights" else kind
         return cond, want, varied
     elif aspect == "range":
         varied = prob.draw(seed, vary=value, start=ds.start)
