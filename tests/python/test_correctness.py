@@ -560,3 +560,25 @@ def test_a_condition_whose_reference_output_is_constant_says_so():
     assert C.constant_outputs({"out": torch.zeros(4, 8), "idx": torch.arange(6)}, base) is None  # one output varies
     assert C.constant_outputs({"out": torch.zeros(4, 8)}, {"out": torch.ones(4, 8)}) is None  # constant there too
     assert C.constant_outputs({"out": torch.zeros(1)}, base) is None  # one element says nothing
+
+
+@pytest.mark.parametrize("before, loose", [("up", True), ("sink", True), (None, False)])
+def test_inputs_again_after_a_range_call_are_held_as_that_call_was(before, loose):
+    """The call that hands the previous call's inputs again (``input:again``) after a range call gets that call's
+    moved inputs with the range's name gone (``vary``), so ``Condition.loose`` carries it: the output is held to
+    float64 as the range call's was (exact.LOOSE), and after a plain call it is not."""
+    from kernel_loop import loader
+    from kernel_loop.config import RunConfig
+    from kernel_loop.measure.conditions import condition
+    from kernel_loop.measure.problem import Problem
+
+    cfg = RunConfig(kernel="k", impl="triton", dims={"N": 1000}, device="cpu", tolerance={})
+    prob = Problem(cfg, loader.import_file(klcli.KERNELS / "ref_vadd.py", "ref"), {"N": 1000}, "cpu", "py")
+    first = prob.draw(cfg.seed)
+    earlier = prob.draw(cfg.seed + 1, vary=before) if before else prob.draw(cfg.seed + 1)
+    assert bool(earlier.vary) is loose
+    notes: list[str] = []
+    cond, said, ds = condition(cfg.tolerance, prob, first, prob.draw(cfg.seed + 2), "input:again", earlier,
+                               cfg.seed + 2, notes)
+    assert cond.loose is loose and ds.vary is None and not notes, (cond, said, notes)
+    assert all(torch.equal(ds.args[n], earlier.args[n]) for n in ds.input_names())
