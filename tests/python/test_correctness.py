@@ -250,17 +250,25 @@ def test_trivially_wrong_kernels_fail(tmp_path, cpu_judged, kernel):
     assert all(not t["passed"] for s in data["shapes"] for t in s["trials"])
 
 
+def _cpu_problem(ref: str, dims: dict, run_tol: dict | None = None):
+    """(the run's config, ref.py's module, the judge's Problem of it) on the CPU, in this process."""
+    from kernel_loop import loader
+    from kernel_loop.config import RunConfig
+    from kernel_loop.measure.problem import Problem
+
+    ref_mod = loader.import_file(klcli.KERNELS / ref, "ref")
+    cfg = RunConfig(kernel="k", impl="triton", dims=dims, device="cpu", tolerance=run_tol or {})
+    return cfg, ref_mod, Problem(cfg, ref_mod, dims, "cpu", "py")
+
+
 def _verdict_in_process(ref: str, kernel: str, dims: dict, run_tol: dict | None = None) -> list[dict]:
     """The judge's comparison of one trial, in this process: the inputs ref.py's setup() draws (Problem),
     the outputs poisoned, the (trusted, test) kernel called, its outputs compared (compare_outputs)."""
     from kernel_loop import loader
-    from kernel_loop.config import RunConfig
-    from kernel_loop.measure.problem import Problem
     from kernel_loop.tensors import poison_tensor
 
-    ref_mod = loader.import_file(klcli.KERNELS / ref, "ref")
-    cfg = RunConfig(kernel="k", impl="triton", dims=dims, device="cpu", tolerance=run_tol or {})
-    ds = Problem(cfg, ref_mod, dims, "cpu", "py").draw(cfg.seed)
+    cfg, ref_mod, prob = _cpu_problem(ref, dims, run_tol)
+    ds = prob.draw(cfg.seed)
     args = {n: v.clone() if hasattr(v, "clone") else v for n, v in ds.args.items()}
     for n in ds.in_place:
         poison_tensor(args[n])
@@ -567,13 +575,9 @@ def test_inputs_again_after_a_range_call_are_held_as_that_call_was(before, loose
     """The call that hands the previous call's inputs again (``input:again``) after a range call gets that call's
     moved inputs with the range's name gone (``vary``), so ``Condition.loose`` carries it: the output is held to
     float64 as the range call's was (exact.LOOSE), and after a plain call it is not."""
-    from kernel_loop import loader
-    from kernel_loop.config import RunConfig
     from kernel_loop.measure.conditions import condition
-    from kernel_loop.measure.problem import Problem
 
-    cfg = RunConfig(kernel="k", impl="triton", dims={"N": 1000}, device="cpu", tolerance={})
-    prob = Problem(cfg, loader.import_file(klcli.KERNELS / "ref_vadd.py", "ref"), {"N": 1000}, "cpu", "py")
+    cfg, _, prob = _cpu_problem("ref_vadd.py", {"N": 1000})
     first = prob.draw(cfg.seed)
     earlier = prob.draw(cfg.seed + 1, vary=before) if before else prob.draw(cfg.seed + 1)
     assert bool(earlier.vary) is loose
