@@ -570,3 +570,17 @@ def test_an_interrupted_profile_stops_its_sweep_lane():
     done = profile_lanes(chosen, [None], 1e9, profile)
     assert started == ["43_M", "45_U"] and done[2:] == ["47_N", "49_M"], (started, done)
     assert profile_lanes(chosen, [None], -1.0, profile) == ["43_M", "45_U", "47_N", "49_M"]  # no budget: none starts
+
+
+def test_a_problem_that_fails_beside_others_runs_again_alone():
+    """In a sweep that runs several problems at a time on a GPU, every one that did not pass runs again alone, not
+    only one that ran out of device memory: level 2's 3_ConvTranspose3d_Sum_LayerNorm_AvgPool_GELU (ModelNew = Model)
+    failed four at a time on a full H100 by a small numeric difference, and was not run again.  Alone, nothing runs
+    again (the verdict is already a user's)."""
+    from test_kernelbench_gpu import run_again_alone
+
+    rows = [{"result": "PASS"}, {"result": "FAIL", "why": "7 of 69 calls failed; first: ..."},
+            {"result": "FAIL", "why": "the judge ran out of device memory for the problem's data"},
+            {"result": "INIT-FAILED", "why": ["kernel-loop: error: ..."]}, {"result": "exit 1", "why": "killed"}]
+    assert run_again_alone(rows, 4) == [1, 2, 3, 4]
+    assert run_again_alone(rows, 1) == []

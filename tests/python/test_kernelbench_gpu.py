@@ -182,6 +182,17 @@ def profile_lanes(chosen: list[dict], lanes: list, budget_s: float, profile) -> 
 @pytest.mark.skipif(not LEVEL.is_dir(), reason="KernelBench is not beside the repository")
 @pytest.mark.skipif(shutil.which("ncu") is None and not Path("/usr/local/cuda/bin/ncu").exists(),
                     reason="Nsight Compute (ncu) is not installed")
+def run_again_alone(rows: list[dict], parallel: int) -> list[int]:
+    """The problems that run again alone after the chunk, one at a time, as a user runs them: every one that did not
+    pass while others shared its GPU (``parallel`` > 1).  The verdict counted is the one alone; the joined log names
+    the failure beside others too (join_chunks' "earlier").  Seen on an 80 GB H100: problems that ran out of device
+    memory beside others (level 1's 8 GiB ones two at a time, eight of level 2's 1-22 four at a time), and level 2's
+    3_ConvTranspose3d_Sum_LayerNorm_AvgPool_GELU with ``ModelNew = Model`` off by a relative L2 of 3.9e-4 from the
+    third call of one shape on while the GPU was full, as if its convolution's algorithm changed (torch picks another
+    cuDNN plan where the workspace of its cached one cannot be had)."""
+    return [i for i, r in enumerate(rows) if parallel > 1 and r["result"] != "PASS"]
+
+
 def test_kernelbench_sweep_at_own_sizes(tmp_path):
     problems = _problems()
     everything = not os.environ.get("KERNEL_LOOP_KB_ONLY")
@@ -192,10 +203,7 @@ def test_kernelbench_sweep_at_own_sizes(tmp_path):
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=PARALLEL * len(lanes)) as pool:
         rows = list(pool.map(lambda ip: _one(tmp_path, ip[1], lanes[ip[0] % len(lanes)]), enumerate(problems)))
-    # a problem that ran out of device memory beside others on its GPU (seen: three level-1 problems of 8 GiB two at a
-    # time on an 80 GB H100) runs again alone, as a user runs it: the verdict counted is that one
-    again = [i for i, r in enumerate(rows) if PARALLEL > 1 and r["result"] != "PASS"
-             and "out of device memory" in str(r["why"])]
+    again = run_again_alone(rows, PARALLEL)
     for i in again:
         (tmp_path / "alone").mkdir(exist_ok=True)
         rows[i] = _one(tmp_path / "alone", problems[i], lanes[i % len(lanes)])
@@ -205,8 +213,7 @@ def test_kernelbench_sweep_at_own_sizes(tmp_path):
     secs = [r["seconds"] for r in rows]
     lines.append(f"total: {len(passed)} of {len(rows)} PASS; correctness seconds median {statistics.median(secs):.1f}, "
                  f"max {max(secs):.1f}; sweep wall {time.monotonic() - t0:.0f} s ({PARALLEL} problems at a time per GPU"
-                 + (f"; {len(again)} run again alone after running out of device memory beside others)" if again
-                    else ")"))
+                 + (f"; {len(again)} run again alone after failing beside others)" if again else ")"))
     _log(lines[-1])
     # problems through profile, spread over the list, one at a time, within the budget
     n = len(passed) if PROFILED == "all" else int(PROFILED)
