@@ -586,3 +586,35 @@ def test_inputs_again_after_a_range_call_are_held_as_that_call_was(before, loose
                                cfg.seed + 2, notes)
     assert cond.loose is loose and ds.vary is None and not notes, (cond, said, notes)
     assert all(torch.equal(ds.args[n], earlier.args[n]) for n in ds.input_names())
+
+
+def test_a_failure_after_torch_ran_out_of_device_memory_says_so():
+    """Seen on a full H100: level 2's 3_ConvTranspose3d_Sum_LayerNorm_AvgPool_GELU with ModelNew = Model failed by a
+    relative L2 of 3.9e-4 from one call on, four problems sharing the GPU (torch, out of memory for a cuDNN
+    convolution's workspace, runs another algorithm and keeps it).  A call's row keeps how many out-of-memory errors
+    torch raised by then in the kernel's worker and in the judge (held.memory), and a failure's summary names them;
+    a call without any, or off CUDA, adds nothing."""
+    from kernel_loop.measure import held
+    from kernel_loop.measure.calls import bad_row
+    from kernel_loop.steps.correctness import _overall
+
+    class Data:
+        def nbytes(self):
+            return {"inputs_bytes": 8, "outputs_bytes": 4}
+
+    assert held.memory(Data(), {"reply": {"peak_mem_bytes": None}}, "cpu") == {
+        "inputs_bytes": 8, "outputs_bytes": 4, "peak_mem_bytes": None}
+    row = held.memory(Data(), {"reply": {"peak_mem_bytes": 64, "ooms": 2}}, "cpu")
+    assert row["ooms"] == {"worker": 2, "judge": 0} and row["peak_mem_bytes"] == 64
+    wrong = bad_row("out", torch.zeros(4), "4 of 4 elements outside tolerance")
+    trial = {"seed": 7, "condition": "plain", "passed": False, "outputs": [wrong]}
+    res = {"shapes": [{"dims": {"N": 4}, "trials": [{**trial, "ooms": row["ooms"]}]}]}
+    said = _overall(res)[1]
+    assert said.endswith("outside tolerance; torch ran out of device memory 2 time(s) in the kernel's worker by this "
+                         "call and went on: where a cuDNN convolution's workspace cannot be had, it runs the "
+                         "convolution with another algorithm, with other rounding, and keeps it; free the GPU of "
+                         "other processes and check again"), said
+    res["shapes"][0]["trials"][0]["ooms"] = {"worker": 0, "judge": 3}
+    assert "1 time(s)" not in _overall(res)[1] and "3 time(s) in the judge by this call" in _overall(res)[1]
+    res["shapes"][0]["trials"] = [trial]
+    assert _overall(res)[1].endswith("'out': 4 of 4 elements outside tolerance")

@@ -170,6 +170,23 @@ def test_a_call_out_of_device_memory_says_what_held_it(tmp_path):
     assert "free the GPU of other processes, or check a smaller shape with --dims (OutOfMemoryError" in data["error"]
 
 
+@pytest.mark.parametrize("scale, passes", [("1.0", True), ("1.01", False)])
+def test_a_failure_after_torch_ran_out_of_device_memory_in_the_worker_says_so(tmp_path, scale, passes):
+    """A kernel that runs out of device memory, catches it and goes on (as torch does for a cuDNN convolution's
+    workspace, then running another algorithm): wrong, its failure's summary says torch ran out of device memory in
+    the kernel's worker; right, it passes (the count changes no verdict)."""
+    kernel = tmp_path / "caught.py"
+    kernel.write_text("import torch\n\n\ndef run_kernel(x, y, out, N):\n    try:\n"
+                      "        torch.empty(1 << 50, dtype=torch.uint8, device=x.device)\n"
+                      f"    except torch.OutOfMemoryError:\n        pass\n    out.copy_((x + y) * {scale})\n")
+    rc, data, md = _run(tmp_path, "ref_vadd.py", kernel, "triton", "N=4096")
+    if passes:
+        assert rc == 0, md
+        return
+    assert rc == 1 and "; torch ran out of device memory " in data["error"], data["error"]
+    assert "time(s) in the kernel's worker by this call and went on" in data["error"], data["error"]
+
+
 def test_data_past_an_eighth_of_the_device_waits_on_the_host(tmp_path, gpu_memory_alone):
     """Seen on the H100 80GB: with 8 GiB in and 8 GiB out a call (KernelBench's L1 norm), the judge's third data set
     did not fit.  A vadd whose data take more than 1/PARK_SHARE of the device passes, the first call's inputs parked

@@ -168,6 +168,13 @@ def before_call(torch: Any, device: str, msg: dict[str, Any]) -> None:
         tensors.spare_cached(torch, device)
 
 
+def ooms(torch: Any, device: str) -> int:
+    """How many out-of-memory errors torch's caching allocator raised in this process on ``device`` (0 off CUDA).  One
+    that torch caught itself counts too: a cuDNN convolution whose usual algorithm's workspace cannot be had runs
+    another, with other rounding, and keeps it for that shape (ATen's cuDNN convolution code)."""
+    return int(torch.cuda.memory_stats(device).get("num_ooms", 0)) if device.startswith("cuda") else 0
+
+
 def seed_torch(torch: Any, seed: int) -> None:
     """torch.manual_seed for the generators the judge uses, the CPU's and CUDA's: torch's own also queues a seed for
     every other backend it knows, with a formatted traceback each (2.4 ms a call on a machine without CUDA, a sixth

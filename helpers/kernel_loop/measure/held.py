@@ -42,6 +42,20 @@ def out_of_memory(raised: str, ds: DataSet, kept: int, device: str) -> str:
             f"({raised})")
 
 
+def memory(ds: DataSet, r: dict, device: str) -> dict[str, Any]:
+    """A correctness call's memory figures: its data set's bytes, the worker's peak (``r``: the call's result), and,
+    where torch raised out-of-memory errors by then, how many in the kernel's worker and in this judge (``ooms``,
+    guards.ooms: each caught one may have changed a convolution's algorithm, and its rounding, for good; a failure's
+    summary names them).  Seen on a full H100: ModelNew = Model off by a relative L2 of 3.9e-4 from one call on."""
+    import torch
+
+    from .guards import ooms
+
+    reply = r.get("reply") or {}
+    caught = {"worker": int(reply.get("ooms") or 0), "judge": ooms(torch, device)}
+    return {**ds.nbytes(), "peak_mem_bytes": reply.get("peak_mem_bytes"), **({"ooms": caught} if any(caught.values()) else {})}
+
+
 def continue_plan(rng, plan: list[str], prob: Problem, notes: list[str]) -> set[int]:
     """Where Model draws from torch's generators (RNNs, dropout): the calls that start where the previous call left
     them, no seed of the judge's, as a user's next call does (their reference starts where the previous one ended,

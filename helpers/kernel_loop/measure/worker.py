@@ -344,8 +344,7 @@ class Worker:
         for box, key, buf in k.inputs if msg.get("backward") == "nonleaf" else ():  # made by autograd, as a layer in a
             if box[key].requires_grad:  # network gets a previous one's output (a red team's kernel detached those)
                 box[key] = views[buf] = box[key].view_as(box[key])  # no copy: an input may be 8 GiB
-        if cuda:
-            torch.cuda.reset_peak_memory_stats(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device) if cuda else None
         rid: list[Any] = []
 
         def nvtx(start: bool) -> None:  # the range ends below, after the results are handed over
@@ -407,7 +406,8 @@ class Worker:
                     self._end_backward(k)
         peak = int(torch.cuda.max_memory_allocated(self.device)) if cuda else None
         return {"us": us, "host_us": host, "delay_us": delay, "returned": returned, "peak_mem_bytes": peak,
-                "build": k.build, "inventory": hint.result() if hint is not None else None}
+                "ooms": guards.ooms(torch, self.device), "build": k.build,
+                "inventory": hint.result() if hint is not None else None}
 
     def _twin(self, k: Kernel, spec: dict) -> Any:
         """A second ModelNew with other weights called in place of the first's (tensors.twin; built once a spec)."""

@@ -106,8 +106,20 @@ def _overall(res: dict) -> tuple[str, str | None]:
         if str(before.get("condition")).startswith("weights:twin"):  # the instances share what the twin left?
             when = (when[:-1] + "; " if when else " (") + "right after a second instance, with other weights, was called)"
         return "FAIL", (f"{len(failed)} of {len(trials)} calls failed; first: dims {shown} seed {t['seed']}{when} "
-                        f"output '{o['name']}': {what}")
+                        f"output '{o['name']}': {what}{_memory_pressure(t.get('ooms'))}")
     return "PASS", None
+
+
+def _memory_pressure(caught: dict | None) -> str:
+    """What a failing call's summary adds where torch raised out-of-memory errors by then (measure/held.memory): an
+    honest kernel that keeps torch's convolutions can fail on a GPU other processes fill."""
+    if not caught:
+        return ""
+    where = " and ".join(f"{n} time(s) in {w}" for w, n in (("the kernel's worker", caught.get("worker")),
+                                                    ("the judge", caught.get("judge"))) if n)
+    return (f"; torch ran out of device memory {where} by this call and went on: where a cuDNN convolution's workspace "
+            "cannot be had, it runs the convolution with another algorithm, with other rounding, and keeps it; free "
+            "the GPU of other processes and check again")
 
 
 # what torch says when a kernel or ref.py asks for CUDA on a machine without it (cpu build, no driver, no GPU)
