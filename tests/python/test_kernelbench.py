@@ -584,3 +584,12 @@ def test_a_problem_that_fails_beside_others_runs_again_alone():
             {"result": "INIT-FAILED", "why": ["kernel-loop: error: ..."]}, {"result": "exit 1", "why": "killed"}]
     assert run_again_alone(rows, 4) == [1, 2, 3, 4]
     assert run_again_alone(rows, 1) == []
+
+
+def test_the_sweep_is_skipped_without_kernelbench_or_ncu():
+    """The sweep's skip conditions sit on the sweep itself (a helper put between them and it once took them)."""
+    from test_kernelbench_gpu import run_again_alone, test_kernelbench_sweep_at_own_sizes
+
+    reasons = [m.kwargs.get("reason", "") for m in getattr(test_kernelbench_sweep_at_own_sizes, "pytestmark", [])]
+    assert any("KernelBench is not beside" in r for r in reasons) and any("(ncu)" in r for r in reasons), reasons
+    assert not getattr(run_again_alone, "pytestmark", None)

@@ -179,9 +179,6 @@ def profile_lanes(chosen: list[dict], lanes: list, budget_s: float, profile) -> 
         return [x for xs in pool.map(lane, [[r for r in chosen if r["env"] == e] for e in lanes]) for x in xs]
 
 
-@pytest.mark.skipif(not LEVEL.is_dir(), reason="KernelBench is not beside the repository")
-@pytest.mark.skipif(shutil.which("ncu") is None and not Path("/usr/local/cuda/bin/ncu").exists(),
-                    reason="Nsight Compute (ncu) is not installed")
 def run_again_alone(rows: list[dict], parallel: int) -> list[int]:
     """The problems that run again alone after the chunk, one at a time, as a user runs them: every one that did not
     pass while others shared its GPU (``parallel`` > 1).  The verdict counted is the one alone; the joined log names
@@ -193,6 +190,9 @@ def run_again_alone(rows: list[dict], parallel: int) -> list[int]:
     return [i for i, r in enumerate(rows) if parallel > 1 and r["result"] != "PASS"]
 
 
+@pytest.mark.skipif(not LEVEL.is_dir(), reason="KernelBench is not beside the repository")
+@pytest.mark.skipif(shutil.which("ncu") is None and not Path("/usr/local/cuda/bin/ncu").exists(),
+                    reason="Nsight Compute (ncu) is not installed")
 def test_kernelbench_sweep_at_own_sizes(tmp_path):
     problems = _problems()
     everything = not os.environ.get("KERNEL_LOOP_KB_ONLY")
