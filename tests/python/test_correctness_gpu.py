@@ -178,7 +178,7 @@ def test_a_failure_after_torch_ran_out_of_device_memory_in_the_worker_says_so(tm
     kernel = tmp_path / "caught.py"
     kernel.write_text("import torch\n\n\ndef run_kernel(x, y, out, N):\n    try:\n"
                       "        torch.empty(1 << 50, dtype=torch.uint8, device=x.device)\n"
-                      f"    except torch.OutOfMemoryError:\n        pass\n    out.copy_((x + y) * {scale})\n")
+                      f"    except torch.cuda.OutOfMemoryError:\n        pass\n    out.copy_((x + y) * {scale})\n")
     rc, data, md = _run(tmp_path, "ref_vadd.py", kernel, "triton", "N=4096")
     if passes:
         assert rc == 0, md

@@ -576,14 +576,16 @@ def test_a_problem_that_fails_beside_others_runs_again_alone():
     """In a sweep that runs several problems at a time on a GPU, every one that did not pass runs again alone, not
     only one that ran out of device memory: level 2's 3_ConvTranspose3d_Sum_LayerNorm_AvgPool_GELU (ModelNew = Model)
     failed four at a time on a full H100 by a small numeric difference, and was not run again.  Alone, nothing runs
-    again (the verdict is already a user's)."""
+    again (the verdict is already a user's); nor does a step the call's limit cut, nor anything where most failed."""
     from test_kernelbench_gpu import run_again_alone
 
     rows = [{"result": "PASS"}, {"result": "FAIL", "why": "7 of 69 calls failed; first: ..."},
             {"result": "FAIL", "why": "the judge ran out of device memory for the problem's data"},
             {"result": "INIT-FAILED", "why": ["kernel-loop: error: ..."]}, {"result": "exit 1", "why": "killed"}]
-    assert run_again_alone(rows, 4) == [1, 2, 3, 4]
+    rows += [{"result": "PASS"}] * 4 + [{"result": "exit 130", "why": "interrupted"}]
+    assert run_again_alone(rows, 4) == [1, 2, 3, 4]  # not the one the call's limit cut
     assert run_again_alone(rows, 1) == []
+    assert run_again_alone(rows[:5], 4) == []  # most failed: the judge broke, a second run says nothing more
 
 
 def test_the_sweep_is_skipped_without_kernelbench_or_ncu():

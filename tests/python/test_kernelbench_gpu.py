@@ -186,8 +186,10 @@ def run_again_alone(rows: list[dict], parallel: int) -> list[int]:
     memory beside others (level 1's 8 GiB ones two at a time, eight of level 2's 1-22 four at a time), and level 2's
     3_ConvTranspose3d_Sum_LayerNorm_AvgPool_GELU with ``ModelNew = Model`` off by a relative L2 of 3.9e-4 from the
     third call of one shape on while the GPU was full, as if its convolution's algorithm changed (torch picks another
-    cuDNN plan where the workspace of its cached one cannot be had)."""
-    return [i for i, r in enumerate(rows) if parallel > 1 and r["result"] != "PASS"]
+    cuDNN plan where the workspace of its cached one cannot be had).  Not one cut by the call's limit (exit 130), and
+    none where most failed (a break of the judge's: the chunk would take twice as long and say nothing more)."""
+    again = [i for i, r in enumerate(rows) if parallel > 1 and r["result"] not in ("PASS", "exit 130")]
+    return again if len(again) * 2 <= len(rows) else []
 
 
 @pytest.mark.skipif(not LEVEL.is_dir(), reason="KernelBench is not beside the repository")

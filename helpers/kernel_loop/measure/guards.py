@@ -170,7 +170,7 @@ def before_call(torch: Any, device: str, msg: dict[str, Any]) -> None:
 
 def ooms(torch: Any, device: str) -> int:
     """How many out-of-memory errors torch's caching allocator raised in this process on ``device`` (0 off CUDA).  One
-    that torch caught itself counts too: a cuDNN convolution whose usual algorithm's workspace cannot be had runs
+    that torch caught itself counts too: a cuDNN convolution whose cached algorithm's workspace cannot be had runs
     another, with other rounding, and keeps it for that shape (ATen's cuDNN convolution code)."""
     return int(torch.cuda.memory_stats(device).get("num_ooms", 0)) if device.startswith("cuda") else 0
 

@@ -264,7 +264,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                                  if r["failure"] else [])
             passed = r["failure"] is None and bool(rows)
             trials.append({"seed": seed, "tag": f"{si}:{t}", "condition": said, "outputs": rows, "passed": passed,
-                           **({"moved": ds.vary} if ds.vary else {}), **hold.memory(ds, r, judge.device)})
+                           **({"moved": ds.vary} if ds.vary else {}), **hold.memory(ds, r)})
             held.append(hold.kept_fingerprints(sess.shared, ds, (r["reply"] or {}).get("returned") or {},  # a .cu's
                                                cond.strided == "moved" and kind != "cu") if passed else {})  # has no views
             kept |= {len(held) - 1} if cond.keep else set()

@@ -110,16 +110,14 @@ def _overall(res: dict) -> tuple[str, str | None]:
     return "PASS", None
 
 
-def _memory_pressure(caught: dict | None) -> str:
-    """What a failing call's summary adds where torch raised out-of-memory errors by then (measure/held.memory): an
-    honest kernel that keeps torch's convolutions can fail on a GPU other processes fill."""
+def _memory_pressure(caught: int | None) -> str:
+    """What a failing call's summary adds where torch raised out-of-memory errors in the kernel's worker by then
+    (measure/held.memory): an honest kernel that keeps torch's convolutions can fail on a GPU other processes fill."""
     if not caught:
         return ""
-    where = " and ".join(f"{n} time(s) in {w}" for w, n in (("the kernel's worker", caught.get("worker")),
-                                                    ("the judge", caught.get("judge"))) if n)
-    return (f"; torch ran out of device memory {where} by this call and went on: where a cuDNN convolution's workspace "
-            "cannot be had, it runs the convolution with another algorithm, with other rounding, and keeps it; free "
-            "the GPU of other processes and check again")
+    return (f"; torch ran out of device memory {caught} time(s) in the kernel's worker by this call and went on: where "
+            "that was a cuDNN convolution's workspace, torch runs the convolution with another algorithm (other "
+            "rounding) and keeps it for that shape; free the GPU of other processes and check again")
 
 
 # what torch says when a kernel or ref.py asks for CUDA on a machine without it (cpu build, no driver, no GPU)
