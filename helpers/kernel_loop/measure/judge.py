@@ -185,10 +185,6 @@ def _kernel_entry(judge: Judge, path: Path) -> tuple[Path, str]:
     return path, kernel_kind(path, judge.ref)
 
 
-def _memory(ds: DataSet, peak: int | None) -> dict[str, Any]:
-    return {**ds.nbytes(), "peak_mem_bytes": peak}
-
-
 def correctness(judge: Judge) -> dict[str, Any]:
     """Every shape x trial: fresh seeded inputs, one call, every output and input verified."""
     path, kind = _kernel_entry(judge, Path(judge.spec["kernel"]))
@@ -331,7 +327,7 @@ def profile(judge: Judge) -> dict[str, Any]:
     return {"timing": timing, "phases_s": judge.phases, "gpu_state": {"before": before, "after": after},
             "gpu": judge.gpu_info(), "gpu_check": gpu_check, "ncu": ncu, "census": census,
             **judge.isolation(),
-            "output_bytes": _memory(first, None)["outputs_bytes"], "inputs_bytes": _memory(first, None)["inputs_bytes"]}
+            "output_bytes": first.nbytes()["outputs_bytes"], "inputs_bytes": first.nbytes()["inputs_bytes"]}
 
 
 def benchmark(judge: Judge) -> dict[str, Any]:
@@ -467,7 +463,7 @@ def baselines(judge: Judge, prob: Problem, first: DataSet) -> dict[str, Any]:
 
     out["flops"] = float(loader.call_with(flops_fn, cfg.dims)) if callable(flops_fn) else None
     out["bytes_moved"] = float(loader.call_with(bytes_fn, cfg.dims)) if callable(bytes_fn) else None
-    mem = _memory(first, None)
+    mem = first.nbytes()
     state = sum(t.numel() * t.element_size() for t in prob.state().values() if is_tensor(t))
     out["param_bytes"] = float(state)  # a model's weights are read too (KernelBench's nn.Linear, nn.Conv*d)
     out["io_bytes"] = float(mem["inputs_bytes"] + mem["outputs_bytes"] + state)
