@@ -65,14 +65,13 @@ from ..measure.timed import BASELINE_BUDGET_S, MIN_TRIALS, ROUNDS_BUDGET_S
 from ..rundir import RunDir, gate_script, parse_version
 from ..sidecars import CORRECTNESS_JSON, FINAL_REPORT_PNG, NCU_JSON, event_median
 from ..templating import draw_chart, render
-from ..timecheck import below_ncu, floor_invalid
+from ..timecheck import BANDWIDTH_SLACK, below_ncu, floor_invalid
 from ..timing import resampled_median_ratios, summarize
 from ..vocab import BASELINES, NO_GRADIENT_NOTE
 
 STAT_KEYS = ("mean", "median", "p20", "p80", "min", "max", "std", "n")
 SPEEDUP_FLAG = 10.0
 SLOW_V0 = 2.0
-BANDWIDTH_SLACK = 1.15
 AB_ALWAYS_MAX_VERSIONS = 8
 DTYPE_PEAK_KEY = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64",
                   "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "int8": "int8"}
