@@ -308,6 +308,21 @@ def test_a_batchnorm_fold_kept_past_training_is_refused_on_the_gpu(tmp_path, ker
         assert "training-mode call" in proc.stderr or "buffer 'bn.running_" in proc.stderr, proc.stderr[-3000:]
 
 
+@pytest.mark.parametrize("ref, kernel, dims, passes", [
+    ("kb_ref_shifted_scale.py", "kb_cheat_scale_grad_bf16.py", "batch_size=64,features=4096", False),
+    ("kb_ref_shifted_scale.py", "kb_new_scale_grad_exact.py", "batch_size=64,features=4096", True),
+    ("kb_ref_batchnorm.py", "kb_new_batchnorm_sequential.py", "batch_size=1024,features=32", True)])
+def test_a_gradient_is_allowed_the_models_own_error_only_near_where_it_is_on_the_gpu(tmp_path, ref, kernel, dims,
+                                                                                     passes):
+    """modes.grad_as_exact on the GPU: a backward that rounds a gradient to bfloat16 where Model's own gradient is
+    far off at one feature alone fails; backward passes more exact than Model's there, and an honest BatchNorm written
+    out (a bias gradient zero in float64), pass."""
+    out = _init(tmp_path, klcli.KERNELS / ref, (klcli.KERNELS / kernel).read_text(), "--dims", dims)
+    data = _verdict(out, f"{kernel}", passes)
+    if not passes:
+        assert "twice Model's own float32 error near it" in data["error"], data["error"]
+
+
 # --- cheats -------------------------------------------------------------------------------------------------
 REF = '''import torch
 

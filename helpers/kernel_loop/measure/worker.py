@@ -465,7 +465,7 @@ class Worker:
                 self.torch.cuda.synchronize(self.device)
         finally:
             self._end_backward(k)
-        return {"unused": unused}
+        return {"unused": unused, "ooms": guards.ooms(self.torch, self.device)}
 
     def op_release(self, msg: dict) -> dict:
         """The caller lets go of the results it kept (``probe``: says only whether the kernel holds any of them), but
