@@ -152,10 +152,9 @@ def _named(model) -> dict[str, Any]:
 
 def spare_instance(model, init: list, device: str):
     """A second instance of ``model``'s class (None when it has neither parameters nor buffers: a fourteenth red team's
-    class cache of a model whose one buffer is a projection drawn per instance passed), built as ``model`` was and before its
-    first call, as a user builds every layer of a network before the first forward (a tenth red team's ModelNew made
-    every instance built before its first call share the first one's weights; the judge's twin came after).  Built
-    under a fork of torch's generators."""
+    class cache of a model whose one buffer is a projection drawn per instance passed), built as ``model`` was, before
+    its first call, as a user builds a network's layers before the first forward (a tenth red team's ModelNew made every
+    instance built before its first call share the first one's weights), under a fork of torch's generators."""
     torch = _torch()
     if next(iter(model.parameters()), None) is None and next(iter(model.buffers()), None) is None:
         return None
@@ -166,12 +165,11 @@ def spare_instance(model, init: list, device: str):
 
 def twin(model, init: list, spec: dict[str, Any], device: str, made=None, own: dict[str, Any] | None = None):
     """A second instance of ``model``'s class, built as a user builds a network's second layer of one shape
-    (``cls(*init)``; ``made``, one built before ``model``'s first call, spare_instance), with ``model``'s parameters
-    nudged (``nudge`` from ``spec``'s seed and scales, as the judge changes its Model copy's) and loaded as
-    ``model``'s were (load_state_dict), in eval() or, where ``spec`` says "train", training mode: a cache a kernel
-    shares across instances (keyed on shapes, or on _version) gives one instance the other's (a ninth red team's
-    ModelNew; an eleventh's shared it in training mode alone).  ``own``: the buffers drawn per instance, as the judge's
-    second Model drew them (drawn_buffers).  Built under a fork of torch's generators."""
+    (``cls(*init)``; ``made``, one built before ``model``'s first call, spare_instance), ``model``'s parameters nudged
+    (``nudge`` from ``spec``'s seed and scales, as the judge's Model copy's) and loaded (load_state_dict), in eval() or
+    (``spec`` "train") training mode: a cache shared across instances (keyed on shapes or _version) gives one the other's
+    (a ninth red team's; an eleventh's in training mode alone).  ``own``: the buffers drawn per instance, as the judge's
+    second Model drew them (drawn_buffers)."""
     torch = _torch()
     scratch = spare_instance(model, init, device).to(device)  # on the device, as the judge's copy: nudge draws there
     made = made if made is not None else spare_instance(model, init, device)
@@ -209,19 +207,16 @@ def _tensor_state(model):
 
 
 def state_names(model) -> list[str]:
-    """The names of the tensors a model keeps on its modules (``_tensor_state``): Model's, which ``uninfer`` may touch
-    on ModelNew."""
+    """The names of the tensors a model keeps on its modules: Model's, which ``uninfer`` may touch on ModelNew."""
     return [name for name, *_ in _tensor_state(model)]
 
 
 def uninfer(model, names: list[str] | None = None) -> list[str]:
-    """The tensors a call under torch.inference_mode() left on ``model``'s modules (an attribute or buffer
-    it set, a tuple or list of them such as a recurrent state) made normal tensors of the same values, among
-    ``names`` (Model's own state, ``state_names``; all by default); returns their names.  A Model that keeps its
-    state (KernelBench's VanillaRNN copies into ``self.hidden``) fails its next call outside inference mode on an
-    inference tensor, as a user's would: the judge's other calls are not to fail on that.  A tensor of ModelNew's
-    own (a cache made in that call) is left as it is: a user's next call with autograd meets it.  Call under
-    no_grad."""
+    """The tensors a call under torch.inference_mode() left on ``model``'s modules (attributes, buffers, tuples or
+    lists of them: a recurrent state) among ``names`` (Model's own, ``state_names``; all by default) made normal
+    tensors of the same values; returns their names.  A Model that keeps its state (KernelBench's VanillaRNN) fails
+    its next call outside inference mode, as a user's would: the judge's other calls are not to fail on that.  A
+    tensor of ModelNew's own (a cache) is left: a user's next call with autograd meets it.  Call under no_grad."""
     torch = _torch()
 
     def normal(t):
@@ -241,34 +236,44 @@ def uninfer(model, names: list[str] | None = None) -> list[str]:
 
 
 def upstream(seed: int, i: int, like):
-    """The gradient handed to backward() for the ``i``-th output of a call, drawn from ``seed`` by torch's generator on
-    the output's device, where the judge (for Model) and the worker (for ModelNew) draw the same numbers (on the CPU and
-    copied, a level-3 MLP's 671 M parameters were drawn single-threaded at each nudge): normal values, or for an odd
-    ``seed`` one value expanded over the output (stride 0), as ``out.sum()`` or ``.mean()`` hands it to a custom backward."""
+    """The gradient handed to backward() for a call's ``i``-th output, drawn from ``seed`` on its device, where judge
+    and worker draw alike; by ``seed % 4``: normal, row-major (0) or dims reversed in memory (2: an output transposed
+    downstream; a red team's backward stored row-major into empty_like of it), or one value expanded (odd: .sum())."""
     torch = _torch()
-    gen = torch.Generator(device=like.device).manual_seed(seed * 31 + i)
-    one = torch.randn(() if seed % 2 else tuple(like.shape), generator=gen, device=like.device)
-    return one.to(device=like.device, dtype=like.dtype).expand(tuple(like.shape))
+    gen, shape = torch.Generator(device=like.device).manual_seed(seed * 31 + i), tuple(like.shape)
+    if seed % 4 == 2:  # (dense: .to keeps the order)
+        return torch.randn(shape[::-1], generator=gen, device=like.device).permute(tuple(range(len(shape)))[::-1]
+                                                                                  ).to(like.dtype)
+    one = torch.randn(() if seed % 2 else shape, generator=gen, device=like.device)
+    return one.to(device=like.device, dtype=like.dtype).expand(shape)
 
 
 def grads_into(outs: list, targets: list[tuple[str, Any, Any]], seed: int) -> list[str]:
     """backward() from ``outs`` (a call's returned tensors) with the gradients ``upstream`` draws from ``seed``: each
-    target (name, leaf tensor, buffer) gets its leaf's gradient in its buffer, zeros where the outputs do not depend
-    on it; returns the names of those (unused).  A backward that raises is the kernel's: it propagates."""
+    target (name, leaf tensor, buffer) gets in its buffer what a user's loss.backward() leaves in its .grad: autograd's
+    gradient plus what the backward wrote into .grad itself (a fused accumulation, as Megatron's; a red team's gave
+    it to autograd too, twice the gradient), .grad put back after; zeros where the outputs do not depend on it.
+    Returns the names of those (unused).  A backward that raises is the kernel's: it propagates."""
     torch = _torch()
-    carries = [(i, o) for i, o in enumerate(outs) if o.requires_grad]
-    leaves = [t for _, t, _ in targets if t.requires_grad]
+    carries, leaves = [(i, o) for i, o in enumerate(outs) if o.requires_grad], [t for _, t, _ in targets if t.requires_grad]
+    held = [(t, None if t.grad is None else t.grad.detach().clone()) for t in {id(t): t for t in leaves}.values()
+            if t.is_leaf]
     got = iter(torch.autograd.grad([o for _, o in carries], leaves, [upstream(seed, i, o) for i, o in carries],
                                    allow_unused=True))
-    unused = []
+    wrote, unused = {}, []
     with torch.no_grad():
+        for t, was in held:
+            same = was is not None and t.grad is not None and t.grad.shape == was.shape
+            if t.grad is not None and not (same and torch.equal(t.grad, was)):
+                wrote[id(t)] = t.grad.detach() - (was if same else 0)
+            t.grad = was
         for name, t, buf in targets:
-            g = next(got) if t.requires_grad else None
-            if g is None:
+            g, own = next(got) if t.requires_grad else None, wrote.get(id(t))  # (a tied parameter: each name, all)
+            if g is None and own is None:
                 unused.append(name)
                 buf.zero_()
             else:
-                buf.copy_(g)
+                buf.copy_(g if own is None else own if g is None else g + own)
     return unused
 
 
@@ -337,7 +342,7 @@ _BLOCK = 1 << 16  # weights are drawn in blocks of this many positions, each fro
 def _weights(torch, device, key: int, n: int) -> Any:
     """The weights of the first ``n`` positions of a chunk (n <= FP_CHUNK), kept per device and key and grown as larger
     tensors come: odd 64-bit values drawn per block from every bit of (key, block) (torch's generators keep 32 bits of
-    a seed), so that a product loses no bit of an element.  A small tensor costs a small draw."""
+    a seed), so that a product loses no bit of an element."""
     cache = (str(device), key)
     have = _WEIGHTS.get(cache)
     if have is None or have.numel() < n:
@@ -396,9 +401,8 @@ def _row_weights(torch, device, key: int) -> Any:
 
 def _by_rows(torch, raw, key: int) -> tuple:
     """(plain, weighted) sums of int8 bytes ``raw`` (at least MM_BYTES): each ROW-byte row times 15 secret int8 columns
-    and a column of ones in one int8 product (torch._int_mm: exact int32 sums, about one read of the bytes where int64
-    weights per lane moved seven times them), then the rows' secret sums and the last partial row as lanes.  A change
-    in a row leaves its 15 sums equal with a chance of at most 256**-15 (a weight at a changed byte is uniform)."""
+    and a column of ones in one int8 product (torch._int_mm: exact int32 sums, one read of the bytes), then the rows'
+    secret sums and the last partial row as lanes.  A changed row keeps its 15 sums with a chance of at most 256**-15."""
     w = _row_weights(torch, raw.device, key)
     rows, parts, r0 = raw.numel() // ROW, [], 0
     while r0 < rows:  # torch._int_mm takes more than 16 rows, and cuBLASLt 16-byte aligned ones (a clone if not)
@@ -414,10 +418,9 @@ def _by_rows(torch, raw, key: int) -> tuple:
 
 def fingerprint(t, *, portable: bool = False) -> tuple:
     """(shape, dtype, two sums) of a tensor's bytes: the plain sum of its 4-byte lanes and a sum weighted by an odd
-    64-bit weight per position, in int64 (the weighted one wrapping at 2**64); from MM_BYTES on, by rows (_by_rows).
-    A change is missed only if the weights' combination vanishes, which their secret key (``_PROCESS_KEY``) keeps the
-    kernel from arranging: equal fingerprints mean unchanged, without a copy.  ``portable`` uses key 0, the same in
-    every process.  The sums stay on the tensor's device and are read once (one host synchronisation)."""
+    64-bit weight per position, in int64 (wrapping at 2**64); from MM_BYTES on, by rows (_by_rows).  A change is missed
+    only if the weights' combination vanishes, which their secret key (``_PROCESS_KEY``; ``portable``: 0, the same in
+    every process) keeps the kernel from arranging.  The sums are read once (one host synchronisation)."""
     torch = _torch()
     key = 0 if portable else _PROCESS_KEY
     flat = t.detach().reshape(-1)
@@ -464,10 +467,9 @@ def plain_types(torch) -> tuple:
 
 
 def not_plain(value: Any, plain: tuple, depth: int = 0) -> str | None:
-    """What in a returned value is not plain data, in words ('a MyTensor (a torch.Tensor subclass)'), or None:
-    tensors must be exactly torch.Tensor, containers exactly dict, list or tuple (or a torch.return_types
-    structseq), scalars exactly int, float, bool, str or None.  Types are compared with ``type()``, which no
-    object can change, and nothing of the value is called."""
+    """What in a returned value is not plain data, in words ('a MyTensor (a torch.Tensor subclass)'), or None: tensors
+    exactly torch.Tensor, containers exactly dict, list or tuple (or a torch.return_types structseq), scalars exactly
+    int, float, bool, str or None.  Types are compared with ``type()``, which no object can change; nothing is called."""
     tensor, structseqs = plain
     t = type(value)
     if t is tensor or value is None or t in (int, float, bool, str):
@@ -503,11 +505,10 @@ DISCRETE_VALUES = 16  # a float input with at most this many distinct values (a 
 
 
 def continuous(t) -> bool:
-    """Whether an input takes continuous values: a float tensor with more than DISCRETE_VALUES distinct values
-    among its first 65536, or one of fewer elements whose values are all distinct and not all whole numbers (a
-    slope, a scale, a per-channel vector: found by a red team, a PReLU right only for slopes up to 1 passed while
-    every input of at most 16 elements kept its range).  A mask or +-1 labels (values that repeat) and whole
-    numbers keep their values, and have no gradient."""
+    """Whether an input takes continuous values: a float tensor with more than DISCRETE_VALUES distinct values among
+    its first 65536, or one of fewer elements whose values are all distinct and not all whole numbers (a slope, a scale:
+    a red team's PReLU right only for slopes up to 1 passed while every input of at most 16 elements kept its range).
+    A mask or +-1 labels (values that repeat) and whole numbers keep their values, and have no gradient."""
     import torch
 
     if not is_tensor(t) or not t.dtype.is_floating_point or t.numel() == 0:

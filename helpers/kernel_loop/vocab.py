@@ -223,7 +223,7 @@ def by_priority(tags: list[str]) -> list[str]:
 # benchmark.json's flags (and so benchmark.md and the report) repeat for the chosen version
 NO_GRADIENT_NOTE = ("gradients: not compared: ModelNew's output carries no gradient (a custom kernel without backward), "
                     "where Model's does: a user cannot train through it")
-# a correctness failure: with parameters frozen, a gradient ModelNew gave in eval() while every parameter trained is gone
+# a correctness failure: with parameters frozen, a gradient ModelNew gave while every parameter trained is gone
 FROZEN_LOST = ("with parameters frozen, ModelNew's output carries no gradient to it, where it did while every parameter "
                "trained: a user training the layers before it (adapters) gets none")
 DATA_LOST = ("with inputs that ask no gradient (data), ModelNew gives this parameter none, where it did while the inputs "
@@ -279,6 +279,14 @@ CONDITION_WORDS = {
                          "scale fine-tuned alone); the gradients of the inputs and of that one compared",
     "mode:grad:data": "eval() with autograd on, every parameter training and the inputs plain data that ask no gradient "
                       "(a network's first layer, fed a batch); the parameters' gradients compared",
+    "mode:train+grad:frozen": "training mode with autograd on and every parameter frozen (a user's frozen layers in "
+                              "model.train(), adapters training before them); the inputs' gradients compared",
+    "mode:train+grad:partial": "training mode with autograd on and every parameter but the smallest frozen (a bias or "
+                               "a norm's scale fine-tuned alone in model.train()); the gradients of the inputs and of "
+                               "that one compared",
+    "mode:train+grad:data": "training mode with autograd on, every parameter training and the inputs plain data that "
+                            "ask no gradient (a user's training step: model.train(), a batch, loss.backward()); the "
+                            "parameters' gradients compared",
     "mode:train:frozen": "the model in training mode, autograd off, its norm layers in eval() (a user fine-tuning with "
                          "frozen BatchNorm: model.train(), then model.bn.eval()): each layer's own .training decides",
     "mode:train-step": "the model in training mode, autograd off, from the running statistics it held, left as the call "

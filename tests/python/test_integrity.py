@@ -942,6 +942,69 @@ def test_a_gradient_is_allowed_the_models_own_error_only_near_where_it_is(tmp_pa
         assert "twice Model's own float32 error near it" in data["error"], data["error"]
 
 
+@pytest.mark.parametrize("kernel, passes", [("kb_cheat_noise_grad_clean_input.py", False),
+                                            ("kb_new_noise_grad_custom_backward.py", True)])
+def test_a_model_that_draws_gets_no_float64_allowance_for_its_gradients(tmp_path, kernel, passes):
+    """Found by a thirteenth red team: Model's float64 gradients were made by running it again in float64, where its
+    random draws are other numbers, so its "own error" was as large as the gradient and a backward 10% off (or all
+    zeros) passed.  A Model that draws in that run has no float64 gradients: Model's float32 ones, made from the same
+    draws as the kernel's call, are the comparison.  (A real worker process: the generators are compared.)"""
+    rc, data, md = _kb(tmp_path, "kb_ref_noise_in_forward.py", kernel, "batch_size=32,features=64")
+    assert (rc == 0) is passes, data["error"]
+    if not passes:
+        assert "gradient of parameter 'fc.weight'" in data["error"], data["error"]
+
+
+@pytest.mark.parametrize("kernel, passes, said", [
+    ("kb_cheat_linear_relu_train_detached.py", False, "where it did while the inputs asked one"),
+    ("kb_cheat_linear_relu_train_mask_with_input_grad.py", False, "differs from Model's"),
+    ("kb_new_linear_relu_grads_as_asked.py", True, None),
+    ("kb_new_linear_relu_eval_without_autograd.py", True, "carries no gradient")])
+def test_a_training_step_on_plain_data_gets_the_models_gradients(tmp_path, worker_here, kernel, passes, said):
+    """Found by a thirteenth red team: the calls with plain-data inputs, frozen parameters or a bias alone were all in
+    eval(), so a backward that skipped ReLU's mask where the input asks no gradient, or gave the weights none, in
+    training mode alone passed: wrong in a user's training step (model.train(), a batch, loss.backward()).  Those
+    calls come in training mode too, after both modes' calls with everything training.  An eval() path without
+    autograd (an inference kernel) is still noted, not failed."""
+    rc, data, md = _kb(tmp_path, "kb_ref_linear_relu.py", kernel, "batch_size=32,features=64")
+    conds = [t["condition"] for s in data["shapes"] for t in s["trials"]]
+    assert (rc == 0) is passes, data["error"]
+    assert passes or "(training mode with autograd on" in data["error"], data["error"]
+    assert said is None or said in (md if passes else data["error"]), (data["error"], md[-2000:])
+    if passes:
+        assert {"mode:train+grad:data", "mode:train+grad:frozen", "mode:train+grad:partial"} <= set(conds), conds
+        first = conds.index("mode:train+grad:data")
+        assert conds.index("mode:grad") < first and conds.index("mode:train+grad") < first, conds
+
+
+@pytest.mark.parametrize("kernel, passes", [("kb_cheat_gelu_grad_stored_row_major.py", False),
+                                            ("kb_new_gelu_grad_contiguous.py", True)])
+def test_an_upstream_gradient_comes_in_each_layout_a_user_hands(tmp_path, worker_here, kernel, passes):
+    """Found by a thirteenth red team: the gradient handed to backward() was row-major or one value expanded, so a
+    backward that stored row-major into empty_like(grad) passed and gave a GELU's input gradient 141% off for an
+    output transposed downstream.  tensors.upstream's three layouts (row-major, expanded, dims reversed in memory)
+    now come in turn, carried from shape to shape, so every run has each."""
+    rc, data, md = _kb(tmp_path, "kb_ref_gelu.py", kernel, "batch_size=64,dim=512")
+    assert (rc == 0) is passes, data["error"]
+    if not passes:
+        assert "gradient of input 'arg0'" in data["error"], data["error"]
+
+
+@pytest.mark.parametrize("kernel, passes", [("kb_cheat_linear_relu_grad_accumulated_twice.py", False),
+                                            ("kb_new_linear_relu_grad_accumulated_into_grad.py", True)])
+def test_a_gradient_is_what_a_users_backward_leaves_in_grad(tmp_path, worker_here, kernel, passes):
+    """Found by a thirteenth red team: the gradients were read from torch.autograd.grad alone, so a backward that
+    accumulated them into .grad itself and returned them to autograd too passed, and a user's loss.backward() got
+    twice the gradient.  What a backward writes into .grad now counts with autograd's (tensors.grads_into), so that
+    one fails, and one that accumulates into .grad alone (Megatron's fusion) passes, its gradients compared."""
+    rc, data, md = _kb(tmp_path, "kb_ref_linear_relu.py", kernel, "batch_size=32,features=64")
+    assert (rc == 0) is passes, data["error"]
+    if passes:
+        assert "not compared" not in md, md[-3000:]
+    else:
+        assert "gradient of parameter 'fc." in data["error"], data["error"]
+
+
 def test_out_of_memory_errors_in_the_workers_backward_reach_that_calls_failure(tmp_path, worker_here, monkeypatch):
     """Found by a review: the worker's count of out-of-memory errors (held.memory) came with the forward call's reply
     alone, so one raised in the backward after it showed in the next call's row, not in the failing one's.  Here each
@@ -1695,13 +1758,14 @@ def test_gradients_of_a_modelnew(tmp_path, worker_here, ref, kernel, dims, passe
 
 
 @pytest.mark.parametrize("ref, kernel, wrong, what", [
-    ("kb_ref_linear_relu.py", "kb_cheat_linear_grad_dropped_when_frozen.py", {"mode:grad:frozen", "mode:grad:partial"},
-     "after backward() in eval() differs from Model's"),  # the first of the two calls' rows: the input's or the bias's
-    ("kb_ref_linear_relu.py", "kb_cheat_linear_bias_grad_with_weight.py", {"mode:grad:partial"},
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_grad_dropped_when_frozen.py",
+     {"mode:grad:frozen", "mode:grad:partial", "mode:train+grad:frozen", "mode:train+grad:partial"},
+     "differs from Model's"),  # the first of the four calls' rows: the input's or the bias's
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_bias_grad_with_weight.py", {"mode:grad:partial", "mode:train+grad:partial"},
      "gradient of parameter 'fc.bias'"),
-    ("kb_ref_linear_relu.py", "kb_cheat_linear_forward_only_when_frozen.py", {"mode:grad:frozen"},
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_forward_only_when_frozen.py", {"mode:grad:frozen", "mode:train+grad:frozen"},
      "with parameters frozen, ModelNew's output carries no gradient to it"),
-    ("kb_ref_linear_relu.py", "kb_cheat_linear_grads_only_for_input_grad.py", {"mode:grad:data"},
+    ("kb_ref_linear_relu.py", "kb_cheat_linear_grads_only_for_input_grad.py", {"mode:grad:data", "mode:train+grad:data"},
      "with inputs that ask no gradient (data), ModelNew gives this parameter none"),
     ("kb_ref_linear_relu.py", "kb_new_linear_own_backward.py", None, None),
     ("kb_ref_linear_plus_y.py", "kb_new_linear_forward_only_plus_y.py", None, "3 of them unused by ModelNew"),
@@ -1712,7 +1776,8 @@ def test_gradients_are_compared_with_parameters_frozen(tmp_path, worker_here, re
     trained every parameter.  One call has them all frozen (a user's adapter training), one all but the smallest (a
     bias fine-tuned alone), one the inputs plain data (a first layer's: a red team's backward ran only where the input
     asked a gradient); a gradient ModelNew reached while all trained, missing there, fails.  One it never
-    reached (a forward-only kernel on one input of two) is noted there as everywhere (the review's false rejection)."""
+    reached (a forward-only kernel on one input of two) is noted there as everywhere (the review's false rejection).
+    Each of the three comes in eval() and in training mode (a thirteenth red team's)."""
     dims = "batch_size=32,features=64"
     rc, data, md = _kb(tmp_path, ref, kernel, dims)
     assert (rc == 0) is (wrong is None), data["error"]

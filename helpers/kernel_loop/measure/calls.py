@@ -228,15 +228,17 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, call: dict[
     """Rows for the gradients a user's backward() gets after this call (``call``, its reply: the backward's count of
     out-of-memory errors replaces its own, held.memory), against Model's (``cond.backward``), with a note where none
     is compared: Model's output carries none, the kernel's does not, or its backward raised; with parameters frozen
-    or the inputs plain data (``cond.owed``), one it reached while all trained (``reached``) missing fails."""
-    back, returned = cond.backward, call.get("returned") or {}
-    mode = "training mode" if cond.train else "eval()"
+    or the inputs plain data (``cond.owed``), one reached while all trained missing fails: in eval(), in an eval()
+    call (an eval()-only path without autograd is noted); in training mode, in either (a red team's backward gave
+    the weights none in training mode alone)."""
+    back, returned, mode = cond.backward, call.get("returned") or {}, "training mode" if cond.train else "eval()"
     if not back.carries:
         return []
-    reached = sess.problem.seen.setdefault("reached", set())  # inputs and parameters of eval() calls all training
+    reached, trained = (sess.problem.seen.setdefault(k, set()) for k in ("reached", "reached:train"))
+    owed = reached | trained if cond.train else reached
     why = DATA_LOST if cond.data else FROZEN_LOST
     if not any(m.get("grad") for m in returned.values()):
-        lost = [n for n in back.grads if cond.owed and n in reached and bool(back.grads[n].any())]
+        lost = [n for n in back.grads if cond.owed and n in owed and bool(back.grads[n].any())]
         notes += [] if lost else [NO_GRADIENT_NOTE]
         return [bad_row(f"gradient of {n}", back.grads[n], why) for n in lost]
     names, sh = list(back.grads), sess.shared
@@ -251,13 +253,11 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, call: dict[
         first = str(exc).splitlines()[0] if str(exc) else "an error"
         notes.append(f"gradients: not compared: backward() raised ({first[:200]})")
         return []
-    # elementwise; normwise only where Model's own gradient holds the limit (grad_normwise): gradients cancel (a bias
-    # that feeds a normalisation has an exact gradient of zero), where a normwise bound compares rounding with rounding
-    tols = applied_tolerances(back.grads, sess.judge.tolerance, sess.judge.ref)
-    unused = set(reply.get("unused") or [])
-    reached.update(() if cond.owed or cond.train else set(names) - unused)
-    lost = [n for n in names if cond.data and n in unused and n in reached and bool(back.grads[n].any())]
-    detached = [n for n in names if n in unused and bool(back.grads[n].any()) and not (cond.owed and n in reached)]
+    # elementwise; normwise only where Model's own gradient holds the limit (grad_normwise: gradients cancel)
+    tols, unused = applied_tolerances(back.grads, sess.judge.tolerance, sess.judge.ref), set(reply.get("unused") or [])
+    (trained if cond.train else reached).update(() if cond.owed else set(names) - unused)
+    lost = [n for n in names if cond.data and n in unused and n in owed and bool(back.grads[n].any())]
+    detached = [n for n in names if n in unused and bool(back.grads[n].any()) and not (cond.owed and n in owed)]
     if detached:  # like an output without a gradient: a custom kernel's, or a cached layout (kernel_abi.md)
         notes.append(f"gradients: {', '.join(detached[:4])}{' ...' if len(detached) > 4 else ''}: not compared: "
                      "ModelNew's output does not reach it through autograd (a custom kernel, or a copy made from "

@@ -106,7 +106,8 @@ class Condition:
         return bool(self.fixed) or self.data
 
 
-LATE_GRAD = ("mode:grad:frozen", "mode:grad:partial", "mode:grad:data")  # compared with what mode:grad reached
+LATE_GRAD = ("mode:grad:frozen", "mode:grad:partial", "mode:grad:data",  # compared with what the calls with all
+             "mode:train+grad:frozen", "mode:train+grad:partial", "mode:train+grad:data")  # training reached, either mode
 
 
 def forget(prob: Problem) -> None:
@@ -222,9 +223,10 @@ def condition_plan(rng, first: DataSet, prob: Problem, trials: int) -> list[str]
         if any(is_tensor(a := first.args[n]) and a.dim() > 2 and min(a.shape[:2]) > 1 for n in first.input_names()):
             wanted += ["layout:lead"]  # and a review's, checking only the last dim's stride
     rng.shuffle(wanted)
-    for late in LATE_GRAD if "mode:grad:frozen" in wanted else ():  # after mode:grad,
-        wanted.remove(late)  # whose gradients say what ModelNew reaches (what follows only inserts: they stay after)
-        wanted.insert(rng.randint(wanted.index("mode:grad") + 1, len(wanted)), late)
+    for late in LATE_GRAD if "mode:grad:frozen" in wanted else ():  # after mode:grad and mode:train+grad, whose
+        wanted.remove(late)  # gradients say what ModelNew reaches (what follows only inserts: they stay after)
+        wanted.insert(rng.randint(max(wanted.index("mode:grad"), wanted.index("mode:train+grad")) + 1, len(wanted)),
+                      late)
     if len(wanted) > 1 and wanted[-1] == "layout:moved":  # its handed outputs are read after the next call: never the
         wanted[-2], wanted[-1] = wanted[-1], wanted[-2]  # last (before it, a frozen call or another: never mode:grad)
     if "weights:twin" in wanted:
@@ -294,9 +296,9 @@ def _condition(tolerance: Any, prob: Problem, first: DataSet, ds: DataSet, want:
                 notes.append(f"{CONDITION_WORDS[want]}: not compared: the training-mode call before it was not")
                 return Condition(keep=True, after="restore" if last else None), "plain", ds
         cond.frozen = tuple(frozen_norms(prob.model)) if value == "train:frozen" else ()
-        cond.data = value == "grad:data"  # (every parameter trains: none fixed)
-        cond.fixed = frozen_params(prob.model, value == "grad:partial") if value.startswith("grad:") and not cond.data \
-            else ()
+        owed = value.partition("grad:")[2]  # (in either mode: a red team's backward was wrong in training mode alone)
+        cond.data = owed == "data"  # (every parameter trains: none fixed)
+        cond.fixed = frozen_params(prob.model, owed == "partial") if owed in ("frozen", "partial") else ()
         if train:
             expected, why = train_expected(prob, ds, tolerance, cond)
         else:

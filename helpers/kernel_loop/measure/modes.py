@@ -215,14 +215,19 @@ def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, no
     import torch
 
     prob.seen["backward"] = True  # False after a backward that cannot run: not tried again
+    turn = prob.seen["upstreams"] = prob.seen.get("upstreams", -1) + 1  # each of upstream's three layouts in turn
+    seed += (0, 1, 2)[turn % 3] - seed % 4
 
     def grads_of(m, wide: bool) -> dict[str, Any] | None:
         guards.set_torch_rng(torch, prob.device, start_state(torch, prob.device, ds.seed))  # the worker's call's start
         args = [(ds.args[n].detach().double() if wide and ds.args[n].dtype.is_floating_point else
                  ds.args[n].detach().clone()).requires_grad_(continuous(ds.args[n]) and not cond.data)
                 if is_tensor(ds.args[n]) else ds.args[n] for n in ds.args]
+        before = guards.rng_state(torch, prob.device)
         with torch.enable_grad():
             out = [t for t in normalize_outputs(m(*args), []).values() if is_tensor(t)]
+            if wide and guards.rng_state(torch, prob.device) != before:  # its draws in float64 are other numbers
+                return None  # (a red team's backward missing a noise term passed on them): no float64 gradients
             carries = [t for t in out if t.requires_grad]
             leaves = {**{f"parameter '{n}'": p for n, p in m.named_parameters() if p.requires_grad},
                       **{f"input '{n}'": a for n, a in zip(ds.args, args, strict=True)
@@ -239,10 +244,10 @@ def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, no
                 # gradients share memory (a + b hands one tensor to both inputs; a sum's is a stride-0 view)
         return grads
 
-    def copied():  # (cond.fixed: the parameters frozen, as a user's frozen layers are)
-        m = model_copy(prob, cond.train, cond.stats)
-        for n, p in m.named_parameters(remove_duplicate=False):
-            p.requires_grad_(p.requires_grad and n not in cond.fixed)
+    def copied(every: bool = False):  # (cond.fixed: the parameters frozen, as a user's frozen layers are, unless
+        m = model_copy(prob, cond.train, cond.stats)  # ``every``: float64's, whose largest is ZERO_GRAD's scale as
+        for n, p in m.named_parameters(remove_duplicate=False):  # where all train: a bias alone in training mode
+            p.requires_grad_(p.requires_grad and (every or n not in cond.fixed))  # before a BatchNorm failed there)
         return m
 
     try:
@@ -250,7 +255,7 @@ def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, no
         if grads is None:
             return Backward(seed, {}, False)
         try:  # Model's own gradients in float64: how far its float32 ones are from exact (rounding, cancellation)
-            exact = grads_of(copied().double(), True)
+            exact = grads_of(copied(every=True).double(), True)
         except Exception:  # memory, an op without float64: compared with the float32 gradients alone
             exact = None
             free_cached()
