@@ -471,18 +471,18 @@ def outside(row: dict) -> str:
 LOCAL = 1024  # elements (flattened) over which the reference's own error sets a kernel's allowance
 
 
-def within_the_references_error(g, e, x, tol: dict[str, Any]) -> tuple[float, float]:
+def within_the_references_error(g, e, x, tol: dict[str, Any], local: int = LOCAL) -> tuple[float, float]:
     """For measure.exact.as_exact_as_the_reference: the kernel's output ``g``'s worst element error against the
     float64 answer ``x`` over its allowance (the tolerance, or twice the float32 reference ``e``'s worst error among
-    the LOCAL elements around it, in units of the tolerance), and its relative L2 error over the limit, counting in
-    each LOCAL block only what exceeds twice the reference's own error there (a red team's output, half exact and
+    the ``local`` elements around it, in units of the tolerance), and its relative L2 error over the limit, counting in
+    each block only what exceeds twice the reference's own error there (a red team's output, half exact and
     half float16, passed on the reference's error in the half it computed itself exactly); inf where ``g`` is not
     finite and ``x`` is, or differs from the reference where ``x`` is not finite.  Chunk by chunk, in float64."""
     import torch
 
     gf, ef, xf = (t.detach().reshape(-1) for t in (g, e, x))
     worst, over, sq_x = 0.0, 0.0, 0.0
-    step = LOCAL * 4096
+    step = local * 4096
     for s in range(0, xf.numel(), step):
         xs = xf[s:s + step].to(torch.float64)
         gs, es = gf[s:s + step].to(device=xs.device, dtype=torch.float64), ef[s:s + step].to(device=xs.device,
@@ -496,13 +496,13 @@ def within_the_references_error(g, e, x, tol: dict[str, Any]) -> tuple[float, fl
         bound = (tol["atol"] + tol["rtol"] * xs.abs()).clamp_min(1e-300)
         mine = torch.where(fin, (gs - xs).abs() / bound, torch.zeros_like(xs))
         own = torch.where(fin & torch.isfinite(es), (es - xs).abs() / bound, torch.zeros_like(xs))
-        pad = (-own.numel()) % LOCAL
-        near = torch.nn.functional.pad(own, (0, pad)).view(-1, LOCAL).amax(dim=1, keepdim=True)
-        allow = (2.0 * near).clamp_min(1.0).expand(-1, LOCAL).reshape(-1)[:own.numel()]
+        pad = (-own.numel()) % local
+        near = torch.nn.functional.pad(own, (0, pad)).view(-1, local).amax(dim=1, keepdim=True)
+        allow = (2.0 * near).clamp_min(1.0).expand(-1, local).reshape(-1)[:own.numel()]
         worst = max(worst, float((mine / allow).max()))
         zero = torch.zeros_like(xs)
         blocks = [torch.nn.functional.pad(torch.where(fin & torch.isfinite(t), t - xs, zero) ** 2, (0, pad))
-                  .view(-1, LOCAL).sum(dim=1).sqrt() for t in (gs, es)]
+                  .view(-1, local).sum(dim=1).sqrt() for t in (gs, es)]
         over += float(((blocks[0] - 2.0 * blocks[1]).clamp_min(0.0) ** 2).sum())
         sq_x += float((xs[fin] ** 2).sum())
     if not tol.get("rel_l2") or sq_x == 0:

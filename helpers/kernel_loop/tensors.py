@@ -236,36 +236,41 @@ def uninfer(model, names: list[str] | None = None) -> list[str]:
 
 
 def upstream(seed: int, i: int, like):
-    """The gradient handed to backward() for a call's ``i``-th output, drawn from ``seed`` on its device, where judge
-    and worker draw alike; by ``seed % 4``: normal, row-major (0) or dims reversed in memory (2: an output transposed
-    downstream; a red team's backward stored row-major into empty_like of it), or one value expanded (odd: .sum())."""
+    """The gradient handed to backward() for a call's ``i``-th output, drawn from ``seed`` on its device, judge and
+    worker alike; by ``seed % 4``: normal, row-major (0), dims reversed in memory (2: an output transposed downstream,
+    as a red team's backward missed) or the first two swapped (3: attention's transpose(1, 2)), or one expanded (1)."""
     torch = _torch()
-    gen, shape = torch.Generator(device=like.device).manual_seed(seed * 31 + i), tuple(like.shape)
-    if seed % 4 == 2:  # (dense: .to keeps the order)
-        return torch.randn(shape[::-1], generator=gen, device=like.device).permute(tuple(range(len(shape)))[::-1]
-                                                                                  ).to(like.dtype)
-    one = torch.randn(() if seed % 2 else shape, generator=gen, device=like.device)
+    gen, shape, kind, n = torch.Generator(device=like.device).manual_seed(seed * 31 + i), like.shape, seed % 4, like.ndim
+    if kind in (2, 3):  # (dense: .to keeps the order)
+        order = list(range(n))[::-1] if kind == 2 or n < 2 else [1, 0, *range(2, n)]
+        drawn = torch.randn([shape[d] for d in order], generator=gen, device=like.device)
+        return drawn.permute([order.index(d) for d in range(n)]).to(like.dtype)
+    one = torch.randn(() if kind == 1 else shape, generator=gen, device=like.device)
     return one.to(device=like.device, dtype=like.dtype).expand(shape)
 
 
 def grads_into(outs: list, targets: list[tuple[str, Any, Any]], seed: int) -> list[str]:
     """backward() from ``outs`` (a call's returned tensors) with the gradients ``upstream`` draws from ``seed``: each
-    target (name, leaf tensor, buffer) gets in its buffer what a user's loss.backward() leaves in its .grad: autograd's
-    gradient plus what the backward wrote into .grad itself (a fused accumulation, as Megatron's; a red team's gave
-    it to autograd too, twice the gradient), .grad put back after; zeros where the outputs do not depend on it.
-    Returns the names of those (unused).  A backward that raises is the kernel's: it propagates."""
+    target (name, leaf tensor, buffer) gets what a user's loss.backward() adds to its .grad: autograd's gradient plus
+    what the backward added to .grad itself (Megatron's fused accumulation; a red team's gave it to autograd too),
+    .grad then put back (holding 0.5s first in row-major calls: a review's overwrote it); zeros where unused."""
     torch = _torch()
-    carries, leaves = [(i, o) for i, o in enumerate(outs) if o.requires_grad], [t for _, t, _ in targets if t.requires_grad]
-    held = [(t, None if t.grad is None else t.grad.detach().clone()) for t in {id(t): t for t in leaves}.values()
-            if t.is_leaf]
+    carries = [(i, o) for i, o in enumerate(outs) if o.requires_grad]
+    leaves = [t for _, t, _ in targets if t.requires_grad]
+    held = []
+    with torch.no_grad():
+        for t in {id(t): t for t in leaves if t.is_leaf}.values():
+            was = t.grad if t.grad is None else t.grad.detach().clone()
+            t.grad = torch.full_like(t, 0.5) if was is None and seed % 4 == 0 else t.grad
+            held.append((t, was, t.grad, None if t.grad is None else t.grad._version))
     got = iter(torch.autograd.grad([o for _, o in carries], leaves, [upstream(seed, i, o) for i, o in carries],
                                    allow_unused=True))
     wrote, unused = {}, []
     with torch.no_grad():
-        for t, was in held:
-            same = was is not None and t.grad is not None and t.grad.shape == was.shape
-            if t.grad is not None and not (same and torch.equal(t.grad, was)):
-                wrote[id(t)] = t.grad.detach() - (was if same else 0)
+        for t, was, first, version in held:
+            base, now = (0.5 if was is None else was) if first is not None else None, t.grad
+            if now is not None and not (now is first and now._version == version):  # (untouched: no copy compared)
+                wrote[id(t)] = now.detach() - base if base is not None and now.shape == t.shape else now.detach()
             t.grad = was
         for name, t, buf in targets:
             g, own = next(got) if t.requires_grad else None, wrote.get(id(t))  # (a tied parameter: each name, all)
@@ -499,22 +504,3 @@ def clone_or_none(t: Any) -> Any:
         return t.clone()
     except RuntimeError:
         return None
-
-
-DISCRETE_VALUES = 16  # a float input with at most this many distinct values (a mask, +-1 labels) keeps its values
-
-
-def continuous(t) -> bool:
-    """Whether an input takes continuous values: a float tensor with more than DISCRETE_VALUES distinct values among
-    its first 65536, or one of fewer elements whose values are all distinct and not all whole numbers (a slope, a scale:
-    a red team's PReLU right only for slopes up to 1 passed while every input of at most 16 elements kept its range).
-    A mask or +-1 labels (values that repeat) and whole numbers keep their values, and have no gradient."""
-    import torch
-
-    if not is_tensor(t) or not t.dtype.is_floating_point or t.numel() == 0:
-        return False
-    head = t.detach().reshape(-1)[:65536].double()
-    values = torch.unique(head)
-    if values.numel() > DISCRETE_VALUES:
-        return True
-    return values.numel() == head.numel() and not bool(torch.all(values == values.round()))

@@ -26,7 +26,7 @@ from .conditions import VARIANTS, Condition, free_cached, range_ok
 from .exact import as_exact_as_the_reference
 from .guards import start_state
 from .launch import KernelFailed, WorkerProc
-from .modes import draws_into, grad_as_exact, grad_normwise
+from .modes import draws_into, grad_as_exact, grad_normwise, owed
 from .problem import DataSet, Problem
 
 FRESH_DRAW_BUDGET_S = 20.0      # a fresh data set for every call while drawing them all costs no more
@@ -235,10 +235,10 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, call: dict[
     if not back.carries:
         return []
     reached, trained = (sess.problem.seen.setdefault(k, set()) for k in ("reached", "reached:train"))
-    owed = reached | trained if cond.train else reached
+    due = reached | trained if cond.train else reached
     why = DATA_LOST if cond.data else FROZEN_LOST
     if not any(m.get("grad") for m in returned.values()):
-        lost = [n for n in back.grads if cond.owed and n in owed and bool(back.grads[n].any())]
+        lost = [n for n in back.grads if cond.owed and n in due and owed(back, n)]
         notes += [] if lost else [NO_GRADIENT_NOTE]
         return [bad_row(f"gradient of {n}", back.grads[n], why) for n in lost]
     names, sh = list(back.grads), sess.shared
@@ -256,8 +256,8 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, call: dict[
     # elementwise; normwise only where Model's own gradient holds the limit (grad_normwise: gradients cancel)
     tols, unused = applied_tolerances(back.grads, sess.judge.tolerance, sess.judge.ref), set(reply.get("unused") or [])
     (trained if cond.train else reached).update(() if cond.owed else set(names) - unused)
-    lost = [n for n in names if cond.data and n in unused and n in owed and bool(back.grads[n].any())]
-    detached = [n for n in names if n in unused and bool(back.grads[n].any()) and not (cond.owed and n in owed)]
+    lost = [n for n in names if cond.owed and n in unused and n in due and owed(back, n)]  # (else compared: zeros)
+    detached = [n for n in names if n in unused and owed(back, n) and not (cond.owed and n in due)]
     if detached:  # like an output without a gradient: a custom kernel's, or a cached layout (kernel_abi.md)
         notes.append(f"gradients: {', '.join(detached[:4])}{' ...' if len(detached) > 4 else ''}: not compared: "
                      "ModelNew's output does not reach it through autograd (a custom kernel, or a copy made from "

@@ -39,7 +39,7 @@ import zlib
 from typing import Any
 
 from ..compare import compare_outputs, constant_outputs
-from ..tensors import continuous, is_tensor, nudge, nudge_scales, random_like, strided_view
+from ..tensors import is_tensor, nudge, nudge_scales, random_like, strided_view
 from ..vocab import CONDITION_WORDS
 from .exact import LOOSE, error_units, exact_reference, nonfinite
 from .guards import moving_weights, weights_back, weights_channels_last
@@ -47,6 +47,7 @@ from .modes import (
     RANDOM_TRAINING,
     Backward,
     backward_expected,
+    continuous,
     eval_expected,
     free_cached,
     frozen_norms,

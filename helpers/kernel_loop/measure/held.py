@@ -261,7 +261,7 @@ def problem_at(judge: Any, dims: dict, kernel: Any, notes: list[str], unfit: tup
     if before is not None and before is not prob:  # (the run's own Problem, met again, has taken the first steps)
         for spec in (before.seen.get("steps") or [])[len(prob.seen.get("steps") or []):]:
             step(prob, dict(spec))
-        for key in ("alone", "upstreams"):  # the turns of conditions.alone and of upstream's layouts (modes)
+        for key in ("alone", "upstreams", "grad_scale"):  # conditions.alone's turn, upstream's layouts', a scale
             if key in before.seen:
                 prob.seen[key] = before.seen[key]
     return prob
