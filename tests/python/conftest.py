@@ -52,6 +52,13 @@ sys.path.insert(0, str(REPO / "helpers"))
 # kernel".  Where there is no NVIDIA device every Triton kernel of the suite runs interpreted: set for the session.
 if "TRITON_INTERPRET" not in os.environ and not any(Path("/dev").glob("nvidia[0-9]*")):
     os.environ["TRITON_INTERPRET"] = "1"
+    # One CPU thread for torch's operators (OpenMP's nthreads, read when torch loads it), in this process and every
+    # process it starts, where the suite computes on the CPU: the tiny tensors of the tests gain nothing from a thread
+    # team, and teams spin while they wait.  Worse, a thread other than the main one (a worker_here worker, the judge's
+    # own threads) gets a new team per operator: a BatchNorm1d of 32 x 16 took 0.4 ms there against 0.03 ms in the
+    # main thread, and 5 ms while the other xdist worker ran; the CPU suite spent some 45 s of CPU in torch.batch_norm.
+    # No test sets or reads the thread count (guards.process_settings compares a call's count with the one before it).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 PACKED_KERNELS = REPO / "tests" / "python" / "kernels"
 PACKED_FIXTURES = REPO / "tests" / "fixtures"
