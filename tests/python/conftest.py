@@ -50,8 +50,10 @@ sys.path.insert(0, str(REPO / "helpers"))
 # then.  A test that imported triton before any test set it (torch.profiler's, in a pytest worker's order) left
 # every interpreted kernel after it calling a compiled tl.max: "Cannot call @triton.jit'd outside of the scope of a
 # kernel".  Where there is no NVIDIA device every Triton kernel of the suite runs interpreted: set for the session.
-if "TRITON_INTERPRET" not in os.environ and not any(Path("/dev").glob("nvidia[0-9]*")):
+NO_NVIDIA_DEVICE = not any(Path("/dev").glob("nvidia[0-9]*"))
+if "TRITON_INTERPRET" not in os.environ and NO_NVIDIA_DEVICE:
     os.environ["TRITON_INTERPRET"] = "1"
+if NO_NVIDIA_DEVICE:
     # One CPU thread for torch's operators (OpenMP's nthreads, read when torch loads it), in this process and every
     # process it starts, where the suite computes on the CPU: the tiny tensors of the tests gain nothing from a thread
     # team, and teams spin while they wait.  Worse, a thread other than the main one (a worker_here worker, the judge's
