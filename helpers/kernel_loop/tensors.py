@@ -253,23 +253,25 @@ def grads_into(outs: list, targets: list[tuple[str, Any, Any]], seed: int) -> li
     """backward() from ``outs`` (a call's returned tensors) with the gradients ``upstream`` draws from ``seed``: each
     target (name, leaf tensor, buffer) gets what a user's loss.backward() adds to its .grad: autograd's gradient plus
     what the backward added to .grad itself (Megatron's fused accumulation; a red team's gave it to autograd too),
-    .grad then put back (holding 0.5s first in row-major calls: a review's overwrote it); zeros where unused."""
+    .grad then put back (holding an earlier micro-batch's first in row-major calls, ``earlier``: a review's backward
+    overwrote it); zeros where unused."""
     torch = _torch()
     carries = [(i, o) for i, o in enumerate(outs) if o.requires_grad]
     leaves = [t for _, t, _ in targets if t.requires_grad]
     held = []
     with torch.no_grad():
-        for t in {id(t): t for t in leaves if t.is_leaf}.values():
+        for j, t in enumerate({id(t): t for t in leaves if t.is_leaf}.values()):
             was = t.grad if t.grad is None else t.grad.detach().clone()
-            t.grad = torch.full_like(t, 0.5) if was is None and seed % 4 == 0 else t.grad
-            held.append((t, was, t.grad, None if t.grad is None else t.grad._version))
+            t.grad = earlier(t, seed, j) if was is None and seed % 4 == 0 else t.grad
+            held.append((j, t, was, t.grad, None if t.grad is None else t.grad._version))
     got = iter(torch.autograd.grad([o for _, o in carries], leaves, [upstream(seed, i, o) for i, o in carries],
                                    allow_unused=True))
     wrote, unused = {}, []
     with torch.no_grad():
-        for t, was, first, version in held:
-            base, now = (0.5 if was is None else was) if first is not None else None, t.grad
+        for j, t, was, first, version in held:
+            now = t.grad
             if now is not None and not (now is first and now._version == version):  # (untouched: no copy compared)
+                base = None if first is None else earlier(t, seed, j) if was is None else was
                 wrote[id(t)] = now.detach() - base if base is not None and now.shape == t.shape else now.detach()
             t.grad = was
         for name, t, buf in targets:
@@ -280,6 +282,14 @@ def grads_into(outs: list, targets: list[tuple[str, Any, Any]], seed: int) -> li
             else:
                 buf.copy_(g if own is None else own if g is None else g + own)
     return unused
+
+
+def earlier(t, seed: int, j: int):
+    """The ``j``-th leaf's .grad as a user's earlier micro-batch left it, for grads_into: normal values from a
+    generator of its own (the caller's are left as they are), drawn again alike to be taken off."""
+    torch = _torch()
+    gen = torch.Generator(device=t.device).manual_seed(seed * 31 + 1000 + j)
+    return torch.randn(tuple(t.shape), generator=gen, device=t.device).to(t.dtype)
 
 
 def foreign_memory(t) -> bool:

@@ -1005,7 +1005,7 @@ def test_a_gradient_is_what_a_users_backward_leaves_in_grad(tmp_path, worker_her
     accumulated them into .grad itself and returned them to autograd too passed, and a user's loss.backward() got
     twice the gradient.  What a backward writes into .grad now counts with autograd's (tensors.grads_into), so that
     one fails, and one that accumulates into .grad alone (Megatron's fusion) passes, its gradients compared.  In some
-    calls .grad holds values first, as a user's next micro-batch finds it: a review's backward that set it failed."""
+    calls .grad holds an earlier micro-batch's values first (tensors.earlier): a review's backward that set it failed."""
     rc, data, md = _kb(tmp_path, "kb_ref_linear_relu.py", kernel, "batch_size=32,features=64")
     assert (rc == 0) is passes, data["error"]
     if passes:
