@@ -237,24 +237,29 @@ def uninfer(model, names: list[str] | None = None) -> list[str]:
 
 def upstream(seed: int, i: int, like):
     """The gradient handed to backward() for a call's ``i``-th output, drawn from ``seed`` on its device, judge and
-    worker alike; by ``seed % 4``: normal, row-major (0), dims reversed in memory (2: an output transposed downstream,
-    as a red team's backward missed) or the first two swapped (3: attention's transpose(1, 2)), or one expanded (1)."""
-    torch = _torch()
-    gen, shape, kind, n = torch.Generator(device=like.device).manual_seed(seed * 31 + i), like.shape, seed % 4, like.ndim
-    if kind in (2, 3):  # (dense: .to keeps the order)
-        order = list(range(n))[::-1] if kind == 2 or n < 2 else [1, 0, *range(2, n)]
+    worker alike; by ``seed % 4``, then ``seed % 8 // 4``: normal, row-major (0); expanded over all dims, or some (1);
+    dense with the dims reversed (2), or the first two, or the last two swapped (3: transpose(1, 2)).  Red teams'
+    backwards stored row-major into empty_like of it, checked one stride, or took any stride 0 for one value."""
+    torch, shape, kind, n, other = _torch(), like.shape, seed % 4, like.ndim, seed % 8 >= 4
+    gen, big = torch.Generator(device=like.device).manual_seed(seed * 31 + i), [d for d in range(n) if shape[d] > 1]
+    if kind in (2, 3):  # (dense: .to keeps the order; a dim of one has any stride, no place in it)
+        a, b = (big[-2:] if other else big[:2]) if kind == 3 and len(big) > 2 else (0, 0)
+        order = list(range(n))[::-1] if (a, b) == (0, 0) else [b if d == a else a if d == b else d for d in range(n)]
         drawn = torch.randn([shape[d] for d in order], generator=gen, device=like.device)
         return drawn.permute([order.index(d) for d in range(n)]).to(like.dtype)
-    one = torch.randn(() if kind == 1 else shape, generator=gen, device=like.device)
-    return one.to(device=like.device, dtype=like.dtype).expand(shape)
+    wide = [kind == 1] * n
+    if kind == 1 and other and n > 1:  # some dims, not all, drawn by a generator of its own (not the caller's)
+        wide = random.Random(seed * 31 + i).sample([True, False] * (n - 1), n)
+    one = torch.randn([1 if w else d for w, d in zip(wide, shape, strict=True)], generator=gen, device=like.device)
+    return one.to(device=like.device, dtype=like.dtype).expand(tuple(shape))
 
 
 def grads_into(outs: list, targets: list[tuple[str, Any, Any]], seed: int) -> list[str]:
     """backward() from ``outs`` (a call's returned tensors) with the gradients ``upstream`` draws from ``seed``: each
     target (name, leaf tensor, buffer) gets what a user's loss.backward() adds to its .grad: autograd's gradient plus
     what the backward added to .grad itself (Megatron's fused accumulation; a red team's gave it to autograd too),
-    .grad then put back (holding an earlier micro-batch's first in row-major calls, ``earlier``: a review's backward
-    overwrote it); zeros where unused."""
+    .grad then put back; it holds an earlier micro-batch's (``earlier``) first in every layout's call one time in two
+    (backwards that overwrote it, or where the upstream was not row-major, passed).  Zeros where unused."""
     torch = _torch()
     carries = [(i, o) for i, o in enumerate(outs) if o.requires_grad]
     leaves = [t for _, t, _ in targets if t.requires_grad]
@@ -262,7 +267,7 @@ def grads_into(outs: list, targets: list[tuple[str, Any, Any]], seed: int) -> li
     with torch.no_grad():
         for j, t in enumerate({id(t): t for t in leaves if t.is_leaf}.values()):
             was = t.grad if t.grad is None else t.grad.detach().clone()
-            t.grad = earlier(t, seed, j) if was is None and seed % 4 == 0 else t.grad
+            t.grad = earlier(t, seed, j) if was is None and (seed + seed % 8 // 4) % 2 == 0 else t.grad
             held.append((j, t, was, t.grad, None if t.grad is None else t.grad._version))
     got = iter(torch.autograd.grad([o for _, o in carries], leaves, [upstream(seed, i, o) for i, o in carries],
                                    allow_unused=True))
@@ -285,8 +290,7 @@ def grads_into(outs: list, targets: list[tuple[str, Any, Any]], seed: int) -> li
 
 
 def earlier(t, seed: int, j: int):
-    """The ``j``-th leaf's .grad as a user's earlier micro-batch left it, for grads_into: normal values from a
-    generator of its own (the caller's are left as they are), drawn again alike to be taken off."""
+    """The ``j``-th leaf's .grad as an earlier micro-batch left it (grads_into): normal, from a generator of its own."""
     torch = _torch()
     gen = torch.Generator(device=t.device).manual_seed(seed * 31 + 1000 + j)
     return torch.randn(tuple(t.shape), generator=gen, device=t.device).to(t.dtype)

@@ -985,12 +985,15 @@ def test_a_training_step_on_plain_data_gets_the_models_gradients(tmp_path, worke
     ("kb_ref_gelu.py", "batch_size=64,dim=512", "kb_cheat_gelu_grad_stored_row_major.py", False),
     ("kb_ref_gelu.py", "batch_size=64,dim=512", "kb_new_gelu_grad_contiguous.py", True),
     ("kb_ref_gelu_seq.py", "batch_size=8,seq=16,dim=64", "kb_cheat_gelu_grad_contiguous_on_last_stride.py", False),
-    ("kb_ref_gelu_seq.py", "batch_size=8,seq=16,dim=64", "kb_new_gelu_grad_contiguous.py", True)])
+    ("kb_ref_gelu_seq.py", "batch_size=8,seq=16,dim=64", "kb_new_gelu_grad_contiguous.py", True),
+    ("kb_ref_gelu_seq.py", "batch_size=8,seq=16,dim=64", "kb_cheat_gelu_grad_row_major_by_first_stride.py", False),
+    ("kb_ref_gelu_seq.py", "batch_size=8,seq=16,dim=64", "kb_cheat_gelu_grad_one_value_where_any_stride_0.py", False)])
 def test_an_upstream_gradient_comes_in_each_layout_a_user_hands(tmp_path, worker_here, ref, dims, kernel, passes):
     """Found by a thirteenth red team: the gradient handed to backward() was row-major or one value expanded, so a
     backward that stored row-major into empty_like(grad) passed and gave a GELU's input gradient 141% off for an
-    output transposed downstream.  tensors.upstream's four layouts (row-major, expanded, dims reversed in memory, the
-    first two swapped: a review's backward checked the last stride alone) come in turn, carried from shape to shape."""
+    output transposed downstream.  tensors.upstream's layouts (row-major; expanded over all dims or some; dense, the
+    dims reversed, or the first two or the last two swapped: a review's and a second red team's backwards checked one
+    stride, or took any stride 0 for one value) come in turn, carried from shape to shape (not at a batch of one)."""
     rc, data, md = _kb(tmp_path, ref, kernel, dims)
     assert (rc == 0) is passes, data["error"]
     if not passes:
@@ -999,6 +1002,7 @@ def test_an_upstream_gradient_comes_in_each_layout_a_user_hands(tmp_path, worker
 
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_linear_relu_grad_accumulated_twice.py", False),
                                             ("kb_cheat_linear_relu_grad_overwritten.py", False),
+                                            ("kb_cheat_linear_relu_grad_set_where_not_contiguous.py", False),
                                             ("kb_new_linear_relu_grad_accumulated_into_grad.py", True)])
 def test_a_gradient_is_what_a_users_backward_leaves_in_grad(tmp_path, worker_here, kernel, passes):
     """Found by a thirteenth red team: the gradients were read from torch.autograd.grad alone, so a backward that
