@@ -325,6 +325,10 @@ LINEAR = ("kb_ref_linear_relu.py", "batch_size=256,features=512")
     ("kb_ref_gelu.py", "batch_size=256,dim=1024", "kb_cheat_gelu_grad_stored_row_major.py", False),
     ("kb_ref_gelu.py", "batch_size=256,dim=1024", "kb_new_gelu_grad_contiguous.py", True),
     ("kb_ref_gelu_seq.py", "batch_size=16,seq=128,dim=256", "kb_cheat_gelu_grad_contiguous_on_last_stride.py", False),
+    ("kb_ref_gelu_seq.py", "batch_size=16,seq=128,dim=256", "kb_cheat_gelu_grad_row_major_by_first_stride.py", False),
+    ("kb_ref_gelu_seq.py", "batch_size=16,seq=128,dim=256", "kb_cheat_gelu_grad_one_value_where_any_stride_0.py", False),
+    ("kb_ref_gelu_seq.py", "batch_size=16,seq=128,dim=256", "kb_new_gelu_grad_contiguous.py", True),
+    (*LINEAR, "kb_cheat_linear_relu_grad_set_where_not_contiguous.py", False),
     (*LINEAR, "kb_cheat_linear_relu_grad_overwritten.py", False),
     ("kb_ref_batchnorm.py", "batch_size=256,features=512", "kb_new_linear_bn_bias_left_out_in_training.py", True)])
 def test_gradients_as_a_users_backward_gets_them_on_the_gpu(tmp_path, ref, dims, kernel, passes):
