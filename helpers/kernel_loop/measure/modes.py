@@ -28,7 +28,7 @@ class Backward:
     """The gradients a user's backward() gives on a call with autograd on: ``seed`` draws the gradient of each output
     (``upstream``), ``grads`` are Model's, by name ("input 'arg0'", "parameter 'fc.weight'"); ``carries``, whether
     Model's output carries a gradient at all; ``exact``, Model's in float64 (None where they could not be made);
-    ``scale``, the largest of them with every parameter training (ZERO_GRAD's)."""
+    ``scale``, ZERO_GRAD's: the largest of them with every parameter training, or an earlier call's."""
 
     seed: int
     grads: dict[str, Any]
@@ -42,9 +42,12 @@ def owed(back: Backward, name: str) -> bool:
     rounding alone: a review's honest Linear + BatchNorm left the bias, cancelled by the batch's mean, out of autograd
     in training mode and failed on it), else in float32."""
     x = (back.exact or {}).get(name)
-    if x is None:
-        return bool(back.grads[name].any())
-    return bool(x.numel()) and float(x.abs().max()) > 1e-9 * back.scale
+    return bool(back.grads[name].any()) if x is None else bool(x.numel()) and not vanishes(x, back.scale)
+
+
+def vanishes(exact: Any, scale: float) -> bool:
+    """Whether a float64 gradient is zero by the math: nowhere above 1e-9 of the call's scale (rounding alone)."""
+    return float(exact.abs().max()) <= 1e-9 * scale
 
 
 DISCRETE_VALUES = 16  # a float input with at most this many distinct values (a mask, +-1 labels) keeps its values
@@ -75,15 +78,15 @@ def grad_as_exact(back: Backward, got: Any, exp: Any, exact: Any, tol: dict[str,
     against Model's float64 gradient, each element within the tolerance or twice Model's own worst float32 error
     among its neighbours (compare.LOCAL of them, 256 or more in a gradient under 4 times that: a bias), as an output
     (measure.exact).  Local: one feature where Model's gradient is far off (sums that cancel) let a red team's backward
-    round the whole gradient to bfloat16 while the allowance was Model's worst error added everywhere.  Where the gradient is zero in float64 (a bias that feeds a BatchNorm: an
-    honest one written out failed on its rounding on the H100, cuDNN's sum being more exact), the atol is raised by
-    ZERO_GRAD of the call's largest gradient."""
+    round the whole gradient to bfloat16 while the allowance was Model's worst error added everywhere.  Where the
+    gradient is zero in float64 (``vanishes``: a bias that feeds a BatchNorm; an honest one written out failed on its
+    rounding on the H100, cuDNN's sum being more exact), the atol is raised by ZERO_GRAD of the call's scale."""
     from ..compare import LOCAL, within_the_references_error
 
     if not (got.dtype.is_floating_point and exact.dtype.is_floating_point):
         return False, "not re-checked against Model's float64 gradient (not a real floating-point gradient)"
     scale = back.scale
-    zero = bool(exact.numel()) and float(exact.abs().max()) <= 1e-9 * scale
+    zero = bool(exact.numel()) and vanishes(exact, scale)
     t = dict(tol, rel_l2=None, atol=tol["atol"] + (ZERO_GRAD * scale if zero else 0.0))
     near = min(LOCAL, max(256, exact.numel() // 4))  # (a review's: 1024 elements or fewer were one block; 64 failed
     # an honest BatchNorm written out on a 16 x 16 weight: a maximum over few elements varies more)
