@@ -1335,6 +1335,30 @@ def test_a_ring_of_returned_buffers_larger_than_the_calls_fails(tmp_path, worker
     assert not any("is stored where the result" in n for n in _failed(data)[1])  # no result was overwritten in time
 
 
+@pytest.mark.parametrize("kernel", ["cheat_softmax_ring_idle_on_repeated_inputs.py", "cheat_softmax_ring_freed_by_gc.py"])
+def test_a_ring_given_back_at_a_collection_is_caught_whenever_one_runs(tmp_path, worker_here, monkeypatch, kernel):
+    """Found in `make test`: a ring of buffers given back when a collection frees a sentinel passed 1 run in 8 under
+    load.  A collection between the calls whose results the caller held and the ring probe emptied the ring, so the
+    probe cycled a ring that held none of them; one just before the probe's question made the kernel hold nothing then.
+    Here a collection runs at both moments, every run (the worker is a thread of this process): the kernel was seen
+    holding results at an earlier call, and the call before the probe is quiet and keeps its results."""
+    import gc
+
+    from kernel_loop.measure import held
+
+    def collected(fn, when):
+        def wrapped(*args):
+            gc.collect() if when(*args) else None
+            return fn(*args)
+        return wrapped
+
+    monkeypatch.setattr(held, "holding", collected(held.holding, lambda sess, n, t: t == n - 2))
+    monkeypatch.setattr(held, "cycle_rings", collected(held.cycle_rings, lambda *args: True))
+    rc, data, md = _correctness(tmp_path, "ref_softmax.py", kernel, "M=8,N=64")
+    assert rc != 0 and "changed when the kernel" in data["error"], md
+    assert "calls more before the last one" in md, md
+
+
 def test_collection_runs_as_a_users_except_in_the_ring_probes_quiet_calls(tmp_path, monkeypatch):
     """guards.before_call: Python's garbage collection as a user's process has it in every verified call (a red team's
     kernel, right only where no collection ran, passed a judge that turned it off in every call); in the unverified

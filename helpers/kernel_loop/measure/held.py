@@ -5,8 +5,9 @@ share of the device's memory; the others' are followed without being held) are r
 the shape (``read_kept``, after calls drawn at random too).  Once the caller lets go, a result the kernel still holds (a compile cache keeps the
 tensors it compiled with, as CuTe DSL's cute.compile does; a pool or ring keeps what it returns in turn) must never
 change, and a kernel that holds the results of more than ``POOL_CALLS`` calls is a pool (``after_the_calls``).  A
-kernel seen holding results before a shape's last call gets RING_CALLS calls more whose results nobody holds, so a
-ring of buffers returned in turn comes back to the ones the caller holds (``cycle_rings``); the last call's results
+kernel seen holding results before a shape's last call but one gets RING_CALLS calls more after it whose results
+nobody holds, so a ring of buffers returned in turn comes back to that call's, which the caller holds (``holding``,
+``cycle_rings``); the last call's results
 the caller goes on holding through the later shapes, and what the kernel holds is read after their calls too."""
 
 from __future__ import annotations
@@ -122,9 +123,9 @@ def calls_to_keep(rng: Any, n: int, first: DataSet, device: str, notes: list[str
     if fit >= n:  # all but one in LET_GO, drawn at random: a user also drops results, and a kernel that tells a caller
         # who keeps every result (the judge) from one who drops some (the timed loops drop all) would be right here only
         return {i for i in range(n) if i == n - 1 or rng.random() >= 1 / LET_GO}, checks
-    notes.append(f"held results: {fit} of the {n} calls (drawn at random, and the last) kept their results until all "
-                 "were made, as many as fit in a quarter of the device's memory; the others' were followed, not held")
-    return {n - 1, *rng.sample(range(n - 1), fit - 1)}, checks
+    notes.append(f"held results: {fit} of the {n} calls (drawn at random, and the last two) kept their results until "
+                 "all were made, as many as fit in a quarter of the device's memory; the others' were followed, not held")
+    return {n - 1, n - 2, *rng.sample(range(n - 2), fit - 2)}, checks  # (the last but one: ``holding`` may keep it)
 
 
 def read_kept(sess: Session, first: DataSet, trials: list[dict], held: list[dict], kept: set[int],
@@ -176,22 +177,28 @@ def read_watched(sess: Session, watched: list[dict], like: Any) -> None:
             w["said"] = True  # said once; dropped at the shape's end
 
 
+def holding(sess: Session, n: int, t: int) -> bool:
+    """Before call ``t`` of a shape's ``n``, the last but one: whether the kernel was seen holding results its caller
+    kept or followed (protocol.held_elsewhere) before any call of the shape so far, not only now (a ring given back
+    when a collection frees a sentinel of its may hold none at one moment).  If so, that call is quiet (what lived
+    before it frozen out of garbage collection, guards.before_call) and keeps its results, and ``cycle_rings`` follows
+    it: a collection between the calls whose results the caller held and the probe emptied such a ring in 3 CPU runs in
+    40, and the probe then cycled a ring that held none of them."""
+    return t == n - 2 > 0 and bool(sess.worker.request({"op": "release", "k": "k", "probe": True}).get("holding"))
+
+
 def cycle_rings(sess: Session, n: int, notes: list[str]) -> None:
-    """Before a shape's last call (``n`` calls): where the kernel holds results its caller kept or followed
-    (protocol.held_elsewhere), RING_CALLS calls more (or ``n``) whose results nobody holds, on inputs of their own (on
-    an earlier call's, a ring would write a held result's own values again), with what lived before each frozen out of
-    garbage collection (quiet: a ring given back when a collection frees a sentinel escaped where one ran among them,
-    guards.before_call)."""
-    if not sess.worker.request({"op": "release", "k": "k", "probe": True}).get("holding"):
-        return
+    """Before a shape's last call (``n`` calls), after a quiet one (``holding``): RING_CALLS calls more (or ``n``)
+    whose results nobody holds, quiet too, on inputs of their own (on an earlier call's, a ring would write a held
+    result's own values again), so a ring of buffers returned in turn comes back to the ones the caller holds."""
     for _ in range(max(RING_CALLS, n)):  # inputs of its own each (a red team's ring stood still while they repeated)
         ds = sess.problem.draw(sess.judge.rng.randrange(1 << 30), reference=False)
         sess.call("k", ds, checked=False, cond=Condition(), quiet=True)
-    notes.append("results of earlier calls were held by something besides their caller before the last call (the kernel, "
-                 "or only a reference cycle no garbage collection had freed yet, as autograd and Triton's interpreter "
-                 f"make, which is harmless): {max(RING_CALLS, n)} calls more before the last one, their results not "
-                 "held, so a ring of buffers returned in turn would come back; what the kernel holds is read after "
-                 "the calls")
+    notes.append("results of earlier calls were held by something besides their caller (the kernel, or only a reference "
+                 "cycle no garbage collection had freed yet, as autograd and Triton's interpreter make, which is "
+                 f"harmless): {max(RING_CALLS, n)} calls more before the last one, their results not held, so a ring of "
+                 "buffers returned in turn would come back to the held result of the call before them; what the kernel "
+                 "holds is read after the calls")
 
 
 def read_back(sess: Session, name: str, want: tuple, *, i: int = -1, watch: int = -1, buf: str | None = None

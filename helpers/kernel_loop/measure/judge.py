@@ -222,6 +222,7 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
         unfit = (Exception,) if own and not back else ()  # at the run's batch size again (back), neither
         shapes.append({"dims": dims, "trials": trials, "notes": notes, **({"own": True} if own else {})})
         sess = earlier = first = plan = after = None  # the previous call's data set ("stale" pre-state), its rng's end
+        ring = False  # (held.holding)
         if (prob := hold.problem_at(judge, dims, kernel, notes, unfit, prob)) is None:
             continue
         held: list[dict] = []  # per call, the fingerprints of what it returned (kept by the caller or followed)
@@ -244,10 +245,11 @@ def _correctness(judge: Judge, worker, path: Path, kind: str, result: dict[str, 
                 cont = hold.continue_plan(judge.rng, plan, prob, notes)
                 notes += hold.shape_notes(sess, prob)
             cond, said, ds = condition(judge.tolerance, prob, first, ds, plan[t], earlier, seed, notes)
-            cond.keep = t in keep or cond.strided == "moved"  # the outputs a moved call was handed: kept by the caller
-            hold.cycle_rings(sess, len(plan), notes) if t == len(plan) - 1 > 0 else None
+            hold.cycle_rings(sess, len(plan), notes) if ring else None  # after the quiet call before it
+            ring = hold.holding(sess, len(plan), t)  # the last call but one: quiet, its results kept, the probe next
+            cond.keep = t in keep or cond.strided == "moved" or ring  # a moved call's handed outputs: kept by the caller
             free_cached()
-            r = sess.call("k", ds, checked=True, cond=cond)
+            r = sess.call("k", ds, checked=True, cond=cond, quiet=ring)
             if r.get("raised") and (cond.strided not in (None, "moved") or cond.weights or bool(unfit)) and hold.refusal(r["raised"]):
                 plan += hold.refused(notes, CONDITION_WORDS[said], own, r["raised"], plan, t, prob.seen)  # noted
                 t, ds, cond, r = t + 1, None, None, None  # every call there must raise or be right (refused: retried)

@@ -54,6 +54,7 @@ class Kernel:
         self.restore, self.froze, self.thawed = False, [], []  # (op_call, _end_backward)
         self.buffers: dict[str, Any] = {}   # the model's buffers as loaded (restored after a call in training mode)
         self.kept: list[dict[str, Any]] = []  # what each call asked to keep returned, as a caller holding it would
+        self.holding = False  # whether the kernel was seen holding any of them before a call (op_call, op_release)
         self.watch: list[Any] = []  # results the kernel held after their caller let go (a compile cache's), to reread
         self.inputs: list[tuple[Any, Any, str]] = []  # (where the call reads it, its key there, judge buffer) per input
         self.state_bufs: dict[str, Any] = {}  # the model's parameters and buffers by name -> the judge's buffer
@@ -146,8 +147,7 @@ class Worker:
     # --- binding ------------------------------------------------------------------------------
     def op_bind(self, msg: dict) -> dict:
         torch = self.torch
-        self.shared.clear()
-        self.local.clear()
+        self.shared.clear(), self.local.clear()
         given = protocol.handed_over(msg["calls"].values())
         for entry in msg["buffers"]:
             self.shared[entry["name"]] = t = protocol.open_shared(self.folder, entry)
@@ -158,8 +158,7 @@ class Worker:
         for kid, call in msg["calls"].items():
             k = self.kernels[kid]
             k.outputs, k.kept_bufs = dict(call.get("outputs") or {}), dict(call.get("kept") or {})
-            k.out_names = list(call.get("out_names") or [])
-            k.kept = []
+            k.out_names, k.kept, k.holding = list(call.get("out_names") or []), [], False
             info[kid] = self._make_call(k, call)
         for call in msg["calls"].values():  # the parameters now live in every model: not staged per call
             for b in (call.get("state") or {}).values():
@@ -311,7 +310,8 @@ class Worker:
         k = self.kernels[msg["k"]]
         if k.fn is None:
             raise protocol.ProtocolError("call before bind")
-        self._end_backward(k)
+        self._end_backward(k)  # then whether the kernel held earlier results, before any call (a ring given back at
+        k.holding = k.holding or ("keep" in msg and protocol.held_elsewhere(k.kept))  # a collection may hold none at one)
         self.timer, cuda = self.timer or CallTimer(self.device), self.device.startswith("cuda")
         guards.before_call(torch, self.device, msg)  # automatic garbage collection as a user's, but in quiet calls
         train, grad, frozen = bool(msg.get("train")), msg.get("grad"), msg.get("frozen") or []  # grad None: the kind's own
@@ -474,7 +474,7 @@ class Worker:
         k = self.kernels[msg["k"]]
         self._end_backward(k)
         if msg.get("probe"):
-            return {"holding": protocol.held_elsewhere(k.kept)}
+            return {"holding": k.holding or protocol.held_elsewhere(k.kept)}
         carry = k.kept[msg["carry"]] if 0 <= msg.get("carry", -1) < len(k.kept) else {}
         kept_on = {n: t for n, t in carry.items() if not isinstance(t, tensors.WeakHold)}  # held by the caller
         carried = [[n, len(k.watch) + j] for j, n in enumerate(kept_on)]
