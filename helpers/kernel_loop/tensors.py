@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import secrets
+import sys
 from typing import Any
 
 INT_SENTINEL = -123456789
@@ -335,7 +336,6 @@ class WeakHold:
 
 
 FP_CHUNK = 1 << 24
-_INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 _MASK64 = (1 << 64) - 1
 # this process's secret: the weights of its own fingerprints derive from it, so a kernel (another process)
 # cannot pick a change that leaves them equal; a fingerprint compared across processes uses key 0
@@ -387,12 +387,16 @@ def _lanes(torch, flat) -> Any:
 
 def _sums(torch, lanes, key: int) -> tuple:
     """The plain int64 sum of ``lanes`` and their sum weighted by ``key``'s odd 64-bit weights (wrapping at 2**64,
-    a weight per chunk too), as device scalars.  The product of a lane and its weight is computed in int64."""
+    a weight per chunk too), as device scalars, or on the CPU as Python ints (NumPy's, the same sums modulo 2**64:
+    a fifth of torch's operator overhead on the CPU mode's small tensors).  The products are computed in int64."""
     weights = _weights(torch, lanes.device, key, min(lanes.numel(), FP_CHUNK))
+    np = sys.modules.get("numpy") if lanes.device.type == "cpu" else None  # (torch imports it where it has it)
+    lanes, weights = (lanes.numpy(), weights.numpy()) if np else (lanes, weights)
     s1 = s2 = None  # the sums of the first chunk start them (zeros and additions took a third of a small one's time)
-    for c, s in enumerate(range(0, max(lanes.numel(), 1), FP_CHUNK)):
+    for c, s in enumerate(range(0, max(lanes.shape[0], 1), FP_CHUNK)):
         bits = lanes[s:s + FP_CHUNK]
-        a, b = bits.sum(dtype=torch.int64), (bits * weights[:bits.numel()]).sum() * _signed(_mix(key ^ (c + 1)) | 1)
+        a, b = bits.sum(dtype=np.int64 if np else torch.int64), (bits * weights[:bits.shape[0]]).sum()
+        a, b = (int(a), int(b) * _signed(_mix(key ^ (c + 1)) | 1)) if np else (a, b * _signed(_mix(key ^ (c + 1)) | 1))
         s1, s2 = (a, b) if s1 is None else (s1 + a, s2 + b)
     return s1, s2
 
@@ -447,7 +451,8 @@ def fingerprint(t, *, portable: bool = False) -> tuple:
         s1, s2 = _by_rows(torch, flat.contiguous().view(torch.uint8).view(torch.int8), key)
     else:
         s1, s2 = _sums(torch, _lanes(torch, flat), key)
-    return tuple(t.shape), str(t.dtype), *(int(x) % (1 << 64) for x in torch.stack([s1, s2]).cpu())
+    sums = torch.stack([s1, s2]).cpu() if torch.is_tensor(s1) and torch.is_tensor(s2) else (s1, s2)  # (CPU: ints)
+    return tuple(t.shape), str(t.dtype), *(int(x) % (1 << 64) for x in sums)
 
 
 def normalize_outputs(value: Any, names: list[str]) -> dict:
@@ -458,24 +463,6 @@ def normalize_outputs(value: Any, names: list[str]) -> dict:
         keys = names if len(names) == len(value) else [f"out{i}" for i in range(len(value))]
         return dict(zip(keys, value, strict=False))
     return {names[0] if len(names) == 1 else "out": value}
-
-
-def same_bytes(a, b) -> bool:
-    """Whether two tensors hold the same shape, dtype and bytes (compared chunk by chunk, no full copy)."""
-    torch = _torch()
-    if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
-        return False
-    fa, fb = a.detach().reshape(-1), b.detach().reshape(-1)
-    if fa.device != fb.device:
-        fb = fb.to(fa.device)
-    size = fa.element_size()
-    if fa.dtype.is_complex or size not in _INT_OF_SIZE:
-        fa, fb, size = fa.view(torch.uint8), fb.view(torch.uint8), 1
-    ints = getattr(torch, _INT_OF_SIZE[size])
-    for s in range(0, fa.numel(), FP_CHUNK):
-        if not torch.equal(fa[s:s + FP_CHUNK].view(ints), fb[s:s + FP_CHUNK].view(ints)):
-            return False
-    return True
 
 
 def plain_types(torch) -> tuple:

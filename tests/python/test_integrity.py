@@ -1355,8 +1355,9 @@ def test_a_ring_given_back_at_a_collection_is_caught_whenever_one_runs(tmp_path,
     monkeypatch.setattr(held, "holding", collected(held.holding, lambda sess, n, t: t == n - 2))
     monkeypatch.setattr(held, "cycle_rings", collected(held.cycle_rings, lambda *args: True))
     rc, data, md = _correctness(tmp_path, "ref_softmax.py", kernel, "M=8,N=64")
-    assert rc != 0 and "changed when the kernel" in data["error"], md
-    assert "calls more before the last one" in md, md
+    err = data["error"] or ""  # (a ring made in an inference_mode call fails as the outputs' scratch outside one)
+    assert rc != 0 and ("changed when the kernel" in err or "Inplace update to inference tensor" in err), md
+    assert "changed when the kernel" not in err or "calls more before the last one" in md, md
 
 
 def test_collection_runs_as_a_users_except_in_the_ring_probes_quiet_calls(tmp_path, monkeypatch):
