@@ -255,23 +255,26 @@ def upstream(seed: int, i: int, like):
     return one.to(device=like.device, dtype=like.dtype).expand(tuple(shape))
 
 
-def grads_into(outs: list, targets: list[tuple[str, Any, Any]], seed: int) -> list[str]:
+def grads_into(outs: list, targets: list[tuple[str, Any, Any]], seed: int, others: list | tuple = ()) -> list[str]:
     """backward() from ``outs`` (a call's returned tensors) with the gradients ``upstream`` draws from ``seed``: each
-    target (name, leaf tensor, buffer) gets what a user's loss.backward() adds to its .grad: autograd's gradient plus
-    what the backward added to .grad itself (Megatron's fused accumulation; a red team's gave it to autograd too),
-    .grad then put back; it holds an earlier micro-batch's (``earlier``) first in every layout's call one time in two
-    (backwards that overwrote it, or where the upstream was not row-major, passed).  Zeros where unused."""
+    target (name, leaf tensor, buffer) gets what a user's loss.backward() adds to its .grad (autograd's gradient and
+    what the backward added to .grad itself, Megatron's fused accumulation; a red team's gave it to autograd too), read
+    from .grad after torch.autograd.backward (torch.autograd.grad is refused under checkpoint(use_reentrant=True), and a
+    backward 10% off passed there); .grad is then put back, the ``others``' too (the model's other leaves).  It holds an
+    earlier micro-batch's (``earlier``) first in every layout's call one time in two (backwards that overwrote it, or
+    where the upstream was not row-major, passed).  Zeros where unused."""
     torch = _torch()
     carries = [(i, o) for i, o in enumerate(outs) if o.requires_grad]
-    leaves = [t for _, t, _ in targets if t.requires_grad]
+    leaves = {id(t): t for _, t, _ in targets if t.requires_grad and t.is_leaf}
     held = []
     with torch.no_grad():
-        for j, t in enumerate({id(t): t for t in leaves if t.is_leaf}.values()):
+        for j, t in enumerate(leaves.values()):
             was = t.grad if t.grad is None else t.grad.detach().clone()
             t.grad = earlier(t, seed, j) if was is None and (seed + seed % 8 // 4) % 2 == 0 else t.grad
             held.append((j, t, was, t.grad, None if t.grad is None else t.grad._version))
-    got = iter(torch.autograd.grad([o for _, o in carries], leaves, [upstream(seed, i, o) for i, o in carries],
-                                   allow_unused=True))
+        rest = [(t, t.grad) for t in {id(t): t for t in others if id(t) not in leaves}.values()]
+    if carries:
+        torch.autograd.backward([o for _, o in carries], [upstream(seed, i, o) for i, o in carries])
     wrote, unused = {}, []
     with torch.no_grad():
         for j, t, was, first, version in held:
@@ -280,13 +283,15 @@ def grads_into(outs: list, targets: list[tuple[str, Any, Any]], seed: int) -> li
                 base = None if first is None else earlier(t, seed, j) if was is None else was
                 wrote[id(t)] = now.detach() - base if base is not None and now.shape == t.shape else now.detach()
             t.grad = was
-        for name, t, buf in targets:
-            g, own = next(got) if t.requires_grad else None, wrote.get(id(t))  # (a tied parameter: each name, all)
-            if g is None and own is None:
+        for t, was in rest:
+            t.grad = was
+        for name, t, buf in targets:  # (a tied parameter: each name, all of it)
+            own = wrote.get(id(t))
+            if own is None:
                 unused.append(name)
                 buf.zero_()
             else:
-                buf.copy_(g if own is None else own if g is None else g + own)
+                buf.copy_(own)
     return unused
 
 

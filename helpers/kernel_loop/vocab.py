@@ -227,7 +227,8 @@ NO_GRADIENT_NOTE = ("gradients: not compared: ModelNew's output carries no gradi
 FROZEN_LOST = ("with parameters frozen, ModelNew's output carries no gradient to it, where it did while every parameter "
                "trained: a user training the layers before it (adapters) gets none")
 DATA_LOST = ("with inputs that ask no gradient (data), ModelNew gives this parameter none, where it did while the inputs "
-             "asked one: a user's first layer, fed a batch, never trains")
+             "asked one: a user's first layer, fed a batch, never trains (torch.utils.checkpoint(use_reentrant=True) "
+             "does this: use use_reentrant=False)")
 
 # every condition of a correctness call, in words (measure/conditions.py draws them; correctness.md lists them)
 CONDITION_WORDS = {

@@ -1018,6 +1018,23 @@ def test_a_gradient_is_what_a_users_backward_leaves_in_grad(tmp_path, worker_her
         assert "gradient of parameter 'fc." in data["error"], data["error"]
 
 
+@pytest.mark.parametrize("kernel, passes", [("kb_cheat_linear_relu_grad_off_in_reentrant_checkpoint.py", False),
+                                            ("kb_new_linear_relu_reentrant_checkpoint.py", False),
+                                            ("kb_new_linear_relu_checkpoint.py", True)])
+def test_gradients_under_reentrant_checkpointing_are_compared(tmp_path, worker_here, kernel, passes):
+    """Found by a review: gradients were read with torch.autograd.grad, which torch.utils.checkpoint(use_reentrant=True)
+    refuses, so they were noted as not compared and a backward 10% off passed.  They are now read from .grad after
+    torch.autograd.backward, as a user's loss.backward() leaves them: that one fails, and so does an exact one under
+    reentrant checkpointing, which gives the parameters no gradient where no input asks one (a user's first layer)."""
+    rc, data, md = _kb(tmp_path, "kb_ref_linear_relu.py", kernel, "batch_size=32,features=64")
+    assert (rc == 0) is passes, data["error"]
+    assert "backward() raised" not in md, md[-3000:]
+    if "off" in kernel:
+        assert "gradient of parameter 'fc." in data["error"] and "differs from Model's" in data["error"], data["error"]
+    elif not passes:
+        assert "use use_reentrant=False" in data["error"], data["error"]
+
+
 def test_a_gradient_zero_by_the_math_is_not_owed(tmp_path, worker_here):
     """Found by a review: a gradient reached while all trained was owed in the training-mode data call wherever
     Model's float32 one had a nonzero element, so an honest Linear + BatchNorm that leaves the bias (cancelled by the

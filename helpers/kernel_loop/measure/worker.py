@@ -460,7 +460,7 @@ class Worker:
         targets = [(n, params[key], k.state_bufs[key]) if kind == "parameter" else (n, k.pending[1][key], self.shared[key])
                    for n, kind, key in msg["targets"]]
         try:
-            unused = tensors.grads_into(k.pending[0], targets, int(msg["seed"]))
+            unused = tensors.grads_into(k.pending[0], targets, int(msg["seed"]), list(params.values()))
             if self.device.startswith("cuda"):
                 self.torch.cuda.synchronize(self.device)
         finally:
