@@ -1035,6 +1035,21 @@ def test_gradients_under_reentrant_checkpointing_are_compared(tmp_path, worker_h
         assert "use use_reentrant=False" in data["error"], data["error"]
 
 
+@pytest.mark.parametrize("kernel, passes", [("kb_cheat_gelu_grad_views_the_upstream.py", False),
+                                            ("kb_new_gelu_without_backward.py", True),
+                                            ("kb_new_gelu_grad_contiguous.py", True)])
+def test_a_backward_that_raises_in_some_calls_only_fails(tmp_path, worker_here, kernel, passes):
+    """Found by a review: a backward that raised was a note in each call, so one that viewed the upstream gradient
+    (and raised where a transposed output handed it non-contiguous) passed on the calls where it ran, and a user's
+    loss.backward() crashed.  Raised in some calls and run in others (the run's calls, across shapes) now fails
+    (modes.backward_raised); one raised in every call stays a note (a kernel without a backward)."""
+    rc, data, md = _kb(tmp_path, "kb_ref_gelu_seq.py", kernel, "batch_size=8,seq=16,dim=64")
+    assert (rc == 0) is passes, data["error"]
+    if not passes:
+        assert "'backward()'" in data["error"] and "crashes in some of their calls" in data["error"], data["error"]
+    assert ("backward() raised (NotImplementedError" in md) is ("without" in kernel), md[-3000:]
+
+
 def test_a_gradient_zero_by_the_math_is_not_owed(tmp_path, worker_here):
     """Found by a review: a gradient reached while all trained was owed in the training-mode data call wherever
     Model's float32 one had a nonzero element, so an honest Linear + BatchNorm that leaves the bias (cancelled by the

@@ -26,7 +26,7 @@ from .conditions import VARIANTS, Condition, free_cached, range_ok
 from .exact import as_exact_as_the_reference
 from .guards import start_state
 from .launch import KernelFailed, WorkerProc
-from .modes import draws_into, grad_as_exact, grad_normwise, owed
+from .modes import backward_raised, draws_into, grad_as_exact, grad_normwise, owed
 from .problem import DataSet, Problem
 
 FRESH_DRAW_BUDGET_S = 20.0      # a fresh data set for every call while drawing them all costs no more
@@ -75,8 +75,7 @@ class Shared:
 
     def _add(self, buf: str, name: str, like, folder: Path, use_file: bool):
         t = protocol.alloc_shared(like, folder, buf, use_file)
-        self.bufs[buf] = t
-        self.names[name] = buf
+        self.bufs[buf], self.names[name] = t, buf
         return t
 
     def load(self, ds: DataSet) -> None:
@@ -249,10 +248,10 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, call: dict[
     try:
         reply = sess.worker.request({"op": "backward", "k": kid, "seed": back.seed, "targets": targets})
         call["ooms"] = reply.get("ooms", call.get("ooms"))  # the worker's count after the backward too
-    except KernelFailed as exc:
-        first = str(exc).splitlines()[0] if str(exc) else "an error"
-        notes.append(f"gradients: not compared: backward() raised ({first[:200]})")
-        return []
+    except KernelFailed as exc:  # a note, unless it ran in another call (modes.backward_raised)
+        first = (str(exc).splitlines()[0] if str(exc) else "an error")[:200]
+        notes += [] if (why := backward_raised(sess.problem.seen, first)) else [f"gradients: not compared: backward() raised ({first})"]
+        return [bad_row("backward()", next(iter(back.grads.values())), why)] if why else []
     # elementwise; normwise only where Model's own gradient holds the limit (grad_normwise: gradients cancel)
     tols, unused = applied_tolerances(back.grads, sess.judge.tolerance, sess.judge.ref), set(reply.get("unused") or [])
     (trained if cond.train else reached).update(() if cond.owed else set(names) - unused)
@@ -263,6 +262,7 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, call: dict[
                      "ModelNew's output does not reach it through autograd (a custom kernel, or a copy made from "
                      "it and cached), where Model's does: a user's training would leave it as it is")
     rows = [bad_row(f"gradient of {n}", back.grads[n], why) for n in lost]
+    rows += [bad_row("backward()", back.grads[names[0]], w) for w in [backward_raised(sess.problem.seen, None)] if w]
     for (n, kind, key), (_, exp) in zip(targets, back.grads.items(), strict=True):
         if n in detached or n in lost:
             continue

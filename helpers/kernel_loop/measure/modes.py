@@ -70,6 +70,27 @@ def continuous(t) -> bool:
     return values.numel() == head.numel() and not bool(torch.all(values == values.round()))
 
 
+def backward_raised(seen: dict, raised: str | None) -> str | None:
+    """Why a call's backward() fails it (``raised``: its error's first line, or None where it ran), or None: one that
+    raised in some calls of a run and ran in others crashes a user's loss.backward() in some of theirs (a review's
+    backward viewed the upstream gradient, which an output transposed downstream hands non-contiguous, and passed:
+    each raise was a note).  One that raises in every call is a note (a kernel without a backward), and so is one
+    out of device memory, or through a graph an earlier call made (a model that keeps its state with autograd's
+    history, ModelNew = Model included, raises so for a user too).  ``seen``: the run's (Problem.seen, carried
+    across shapes)."""
+    if raised is None:
+        seen["backward_ran"], earlier = True, seen.pop("backward_raised", None)
+        return None if earlier is None else (f"backward() ran here but raised in an earlier call ({earlier}): a user's "
+                                             "loss.backward() crashes in some of their calls")
+    if any(w in raised.lower() for w in ("out of memory", "outofmemoryerror", "through the graph a second time")):
+        return None
+    if seen.get("backward_ran"):
+        return (f"backward() raised here ({raised}), where it ran in earlier calls: a user's loss.backward() crashes "
+                "in some of their calls (read the upstream gradient's strides, or make it contiguous)")
+    seen.setdefault("backward_raised", raised)
+    return None
+
+
 UPSTREAM_TURNS = (0, 3, 1, 7, 2, 5, 6, 4)  # seed % 8 of a run's calls with autograd: both swaps in its first four
 ZERO_GRAD = 1e-3  # a gradient zero in float64 may hold float32 rounding of this share of the call's largest
 
