@@ -257,41 +257,49 @@ def upstream(seed: int, i: int, like):
 
 def grads_into(outs: list, targets: list[tuple[str, Any, Any]], seed: int, others: list | tuple = ()) -> list[str]:
     """backward() from ``outs`` (a call's returned tensors) with the gradients ``upstream`` draws from ``seed``: each
-    target (name, leaf tensor, buffer) gets what a user's loss.backward() adds to its .grad (autograd's gradient and
-    what the backward added to .grad itself, Megatron's fused accumulation; a red team's gave it to autograd too), read
-    from .grad after torch.autograd.backward (torch.autograd.grad is refused under checkpoint(use_reentrant=True), and a
-    backward 10% off passed there); .grad is then put back, the ``others``' too (the model's other leaves).  It holds an
-    earlier micro-batch's (``earlier``) first in every layout's call one time in two (backwards that overwrote it, or
-    where the upstream was not row-major, passed).  Zeros where unused."""
+    target (name, leaf tensor, buffer) gets what a user's loss.backward() adds to its .grad: autograd's gradient (taken
+    by a hook on the leaf as it arrives, which hands autograd zeros to add: accumulated onto .grad's values in float32,
+    it lost the digits of a small gradient) plus what the backward added to .grad itself (Megatron's fused
+    accumulation; a red team's gave it to autograd too).  torch.autograd.backward, not torch.autograd.grad, which
+    checkpoint(use_reentrant=True) refuses (a backward 10% off passed there).  .grad is put back after, the ``others``'
+    too (the model's other leaves); it holds an earlier micro-batch's (``earlier``) first in every layout's call one
+    time in two (backwards that overwrote it, or where the upstream was not row-major, passed).  Zeros where unused."""
     torch = _torch()
     carries = [(i, o) for i, o in enumerate(outs) if o.requires_grad]
     leaves = {id(t): t for _, t, _ in targets if t.requires_grad and t.is_leaf}
-    held = []
+    held, came, hooks = [], {k: [] for k in leaves}, []
     with torch.no_grad():
-        for j, t in enumerate(leaves.values()):
+        for j, (k, t) in enumerate(leaves.items()):
             was = t.grad if t.grad is None else t.grad.detach().clone()
             t.grad = earlier(t, seed, j) if was is None and (seed + seed % 8 // 4) % 2 == 0 else t.grad
             held.append((j, t, was, t.grad, None if t.grad is None else t.grad._version))
+            hooks.append(t.register_hook(lambda g, k=k: g if g is None else came[k].append(g.detach().clone())
+                                         or torch.zeros_like(g)))  # (None: a backward that gave it none)
         rest = [(t, t.grad) for t in {id(t): t for t in others if id(t) not in leaves}.values()]
-    if carries:
-        torch.autograd.backward([o for _, o in carries], [upstream(seed, i, o) for i, o in carries])
+    try:
+        if carries:
+            torch.autograd.backward([o for _, o in carries], [upstream(seed, i, o) for i, o in carries])
+    finally:
+        for h in hooks:
+            h.remove()
     wrote, unused = {}, []
     with torch.no_grad():
         for j, t, was, first, version in held:
-            now = t.grad
+            now, got = t.grad, sum(came[id(t)][1:], came[id(t)][0]) if came[id(t)] else None
             if now is not None and not (now is first and now._version == version):  # (untouched: no copy compared)
                 base = None if first is None else earlier(t, seed, j) if was is None else was
-                wrote[id(t)] = now.detach() - base if base is not None and now.shape == t.shape else now.detach()
+                own = now.detach() - base if base is not None and now.shape == t.shape else now.detach()
+                got = own if got is None else got + own
+            wrote[id(t)] = got
             t.grad = was
-        for t, was in rest:
-            t.grad = was
+        any(setattr(t, "grad", was) for t, was in rest)  # (the others' .grad back)
         for name, t, buf in targets:  # (a tied parameter: each name, all of it)
-            own = wrote.get(id(t))
-            if own is None:
+            g = wrote.get(id(t))
+            if g is None:
                 unused.append(name)
                 buf.zero_()
             else:
-                buf.copy_(own)
+                buf.copy_(g)
     return unused
 
 
