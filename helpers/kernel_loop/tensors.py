@@ -257,50 +257,58 @@ def upstream(seed: int, i: int, like):
 
 def grads_into(outs: list, targets: list[tuple[str, Any, Any]], seed: int, others: list | tuple = ()) -> list[str]:
     """backward() from ``outs`` (a call's returned tensors) with the gradients ``upstream`` draws from ``seed``: each
-    target (name, leaf tensor, buffer) gets what a user's loss.backward() adds to its .grad: autograd's gradient (taken
-    by a hook on the leaf as it arrives, which hands autograd zeros to add: accumulated onto .grad's values in float32,
-    it lost the digits of a small gradient) plus what the backward added to .grad itself (Megatron's fused
-    accumulation; a red team's gave it to autograd too).  torch.autograd.backward, not torch.autograd.grad, which
-    checkpoint(use_reentrant=True) refuses (a backward 10% off passed there).  .grad is put back after, the ``others``'
-    too (the model's other leaves); it holds an earlier micro-batch's (``earlier``) first in every layout's call one
-    time in two (backwards that overwrote it, or where the upstream was not row-major, passed).  Zeros where unused."""
+    target (name, leaf tensor, buffer) gets what a user's loss.backward() adds to its .grad: autograd's gradient plus
+    what the backward added to .grad itself (Megatron's fused accumulation; a red team's gave it to autograd too),
+    .grad then put back; it holds an earlier micro-batch's (``earlier``) first in every layout's call one time in two
+    (backwards that overwrote it, or where the upstream was not row-major, passed).  Under
+    checkpoint(use_reentrant=True), which refuses torch.autograd.grad (a backward 10% off passed), they are read from
+    .grad after torch.autograd.backward, .grad empty first (a sum onto earlier values loses a small gradient's
+    digits); the ``others``' .grad is put back too (the model's other leaves).  Zeros where unused."""
     torch = _torch()
     carries = [(i, o) for i, o in enumerate(outs) if o.requires_grad]
-    leaves = {id(t): t for _, t, _ in targets if t.requires_grad and t.is_leaf}
-    held, came, hooks = [], {k: [] for k in leaves}, []
-    with torch.no_grad():
-        for j, (k, t) in enumerate(leaves.items()):
-            was = t.grad if t.grad is None else t.grad.detach().clone()
-            t.grad = earlier(t, seed, j) if was is None and (seed + seed % 8 // 4) % 2 == 0 else t.grad
-            held.append((j, t, was, t.grad, None if t.grad is None else t.grad._version))
-            hooks.append(t.register_hook(lambda g, k=k: g if g is None else came[k].append(g.detach().clone())
-                                         or torch.zeros_like(g)))  # (None: a backward that gave it none)
-        rest = [(t, t.grad) for t in {id(t): t for t in others if id(t) not in leaves}.values()]
+    leaves, ups, held = [t for _, t, _ in targets if t.requires_grad], [upstream(seed, i, o) for i, o in carries], []
     try:
-        if carries:
-            torch.autograd.backward([o for _, o in carries], [upstream(seed, i, o) for i, o in carries])
-    finally:
-        for h in hooks:
-            h.remove()
-    wrote, unused = {}, []
+        _prefill(torch, leaves, held, seed)
+        got = iter(torch.autograd.grad([o for _, o in carries], leaves, ups, allow_unused=True))
+    except Exception as exc:
+        _put_back(held)
+        if not isinstance(exc, RuntimeError) or "use_reentrant" not in str(exc) or not all(t.is_leaf for t in leaves):
+            raise
+        held, rest, got = [], [(t, t.grad) for t in {id(t): t for t in [*others, *leaves]}.values()], iter(lambda: None, 0)
+        _prefill(torch, leaves, held, None)
+        torch.autograd.backward([o for _, o in carries], ups)
+        any(setattr(t, "grad", was) for t, was in rest if all(t is not h[1] for h in held))
+    wrote, unused = _put_back(held), []
     with torch.no_grad():
-        for j, t, was, first, version in held:
-            now, got = t.grad, sum(came[id(t)][1:], came[id(t)][0]) if came[id(t)] else None
-            if now is not None and not (now is first and now._version == version):  # (untouched: no copy compared)
-                base = None if first is None else earlier(t, seed, j) if was is None else was
-                own = now.detach() - base if base is not None and now.shape == t.shape else now.detach()
-                got = own if got is None else got + own
-            wrote[id(t)] = got
-            t.grad = was
-        any(setattr(t, "grad", was) for t, was in rest)  # (the others' .grad back)
-        for name, t, buf in targets:  # (a tied parameter: each name, all of it)
-            g = wrote.get(id(t))
-            if g is None:
+        for name, t, buf in targets:
+            g, own = next(got) if t.requires_grad else None, wrote.get(id(t))  # (a tied parameter: each name, all)
+            if g is None and own is None:
                 unused.append(name)
                 buf.zero_()
             else:
-                buf.copy_(g)
+                buf.copy_(g if own is None else own if g is None else g + own)
     return unused
+
+
+def _prefill(torch, leaves: list, held: list, seed: int | None) -> None:
+    """Each leaf's .grad kept in ``held``, then an earlier micro-batch's values there one time in two, or none."""
+    with torch.no_grad():
+        for j, t in enumerate({id(t): t for t in leaves if t.is_leaf}.values()):
+            was = t.grad if t.grad is None else t.grad.detach().clone()
+            fill = seed is not None and was is None and (seed + seed % 8 // 4) % 2 == 0
+            t.grad = earlier(t, seed, j) if fill else None if seed is None else t.grad
+            held.append((j, t, was, t.grad, None if t.grad is None else t.grad._version, seed))
+
+
+def _put_back(held: list) -> dict:
+    """What a backward wrote into each held leaf's .grad beyond what _prefill put there, by id; .grad put back."""
+    wrote = {}
+    for j, t, was, first, version, seed in held:
+        if (now := t.grad) is not None and not (now is first and now._version == version):  # (untouched: no copy)
+            base = None if first is None else earlier(t, seed, j) if was is None else was
+            wrote[id(t)] = now.detach() - base if base is not None and now.shape == t.shape else now.detach()
+        t.grad = was
+    return wrote
 
 
 def earlier(t, seed: int, j: int):
@@ -476,40 +484,6 @@ def normalize_outputs(value: Any, names: list[str]) -> dict:
         keys = names if len(names) == len(value) else [f"out{i}" for i in range(len(value))]
         return dict(zip(keys, value, strict=False))
     return {names[0] if len(names) == 1 else "out": value}
-
-
-def plain_types(torch) -> tuple:
-    """(torch.Tensor, torch.return_types' structseq types): read before any kernel code runs, so no kernel adds one."""
-    import torch.return_types as rt
-
-    return (torch.Tensor, frozenset(t for t in vars(rt).values() if isinstance(t, type) and issubclass(t, tuple)))
-
-
-def not_plain(value: Any, plain: tuple, depth: int = 0) -> str | None:
-    """What in a returned value is not plain data, in words ('a MyTensor (a torch.Tensor subclass)'), or None: tensors
-    exactly torch.Tensor, containers exactly dict, list or tuple (or a torch.return_types structseq), scalars exactly
-    int, float, bool, str or None.  Types are compared with ``type()``, which no object can change; nothing is called."""
-    tensor, structseqs = plain
-    t = type(value)
-    if t is tensor or value is None or t in (int, float, bool, str):
-        return None
-    if t in (list, tuple) or t in structseqs:
-        items = tuple.__iter__(value) if t is not list else list.__iter__(value)
-    elif t is dict:
-        items = dict.values(value)
-    else:
-        what = f"{type.__getattribute__(t, '__module__')}.{type.__getattribute__(t, '__qualname__')}"
-        for base, word in ((tensor, "torch.Tensor"), (dict, "dict"), (list, "list"), (tuple, "tuple")):
-            if issubclass(t, base):  # the type's own bases: nothing of the object is asked
-                return f"a {what} (a {word} subclass)"
-        return f"a {what}"
-    if depth > 4:
-        return "containers nested more than 4 deep"
-    for item in items:
-        bad = not_plain(item, plain, depth + 1)
-        if bad:
-            return bad
-    return None
 
 
 def clone_or_none(t: Any) -> Any:

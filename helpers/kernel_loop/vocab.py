@@ -230,6 +230,10 @@ DATA_LOST = ("with inputs that ask no gradient (data), ModelNew gives this param
              "asked one: a user's first layer, fed a batch, never trains (torch.utils.checkpoint(use_reentrant=True) "
              "does this: use use_reentrant=False)")
 
+# a correctness failure: with everything training, a gradient ModelNew's output reached in other calls in this mode
+GRAD_GONE = ("ModelNew's output carries a gradient to it in some calls in this mode and none in others (another "
+             "layout of the upstream gradient, another batch size): a user's training leaves it as it is in some steps")
+
 # every condition of a correctness call, in words (measure/conditions.py draws them; correctness.md lists them)
 CONDITION_WORDS = {
     "plain": "the problem's inputs, every output poisoned, eval() without autograd",

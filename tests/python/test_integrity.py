@@ -1036,17 +1036,22 @@ def test_gradients_under_reentrant_checkpointing_are_compared(tmp_path, worker_h
 
 
 @pytest.mark.parametrize("kernel, passes", [("kb_cheat_gelu_grad_views_the_upstream.py", False),
+                                            ("kb_cheat_gelu_grad_none_where_not_contiguous.py", False),
                                             ("kb_new_gelu_without_backward.py", True),
                                             ("kb_new_gelu_grad_contiguous.py", True)])
 def test_a_backward_that_raises_in_some_calls_only_fails(tmp_path, worker_here, kernel, passes):
     """Found by a review: a backward that raised was a note in each call, so one that viewed the upstream gradient
     (and raised where a transposed output handed it non-contiguous) passed on the calls where it ran, and a user's
     loss.backward() crashed.  Raised in some calls and run in others (the run's calls, across shapes) now fails
-    (modes.backward_raised); one raised in every call stays a note (a kernel without a backward)."""
+    (modes.backward_raised); one raised in every call stays a note (a kernel without a backward).  A red team's
+    backward then gave no gradient there instead: reached in some calls of a mode and not in others fails too
+    (modes.grads_gone)."""
     rc, data, md = _kb(tmp_path, "kb_ref_gelu_seq.py", kernel, "batch_size=8,seq=16,dim=64")
     assert (rc == 0) is passes, data["error"]
-    if not passes:
+    if "views" in kernel:
         assert "'backward()'" in data["error"] and "crashes in some of their calls" in data["error"], data["error"]
+    elif not passes:
+        assert "gradient of input 'arg0'" in data["error"] and "none in others" in data["error"], data["error"]
     assert ("backward() raised (NotImplementedError" in md) is ("without" in kernel), md[-3000:]
 
 

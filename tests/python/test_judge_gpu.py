@@ -335,7 +335,8 @@ LINEAR = ("kb_ref_linear_relu.py", "batch_size=256,features=512")
     (*LINEAR, "kb_new_linear_relu_reentrant_checkpoint.py", False),
     (*LINEAR, "kb_new_linear_relu_checkpoint.py", True),
     ("kb_ref_gelu_seq.py", "batch_size=16,seq=128,dim=256", "kb_cheat_gelu_grad_views_the_upstream.py", False),
-    ("kb_ref_gelu_seq.py", "batch_size=16,seq=128,dim=256", "kb_new_gelu_without_backward.py", True)])
+    ("kb_ref_gelu_seq.py", "batch_size=16,seq=128,dim=256", "kb_new_gelu_without_backward.py", True),
+    ("kb_ref_gelu_seq.py", "batch_size=16,seq=128,dim=256", "kb_cheat_gelu_grad_none_where_not_contiguous.py", False)])
 def test_gradients_as_a_users_backward_gets_them_on_the_gpu(tmp_path, ref, dims, kernel, passes):
     """The gradient checks of the thirty-first session on the GPU, each cheat beside an honest backward: a float64
     allowance local to each element (modes.grad_as_exact), none from a Model that draws, training-mode calls with

@@ -20,13 +20,13 @@ from .. import compare as comparing
 from ..common import MeasuredFailure, UsageError
 from ..compare import applied_tolerances, changed_input_row, compare, compare_outputs, first_failure
 from ..tensors import FLOAT_SENTINEL, fingerprint, is_tensor, poison_tensor, random_like
-from ..vocab import DATA_LOST, FROZEN_LOST, NO_GRADIENT_NOTE
+from ..vocab import DATA_LOST, FROZEN_LOST, GRAD_GONE, NO_GRADIENT_NOTE
 from . import protocol
 from .conditions import VARIANTS, Condition, free_cached, range_ok
 from .exact import as_exact_as_the_reference
 from .guards import start_state
 from .launch import KernelFailed, WorkerProc
-from .modes import backward_raised, draws_into, grad_as_exact, grad_normwise, owed
+from .modes import backward_raised, draws_into, grad_as_exact, grad_normwise, grads_gone, owed
 from .problem import DataSet, Problem
 
 FRESH_DRAW_BUDGET_S = 20.0      # a fresh data set for every call while drawing them all costs no more
@@ -237,14 +237,13 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, call: dict[
     due = reached | trained if cond.train else reached
     why = DATA_LOST if cond.data else FROZEN_LOST
     if not any(m.get("grad") for m in returned.values()):
-        lost = [n for n in back.grads if cond.owed and n in due and owed(back, n)]
+        lost = [n for n in back.grads if n in due and owed(back, n)] if cond.owed else \
+            grads_gone(sess.problem.seen, cond.train, set(), {n for n in back.grads if owed(back, n)})
         notes += [] if lost else [NO_GRADIENT_NOTE]
-        return [bad_row(f"gradient of {n}", back.grads[n], why) for n in lost]
-    names, sh = list(back.grads), sess.shared
-    targets = [[n, n.partition(" ")[0], n.partition(" ")[2][1:-1]] for n in names]
-    for t in targets:  # an input's gradient comes back in the input's own buffer (reloaded before every call)
-        if t[1] == "input":
-            t[2] = sh.names[t[2]]
+        return [bad_row(f"gradient of {n}", back.grads[n], why if cond.owed else GRAD_GONE) for n in lost]
+    names, sh = list(back.grads), sess.shared  # an input's gradient comes back in its own buffer (reloaded per call)
+    parts = [(n, *n.partition(" ")[::2]) for n in names]  # (name, "parameter" or "input", "'its key'")
+    targets = [[n, kind, sh.names[key[1:-1]] if kind == "input" else key[1:-1]] for n, kind, key in parts]
     try:
         reply = sess.worker.request({"op": "backward", "k": kid, "seed": back.seed, "targets": targets})
         call["ooms"] = reply.get("ooms", call.get("ooms"))  # the worker's count after the backward too
@@ -261,7 +260,8 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, call: dict[
         notes.append(f"gradients: {', '.join(detached[:4])}{' ...' if len(detached) > 4 else ''}: not compared: "
                      "ModelNew's output does not reach it through autograd (a custom kernel, or a copy made from "
                      "it and cached), where Model's does: a user's training would leave it as it is")
-    rows = [bad_row(f"gradient of {n}", back.grads[n], why) for n in lost]
+    lost += [] if cond.owed else grads_gone(sess.problem.seen, cond.train, set(names) - unused, set(detached))
+    rows = [bad_row(f"gradient of {n}", back.grads[n], why if cond.owed else GRAD_GONE) for n in lost]
     rows += [bad_row("backward()", back.grads[names[0]], w) for w in [backward_raised(sess.problem.seen, None)] if w]
     for (n, kind, key), (_, exp) in zip(targets, back.grads.items(), strict=True):
         if n in detached or n in lost:

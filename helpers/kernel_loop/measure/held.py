@@ -268,8 +268,8 @@ def problem_at(judge: Any, dims: dict, kernel: Any, notes: list[str], unfit: tup
     if before is not None and before is not prob:  # (the run's own Problem, met again, has taken the first steps)
         for spec in (before.seen.get("steps") or [])[len(prob.seen.get("steps") or []):]:
             step(prob, dict(spec))
-        for key in ("alone", "upstreams", "grad_scale", "backward_ran", "backward_raised"):  # conditions.alone's
-            # turn, upstream's layouts', a scale, whether backward() ran or raised (modes.backward_raised)
+        for key in ("alone", "upstreams", "grad_scale", "backward_ran", "backward_raised", "grads_seen"):  # alone's
+            # turn, upstream's layouts', a scale, whether backward() ran or raised, what it reached (modes)
             if key in before.seen:
                 prob.seen[key] = before.seen[key]
     return prob

@@ -91,6 +91,19 @@ def backward_raised(seen: dict, raised: str | None) -> str | None:
     return None
 
 
+def grads_gone(seen: dict, train: bool, reached: set, detached: set) -> list[str]:
+    """The gradients of a call with everything training (not frozen, not plain data) that ModelNew's output reaches
+    in some of the run's calls in this mode and not in others, in either order (``reached``: this call's; ``detached``:
+    those owed that it does not reach): a review's backward gave an input none where the upstream gradient was not
+    contiguous, and passed (each was a note); a user's layers before it would not train in those steps.  Per mode (an
+    eval()-only path without autograd is a note); ``seen``: the run's (Problem.seen, carried across shapes)."""
+    got, none = seen.setdefault("grads_seen", {}).setdefault(train, (set(), set()))
+    gone = sorted((detached & got) | (reached & none))
+    got |= reached
+    none |= detached
+    return gone
+
+
 UPSTREAM_TURNS = (0, 3, 1, 7, 2, 5, 6, 4)  # seed % 8 of a run's calls with autograd: both swaps in its first four
 ZERO_GRAD = 1e-3  # a gradient zero in float64 may hold float32 rounding of this share of the call's largest
 

@@ -377,3 +377,37 @@ def still_held(kept: list[dict]) -> tuple[list[list], list[Any]]:
     alive = [(i, n, w.strong()) for i, n, w in weak]
     alive = [(i, n, t) for i, n, t in alive if t is not None]
     return [[i, n] for i, n, _ in alive], [t for _, _, t in alive]
+
+
+def plain_types(torch) -> tuple:
+    """(torch.Tensor, torch.return_types' structseq types): read before any kernel code runs, so no kernel adds one."""
+    import torch.return_types as rt
+
+    return (torch.Tensor, frozenset(t for t in vars(rt).values() if isinstance(t, type) and issubclass(t, tuple)))
+
+
+def not_plain(value: Any, plain: tuple, depth: int = 0) -> str | None:
+    """What in a returned value is not plain data, in words ('a MyTensor (a torch.Tensor subclass)'), or None: tensors
+    exactly torch.Tensor, containers exactly dict, list or tuple (or a torch.return_types structseq), scalars exactly
+    int, float, bool, str or None.  Types are compared with ``type()``, which no object can change; nothing is called."""
+    tensor, structseqs = plain
+    t = type(value)
+    if t is tensor or value is None or t in (int, float, bool, str):
+        return None
+    if t in (list, tuple) or t in structseqs:
+        items = tuple.__iter__(value) if t is not list else list.__iter__(value)
+    elif t is dict:
+        items = dict.values(value)
+    else:
+        what = f"{type.__getattribute__(t, '__module__')}.{type.__getattribute__(t, '__qualname__')}"
+        for base, word in ((tensor, "torch.Tensor"), (dict, "dict"), (list, "list"), (tuple, "tuple")):
+            if issubclass(t, base):  # the type's own bases: nothing of the object is asked
+                return f"a {what} (a {word} subclass)"
+        return f"a {what}"
+    if depth > 4:
+        return "containers nested more than 4 deep"
+    for item in items:
+        bad = not_plain(item, plain, depth + 1)
+        if bad:
+            return bad
+    return None

@@ -104,7 +104,7 @@ class Worker:
             torch.cuda.set_device(torch.device(self.device))
         elif msg.get("impl") == "triton":
             os.environ.setdefault("TRITON_INTERPRET", "1")
-        self.plain = tensors.plain_types(torch)  # before any of the kernel's code runs: what a call may return
+        self.plain = protocol.plain_types(torch)  # before any of the kernel's code runs: what a call may return
         self.modes = (torch._C._len_torch_function_stack, torch._C._len_torch_dispatch_stack)
         self.no_function_mode = torch._C.DisableTorchFunction
         self.settings = guards.process_settings(torch)
@@ -281,7 +281,7 @@ class Worker:
 
     def _stage_out(self, k: Kernel, value: Any, views: dict | None = None, objects: bool = False) -> tuple[dict, dict]:
         """The hand-over (protocol.hand_over), once the value is known to be plain data."""
-        if odd := tensors.not_plain(value, self.plain):  # before anything touches it: a lazy object would compute here
+        if odd := protocol.not_plain(value, self.plain):  # before anything touches it: a lazy object would compute here
             raise guards.KernelDefect(f"the call returned {odd}: a kernel returns plain torch.Tensor objects (or a tuple, "
                                       "list or dict of them); a subclass or a wrapper can compute when first read, "
                                       "outside the timed call")
