@@ -274,10 +274,13 @@ def grads_into(outs: list, targets: list[tuple[str, Any, Any]], seed: int, other
         _put_back(held)
         if not isinstance(exc, RuntimeError) or "use_reentrant" not in str(exc) or not all(t.is_leaf for t in leaves):
             raise
-        held, rest, got = [], [(t, t.grad) for t in {id(t): t for t in [*others, *leaves]}.values()], iter(lambda: None, 0)
+        mine = {id(t) for t in leaves}  # (the others' .grad is put back as it was; the targets', by _put_back)
+        held, rest = [], [(t, t.grad) for t in {id(t): t for t in others if id(t) not in mine}.values()]
         _prefill(torch, leaves, held, None)
         torch.autograd.backward([o for _, o in carries], ups)
-        any(setattr(t, "grad", was) for t, was in rest if all(t is not h[1] for h in held))
+        for t, was in rest:
+            t.grad = was
+        got = iter([None] * len(leaves))  # (read from .grad: what the backward wrote there is all of it)
     wrote, unused = _put_back(held), []
     with torch.no_grad():
         for name, t, buf in targets:

@@ -26,7 +26,7 @@ from .conditions import VARIANTS, Condition, free_cached, range_ok
 from .exact import as_exact_as_the_reference
 from .guards import start_state
 from .launch import KernelFailed, WorkerProc
-from .modes import backward_raised, draws_into, grad_as_exact, grad_normwise, grads_gone, owed
+from .modes import backward_raised, draws_into, grad_as_exact, grad_normwise, grads_gone, grads_seen, owed
 from .problem import DataSet, Problem
 
 FRESH_DRAW_BUDGET_S = 20.0      # a fresh data set for every call while drawing them all costs no more
@@ -233,7 +233,7 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, call: dict[
     back, returned, mode = cond.backward, call.get("returned") or {}, "training mode" if cond.train else "eval()"
     if not back.carries:
         return []
-    reached, trained = (sess.problem.seen.setdefault(k, set()) for k in ("reached", "reached:train"))
+    reached, trained = (grads_seen(sess.problem.seen, train)[0] for train in (False, True))  # (grads_gone adds)
     due = reached | trained if cond.train else reached
     why = DATA_LOST if cond.data else FROZEN_LOST
     if not any(m.get("grad") for m in returned.values()):
@@ -253,7 +253,6 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, call: dict[
         return [bad_row("backward()", next(iter(back.grads.values())), why)] if why else []
     # elementwise; normwise only where Model's own gradient holds the limit (grad_normwise: gradients cancel)
     tols, unused = applied_tolerances(back.grads, sess.judge.tolerance, sess.judge.ref), set(reply.get("unused") or [])
-    (trained if cond.train else reached).update(() if cond.owed else set(names) - unused)
     lost = [n for n in names if cond.owed and n in unused and n in due and owed(back, n)]  # (else compared: zeros)
     detached = [n for n in names if n in unused and owed(back, n) and not (cond.owed and n in due)]
     if detached:  # like an output without a gradient: a custom kernel's, or a cached layout (kernel_abi.md)

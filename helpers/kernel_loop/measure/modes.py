@@ -91,13 +91,20 @@ def backward_raised(seen: dict, raised: str | None) -> str | None:
     return None
 
 
+def grads_seen(seen: dict, train: bool) -> tuple[set, set]:
+    """The gradients ModelNew's output reached, and those owed it did not, in the run's calls with everything training
+    in one mode (``train``); ``seen``: the run's (Problem.seen, carried across shapes).  What the frozen and plain-data
+    calls owe (calls.gradient_rows) and what grads_gone compares."""
+    return seen.setdefault("grads_seen", {}).setdefault(train, (set(), set()))
+
+
 def grads_gone(seen: dict, train: bool, reached: set, detached: set) -> list[str]:
     """The gradients of a call with everything training (not frozen, not plain data) that ModelNew's output reaches
     in some of the run's calls in this mode and not in others, in either order (``reached``: this call's; ``detached``:
     those owed that it does not reach): a review's backward gave an input none where the upstream gradient was not
     contiguous, and passed (each was a note); a user's layers before it would not train in those steps.  Per mode (an
-    eval()-only path without autograd is a note); ``seen``: the run's (Problem.seen, carried across shapes)."""
-    got, none = seen.setdefault("grads_seen", {}).setdefault(train, (set(), set()))
+    eval()-only path without autograd is a note); both kept in ``grads_seen``."""
+    got, none = grads_seen(seen, train)
     gone = sorted((detached & got) | (reached & none))
     got |= reached
     none |= detached
