@@ -416,6 +416,7 @@ def test_an_honest_kernel_passes_with_its_data_parked_on_the_host(tmp_path, cpu_
     assert any(lean) if passes else failed == {"range"}, (lean, failed, data["error"])
 
 
+@pytest.mark.waits
 def test_hang_is_killed(tmp_path, cpu_mode):
     t0 = time.monotonic()
     # 20 s: the run's timeout counts from the judge's start, so it must leave the worker time to start (import

@@ -278,6 +278,7 @@ def _alive(pid: int) -> bool:
     return stat[stat.rfind(")") + 2:].split()[0] != "Z"
 
 
+@pytest.mark.waits
 def test_a_process_the_kernel_starts_in_a_new_session_is_ended_with_the_step(tmp_path, monkeypatch, no_static_check):
     """Attack: the kernel starts a process in a session of its own (so that killing the worker's process
     group misses it) that outlives the step.  Defence: the CLI and the judge are child subreapers and end
@@ -943,6 +944,7 @@ def run_kernel(x):
 '''
 
 
+@pytest.mark.waits
 def test_a_slow_reference_does_not_make_the_timed_inputs_repeat(tmp_path, monkeypatch, verdict_here):
     """Found by a red team (2026-12-04): the cost of drawing a data set counted its reference, so a slow reference
     made the timed calls alternate two sets, and a memo keyed on the inputs' content was right on every call, the
@@ -991,6 +993,7 @@ def run_kernel(x):
 '''
 
 
+@pytest.mark.waits
 @pytest.mark.parametrize("delay, why", [("0.02", "changed after the call returned"), ("0.15", "is wrong")])
 def test_an_output_written_after_the_call_returned_fails(tmp_path, monkeypatch, judge_here, no_static_check, delay,
                                                          why):
