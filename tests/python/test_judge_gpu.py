@@ -336,14 +336,18 @@ LINEAR = ("kb_ref_linear_relu.py", "batch_size=256,features=512")
     (*LINEAR, "kb_new_linear_relu_checkpoint.py", True),
     ("kb_ref_gelu_seq.py", "batch_size=16,seq=128,dim=256", "kb_cheat_gelu_grad_views_the_upstream.py", False),
     ("kb_ref_gelu_seq.py", "batch_size=16,seq=128,dim=256", "kb_new_gelu_without_backward.py", True),
-    ("kb_ref_gelu_seq.py", "batch_size=16,seq=128,dim=256", "kb_cheat_gelu_grad_none_where_not_contiguous.py", False)])
+    ("kb_ref_gelu_seq.py", "batch_size=16,seq=128,dim=256", "kb_cheat_gelu_grad_none_where_not_contiguous.py", False),
+    ("kb_ref_gelu_seq.py", "batch_size=16,seq=128,dim=256", "kb_cheat_gelu_grad_fake_oom_where_not_contiguous.py", False),
+    ("kb_ref_gelu_seq.py", "batch_size=16,seq=128,dim=256", "kb_cheat_gelu_grad_fake_graph_freed_where_not_contiguous.py",
+     False)])
 def test_gradients_as_a_users_backward_gets_them_on_the_gpu(tmp_path, ref, dims, kernel, passes):
     """The gradient checks of the thirty-first session on the GPU, each cheat beside an honest backward: a float64
     allowance local to each element (modes.grad_as_exact), none from a Model that draws, training-mode calls with
     plain-data inputs or frozen parameters, what a backward writes into .grad counted (tensors.grads_into), and upstream
     gradients in four layouts (tensors.upstream), gradients zero in float64 not owed; the thirty-second's: gradients
     read from .grad after torch.autograd.backward, so reentrant checkpointing is compared; a backward that raises in
-    some calls and runs in others fails."""
+    some calls and runs in others fails; the thirty-third's: an out-of-memory error on a device with room, or "through the
+    graph a second time" where Model keeps no graph, is such a raise (modes.raise_excused)."""
     out = _init(tmp_path, klcli.KERNELS / ref, (klcli.KERNELS / kernel).read_text(), "--dims", dims)
     data = _verdict(out, f"{kernel}", passes)
     assert passes or "gradient of " in data["error"] or "'backward()'" in data["error"], data["error"]

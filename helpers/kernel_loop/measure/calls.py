@@ -21,7 +21,7 @@ from ..common import MeasuredFailure, UsageError
 from ..compare import applied_tolerances, changed_input_row, compare, compare_outputs, first_failure
 from ..tensors import FLOAT_SENTINEL, fingerprint, is_tensor, poison_tensor, random_like
 from ..vocab import DATA_LOST, FROZEN_LOST, GRAD_GONE, NO_GRADIENT_NOTE
-from . import protocol
+from . import modes, protocol
 from .conditions import VARIANTS, Condition, free_cached, range_ok
 from .exact import as_exact_as_the_reference
 from .guards import start_state
@@ -248,8 +248,8 @@ def gradient_rows(sess: Any, kid: str, ds: DataSet, cond: Condition, call: dict[
         reply = sess.worker.request({"op": "backward", "k": kid, "seed": back.seed, "targets": targets})
         call["ooms"] = reply.get("ooms", call.get("ooms"))  # the worker's count after the backward too
     except KernelFailed as exc:  # a note, unless it ran in another call (modes.backward_raised)
-        first = (str(exc).splitlines()[0] if str(exc) else "an error")[:200]
-        notes += [] if (why := backward_raised(sess.problem.seen, first)) else [f"gradients: not compared: backward() raised ({first})"]
+        ok, first = modes.raise_excused(sess.problem, cond.train, ds, (str(exc).splitlines() or ["an error"])[0][:200])
+        notes += [] if (why := backward_raised(sess.problem.seen, first, ok)) else [f"gradients: not compared: backward() raised ({first})"]
         return [bad_row("backward()", next(iter(back.grads.values())), why)] if why else []
     # elementwise; normwise only where Model's own gradient holds the limit (grad_normwise: gradients cancel)
     tols, unused = applied_tolerances(back.grads, sess.judge.tolerance, sess.judge.ref), set(reply.get("unused") or [])

@@ -70,25 +70,67 @@ def continuous(t) -> bool:
     return values.numel() == head.numel() and not bool(torch.all(values == values.round()))
 
 
-def backward_raised(seen: dict, raised: str | None) -> str | None:
+def backward_raised(seen: dict, raised: str | None, excused: bool = False) -> str | None:
     """Why a call's backward() fails it (``raised``: its error's first line, or None where it ran), or None: one that
     raised in some calls of a run and ran in others crashes a user's loss.backward() in some of theirs (a review's
     backward viewed the upstream gradient, which an output transposed downstream hands non-contiguous, and passed:
     each raise was a note).  One that raises in every call is a note (a kernel without a backward), and so is one
-    out of device memory, or through a graph an earlier call made (a model that keeps its state with autograd's
-    history, ModelNew = Model included, raises so for a user too).  ``seen``: the run's (Problem.seen, carried
-    across shapes)."""
+    ``excused`` (raise_excused: as an honest ModelNew's would for a user).  ``seen``: the run's (Problem.seen,
+    carried across shapes)."""
     if raised is None:
         seen["backward_ran"], earlier = True, seen.pop("backward_raised", None)
         return None if earlier is None else (f"backward() ran here but raised in an earlier call ({earlier}): a user's "
                                              "loss.backward() crashes in some of their calls")
-    if any(w in raised.lower() for w in ("out of memory", "outofmemoryerror", "through the graph a second time")):
+    if excused:
         return None
     if seen.get("backward_ran"):
         return (f"backward() raised here ({raised}), where it ran in earlier calls: a user's loss.backward() crashes "
                 "in some of their calls (read the upstream gradient's strides, or make it contiguous)")
     seen.setdefault("backward_raised", raised)
     return None
+
+
+SHORT_OF_MEMORY = 8  # a backward out of device memory is excused where less than 1/8 of the device is then free
+
+
+def raise_excused(prob: Problem, train: bool, ds: DataSet, raised: str) -> tuple[bool, str]:
+    """Whether a backward() that raised (``raised``: its error's first line) did as an honest ModelNew's would for a
+    user, and the line as said: out of device memory while the device, as the judge reads it, has less than
+    1/SHORT_OF_MEMORY free (its free memory is added to the line); through the graph an earlier call made, where
+    Model itself does so (keeps_graph).  Their messages alone were excused before, and a red team's backward raised
+    either where it would have been wrong (a non-contiguous upstream gradient) and passed."""
+    import torch
+
+    low = raised.lower()
+    if "out of memory" in low or "outofmemoryerror" in low:
+        if not str(prob.device).startswith("cuda"):
+            return False, raised
+        free, total = torch.cuda.mem_get_info(torch.device(prob.device))
+        return free * SHORT_OF_MEMORY < total, f"{raised} [{free / 2**30:.1f} of {total / 2**30:.1f} GiB free after it]"
+    return "through the graph a second time" in low and keeps_graph(prob, train, ds), raised
+
+
+def keeps_graph(prob: Problem, train: bool, ds: DataSet) -> bool:
+    """Whether Model raises "backward through the graph a second time" where one instance is called twice with a
+    backward after each call (its state keeps autograd's history: level 3's VanillaRNN keeps its hidden state so, and
+    ModelNew = Model raises there for a user too).  Once per mode a run (``prob.seen``)."""
+    import torch
+
+    key = f"keeps_graph:{train}"
+    if key not in prob.seen:
+        m, prob.seen[key] = model_copy(prob, train, None), False
+        try:
+            with torch.enable_grad():
+                for _ in range(2):
+                    args = [ds.args[n].detach().clone().requires_grad_(continuous(ds.args[n]))
+                            if is_tensor(ds.args[n]) else ds.args[n] for n in ds.args]  # (as backward_expected)
+                    out = [t for t in normalize_outputs(m(*args), []).values() if is_tensor(t) and t.requires_grad]
+                    if not out:
+                        break
+                    torch.autograd.backward(out, [torch.ones_like(t) for t in out])
+        except Exception as exc:  # (anything else Model raises here excuses nothing)
+            prob.seen[key] = isinstance(exc, RuntimeError) and "through the graph a second time" in str(exc)
+    return prob.seen[key]
 
 
 def grads_seen(seen: dict, train: bool) -> tuple[set, set]:
@@ -210,16 +252,21 @@ def running_stats(prob: Problem, seed: int) -> dict[str, Any]:
 
 
 def model_copy(prob: Problem, train: bool, stats: dict[str, Any] | None, twin: bool = False, frozen: Any = ()):
-    """The judge's Model copied (its own state stays as loaded), in training mode or eval(), with ``stats`` loaded;
-    ``twin``: a second instance's (``prob.spare``): the first's state but its buffers drawn per instance, and its
-    tensors outside the state, its own draws; ``frozen``: submodules then put in eval() (frozen_norms)."""
+    """The judge's Model copied (its own state stays as loaded) with its parameters' hooks, in training mode or
+    eval(), with ``stats`` loaded; ``twin``: a second instance's (``prob.spare``): the first's state but its buffers
+    drawn per instance, and its tensors outside the state, its own draws; ``frozen``: submodules then put in eval()
+    (frozen_norms)."""
     import torch
 
-    if twin and prob.spare is not None:
-        m = copy.deepcopy(prob.spare).train(train)
+    src = prob.spare if twin and prob.spare is not None else prob.model
+    m = copy.deepcopy(src).train(train)
+    for a, b in zip(src.parameters(), m.parameters(), strict=True):  # deepcopy drops a parameter's hooks (a red team's
+        for hook in (a._backward_hooks or {}).values():  # Model clipped a weight's gradient so: ModelNew = Model failed)
+            b.register_hook(hook)
+        for hook in (getattr(a, "_post_accumulate_grad_hooks", None) or {}).values():
+            b.register_post_accumulate_grad_hook(hook)
+    if src is not prob.model:
         m.load_state_dict({n: t for n, t in prob.model.state_dict().items() if n not in prob.drawn}, strict=not prob.drawn)
-    else:
-        m = copy.deepcopy(prob.model).train(train)
     for name in frozen:
         m.get_submodule(name).eval()
     if stats:
