@@ -1100,6 +1100,44 @@ def test_a_model_whose_parameters_carry_hooks_passes_as_itself(tmp_path, worker_
     assert rc == 0, data["error"]
 
 
+EMBEDDING_REF = '''import torch
+from torch import nn
+
+batch_size, seq, vocab, dim = 8, 12, 50, 16
+
+
+class Model(nn.Module):
+    def __init__(self, vocab, dim):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.out = nn.Linear(dim, vocab)
+
+    def forward(self, ids):
+        return self.out(self.emb(ids))
+
+
+def get_inputs():
+    return [torch.randint(0, vocab, (batch_size, seq))]
+
+
+def get_init_inputs():
+    return [vocab, dim]
+'''
+
+
+def test_a_model_of_integer_inputs_passes_as_itself(tmp_path, worker_here):
+    """Found by a red team: an Embedding + Linear (token ids in) failed with ModelNew = Model.  Its calls with autograd
+    on made no input a leaf (integers take no gradient), so the worker kept nothing for a backward, the judge's request
+    for the parameters' gradients was refused, and since a refusal in some calls fails (modes.backward_raised), every
+    model of integer inputs failed.  Such a call keeps its outputs for the backward as a plain-data call does."""
+    ref = tmp_path / "ref_embedding.py"
+    ref.write_text(EMBEDDING_REF)
+    kernel = tmp_path / "embedding_new.py"
+    kernel.write_text(EMBEDDING_REF + "\n\nModelNew = Model\n")
+    rc, data, md = _kb(tmp_path, ref, kernel, "batch_size=8,seq=12,vocab=50,dim=16")
+    assert rc == 0 and "backward() raised" not in md, data["error"]
+
+
 def test_an_out_of_memory_raise_is_excused_only_where_the_device_is_short_of_memory(monkeypatch):
     """modes.raise_excused on a CUDA device (mem_get_info as the judge would read it): a backward's out-of-memory error
     is a note where less than an eighth of the device is free, a raise like any other where more is (a red team's

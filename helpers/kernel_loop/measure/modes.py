@@ -97,7 +97,7 @@ def raise_excused(prob: Problem, train: bool, ds: DataSet, raised: str) -> tuple
     """Whether a backward() that raised (``raised``: its error's first line) did as an honest ModelNew's would for a
     user, and the line as said: out of device memory while the device, as the judge reads it, has less than
     1/SHORT_OF_MEMORY free (its free memory is added to the line); through the graph an earlier call made, where
-    Model itself does so (keeps_graph).  Their messages alone were excused before, and a red team's backward raised
+    Model itself does so (keeps_graph: then a ModelNew that raises so only where it would be wrong passes).  Their messages alone were excused before, and a red team's backward raised
     either where it would have been wrong (a non-contiguous upstream gradient) and passed."""
     import torch
 
@@ -110,10 +110,13 @@ def raise_excused(prob: Problem, train: bool, ds: DataSet, raised: str) -> tuple
     return "through the graph a second time" in low and keeps_graph(prob, train, ds), raised
 
 
+GRAPH_CALLS = 6  # keeps_graph's calls of one instance (a red team's Model built a cache with history on its second)
+
+
 def keeps_graph(prob: Problem, train: bool, ds: DataSet) -> bool:
-    """Whether Model raises "backward through the graph a second time" where one instance is called twice with a
-    backward after each call (its state keeps autograd's history: level 3's VanillaRNN keeps its hidden state so, and
-    ModelNew = Model raises there for a user too).  Once per mode a run (``prob.seen``)."""
+    """Whether Model raises "backward through the graph a second time" where one instance is called GRAPH_CALLS times
+    with a backward after each call (its state keeps autograd's history: level 3's VanillaRNN keeps its hidden state
+    so, and ModelNew = Model raises there for a user too).  Once per mode a run (``prob.seen``)."""
     import torch
 
     key = f"keeps_graph:{train}"
@@ -121,7 +124,7 @@ def keeps_graph(prob: Problem, train: bool, ds: DataSet) -> bool:
         m, prob.seen[key] = model_copy(prob, train, None), False
         try:
             with torch.enable_grad():
-                for _ in range(2):
+                for _ in range(GRAPH_CALLS):
                     args = [ds.args[n].detach().clone().requires_grad_(continuous(ds.args[n]))
                             if is_tensor(ds.args[n]) else ds.args[n] for n in ds.args]  # (as backward_expected)
                     out = [t for t in normalize_outputs(m(*args), []).values() if is_tensor(t) and t.requires_grad]

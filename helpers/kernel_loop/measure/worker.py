@@ -380,7 +380,7 @@ class Worker:
             self._unstride(k, views)
             returned, held = self._stage_out(k, value, views, msg.get("keep") == "object")
             held.update({n: views[b] for n, b in k.outputs.items() if b in views} if moved and msg.get("keep") else {})
-            if leaves or msg.get("backward") == "data":  # (data: the parameters alone ask for gradients)
+            if leaves or msg.get("backward") not in (None, False):  # (data, or integer inputs: the parameters alone)
                 outs = [v for v in ([] if value is None else tensors.normalize_outputs(value, k.out_names).values())
                         if type(v) is torch.Tensor]
                 k.pending = (outs, dict(leaves))
