@@ -97,8 +97,9 @@ def raise_excused(prob: Problem, train: bool, ds: DataSet, raised: str) -> tuple
     """Whether a backward() that raised (``raised``: its error's first line) did as an honest ModelNew's would for a
     user, and the line as said: out of device memory while the device, as the judge reads it, has less than
     1/SHORT_OF_MEMORY free (its free memory is added to the line); through the graph an earlier call made, where
-    Model itself does so (keeps_graph: then a ModelNew that raises so only where it would be wrong passes).  Their messages alone were excused before, and a red team's backward raised
-    either where it would have been wrong (a non-contiguous upstream gradient) and passed."""
+    Model itself does so (keeps_graph: then a ModelNew that raises so only where it would be wrong passes).  Their
+    messages alone were excused before, and a red team's backward raised either where it would have been wrong (a
+    non-contiguous upstream gradient) and passed."""
     import torch
 
     low = raised.lower()
