@@ -111,6 +111,14 @@ def raise_excused(prob: Problem, train: bool, ds: DataSet, raised: str) -> tuple
     return "through the graph a second time" in low and keeps_graph(prob, train, ds), raised
 
 
+def grad_args(ds: DataSet, wide: bool = False, data: bool = False) -> list:
+    """A call's arguments as a user's backward meets them: copies, the continuous ones asking a gradient (none where
+    ``data``), in float64 where ``wide``."""
+    return [(ds.args[n].detach().double() if wide and ds.args[n].dtype.is_floating_point else
+             ds.args[n].detach().clone()).requires_grad_(continuous(ds.args[n]) and not data)
+            if is_tensor(ds.args[n]) else ds.args[n] for n in ds.args]
+
+
 GRAPH_CALLS = 6  # keeps_graph's calls of one instance (a red team's Model built a cache with history on its second)
 
 
@@ -126,9 +134,8 @@ def keeps_graph(prob: Problem, train: bool, ds: DataSet) -> bool:
         try:
             with torch.enable_grad():
                 for _ in range(GRAPH_CALLS):
-                    args = [ds.args[n].detach().clone().requires_grad_(continuous(ds.args[n]))
-                            if is_tensor(ds.args[n]) else ds.args[n] for n in ds.args]  # (as backward_expected)
-                    out = [t for t in normalize_outputs(m(*args), []).values() if is_tensor(t) and t.requires_grad]
+                    out = normalize_outputs(m(*grad_args(ds)), []).values()
+                    out = [t for t in out if is_tensor(t) and t.requires_grad]
                     if not out:
                         break
                     torch.autograd.backward(out, [torch.ones_like(t) for t in out])
@@ -351,9 +358,7 @@ def backward_expected(prob: Problem, ds: DataSet, cond: Condition, seed: int, no
 
     def grads_of(m, wide: bool) -> dict[str, Any] | None:
         guards.set_torch_rng(torch, prob.device, start_state(torch, prob.device, ds.seed))  # the worker's call's start
-        args = [(ds.args[n].detach().double() if wide and ds.args[n].dtype.is_floating_point else
-                 ds.args[n].detach().clone()).requires_grad_(continuous(ds.args[n]) and not cond.data)
-                if is_tensor(ds.args[n]) else ds.args[n] for n in ds.args]
+        args = grad_args(ds, wide, cond.data)
         before = guards.rng_state(torch, prob.device)
         with torch.enable_grad():
             out = [t for t in normalize_outputs(m(*args), []).values() if is_tensor(t)]
